@@ -1,0 +1,47 @@
+# sluice — make targets. Everything needs only Go (and installs redis-server for tests when it can).
+GO        ?= go
+PKGS      ?= ./...
+TEST_FLAGS ?= -count=1 -timeout 15m
+BENCH_OUT ?= bench-results.txt
+
+.PHONY: run test test-short bench soak lint fmt build clean redis
+
+## run: the whole system in one process (embedded NATS, in-process drainer, demo sink, example rules)
+run:
+	$(GO) run ./cmd/ingress -dev -rules deploy/examples -data ./data
+
+## build: compile the binaries into ./bin
+build:
+	$(GO) build -o bin/ ./cmd/...
+
+## test: every test, against private redis-server and embedded NATS servers
+test: redis
+	$(GO) vet $(PKGS)
+	$(GO) test $(TEST_FLAGS) $(PKGS)
+
+## test-race: the same with the race detector
+test-race: redis
+	$(GO) test -race $(TEST_FLAGS) $(PKGS)
+
+## bench: benchmarks and studies, printed as ratios against the named peers
+bench: redis
+	SLUICE_BENCH=1 $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s $(PKGS) | tee $(BENCH_OUT)
+	SLUICE_BENCH=1 $(GO) test -count=1 -run 'Study|Report' -v $(PKGS) | grep -E '^(=== RUN|---|\s+\S+\.go:[0-9]+:|ok|FAIL)' | tee -a $(BENCH_OUT)
+
+## soak: long-running load and fault runs (minutes)
+soak: redis
+	SLUICE_SOAK=1 $(GO) test -count=1 -run 'Soak' -v -timeout 60m $(PKGS)
+
+## lint: gofmt and go vet
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	$(GO) vet $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+redis:
+	@./scripts/ensure-redis.sh
+
+clean:
+	rm -rf bin data $(BENCH_OUT)

@@ -1,0 +1,225 @@
+// Package natstest starts embedded NATS servers with JetStream for tests.
+//
+// The embedded server is the real nats-server (github.com/nats-io/nats-server/v2), run
+// in-process on a random loopback port with its store in a test temp dir. Start gives
+// one server per test; StartCluster gives an n-node JetStream cluster on loopback ports
+// whose nodes can be shut down and restarted to test failover.
+//
+// This package is for tests only; production code never imports it.
+package natstest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Node is one embedded server. Its options are kept so it can be restarted with the same
+// name, ports and store directory.
+type Node struct {
+	mu   sync.Mutex
+	opts server.Options
+	srv  *server.Server
+}
+
+// Server returns the running server (nil while shut down).
+func (n *Node) Server() *server.Server {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.srv
+}
+
+// URL is the client URL of this node (stable across restarts).
+func (n *Node) URL() string {
+	return fmt.Sprintf("nats://%s:%d", n.opts.Host, n.opts.Port)
+}
+
+// Name is the node's server name.
+func (n *Node) Name() string { return n.opts.ServerName }
+
+// Shutdown stops the node, like a crash of the process (the store stays). Safe to call twice.
+func (n *Node) Shutdown() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.srv == nil {
+		return
+	}
+	n.srv.Shutdown()
+	n.srv.WaitForShutdown()
+	n.srv = nil
+}
+
+// Restart starts a shut-down node again with the same options.
+func (n *Node) Restart() error {
+	n.Shutdown()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	opts := n.opts
+	srv, err := server.NewServer(&opts)
+	if err != nil {
+		return fmt.Errorf("natstest: restart %s: %w", n.opts.ServerName, err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return fmt.Errorf("natstest: %s not ready after restart", n.opts.ServerName)
+	}
+	n.srv = srv
+	return nil
+}
+
+var nameSeq atomic.Int64
+
+// Start starts a single JetStream server for one test; it is shut down when the test ends.
+func Start(tb testing.TB) *Node {
+	tb.Helper()
+	port, err := freePort()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n := &Node{opts: server.Options{
+		ServerName: fmt.Sprintf("sluice-test-%d", nameSeq.Add(1)),
+		Host:       "127.0.0.1",
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   filepath.Join(tb.TempDir(), "js"),
+		NoLog:      true,
+		NoSigs:     true,
+	}}
+	if err := n.Restart(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(n.Shutdown)
+	return n
+}
+
+// StartCluster starts an n-node JetStream cluster on loopback ports and waits until it
+// has a meta leader, so R3 streams can be created at once. All nodes are shut down when
+// the test ends.
+func StartCluster(tb testing.TB, size int) []*Node {
+	tb.Helper()
+	clusterPorts := make([]int, size)
+	routes := make([]*url.URL, size)
+	for i := range clusterPorts {
+		p, err := freePort()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		clusterPorts[i] = p
+		routes[i] = &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)}
+	}
+	clusterName := fmt.Sprintf("sluice-c%d", nameSeq.Add(1))
+	nodes := make([]*Node, size)
+	for i := range nodes {
+		port, err := freePort()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		nodes[i] = &Node{opts: server.Options{
+			ServerName: fmt.Sprintf("%s-n%d", clusterName, i+1),
+			Host:       "127.0.0.1",
+			Port:       port,
+			JetStream:  true,
+			StoreDir:   filepath.Join(tb.TempDir(), fmt.Sprintf("n%d", i+1)),
+			NoLog:      true,
+			NoSigs:     true,
+			Cluster: server.ClusterOpts{
+				Name: clusterName,
+				Host: "127.0.0.1",
+				Port: clusterPorts[i],
+			},
+			Routes: routes,
+		}}
+	}
+	// Start all nodes before waiting for any: a node only becomes ready once it sees its routes.
+	var wg sync.WaitGroup
+	errs := make([]error, size)
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = n.Restart()
+		}()
+	}
+	wg.Wait()
+	for _, n := range nodes {
+		tb.Cleanup(n.Shutdown)
+	}
+	for _, err := range errs {
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := WaitJetStream(nodes[0].URL(), 30*time.Second); err != nil {
+		tb.Fatal(err)
+	}
+	return nodes
+}
+
+// ClusterURL joins the nodes' URLs for a client that should fail over between them.
+func ClusterURL(nodes []*Node) string {
+	u := ""
+	for i, n := range nodes {
+		if i > 0 {
+			u += ","
+		}
+		u += n.URL()
+	}
+	return u
+}
+
+// WaitJetStream waits until JetStream answers account info at url (cluster meta leader elected).
+func WaitJetStream(url string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var lastErr error
+	for time.Now().Before(deadline) {
+		nc, err := nats.Connect(url)
+		if err == nil {
+			js, _ := jetstream.New(nc)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err = js.AccountInfo(ctx)
+			cancel()
+			nc.Close()
+			if err == nil {
+				return nil
+			}
+		}
+		lastErr = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("natstest: JetStream at %s not ready after %s: %w", url, timeout, lastErr)
+}
+
+// Connect opens a client connection to url and a JetStream context; both close when the test ends.
+func Connect(tb testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
+	tb.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		tb.Fatalf("natstest: connect %s: %v", url, err)
+	}
+	tb.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return nc, js
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
