@@ -1,0 +1,135 @@
+package rules
+
+import "time"
+
+// This file is the validated, in-memory model of a rules file (API.md "Rules file").
+// Loading, validation and matching build and read these values; every other package
+// (ingress, drainer, re-admitter) reads them and never sees YAML.
+//
+// All durations and rates are already normalised: a Rate is "Requests per Interval",
+// whatever unit or interval the file used.
+
+// Algorithm names one of the five admission-limit algorithms.
+type Algorithm string
+
+const (
+	TokenBucket          Algorithm = "token_bucket"
+	LeakyBucket          Algorithm = "leaky_bucket"
+	FixedWindow          Algorithm = "fixed_window" // default, as in envoyproxy/ratelimit
+	SlidingWindowLog     Algorithm = "sliding_window_log"
+	SlidingWindowCounter Algorithm = "sliding_window_counter"
+)
+
+// Overflow says what happens to a message that cannot be queued now.
+type Overflow string
+
+const (
+	OverflowReject Overflow = "reject" // default: 429
+	OverflowPark   Overflow = "park"   // kept in the retry queue and re-admitted later
+)
+
+// Rate is Requests per Interval (e.g. 10 per 1s, 5 per 24h).
+type Rate struct {
+	Requests int64
+	Interval time.Duration
+}
+
+// Zero reports whether the rate is unset.
+func (r Rate) Zero() bool { return r.Requests == 0 || r.Interval == 0 }
+
+// Every is the spacing between two requests at this rate (Interval / Requests).
+func (r Rate) Every() time.Duration {
+	if r.Requests <= 0 {
+		return 0
+	}
+	return r.Interval / time.Duration(r.Requests)
+}
+
+// PerSecond is the rate in requests per second.
+func (r Rate) PerSecond() float64 {
+	if r.Interval <= 0 {
+		return 0
+	}
+	return float64(r.Requests) / r.Interval.Seconds()
+}
+
+// RateLimit is one admission limit on a descriptor (a descriptor may have several,
+// evaluated together, all-or-nothing).
+type RateLimit struct {
+	Rate      Rate
+	Algorithm Algorithm // default FixedWindow
+	Burst     int64     // token_bucket / leaky_bucket only; default Rate.Requests
+	Name      string    // optional; used in RateLimit-Policy and violated-policies (default: the rule's name)
+}
+
+// Queue is the per-key bounded queue (the leaky bucket used as a queue).
+type Queue struct {
+	Capacity     int64 // messages waiting per key
+	Outflow      Rate  // per key
+	TotalOutflow Rate  // optional: whole rule, fair across keys (Zero when unset)
+}
+
+// Sink is where drainers deliver. Exactly one of URL and NATSSubject is set.
+type Sink struct {
+	URL         string
+	NATSSubject string
+	Timeout     time.Duration // default 10s
+}
+
+// Delivery is the retry policy for deliveries to the sink.
+type Delivery struct {
+	MaxAttempts int           // default 8
+	MinBackoff  time.Duration // default 1s
+	MaxBackoff  time.Duration // default 5m
+}
+
+// Park is the policy for parked messages.
+type Park struct {
+	MaxAge time.Duration // default 24h; parked longer than this → dead
+}
+
+// Ordering of deliveries within one key.
+type Ordering string
+
+const (
+	OrderingStrict  Ordering = "strict" // default: a retrying message holds back the key's later messages
+	OrderingRelaxed Ordering = "relaxed"
+)
+
+// Rule is one descriptor entry of the rules file that carries behaviour: a rate limit,
+// a queue, or both. Rules are matched by Domain plus the descriptor path.
+type Rule struct {
+	// Name is the stable id used by the admin API, metrics and stream names
+	// (default: domain + "." + the path's keys and values joined by "."; sanitised).
+	Name   string
+	Domain string
+	// Path is the descriptor path from the domain root to this entry, e.g.
+	// [{message_type marketing} {user_id ""}]. An empty Value means "one bucket per distinct value".
+	Path []PathEntry
+
+	RateLimits []RateLimit // admission limits; empty when none
+	Unlimited  bool        // envoy `unlimited: true`: always OK, never counted
+	ShadowMode bool        // envoy `shadow_mode`: decide and report, never deny
+	Replaces   []string    // envoy `replaces`: names of rules this one replaces when both match
+
+	Queue    *Queue // nil for check-only rules
+	Overflow Overflow
+	Park     Park
+	Sink     Sink
+	Delivery Delivery
+	Ordering Ordering
+
+	// Where the rule was defined, for error messages.
+	File string
+	Line int
+}
+
+// PathEntry is one level of a descriptor path.
+type PathEntry struct {
+	Key   string
+	Value string // "" = any value (a bucket per value); may contain '*' wildcards
+}
+
+// HasQueue reports whether the rule queues messages (POST /v1/messages) rather than only
+// answering checks.
+func (r *Rule) HasQueue() bool { return r.Queue != nil }
