@@ -1,0 +1,31 @@
+package queue
+
+import "time"
+
+// Message is one admitted request as it travels through sluice: queued per key, parked in
+// the retry stream, delivered to the sink, or dead. The same value is carried by queue/,
+// retry/ and the drainer; its wire form is the NATS message (payload bytes as data, the
+// rest in headers, see the Header* constants) so the payload is never re-encoded and
+// reaches the sink byte-for-byte.
+type Message struct {
+	ID         string    // uuid v7; also the Nats-Msg-Id and the sink's Idempotency-Key
+	Rule       string    // rule name (rules.Rule.Name)
+	Key        string    // the key as submitted (any UTF-8, ≤ 256 bytes)
+	Payload    []byte    // JSON value exactly as submitted
+	CreatedAt  time.Time // first admission (Sluice-Enqueued-At at the sink)
+	Attempt    int       // delivery attempts already made (0 before the first)
+	LastError  string    // last delivery or re-admission error, if any
+	ParkedFrom time.Time // when the message was first parked (zero if never); used for park.max_age
+}
+
+// NATS header names of the wire form. Header values are ASCII: the key is
+// percent-encoded (like a URL path segment), times are RFC 3339 with nanoseconds.
+const (
+	HeaderMsgID      = "Nats-Msg-Id"
+	HeaderRule       = "Sluice-Rule"
+	HeaderKey        = "Sluice-Key"
+	HeaderCreatedAt  = "Sluice-Created-At"
+	HeaderAttempt    = "Sluice-Attempt"
+	HeaderLastError  = "Sluice-Last-Error"
+	HeaderParkedFrom = "Sluice-Parked-From"
+)
