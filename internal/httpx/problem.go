@@ -1,0 +1,78 @@
+// Package httpx holds the HTTP plumbing shared by the ingress and drainer servers:
+// RFC 9457 problem details and the rate-limit headers of API.md.
+package httpx
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// ProblemBase is the prefix of every problem type URI; the fragment names the problem.
+const ProblemBase = "https://sluice.dev/problems"
+
+// Problem is an RFC 9457 problem details object (application/problem+json).
+type Problem struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	// Field names the request field at fault ("descriptor[0].value"), for 400s.
+	Field string `json:"field,omitempty"`
+	// ViolatedPolicies names the rules or limits that refused the request, for 429s.
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+	// RetryAfter repeats the Retry-After header in seconds, for 429s and 503s.
+	RetryAfter int64 `json:"retry_after,omitempty"`
+}
+
+// Problem types (the fragment after ProblemBase).
+const (
+	TypeInvalidRequest = ProblemBase + "#invalid-request"
+	TypeNoRule         = ProblemBase + "#no-matching-rule"
+	TypeTooLarge       = ProblemBase + "#payload-too-large"
+	TypeQuotaExceeded  = ProblemBase + "#quota-exceeded"
+	TypeUnavailable    = ProblemBase + "#unavailable"
+	TypeNotFound       = ProblemBase + "#not-found"
+	TypeUnauthorized   = ProblemBase + "#unauthorized"
+	TypeInternal       = ProblemBase + "#internal"
+)
+
+// WriteProblem writes p with its status code and Content-Type application/problem+json.
+func WriteProblem(w http.ResponseWriter, p Problem) {
+	if p.Title == "" {
+		p.Title = http.StatusText(p.Status)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	if p.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(p.RetryAfter, 10))
+	}
+	w.WriteHeader(p.Status)
+	json.NewEncoder(w).Encode(p)
+}
+
+// BadRequest is a 400 naming the field at fault.
+func BadRequest(field, detail string) Problem {
+	return Problem{Type: TypeInvalidRequest, Status: http.StatusBadRequest, Title: "Invalid request", Field: field, Detail: detail}
+}
+
+// WriteJSON writes v as JSON with the status code.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// Seconds rounds d up to whole seconds, at least min (Retry-After and reset headers are
+// integers, and rounding down would invite a retry that is refused again).
+func Seconds(d time.Duration, min int64) int64 {
+	s := int64(math.Ceil(d.Seconds()))
+	if s < min {
+		return min
+	}
+	return s
+}
