@@ -100,7 +100,8 @@ const (
 // a queue, or both. Rules are matched by Domain plus the descriptor path.
 type Rule struct {
 	// Name is the stable id used by the admin API, metrics and stream names
-	// (default: domain + "." + the path's keys and values joined by "."; sanitised).
+	// (default: domain, then the path's keys and values, joined by "_" and sanitised
+	// to [A-Za-z0-9_-], e.g. "orders_merchant_id"; see defaultName for why).
 	Name   string
 	Domain string
 	// Path is the descriptor path from the domain root to this entry, e.g.
@@ -122,6 +123,10 @@ type Rule struct {
 	// Where the rule was defined, for error messages.
 	File string
 	Line int
+
+	// varying lists the Path levels (indices) whose request values make up the Key:
+	// levels with no configured value or a wildcard value. Set by the loader.
+	varying []int
 }
 
 // PathEntry is one level of a descriptor path.
