@@ -1,0 +1,44 @@
+// Package rules loads, validates, matches and reloads sluice's rules files
+// (API.md "Rules file").
+//
+// # Model
+//
+// A rules file is one or more YAML documents, each a `domain:` plus a tree of
+// `descriptors:` exactly in envoyproxy/ratelimit's format, plus sluice's additions
+// (a list of rate limits with an algorithm, queue, overflow, park, sink, delivery,
+// ordering). A descriptor that carries a rate_limit (including `unlimited: true`) or a
+// queue is a Rule; other descriptors only lead to deeper ones. Load and Parse return
+// a *Set: the rules, indexed for matching. An envoy config file loads unchanged.
+//
+// Validation is strict: unknown fields, bad values and impossible combinations are
+// errors (a typo must not silently turn a limit off), and every problem is reported,
+// up to MaxErrors, as a ValidationError naming file, line and field:
+//
+//	deploy/examples/orders.yaml:12: descriptors[0].queue.capacity: must be ≥ 1 (got 0)
+//
+// As in envoy, a domain may be defined only once across all files.
+//
+// # Matching
+//
+// Set.Match follows envoy's GetLimit: walk the request's descriptor entries level by
+// level (exact key+value, then wildcard value, then key alone) and take the rule at the
+// node the whole descriptor reaches. It also returns the Key, the bucket selector built
+// from the request values at the levels configured without a value or with a wildcard:
+// "" when there is none, the value verbatim when there is one, EncodeKey (length-prefixed)
+// when there are several. Set.Check applies envoy's per-request semantics (unlimited,
+// replaces) to the several descriptors of a POST /v1/check request.
+//
+// # Defaults
+//
+// algorithm fixed_window · burst = requests_per_unit · overflow reject · park.max_age 24h ·
+// sink.timeout 10s · delivery max_attempts 8, min_backoff 1s, max_backoff 5m ·
+// ordering strict · name = domain and path joined by "_", sanitised to [A-Za-z0-9_-].
+// envoy's `requests_per_unit: 0` is valid for a rate limit and denies everything.
+//
+// # Zero value and concurrency
+//
+// A nil or zero *Set is an empty set that matches nothing. A Set is immutable and safe
+// for concurrent use. A Watcher holds the current Set in an atomic pointer, polls the
+// files and swaps in a new Set when they change, keeping the last good one (and
+// counting the failure) when a change does not load.
+package rules
