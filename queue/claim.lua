@@ -1,0 +1,96 @@
+-- claim.lua: claim up to ARGV[2] due keys of one rule for one drainer (leaky-bucket outflow).
+--
+-- KEYS[1] due    ZSET  key -> time (µs) its next message may leave; keys with messages, not claimed
+-- KEYS[2] lease  ZSET  key -> lease expiry (µs); keys claimed by some drainer
+-- KEYS[3] held   HASH  key -> "<owner> <next>": who holds the claim and the key's next due time
+-- KEYS[4] dirty  HASH  key -> "1": MarkDue saw the key while it was claimed (see markdue.lua)
+-- KEYS[5] total  STRING     the rule's total_outflow meter: time (µs) the next message of any key may leave
+-- KEYS[6] try    HASH  key -> "<msg id>\n<attempts>\n<last error>": the key's head message is being retried
+--
+-- ARGV[1] now        current time, µs since the Unix epoch (from the caller's clock)
+-- ARGV[2] max        claim at most this many keys
+-- ARGV[3] lookahead  µs: also claim keys whose slot is at most now+lookahead (the drainer waits for the slot)
+-- ARGV[4] every      µs between two messages of one key (1/outflow); 0 = no per-key limit
+-- ARGV[5] total      µs between two messages of the rule (1/total_outflow); 0 = no total_outflow
+-- ARGV[6] lease      µs a claim stays valid after its slot; then another drainer may take the key
+-- ARGV[7] owner      the claiming drainer's id (no spaces)
+-- ARGV[8] reclaim    recover at most this many expired leases in this call
+--
+-- Returns {next, key1, slot1, due1, try1, key2, ...}:
+--   next   µs of the earliest slot not claimed now (earliest due key, or the total_outflow meter
+--          if that is later), or -1 when no key is due at all: when to call again.
+--   slotN  µs the key's message may leave (≥ its due time, ≥ now, ≥ the total meter)
+--   dueN   µs the key was due (its score before the claim): slot − due is scheduling delay
+--   tryN   the key's retry state (KEYS[6]) or nil
+--
+-- Outflow is GCRA: a claimed key's next due time is slot + every, so a key never leaves
+-- faster than its outflow, and a late claim does not earn a burst. The total_outflow meter
+-- advances by `total` per claim in the same script; keys are taken lowest-due-first, so a
+-- scarce total_outflow is shared fairly. Claimed keys move from `due` to `lease`, so a key is
+-- never held by two drainers and never claimed again before its holder releases it (or its
+-- lease expires: an expired lease puts the key back into `due` at its stored next time).
+
+local due, lease, held, dirty, totalkey, try = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local now = tonumber(ARGV[1])
+local max = tonumber(ARGV[2])
+local horizon = now + tonumber(ARGV[3])
+local every = tonumber(ARGV[4])
+local total = tonumber(ARGV[5])
+local leasefor = tonumber(ARGV[6])
+local owner = ARGV[7]
+local reclaim = tonumber(ARGV[8])
+
+-- 1. Hand back keys whose holder did not release them in time (crashed or stuck drainer).
+local expired = redis.call('ZRANGEBYSCORE', lease, '-inf', now, 'LIMIT', 0, reclaim)
+for _, k in ipairs(expired) do
+  local h = redis.call('HGET', held, k)
+  local nxt = now
+  if h then
+    nxt = tonumber(string.match(h, ' (%S+)$')) or now
+  end
+  redis.call('ZADD', due, nxt, k)
+  redis.call('ZREM', lease, k)
+  redis.call('HDEL', held, k)
+end
+
+-- 2. Claim due keys, lowest due time first.
+local tat = 0
+if total > 0 then
+  tat = tonumber(redis.call('GET', totalkey) or '0')
+end
+local out = {-1}
+local claimed = 0
+if max > 0 then
+  local cand = redis.call('ZRANGEBYSCORE', due, '-inf', horizon, 'WITHSCORES', 'LIMIT', 0, max)
+  for i = 1, #cand, 2 do
+    local k = cand[i]
+    local d = tonumber(cand[i + 1])
+    local slot = d
+    if slot < now then slot = now end
+    if total > 0 and slot < tat then slot = tat end
+    if slot > horizon then break end
+    local nxt = slot + every
+    if total > 0 then tat = slot + total end
+    redis.call('ZREM', due, k)
+    redis.call('ZADD', lease, slot + leasefor, k)
+    redis.call('HSET', held, k, owner .. ' ' .. string.format('%.0f', nxt))
+    redis.call('HDEL', dirty, k)
+    claimed = claimed + 1
+    out[#out + 1] = k
+    out[#out + 1] = slot
+    out[#out + 1] = d
+    out[#out + 1] = redis.call('HGET', try, k)
+  end
+  if total > 0 and claimed > 0 then
+    redis.call('SET', totalkey, string.format('%.0f', tat))
+  end
+end
+
+-- 3. When to come back.
+local first = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+if first[2] then
+  local nx = tonumber(first[2])
+  if total > 0 and nx < tat then nx = tat end
+  out[1] = nx
+end
+return out

@@ -1,0 +1,159 @@
+package queue
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+)
+
+// MaxKeyBytes is the longest key sluice accepts (API.md: any UTF-8 string up to 256 bytes).
+const MaxKeyBytes = 256
+
+// ErrBadKey is returned for a key longer than MaxKeyBytes or not valid UTF-8.
+var ErrBadKey = errors.New("queue: key must be valid UTF-8 of at most 256 bytes")
+
+// ErrBadMessage is returned when a stored NATS message is not a sluice Message.
+var ErrBadMessage = errors.New("queue: not a sluice message")
+
+// keyTokenPrefix starts every key token. base64url (no padding) of a non-empty key is at
+// least 2 characters, and the empty key would otherwise give an empty token, which is not
+// a valid subject token; a fixed first letter makes every key — including "" — one
+// non-empty token with a single rule and no special case. It also leaves room for a
+// future encoding (e.g. "h" + hash for longer keys) without ambiguity.
+const keyTokenPrefix = "k"
+
+// KeyToken encodes a key into one subject token: "k" + base64url without padding. The
+// alphabet is [A-Za-z0-9_-], so the token can never contain '.', '*', '>', whitespace or
+// any other character NATS treats as syntax, and the mapping is injective (distinct keys
+// get distinct tokens), so no key can address another key's queue. A 256-byte key gives
+// a 1+342 = 343-character token (4·⌈256/3⌉ − 2 padding characters dropped); subjects of
+// that length cost nothing special in NATS (measured: publish, per-subject GetMsg and
+// subject-filtered Info behave the same as for short subjects).
+func KeyToken(key string) string {
+	return keyTokenPrefix + base64.RawURLEncoding.EncodeToString([]byte(key))
+}
+
+// KeyFromToken reverses KeyToken.
+func KeyFromToken(token string) (string, error) {
+	rest, ok := strings.CutPrefix(token, keyTokenPrefix)
+	if !ok {
+		return "", fmt.Errorf("queue: key token %q: missing %q prefix", token, keyTokenPrefix)
+	}
+	b, err := base64.RawURLEncoding.DecodeString(rest)
+	if err != nil {
+		return "", fmt.Errorf("queue: key token %q: %w", token, err)
+	}
+	return string(b), nil
+}
+
+// CheckKey reports ErrBadKey for a key sluice does not accept.
+func CheckKey(key string) error {
+	if len(key) > MaxKeyBytes || !utf8.ValidString(key) {
+		return ErrBadKey
+	}
+	return nil
+}
+
+// RuleToken turns a rule name into something safe as a stream name, a subject token and a
+// Redis hash tag: [A-Za-z0-9_-] only. Names that are already safe are kept as they are (so
+// streams and Redis keys stay readable); any other name has its unsafe characters
+// replaced by '_' and a short hash of the original appended, so two rules whose names
+// differ only in unsafe characters (e.g. "orders.m" and "orders_m") never share a stream
+// or a Redis slot.
+func RuleToken(rule string) string {
+	safe := true
+	for i := 0; i < len(rule); i++ {
+		if !tokenByte(rule[i]) {
+			safe = false
+			break
+		}
+	}
+	if safe && rule != "" && len(rule) <= 64 {
+		return rule
+	}
+	var b strings.Builder
+	for i := 0; i < len(rule) && b.Len() < 48; i++ {
+		if c := rule[i]; tokenByte(c) {
+			b.WriteByte(c)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	sum := sha256.Sum256([]byte(rule))
+	b.WriteByte('_')
+	b.WriteString(hex.EncodeToString(sum[:5]))
+	return b.String()
+}
+
+func tokenByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+}
+
+// EncodeMessage builds the NATS wire form of m for subject: the payload byte-for-byte as
+// data, everything else in headers (see the Header* constants). Header values are ASCII:
+// the key is percent-encoded like a URL path segment, times are RFC 3339 with nanoseconds,
+// and LastError is percent-encoded too because it may hold any text, including newlines.
+func EncodeMessage(subject string, m Message) *nats.Msg {
+	h := nats.Header{}
+	if m.ID != "" {
+		h.Set(HeaderMsgID, m.ID)
+	}
+	h.Set(HeaderRule, m.Rule)
+	h.Set(HeaderKey, url.PathEscape(m.Key))
+	if !m.CreatedAt.IsZero() {
+		h.Set(HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
+	}
+	if m.Attempt != 0 {
+		h.Set(HeaderAttempt, strconv.Itoa(m.Attempt))
+	}
+	if m.LastError != "" {
+		h.Set(HeaderLastError, url.PathEscape(m.LastError))
+	}
+	if !m.ParkedFrom.IsZero() {
+		h.Set(HeaderParkedFrom, m.ParkedFrom.UTC().Format(time.RFC3339Nano))
+	}
+	return &nats.Msg{Subject: subject, Header: h, Data: m.Payload}
+}
+
+// DecodeMessage reads a Message from a NATS message's headers and data (as written by
+// EncodeMessage). The payload is returned as is, not copied.
+func DecodeMessage(h nats.Header, data []byte) (Message, error) {
+	m := Message{ID: h.Get(HeaderMsgID), Rule: h.Get(HeaderRule), Payload: data}
+	if m.ID == "" {
+		return Message{}, fmt.Errorf("%w: no %s header", ErrBadMessage, HeaderMsgID)
+	}
+	var err error
+	if m.Key, err = url.PathUnescape(h.Get(HeaderKey)); err != nil {
+		return Message{}, fmt.Errorf("%w: %s: %v", ErrBadMessage, HeaderKey, err)
+	}
+	if v := h.Get(HeaderCreatedAt); v != "" {
+		if m.CreatedAt, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return Message{}, fmt.Errorf("%w: %s: %v", ErrBadMessage, HeaderCreatedAt, err)
+		}
+	}
+	if v := h.Get(HeaderAttempt); v != "" {
+		if m.Attempt, err = strconv.Atoi(v); err != nil {
+			return Message{}, fmt.Errorf("%w: %s: %v", ErrBadMessage, HeaderAttempt, err)
+		}
+	}
+	if v := h.Get(HeaderLastError); v != "" {
+		if m.LastError, err = url.PathUnescape(v); err != nil {
+			m.LastError = v // written by something else: keep it readable rather than fail
+		}
+	}
+	if v := h.Get(HeaderParkedFrom); v != "" {
+		if m.ParkedFrom, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return Message{}, fmt.Errorf("%w: %s: %v", ErrBadMessage, HeaderParkedFrom, err)
+		}
+	}
+	return m, nil
+}

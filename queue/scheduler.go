@@ -1,0 +1,356 @@
+package queue
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed claim.lua
+	claimSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed markdue.lua
+	markDueSrc string
+
+	claimScript   = redis.NewScript(claimSrc)
+	releaseScript = redis.NewScript(releaseSrc)
+	markDueScript = redis.NewScript(markDueSrc)
+)
+
+// SchedulerConfig configures a Scheduler. The zero value is usable.
+type SchedulerConfig struct {
+	// Prefix is prepended to every Redis key (before the "sl:{rule}:" part), so tests and
+	// several deployments can share one Redis. It must not contain '{' or '}'. Default "".
+	Prefix string
+	// Clock returns the current time for MarkDue. Default time.Now.
+	Clock func() time.Time
+}
+
+// Scheduler coordinates the outflow of every key of every queue rule across any number of
+// drainers, in Redis. Per rule it keeps a sorted set of keys that have messages, scored by
+// the time their next message may leave; drainers claim due keys with one Lua script that
+// paces each key (outflow) and the rule as a whole (total_outflow) and leases the claimed
+// keys, so the pacing is exact however many drainers run.
+//
+// Redis keys of rule R (t = RuleToken(R), all in hash slot {t}, so every script touches one
+// slot and runs on Redis Cluster):
+//
+//	<prefix>sl:{t}:due    ZSET    key -> next due time, µs since the epoch (keys with messages, unclaimed)
+//	<prefix>sl:{t}:lease  ZSET    key -> lease expiry, µs (claimed keys)
+//	<prefix>sl:{t}:held   HASH    key -> "<owner> <next due µs>" (claimed keys)
+//	<prefix>sl:{t}:dirty  HASH    key -> "1" (MarkDue ran while the key was claimed)
+//	<prefix>sl:{t}:total  STRING  total_outflow meter: µs the rule's next message may leave
+//	<prefix>sl:{t}:try    HASH    key -> "<msg id>\n<attempts>\n<last error>" (head being retried)
+//
+// Members are the keys themselves (Redis strings are binary-safe). Only keys that have
+// messages (or are being retried) cost memory; a drained key is removed.
+//
+// A Scheduler is safe for concurrent use. Its methods take the outflow parameters from the
+// caller, so live overrides change them without touching Redis state.
+type Scheduler struct {
+	rdb    redis.UniversalClient
+	prefix string
+	clock  func() time.Time
+}
+
+// NewScheduler returns a Scheduler on rdb (a *redis.Client, *redis.ClusterClient, …).
+func NewScheduler(rdb redis.UniversalClient, cfg SchedulerConfig) (*Scheduler, error) {
+	if strings.ContainsAny(cfg.Prefix, "{}") {
+		return nil, fmt.Errorf("queue: scheduler prefix %q must not contain '{' or '}'", cfg.Prefix)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	return &Scheduler{rdb: rdb, prefix: cfg.Prefix, clock: cfg.Clock}, nil
+}
+
+type ruleKeys struct{ due, lease, held, dirty, total, try string }
+
+func (s *Scheduler) keys(rule string) ruleKeys {
+	b := s.prefix + "sl:{" + RuleToken(rule) + "}:"
+	return ruleKeys{b + "due", b + "lease", b + "held", b + "dirty", b + "total", b + "try"}
+}
+
+func (k ruleKeys) all() []string { return []string{k.due, k.lease, k.held, k.dirty, k.total, k.try} }
+
+// Outflow is a rule's pacing, as the caller currently wants it (rules file or live override).
+type Outflow struct {
+	Every      time.Duration // spacing between two messages of one key (1/outflow); 0 = unpaced
+	TotalEvery time.Duration // spacing between two messages of the rule (1/total_outflow); 0 = none
+}
+
+// ClaimRequest says what one drainer wants from Claim.
+type ClaimRequest struct {
+	Outflow
+	Owner string // drainer id; no spaces (e.g. a uuid)
+	Max   int    // claim at most this many keys (the drainer's idle workers)
+	// Lookahead also claims keys whose slot comes within this time; the drainer waits for
+	// the slot itself, so a message leaves on time instead of one poll late. 0 = only due keys.
+	Lookahead time.Duration
+	// Lease is how long after its slot a claim stays valid: a drainer that has not released
+	// the key by then is presumed dead and the key goes back to be claimed by another.
+	Lease time.Duration
+	// Reclaim recovers at most this many expired leases per call. Default 100.
+	Reclaim int
+}
+
+// RetryState is the retry bookkeeping of a key's head message under strict ordering: the
+// message stays at the head of its queue, and this records how often it failed.
+type RetryState struct {
+	MsgID     string
+	Attempts  int // attempts made so far
+	LastError string
+}
+
+// maxLastError bounds the last error stored in Redis and in headers.
+const maxLastError = 1024
+
+func (r RetryState) encode() string {
+	e := r.LastError
+	if len(e) > maxLastError {
+		e = e[:maxLastError]
+	}
+	return r.MsgID + "\n" + strconv.Itoa(r.Attempts) + "\n" + e
+}
+
+func decodeRetryState(s string) (RetryState, bool) {
+	id, rest, ok := strings.Cut(s, "\n")
+	if !ok {
+		return RetryState{}, false
+	}
+	n, e, _ := strings.Cut(rest, "\n")
+	a, err := strconv.Atoi(n)
+	if err != nil {
+		return RetryState{}, false
+	}
+	return RetryState{MsgID: id, Attempts: a, LastError: e}, true
+}
+
+// Claim is one key claimed for one drainer.
+type Claim struct {
+	Key  string
+	Slot time.Time // the key's message may leave at this time, not before
+	Due  time.Time // when the key became due (Slot − Due is scheduling delay)
+	// Retry is the retry state of the key's head message, if it failed before. Compare
+	// Retry.MsgID with the popped message: a different id means the state is stale.
+	Retry *RetryState
+}
+
+// Claimed is the result of Claim.
+type Claimed struct {
+	Claims []Claim
+	// Next is when the next unclaimed slot of the rule comes (earliest due key, or the
+	// total_outflow meter if later); zero when no key is due at all.
+	Next time.Time
+}
+
+func us(t time.Time) int64 { return t.UnixMicro() }
+
+func fromUS(v int64) time.Time { return time.UnixMicro(v) }
+
+// Claim claims up to req.Max keys of rule whose slot is at most now+req.Lookahead, lowest
+// due first, and paces them: each claimed key's next due time becomes slot+Every, the rule's
+// total_outflow meter advances by TotalEvery per claim. Claimed keys are leased to
+// req.Owner until Release (or until Slot+Lease, when another drainer may claim them again).
+// now comes from the caller, so tests can claim at fixed instants.
+func (s *Scheduler) Claim(ctx context.Context, rule string, now time.Time, req ClaimRequest) (Claimed, error) {
+	if req.Owner == "" || strings.ContainsAny(req.Owner, " \n") {
+		return Claimed{}, fmt.Errorf("queue: claim: bad owner %q", req.Owner)
+	}
+	if req.Reclaim <= 0 {
+		req.Reclaim = 100
+	}
+	k := s.keys(rule)
+	res, err := claimScript.Run(ctx, s.rdb, k.all(),
+		us(now), req.Max, req.Lookahead.Microseconds(), req.Every.Microseconds(),
+		req.TotalEvery.Microseconds(), req.Lease.Microseconds(), req.Owner, req.Reclaim).Slice()
+	if err != nil {
+		return Claimed{}, fmt.Errorf("queue: claim rule %q: %w", rule, err)
+	}
+	if len(res) == 0 || (len(res)-1)%4 != 0 {
+		return Claimed{}, fmt.Errorf("queue: claim rule %q: unexpected reply of %d values", rule, len(res))
+	}
+	var out Claimed
+	if next, _ := res[0].(int64); next >= 0 {
+		out.Next = fromUS(next)
+	}
+	if n := (len(res) - 1) / 4; n > 0 {
+		out.Claims = make([]Claim, 0, n)
+	}
+	for i := 1; i < len(res); i += 4 {
+		key, _ := res[i].(string)
+		slot, _ := res[i+1].(int64)
+		due, _ := res[i+2].(int64)
+		c := Claim{Key: key, Slot: fromUS(slot), Due: fromUS(due)}
+		if t, ok := res[i+3].(string); ok {
+			if rs, ok := decodeRetryState(t); ok {
+				c.Retry = &rs
+			}
+		}
+		out.Claims = append(out.Claims, c)
+	}
+	return out, nil
+}
+
+// ReleaseMode says what happened to a claimed key's head.
+type ReleaseMode string
+
+const (
+	// Released: the head was delivered (or dead) and deleted; the key is due again at its
+	// next slot (or At, if later) and its retry state is cleared.
+	Released ReleaseMode = "next"
+	// Retrying: the head stays queued and is retried at At (or the key's next slot, if
+	// later); State records the failure. Later messages of the key wait behind it.
+	Retrying ReleaseMode = "retry"
+	// Emptied: the key had no message. It leaves the due set unless MarkDue ran since the
+	// claim; the unused total_outflow slot is given back.
+	Emptied ReleaseMode = "empty"
+)
+
+// Release is one claimed key handed back.
+type Release struct {
+	Key   string
+	Mode  ReleaseMode
+	At    time.Time  // Retrying: when to retry; Released: optional earliest next time
+	State RetryState // Retrying only
+}
+
+// ErrLeaseLost is returned (wrapped) by Release for keys whose claim the owner no longer
+// held: the lease had expired and the key went back to be claimed by others. Nothing was
+// changed for those keys.
+var ErrLeaseLost = errors.New("queue: claim lease lost")
+
+// Release hands claimed keys back in one round trip. totalEvery is the rule's current
+// total_outflow spacing (to give back an unused slot of an emptied key). It returns, per
+// release, whether owner still held the key; the error wraps ErrLeaseLost if any was lost.
+func (s *Scheduler) Release(ctx context.Context, rule, owner string, totalEvery time.Duration, rels ...Release) ([]bool, error) {
+	if len(rels) == 0 {
+		return nil, nil
+	}
+	args := make([]any, 0, 2+4*len(rels))
+	args = append(args, owner, totalEvery.Microseconds())
+	for _, r := range rels {
+		var at int64
+		if !r.At.IsZero() {
+			at = us(r.At)
+		}
+		state := ""
+		if r.Mode == Retrying {
+			state = r.State.encode()
+		}
+		args = append(args, r.Key, string(r.Mode), at, state)
+	}
+	res, err := releaseScript.Run(ctx, s.rdb, s.keys(rule).all(), args...).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("queue: release keys of rule %q: %w", rule, err)
+	}
+	held := make([]bool, len(res))
+	lost := 0
+	for i, v := range res {
+		held[i] = v == 1
+		if v != 1 {
+			lost++
+		}
+	}
+	if lost > 0 {
+		return held, fmt.Errorf("%w: %d of %d keys of rule %q", ErrLeaseLost, lost, len(rels), rule)
+	}
+	return held, nil
+}
+
+// markDueBatch bounds the keys of one MarkDue script call, so a large batch (reconciler)
+// does not block Redis for long.
+const markDueBatch = 1000
+
+// MarkDue makes keys of rule due now (Scheduler's clock); the ingress calls it after each
+// successful publish. A key already due keeps its place and pacing; a claimed key is
+// flagged so its drainer does not drop it (see markdue.lua). Many keys go in one round trip
+// per 1000.
+func (s *Scheduler) MarkDue(ctx context.Context, rule string, keys ...string) error {
+	_, err := s.MarkDueAt(ctx, rule, s.clock(), keys...)
+	return err
+}
+
+// MarkDueAt is MarkDue at an explicit time; it returns how many keys were newly added.
+func (s *Scheduler) MarkDueAt(ctx context.Context, rule string, now time.Time, keys ...string) (int, error) {
+	k := s.keys(rule)
+	added := 0
+	for len(keys) > 0 {
+		n := min(len(keys), markDueBatch)
+		args := make([]any, 0, n+1)
+		args = append(args, us(now))
+		for _, key := range keys[:n] {
+			args = append(args, key)
+		}
+		a, err := markDueScript.Run(ctx, s.rdb, []string{k.due, k.lease, k.dirty}, args...).Int()
+		if err != nil {
+			return added, fmt.Errorf("queue: mark due in rule %q: %w", rule, err)
+		}
+		added += a
+		keys = keys[n:]
+	}
+	return added, nil
+}
+
+// Counts returns how many keys of rule are due (waiting for a slot) and claimed.
+func (s *Scheduler) Counts(ctx context.Context, rule string) (due, claimed int64, err error) {
+	k := s.keys(rule)
+	c := s.rdb
+	pipe := c.Pipeline()
+	d := pipe.ZCard(ctx, k.due)
+	l := pipe.ZCard(ctx, k.lease)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, 0, fmt.Errorf("queue: counts of rule %q: %w", rule, err)
+	}
+	return d.Val(), l.Val(), nil
+}
+
+// NextSlot returns when key's next message may leave (its due time, or for a claimed key the
+// slot after the current one); ok is false when the key is not scheduled (no messages).
+func (s *Scheduler) NextSlot(ctx context.Context, rule, key string) (t time.Time, ok bool, err error) {
+	k := s.keys(rule)
+	c := s.rdb
+	pipe := c.Pipeline()
+	d := pipe.ZScore(ctx, k.due, key)
+	h := pipe.HGet(ctx, k.held, key)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return time.Time{}, false, fmt.Errorf("queue: next slot in rule %q: %w", rule, err)
+	}
+	if d.Err() == nil {
+		return fromUS(int64(d.Val())), true, nil
+	}
+	if h.Err() == nil {
+		if _, v, ok := strings.Cut(h.Val(), " "); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return fromUS(n), true, nil
+			}
+		}
+	}
+	return time.Time{}, false, nil
+}
+
+// DeleteRule removes every Redis key of rule (the queue rule was removed).
+func (s *Scheduler) DeleteRule(ctx context.Context, rule string) error {
+	c := s.rdb
+	if err := c.Del(ctx, s.keys(rule).all()...).Err(); err != nil {
+		return fmt.Errorf("queue: delete scheduler state of rule %q: %w", rule, err)
+	}
+	return nil
+}
+
+// Ping reports whether Redis answers (drainers pause claiming while it does not).
+func (s *Scheduler) Ping(ctx context.Context) error {
+	c := s.rdb
+	if err := c.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("queue: redis: %w", err)
+	}
+	return nil
+}
