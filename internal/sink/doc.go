@@ -1,0 +1,35 @@
+// Package sink delivers messages to where a rule says they go: an HTTP endpoint
+// (rules.Sink.URL) or a NATS subject (rules.Sink.NATSSubject). Every sink implements
+// drain.Sink and reports a drain.Outcome value; a failed delivery is an expected result,
+// never an error.
+//
+// # What the sink sees (API.md "Delivery to the sink")
+//
+// The payload bytes exactly as submitted, with these headers (same names over HTTP and NATS):
+//
+//	Content-Type: application/json
+//	Idempotency-Key: <message id>       same value on every attempt and after a crash
+//	Sluice-Message-Id: <message id>
+//	Sluice-Attempt: <n>                  1-based: the attempt in progress (m.Attempt+1)
+//	Sluice-Rule: <rule name>
+//	Sluice-Key: <key, url.PathEscape'd>  any UTF-8 key survives as ASCII
+//	Sluice-Enqueued-At: <RFC 3339, ms>   first admission
+//
+// # Outcomes
+//
+// HTTP: 2xx → Delivered. 429 and 503 → Retry after the sink's Retry-After (seconds or an
+// HTTP-date, capped by HTTPConfig.MaxRetryAfter), or after the rule's backoff when absent.
+// Other 4xx → Dead at once, the reason naming the status and a bounded snippet of the
+// body. 5xx, timeouts and connection errors → Retry with backoff. 3xx → Dead: redirects
+// are not followed, because net/http would turn a POST into a GET on 301/302/303.
+//
+// NATS: see NATS for the JetStream-or-core choice.
+//
+// # Zero values, concurrency, defaults
+//
+// Use NewHTTP / NewNATS; the zero values are not usable. Both are safe for concurrent use
+// by any number of drainer workers and share one tuned http.Transport (keep-alive, many
+// idle connections per host). Configs document their defaults and are completed by
+// WithDefaults. Backoff is a pure function of (policy, attempt, random source) so tests
+// are deterministic.
+package sink

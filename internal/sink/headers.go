@@ -1,0 +1,52 @@
+package sink
+
+import (
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/queue"
+)
+
+// Header names seen by the sink (API.md "Delivery to the sink"). They are the same for
+// HTTP and NATS sinks so one consumer library can read both.
+const (
+	HeaderContentType    = "Content-Type"
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderMessageID      = "Sluice-Message-Id"
+	HeaderAttempt        = "Sluice-Attempt"
+	HeaderRule           = "Sluice-Rule"
+	HeaderKey            = "Sluice-Key"
+	HeaderEnqueuedAt     = "Sluice-Enqueued-At"
+)
+
+// EnqueuedAtLayout is RFC 3339 with milliseconds: precise enough to order messages and
+// parseable by every RFC 3339 parser (some choke on nanoseconds).
+const EnqueuedAtLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// deliveryHeaders calls set for each sink header of m's next attempt. One function for
+// both sinks so HTTP and NATS consumers see identical values.
+func deliveryHeaders(rule *rules.Rule, m queue.Message, set func(k, v string)) {
+	set(HeaderContentType, "application/json")
+	set(HeaderIdempotencyKey, m.ID)
+	set(HeaderMessageID, m.ID)
+	set(HeaderAttempt, strconv.Itoa(m.Attempt+1))
+	name := m.Rule
+	if rule != nil && rule.Name != "" {
+		name = rule.Name
+	}
+	set(HeaderRule, name)
+	set(HeaderKey, url.PathEscape(m.Key))
+	if !m.CreatedAt.IsZero() {
+		set(HeaderEnqueuedAt, m.CreatedAt.UTC().Format(EnqueuedAtLayout))
+	}
+}
+
+// timeoutFor is the per-rule delivery timeout, falling back to def.
+func timeoutFor(rule *rules.Rule, def time.Duration) time.Duration {
+	if rule != nil && rule.Sink.Timeout > 0 {
+		return rule.Sink.Timeout
+	}
+	return def
+}
