@@ -1,0 +1,310 @@
+package bucket_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-io/sluice/bucket"
+	"github.com/sluice-io/sluice/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// t0 is aligned to the Unix epoch's minutes, hours and days, so windows start at t0.
+var t0 = time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC)
+
+const ms = time.Millisecond
+
+// stores are the Store implementations every conformance case runs against.
+var stores = []struct {
+	name string
+	new  func(t *testing.T) bucket.Store
+}{
+	{"memory", func(t *testing.T) bucket.Store { return bucket.NewMemory(bucket.MemoryConfig{}) }},
+	{"redis", newRedisStore},
+}
+
+func newRedisStore(t *testing.T) bucket.Store {
+	t.Helper()
+	s, err := bucket.NewRedis(redistest.Shared(t).Client(t), bucket.RedisConfig{Prefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// step is one call at t0+at and what its headline decision (Result.Decision) must say.
+type step struct {
+	at        time.Duration
+	n         int64
+	allowed   bool
+	remaining int64
+	retry     time.Duration
+	reset     time.Duration
+	check     func(t *testing.T, r bucket.Result) // extra checks, optional
+}
+
+type confCase struct {
+	name   string
+	limits []bucket.Limit
+	steps  []step
+}
+
+func lim(alg bucket.Algorithm, rate int64, ivl time.Duration, burst int64) bucket.Limit {
+	return bucket.Limit{Algorithm: alg, Rate: rate, Interval: ivl, Burst: burst}
+}
+
+var confCases = []confCase{
+	{"token bucket refills continuously", []bucket.Limit{lim(bucket.TokenBucket, 10, time.Second, 0)}, []step{
+		{at: 0, n: 10, allowed: true, remaining: 0, reset: 100 * ms},
+		{at: 0, n: 1, allowed: false, remaining: 0, retry: 100 * ms, reset: 100 * ms},
+		{at: 250 * ms, n: 1, allowed: true, remaining: 1, reset: 50 * ms},   // 2.5 tokens − 1
+		{at: 250 * ms, n: 5, allowed: false, remaining: 1, retry: 350 * ms, reset: 50 * ms},
+		{at: 250 * ms, n: 11, allowed: false, remaining: 1, retry: bucket.Never, reset: 50 * ms},
+		{at: 10 * time.Second, n: 0, allowed: true, remaining: 10, reset: 0}, // full again; a peek
+	}},
+	{"token bucket burst above rate", []bucket.Limit{lim(bucket.TokenBucket, 1, time.Second, 3)}, []step{
+		{at: 0, n: 3, allowed: true, remaining: 0, reset: time.Second,
+			check: func(t *testing.T, r bucket.Result) {
+				if d := r.Decision(); d.Limit != 3 || d.Window != 3*time.Second {
+					t.Errorf("limit %d window %v, want 3, 3s", d.Limit, d.Window)
+				}
+			}},
+		{at: 999 * ms, n: 1, allowed: false, remaining: 0, retry: 1 * ms, reset: 1 * ms},
+		{at: time.Second, n: 1, allowed: true, remaining: 0, reset: time.Second},
+	}},
+	{"leaky bucket meters at the rate", []bucket.Limit{lim(bucket.LeakyBucket, 10, time.Second, 5)}, []step{
+		{at: 0, n: 5, allowed: true, remaining: 0, reset: 100 * ms},
+		{at: 50 * ms, n: 1, allowed: false, remaining: 0, retry: 50 * ms, reset: 50 * ms},
+		{at: 100 * ms, n: 1, allowed: true, remaining: 0, reset: 100 * ms},
+		{at: 400 * ms, n: 2, allowed: true, remaining: 1, reset: 100 * ms},
+		{at: 400 * ms, n: 6, allowed: false, remaining: 1, retry: bucket.Never, reset: 100 * ms},
+	}},
+	{"fixed window counts per window", []bucket.Limit{lim(bucket.FixedWindow, 5, time.Minute, 0)}, []step{
+		{at: 0, n: 3, allowed: true, remaining: 2, reset: time.Minute,
+			check: func(t *testing.T, r bucket.Result) {
+				if d := r.Decision(); d.Limit != 5 || d.Window != time.Minute {
+					t.Errorf("limit %d window %v, want 5, 1m", d.Limit, d.Window)
+				}
+			}},
+		{at: 30 * time.Second, n: 3, allowed: false, remaining: 2, retry: 30 * time.Second, reset: 30 * time.Second},
+		{at: 59999 * ms, n: 2, allowed: true, remaining: 0, reset: 1 * ms},
+		{at: time.Minute, n: 5, allowed: true, remaining: 0, reset: time.Minute},
+		{at: time.Minute, n: 6, allowed: false, remaining: 0, retry: bucket.Never, reset: time.Minute},
+	}},
+	{"default algorithm is fixed window", []bucket.Limit{{Rate: 1, Interval: time.Second}}, []step{
+		{at: 0, n: 1, allowed: true, remaining: 0, reset: time.Second},
+		{at: 500 * ms, n: 1, allowed: false, remaining: 0, retry: 500 * ms, reset: 500 * ms},
+	}},
+	{"sliding window log expires each hit", []bucket.Limit{lim(bucket.SlidingWindowLog, 3, 10*time.Second, 0)}, []step{
+		{at: 0, n: 1, allowed: true, remaining: 2, reset: 10 * time.Second},
+		{at: 2 * time.Second, n: 2, allowed: true, remaining: 0, reset: 8 * time.Second},
+		{at: 5 * time.Second, n: 1, allowed: false, remaining: 0, retry: 5 * time.Second, reset: 5 * time.Second},
+		{at: 10 * time.Second, n: 1, allowed: true, remaining: 0, reset: 2 * time.Second},
+		{at: 11999 * ms, n: 2, allowed: false, remaining: 0, retry: 1 * ms, reset: 1 * ms},
+		{at: 12 * time.Second, n: 4, allowed: false, remaining: 2, retry: bucket.Never, reset: 8 * time.Second},
+	}},
+	// The seed example: 7/min, 5 hits in the previous minute, 3 in this one; 30% into
+	// this minute the estimate is 5 × 0.7 + 3 = 6.5, below 7, so one more passes.
+	{"sliding window counter weighs the previous window", []bucket.Limit{lim(bucket.SlidingWindowCounter, 7, time.Minute, 0)}, []step{
+		{at: -59 * time.Second, n: 5, allowed: true, remaining: 2, reset: 59*time.Second + 1*ms},
+		{at: 0, n: 3, allowed: false, remaining: 2, retry: 1 * ms, reset: 1 * ms}, // ⌊5 × 1.0⌋ + 3 > 7
+		{at: 1 * ms, n: 3, allowed: true, remaining: 0, reset: 12 * time.Second}, // ⌊5 × 0.99998⌋ + 3 = 7
+	}},
+	{"sliding window counter seed 5×0.7+3", []bucket.Limit{lim(bucket.SlidingWindowCounter, 7, time.Minute, 0)}, []step{
+		{at: -30 * time.Second, n: 5, allowed: true, remaining: 2, reset: 30*time.Second + 1*ms},
+		{at: 1 * time.Second, n: 3, allowed: true, remaining: 0, reset: 11*time.Second + 1*ms},
+		{at: 18 * time.Second, n: 1, allowed: true, remaining: 0, reset: 6*time.Second + 1*ms}, // 6.5 → allowed
+		{at: 18 * time.Second, n: 1, allowed: false, remaining: 0, retry: 6*time.Second + 1*ms, reset: 6*time.Second + 1*ms},
+		{at: 24001 * ms, n: 1, allowed: true, remaining: 0, reset: 12 * time.Second},
+		{at: 24001 * ms, n: 8, allowed: false, remaining: 0, retry: bucket.Never, reset: 12 * time.Second},
+	}},
+	{"all limits or none", []bucket.Limit{lim(bucket.TokenBucket, 10, time.Second, 0), lim(bucket.FixedWindow, 15, time.Minute, 0)}, []step{
+		{at: 0, n: 10, allowed: true, remaining: 0, reset: 100 * ms, check: func(t *testing.T, r bucket.Result) {
+			if r.Index != 0 || r.Decisions[1].Remaining != 5 {
+				t.Errorf("index %d, fixed remaining %d; want 0, 5", r.Index, r.Decisions[1].Remaining)
+			}
+		}},
+		// The bucket is full again but the window has 5 left: denied, and the bucket
+		// must not lose its tokens.
+		{at: time.Second, n: 10, allowed: false, remaining: 5, retry: 59 * time.Second, reset: 59 * time.Second, check: func(t *testing.T, r bucket.Result) {
+			if r.Index != 1 || !r.Decisions[0].Allowed || r.Decisions[0].Remaining != 10 || r.Decisions[0].RetryAfter != 0 {
+				t.Errorf("got %+v", r)
+			}
+		}},
+		{at: time.Second, n: 5, allowed: true, remaining: 0, reset: 59 * time.Second, check: func(t *testing.T, r bucket.Result) {
+			if r.Decisions[0].Remaining != 5 {
+				t.Errorf("bucket remaining %d, want 5", r.Decisions[0].Remaining)
+			}
+		}},
+	}},
+	{"shadow limit reports but never denies", []bucket.Limit{
+		{Algorithm: bucket.FixedWindow, Rate: 2, Interval: time.Minute, Shadow: true},
+		lim(bucket.SlidingWindowLog, 100, time.Minute, 0),
+	}, []step{
+		{at: 0, n: 2, allowed: true, remaining: 98, reset: time.Minute},
+		{at: 1 * time.Second, n: 1, allowed: true, remaining: 97, reset: 59 * time.Second, check: func(t *testing.T, r bucket.Result) {
+			if !r.ShadowDenied || r.Decisions[0].Allowed || r.Decisions[0].RetryAfter != 59*time.Second || r.Index != 1 {
+				t.Errorf("got %+v", r)
+			}
+		}},
+	}},
+	{"only shadow limits", []bucket.Limit{{Algorithm: bucket.TokenBucket, Rate: 1, Interval: time.Second, Shadow: true}}, []step{
+		{at: 0, n: 1, allowed: true, remaining: 0, reset: time.Second},
+		{at: 0, n: 1, allowed: true, remaining: 0, retry: time.Second, reset: time.Second, check: func(t *testing.T, r bucket.Result) {
+			if !r.ShadowDenied || r.Decisions[0].Allowed {
+				t.Errorf("got %+v", r)
+			}
+		}},
+	}},
+	{"two limits with one algorithm and interval", []bucket.Limit{lim(bucket.FixedWindow, 3, time.Second, 0), lim(bucket.FixedWindow, 2, time.Second, 0)}, []step{
+		{at: 0, n: 2, allowed: true, remaining: 0, reset: time.Second, check: func(t *testing.T, r bucket.Result) {
+			if r.Index != 1 || r.Decisions[0].Remaining != 1 {
+				t.Errorf("got %+v", r)
+			}
+		}},
+		{at: 0, n: 1, allowed: false, remaining: 0, retry: time.Second, reset: time.Second},
+	}},
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			s := st.new(t)
+			for _, c := range confCases {
+				t.Run(c.name, func(t *testing.T) {
+					t.Parallel()
+					key := t.Name()
+					for i, sp := range c.steps {
+						r, err := s.Allow(context.Background(), key, c.limits, sp.n, t0.Add(sp.at))
+						if err != nil {
+							t.Fatalf("step %d: %v", i, err)
+						}
+						d := r.Decision()
+						if r.Allowed != sp.allowed || d.Remaining != sp.remaining || d.RetryAfter != sp.retry || d.ResetAfter != sp.reset {
+							t.Errorf("step %d (+%v n=%d): allowed %v remaining %d retry %v reset %v; want %v %d %v %v",
+								i, sp.at, sp.n, r.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, sp.allowed, sp.remaining, sp.retry, sp.reset)
+						}
+						if sp.check != nil {
+							sp.check(t, r)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestFixedWindowBoundaryBurst: 10 hits just before a minute boundary and 10 just
+// after. Only the fixed window lets the second 10 through (2× the limit in 200ms).
+func TestFixedWindowBoundaryBurst(t *testing.T) {
+	t.Parallel()
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			s := st.new(t)
+			for _, alg := range []bucket.Algorithm{bucket.TokenBucket, bucket.LeakyBucket, bucket.FixedWindow, bucket.SlidingWindowLog, bucket.SlidingWindowCounter} {
+				limits := []bucket.Limit{lim(alg, 10, time.Minute, 0)}
+				key := t.Name() + string(alg)
+				first, err := s.Allow(context.Background(), key, limits, 10, t0.Add(59900*ms))
+				if err != nil || !first.Allowed {
+					t.Fatalf("%s: first 10: %+v %v", alg, first, err)
+				}
+				second, err := s.Allow(context.Background(), key, limits, 10, t0.Add(60100*ms))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := alg == bucket.FixedWindow; second.Allowed != want {
+					t.Errorf("%s: second 10 across the boundary allowed=%v, want %v", alg, second.Allowed, want)
+				}
+			}
+		})
+	}
+}
+
+func TestInvalidInput(t *testing.T) {
+	t.Parallel()
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			s := st.new(t)
+			ok := lim(bucket.FixedWindow, 1, time.Second, 0)
+			bad := map[string]struct {
+				limits []bucket.Limit
+				n      int64
+			}{
+				"negative n":        {[]bucket.Limit{ok}, -1},
+				"zero rate":         {[]bucket.Limit{{Interval: time.Second}}, 1},
+				"sub-ms interval":   {[]bucket.Limit{{Rate: 1, Interval: 1500 * time.Microsecond}}, 1},
+				"unknown algorithm": {[]bucket.Limit{{Algorithm: "gcra", Rate: 1, Interval: time.Second}}, 1},
+				"negative burst":    {[]bucket.Limit{{Algorithm: bucket.TokenBucket, Rate: 1, Burst: -1, Interval: time.Second}}, 1},
+				"too many limits":   {[]bucket.Limit{ok, ok, ok, ok, ok}, 1},
+				"too large":         {[]bucket.Limit{{Rate: 1 << 40, Interval: 24 * time.Hour}}, 1},
+			}
+			for name, c := range bad {
+				if _, err := s.Allow(context.Background(), t.Name(), c.limits, c.n, t0); !errors.Is(err, bucket.ErrInvalid) {
+					t.Errorf("%s: err %v, want ErrInvalid", name, err)
+				}
+			}
+			r, err := s.Allow(context.Background(), t.Name(), nil, 1, t0)
+			if err != nil || !r.Allowed || r.Index != -1 {
+				t.Errorf("no limits: %+v %v", r, err)
+			}
+		})
+	}
+}
+
+// TestStoresAgree runs one random sequence of calls through both stores and requires
+// identical decisions: the Lua port must compute exactly what algorithms.go computes.
+func TestStoresAgree(t *testing.T) {
+	t.Parallel()
+	mem, red := stores[0].new(t), stores[1].new(t)
+	rng := newRand(42)
+	algs := []bucket.Algorithm{bucket.TokenBucket, bucket.LeakyBucket, bucket.FixedWindow, bucket.SlidingWindowLog, bucket.SlidingWindowCounter}
+	for k := 0; k < 40; k++ {
+		var limits []bucket.Limit
+		for j := 0; j <= int(rng.next()%3); j++ {
+			limits = append(limits, bucket.Limit{
+				Algorithm: algs[rng.next()%5],
+				Rate:      int64(1 + rng.next()%20),
+				Interval:  time.Duration(1+rng.next()%5000) * ms,
+				Burst:     int64(rng.next() % 25),
+				Shadow:    rng.next()%4 == 0,
+			})
+		}
+		key := fmt.Sprintf("agree-%d", k)
+		now := t0.Add(time.Duration(rng.next()%1e6) * ms)
+		for i := 0; i < 60; i++ {
+			now = now.Add(time.Duration(rng.next()%700) * ms)
+			n := int64(rng.next() % 4)
+			a, err1 := mem.Allow(context.Background(), key, limits, n, now)
+			b, err2 := red.Allow(context.Background(), key, limits, n, now)
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			if a != b {
+				t.Fatalf("key %d call %d limits %+v n=%d:\nmemory %+v\nredis  %+v", k, i, limits, n, a, b)
+			}
+		}
+	}
+}
+
+// xorshift: a tiny deterministic generator for tests and studies.
+type xorshift struct{ s uint64 }
+
+func newRand(seed uint64) *xorshift { return &xorshift{s: seed*0x9E3779B97F4A7C15 + 1} }
+
+func (x *xorshift) next() uint64 {
+	x.s ^= x.s << 13
+	x.s ^= x.s >> 7
+	x.s ^= x.s << 17
+	return x.s
+}
+
+// float returns a uniform value in [0, 1).
+func (x *xorshift) float() float64 { return float64(x.next()>>11) / (1 << 53) }

@@ -1,0 +1,258 @@
+package bucket
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"strings"
+	"sync"
+	"time"
+)
+
+// MemoryConfig configures a Memory store. The zero value is ready to use.
+type MemoryConfig struct {
+	// Shards is the number of independently locked maps, rounded up to a power of two.
+	// More shards mean less lock contention between goroutines. Default 128.
+	Shards int
+	// SweepInterval is how often (in the callers' time, the now passed to Allow) each
+	// shard drops the keys whose state has become equivalent to no state, so memory
+	// follows the live keys rather than every key ever seen. Default 1 minute.
+	SweepInterval time.Duration
+	// MaxLogRate is the largest Rate accepted for a SlidingWindowLog limit, which keeps
+	// one timestamp per hit in the window. Default 100_000 (at most ~1 MiB per key).
+	MaxLogRate int64
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c MemoryConfig) WithDefaults() MemoryConfig {
+	if c.Shards <= 0 {
+		c.Shards = 128
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = time.Minute
+	}
+	if c.MaxLogRate <= 0 {
+		c.MaxLogRate = 100_000
+	}
+	return c
+}
+
+// Memory is a Store that keeps state in this process. Safe for concurrent use.
+// Create it with NewMemory.
+type Memory struct {
+	seed   maphash.Seed
+	mask   uint64
+	sweep  int64 // ms
+	maxLog int64
+	shards []shard
+}
+
+type shard struct {
+	mu        sync.Mutex
+	keys      map[string]*entry
+	nextSweep int64 // ms, callers' time
+	_         [40]byte // keep neighbouring shards' locks off one cache line
+}
+
+// entry is one key's state across its limits.
+type entry struct {
+	expireAt int64 // ms; from then on every slot is as good as empty
+	slots    []slot
+}
+
+type slot struct {
+	p   params
+	st  state
+	log *ring // SlidingWindowLog only
+}
+
+// NewMemory returns a Memory store configured by cfg (zero fields take defaults).
+func NewMemory(cfg MemoryConfig) *Memory {
+	cfg = cfg.WithDefaults()
+	n := 1 << bits.Len(uint(cfg.Shards-1))
+	m := &Memory{
+		seed:   maphash.MakeSeed(),
+		mask:   uint64(n - 1),
+		sweep:  cfg.SweepInterval.Milliseconds(),
+		maxLog: cfg.MaxLogRate,
+		shards: make([]shard, n),
+	}
+	for i := range m.shards {
+		m.shards[i].keys = make(map[string]*entry)
+	}
+	return m
+}
+
+// Allow implements Store. It never blocks on I/O and ignores ctx.
+func (m *Memory) Allow(_ context.Context, key string, limits []Limit, n int64, now time.Time) (Result, error) {
+	var res Result
+	var ps [MaxLimits]params
+	if err := validate(limits, n, &ps); err != nil {
+		return res, err
+	}
+	if len(limits) == 0 {
+		res.Allowed, res.Index = true, -1
+		return res, nil
+	}
+	for i := range limits {
+		if ps[i].alg == algLog && ps[i].rate > m.maxLog {
+			return res, fmt.Errorf("%w: sliding_window_log rate %d above MemoryConfig.MaxLogRate %d", ErrInvalid, ps[i].rate, m.maxLog)
+		}
+	}
+	t := now.UnixMilli()
+	sh := &m.shards[maphash.String(m.seed, key)&m.mask]
+	sh.mu.Lock()
+	e := sh.keys[key]
+	if e == nil {
+		// Clone: the caller's string may share a large buffer we must not pin.
+		e = &entry{slots: make([]slot, len(limits))}
+		sh.keys[strings.Clone(key)] = e
+	} else if len(e.slots) != len(limits) {
+		e.slots = make([]slot, len(limits))
+	}
+	fresh := e.expireAt <= t
+	m.decide(e, &res, limits, ps[:len(limits)], n, t, fresh)
+	if t >= sh.nextSweep {
+		sh.sweepLocked(t)
+		sh.nextSweep = t + m.sweep
+	}
+	sh.mu.Unlock()
+	return res, nil
+}
+
+// decide runs the algorithms over every limit of e, commits when allowed, and fills res.
+func (m *Memory) decide(e *entry, res *Result, limits []Limit, ps []params, n, t int64, fresh bool) {
+	var sts [MaxLimits]state
+	var rooms [MaxLimits]int64
+	res.N = len(ps)
+	for i := range ps {
+		s := &e.slots[i]
+		if fresh || s.p != ps[i] {
+			// A new key, idle state, or a limit whose parameters changed: start empty.
+			s.p, s.st = ps[i], state{}
+			if s.log != nil {
+				s.log.n, s.log.head = 0, 0
+			}
+		}
+		p := &s.p
+		if p.alg == algLog {
+			if s.log == nil {
+				s.log = &ring{}
+			}
+			s.log.expire(p.ivl, t)
+			rooms[i] = p.rate - int64(s.log.n)
+		} else {
+			sts[i] = advance(p, s.st, t)
+			rooms[i] = room(p, &sts[i], t)
+		}
+		d := &res.Decisions[i]
+		d.Allowed = n <= rooms[i]
+		d.Limit = p.burst
+		d.Window = ms(p.window())
+	}
+	ok := true // every enforced limit allows: count the hits (all-or-nothing)
+	for i := range ps {
+		if !limits[i].Shadow && !res.Decisions[i].Allowed {
+			ok = false
+		}
+	}
+	var ttl int64
+	for i := range ps {
+		s, d := &e.slots[i], &res.Decisions[i]
+		p := &s.p
+		commit := ok && d.Allowed && n > 0
+		rem := rooms[i]
+		if commit {
+			rem -= n
+		}
+		d.Remaining = rem
+		if p.alg == algLog {
+			if !d.Allowed {
+				d.RetryAfter = ms(s.log.wait(p, n, t))
+			}
+			if commit {
+				s.log.push(t, n)
+			}
+			if rem < p.rate {
+				d.ResetAfter = ms(s.log.wait(p, rem+1, t))
+			}
+			if s.log.n > 0 {
+				ttl = max(ttl, s.log.at(s.log.n-1)+p.ivl-t)
+			}
+			continue
+		}
+		if !d.Allowed {
+			d.RetryAfter = ms(wait(p, &sts[i], n, t))
+		}
+		if commit {
+			s.st = consume(p, sts[i], n)
+		}
+		st := &sts[i]
+		if commit {
+			st = &s.st
+		}
+		if rem < p.burst {
+			d.ResetAfter = ms(wait(p, st, rem+1, t))
+		}
+		ttl = max(ttl, idle(p, &s.st, t))
+	}
+	if ttl > 0 {
+		e.expireAt = max(e.expireAt, t+ttl)
+	}
+	res.finish(limits)
+}
+
+// Sweep drops every key whose state has become equivalent to no state by now and
+// returns how many it dropped. Allow already sweeps each shard every SweepInterval;
+// Sweep is for callers that want to free memory at a moment of their choosing.
+func (m *Memory) Sweep(now time.Time) int {
+	t, dropped := now.UnixMilli(), 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		dropped += sh.sweepLocked(t)
+		sh.mu.Unlock()
+	}
+	return dropped
+}
+
+func (sh *shard) sweepLocked(t int64) int {
+	dropped := 0
+	for k, e := range sh.keys {
+		if e.expireAt <= t {
+			delete(sh.keys, k)
+			dropped++
+		}
+	}
+	return dropped
+}
+
+// Len returns the number of keys currently held (live or not yet swept).
+func (m *Memory) Len() int {
+	n := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		n += len(sh.keys)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// validate checks the arguments shared by every store and converts the limits.
+func validate(limits []Limit, n int64, ps *[MaxLimits]params) error {
+	if n < 0 {
+		return ErrNegativeHits
+	}
+	if len(limits) > MaxLimits {
+		return ErrTooManyLimits
+	}
+	for i := range limits {
+		var err error
+		if ps[i], err = limits[i].params(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,171 @@
+package bucket
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed limits.lua
+var limitsLua string
+
+var limitsScript = redis.NewScript(limitsLua)
+
+// RedisConfig configures a Redis store. The zero value is ready to use.
+type RedisConfig struct {
+	// Prefix starts every key the store writes. It must not contain '{' or '}' (the
+	// store adds its own hash tag after it). Default "sl:".
+	Prefix string
+	// TTLSlack is added to every key's expiry, so callers whose clocks run behind
+	// Redis's by up to this much never see their state expire early. Default 1s.
+	TTLSlack time.Duration
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c RedisConfig) WithDefaults() RedisConfig {
+	if c.Prefix == "" {
+		c.Prefix = "sl:"
+	}
+	if c.TTLSlack <= 0 {
+		c.TTLSlack = time.Second
+	}
+	return c
+}
+
+// Validate reports a configuration that cannot work.
+func (c RedisConfig) Validate() error {
+	if strings.ContainsAny(c.Prefix, "{}") {
+		return fmt.Errorf("%w: redis prefix %q contains a brace", ErrInvalid, c.Prefix)
+	}
+	if c.TTLSlack < 0 {
+		return fmt.Errorf("%w: negative TTLSlack", ErrInvalid)
+	}
+	return nil
+}
+
+// Redis is a Store that keeps state in Redis, shared by every process that uses the
+// same Redis and prefix. Each decision is one EVALSHA of limits.lua (EVAL only the
+// first time a server has not seen the script). Safe for concurrent use.
+//
+// It sets no timeout of its own: bound it with ctx and the client's Dial/Read/Write
+// timeouts, or wrap it in a Degraded store.
+type Redis struct {
+	c      redis.Scripter
+	prefix string
+	slack  int64 // ms
+	nonce  string
+	seq    atomic.Uint64
+}
+
+// NewRedis returns a Redis store using c (a *redis.Client, *redis.ClusterClient or
+// *redis.Ring). For throughput, give the client a PoolSize at least as large as the
+// number of goroutines deciding at once.
+func NewRedis(c redis.Scripter, cfg RedisConfig) (*Redis, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("bucket: nonce: %w", err)
+	}
+	return &Redis{c: c, prefix: cfg.Prefix, slack: cfg.TTLSlack.Milliseconds(), nonce: hex.EncodeToString(b[:])}, nil
+}
+
+// Keys returns the Redis keys that hold key's state for limits, in order:
+// Prefix + "{" + key + "}:" + algorithm code + interval in ms, e.g. "sl:{m-42}:tb1000"
+// (plus "#i" when two limits share an algorithm and interval). Keys are for
+// operators and tests; Allow builds the same names.
+func (s *Redis) Keys(key string, limits []Limit) ([]string, error) {
+	var ps [MaxLimits]params
+	if err := validate(limits, 0, &ps); err != nil {
+		return nil, err
+	}
+	return s.keys(key, ps[:len(limits)]), nil
+}
+
+func (s *Redis) keys(key string, ps []params) []string {
+	// One buffer for every name: all limits share the "<prefix>{<key>}:" head, and
+	// the hash tag in it puts them in one cluster slot.
+	per := len(s.prefix) + len(key) + 3 + 2 + 20 + 4
+	buf := make([]byte, 0, per*len(ps))
+	ends := [MaxLimits]int{}
+	for i := range ps {
+		buf = append(buf, s.prefix...)
+		buf = append(buf, '{')
+		buf = append(buf, key...)
+		buf = append(buf, '}', ':')
+		buf = append(buf, algCodes[ps[i].alg]...)
+		buf = strconv.AppendInt(buf, ps[i].ivl, 10)
+		for j := 0; j < i; j++ {
+			if ps[j].alg == ps[i].alg && ps[j].ivl == ps[i].ivl {
+				buf = append(buf, '#')
+				buf = strconv.AppendInt(buf, int64(i), 10)
+				break
+			}
+		}
+		ends[i] = len(buf)
+	}
+	all := string(buf)
+	keys := make([]string, len(ps))
+	start := 0
+	for i := range ps {
+		keys[i], start = all[start:ends[i]], ends[i]
+	}
+	return keys
+}
+
+// Allow implements Store with one script call.
+func (s *Redis) Allow(ctx context.Context, key string, limits []Limit, n int64, now time.Time) (Result, error) {
+	var res Result
+	var ps [MaxLimits]params
+	if err := validate(limits, n, &ps); err != nil {
+		return res, err
+	}
+	if len(limits) == 0 {
+		res.Allowed, res.Index = true, -1
+		return res, nil
+	}
+	member := ""
+	args := make([]any, 4, 4+4*len(limits))
+	for i := range limits {
+		p := &ps[i]
+		code := int64(p.alg)
+		if limits[i].Shadow {
+			code += 8
+		}
+		if p.alg == algLog && member == "" {
+			// Members of the log must be unique across calls and processes.
+			member = s.nonce + ":" + strconv.FormatUint(s.seq.Add(1), 36) + ":"
+		}
+		args = append(args, code, p.rate, p.ivl, p.burst)
+	}
+	args[0], args[1], args[2], args[3] = now.UnixMilli(), n, s.slack, member
+	vals, err := limitsScript.Run(ctx, s.c, s.keys(key, ps[:len(limits)]), args...).Int64Slice()
+	if err != nil {
+		return res, fmt.Errorf("bucket: redis: %w", err)
+	}
+	if len(vals) != 4*len(limits) {
+		return res, fmt.Errorf("bucket: redis: script returned %d values for %d limits", len(vals), len(limits))
+	}
+	res.N = len(limits)
+	for i := range limits {
+		d, v := &res.Decisions[i], vals[4*i:]
+		d.Allowed = v[0] == 1
+		d.Limit = ps[i].burst
+		d.Window = ms(ps[i].window())
+		d.Remaining = v[1]
+		d.RetryAfter = ms(v[2])
+		d.ResetAfter = ms(v[3])
+	}
+	res.finish(limits)
+	return res, nil
+}
