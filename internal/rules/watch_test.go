@@ -189,7 +189,7 @@ func TestWatcherStopsWithContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	w.Stop() // returns once the goroutine has seen the cancellation
+	w.Stop()                                              // returns once the goroutine has seen the cancellation
 	if err := w.Start(context.Background()); err != nil { // restartable
 		t.Fatal(err)
 	}
