@@ -682,13 +682,14 @@ func (p *fileParser) behaviour(m map[string]*yaml.Node, field string, item *yaml
 }
 
 // rateLimits parses `rate_limit:`, either envoy's single mapping or our list of limits.
-// It reports whether the descriptor carries a limit (including `unlimited: true`).
+// It reports whether the descriptor is a rule because of it: true whenever the field is
+// present, even malformed (the problem is reported here, not again as "no rate_limit").
 func (p *fileParser) rateLimits(n *yaml.Node, field string, rule *Rule) bool {
 	n = resolve(n)
 	if n != nil && n.Kind == yaml.SequenceNode {
 		if len(n.Content) == 0 {
 			p.errorf(n, field, "must list at least one limit")
-			return false
+			return true
 		}
 		for i, item := range n.Content {
 			sub := fmt.Sprintf("%s[%d]", field, i)
@@ -702,9 +703,13 @@ func (p *fileParser) rateLimits(n *yaml.Node, field string, rule *Rule) bool {
 		}
 		return true
 	}
+	if n == nil || n.Kind != yaml.MappingNode {
+		p.errorf(n, field, "must be a mapping {unit, requests_per_unit, …} or a list of them (got %s)", describe(n))
+		return true
+	}
 	m, ok := p.mapping(n, field, envoyLimitFields)
 	if !ok {
-		return false
+		return true // present but malformed: reported; still a rule for the checks that follow
 	}
 	if v, has := m["replaces"]; has {
 		rule.Replaces = p.replaces(v, joinField(field, "replaces"))

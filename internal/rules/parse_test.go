@@ -218,6 +218,8 @@ func TestParseErrors(t *testing.T) {
 			[]string{"f.yaml:4: descriptors[0].rate_limit[0].burst: only applies to token_bucket and leaky_bucket (algorithm is fixed_window)"}},
 		{"zero burst", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: [{unit: second, requests_per_unit: 1, burst: 0, algorithm: token_bucket}]\n",
 			[]string{"f.yaml:4: descriptors[0].rate_limit[0].burst: must be ≥ 1 (got 0)"}},
+		{"rate_limit not a mapping", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: 5\n    overflow: reject\n",
+			[]string{`f.yaml:4: descriptors[0].rate_limit: must be a mapping {unit, requests_per_unit, …} or a list of them (got "5")`}},
 		{"empty limit list", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: []\n",
 			[]string{"f.yaml:4: descriptors[0].rate_limit: must list at least one limit"}},
 		{"unlimited in list", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: [{unlimited: true}]\n",
@@ -442,6 +444,9 @@ func TestLoadExamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
+		if ext := filepath.Ext(e.Name()); ext != ".yaml" && ext != ".yml" {
+			continue
+		}
 		if _, err := Load(filepath.Join(dir, e.Name())); err != nil {
 			t.Errorf("%s: %v", e.Name(), err)
 		}
