@@ -38,6 +38,7 @@ func advance(p *params, st state, now int64) state {
 		if st.b == 0 {
 			return state{a: full, b: now}
 		}
+		st.a = min(st.a, full) // the burst may have been lowered since
 		if now > st.b {
 			if el := now - st.b; el > full/p.rate {
 				st.a = full
@@ -79,7 +80,7 @@ func room(p *params, st *state, now int64) int64 {
 	case algToken:
 		return st.a / p.ivl
 	case algLeaky:
-		return (p.burst*p.ivl - st.a) / p.ivl
+		return max(0, (p.burst*p.ivl-st.a)/p.ivl) // the burst may have been lowered since
 	case algFixed:
 		return max(0, p.rate-st.b)
 	case algCounter:

@@ -200,9 +200,10 @@ type Store interface {
 	// invalid input (wrapping ErrInvalid) or a failing backend.
 	//
 	// key should identify the rule as well as the key (e.g. rule name + "\x00" +
-	// key), since stores share one namespace. The same key must always be used with
-	// the same limits in the same order; a limit whose parameters change starts from
-	// a fresh state.
+	// key), since stores share one namespace. Use one key with the same limits in the
+	// same order. When a limit's parameters change (a rules reload), the memory store
+	// starts it from a fresh state and the Redis store continues from the state kept
+	// under the same algorithm and interval, clamped to the new limit.
 	Allow(ctx context.Context, key string, limits []Limit, n int64, now time.Time) (Result, error)
 }
 

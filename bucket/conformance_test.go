@@ -61,7 +61,7 @@ var confCases = []confCase{
 	{"token bucket refills continuously", []bucket.Limit{lim(bucket.TokenBucket, 10, time.Second, 0)}, []step{
 		{at: 0, n: 10, allowed: true, remaining: 0, reset: 100 * ms},
 		{at: 0, n: 1, allowed: false, remaining: 0, retry: 100 * ms, reset: 100 * ms},
-		{at: 250 * ms, n: 1, allowed: true, remaining: 1, reset: 50 * ms},   // 2.5 tokens − 1
+		{at: 250 * ms, n: 1, allowed: true, remaining: 1, reset: 50 * ms}, // 2.5 tokens − 1
 		{at: 250 * ms, n: 5, allowed: false, remaining: 1, retry: 350 * ms, reset: 50 * ms},
 		{at: 250 * ms, n: 11, allowed: false, remaining: 1, retry: bucket.Never, reset: 50 * ms},
 		{at: 10 * time.Second, n: 0, allowed: true, remaining: 10, reset: 0}, // full again; a peek
@@ -112,7 +112,7 @@ var confCases = []confCase{
 	{"sliding window counter weighs the previous window", []bucket.Limit{lim(bucket.SlidingWindowCounter, 7, time.Minute, 0)}, []step{
 		{at: -59 * time.Second, n: 5, allowed: true, remaining: 2, reset: 59*time.Second + 1*ms},
 		{at: 0, n: 3, allowed: false, remaining: 2, retry: 1 * ms, reset: 1 * ms}, // ⌊5 × 1.0⌋ + 3 > 7
-		{at: 1 * ms, n: 3, allowed: true, remaining: 0, reset: 12 * time.Second}, // ⌊5 × 0.99998⌋ + 3 = 7
+		{at: 1 * ms, n: 3, allowed: true, remaining: 0, reset: 12 * time.Second},  // ⌊5 × 0.99998⌋ + 3 = 7
 	}},
 	{"sliding window counter seed 5×0.7+3", []bucket.Limit{lim(bucket.SlidingWindowCounter, 7, time.Minute, 0)}, []step{
 		{at: -30 * time.Second, n: 5, allowed: true, remaining: 2, reset: 30*time.Second + 1*ms},

@@ -85,7 +85,7 @@ for i = 1, L do
   if al == 4 then
     redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', fmt(now - iv))
     count[i] = redis.call('ZCARD', KEYS[i])
-    room[i] = r - count[i]
+    room[i] = max(0, r - count[i])
   else
     local v = redis.call('GET', KEYS[i])
     if v then
@@ -96,7 +96,9 @@ for i = 1, L do
       local full = bu * iv
       if b == 0 then
         a, b = full, now
-      elseif now > b then
+      end
+      a = min(a, full)
+      if now > b then
         local el = now - b
         if el > floor(full / r) then a = full else a = min(full, a + el * r) end
         b = now
@@ -108,7 +110,7 @@ for i = 1, L do
         if el > floor(a / r) then a = 0 else a = a - el * r end
         b = now
       end
-      room[i] = floor((bu * iv - a) / iv)
+      room[i] = max(0, floor((bu * iv - a) / iv))
     elseif al == 3 then
       local w = floor(now / iv)
       if w > a then a, b = w, 0 end

@@ -51,7 +51,7 @@ type Memory struct {
 type shard struct {
 	mu        sync.Mutex
 	keys      map[string]*entry
-	nextSweep int64 // ms, callers' time
+	nextSweep int64    // ms, callers' time
 	_         [40]byte // keep neighbouring shards' locks off one cache line
 }
 
@@ -62,9 +62,11 @@ type entry struct {
 }
 
 type slot struct {
-	p   params
-	st  state
-	log *ring // SlidingWindowLog only
+	p      params
+	st     state
+	log    *ring         // SlidingWindowLog only
+	window time.Duration // p.window(), cached: divisions are a good part of a decision's cost
+	idle   int64         // ms; an upper bound of idle() right after a commit, cached likewise
 }
 
 // NewMemory returns a Memory store configured by cfg (zero fields take defaults).
@@ -134,6 +136,15 @@ func (m *Memory) decide(e *entry, res *Result, limits []Limit, ps []params, n, t
 			if s.log != nil {
 				s.log.n, s.log.head = 0, 0
 			}
+			s.window = ms(s.p.window())
+			switch s.p.alg {
+			case algToken, algLeaky:
+				s.idle = s.p.window() // from empty to full, or full to empty
+			case algCounter:
+				s.idle = 2 * s.p.ivl // this window and the next, which weighs it
+			default:
+				s.idle = s.p.ivl
+			}
 		}
 		p := &s.p
 		if p.alg == algLog {
@@ -149,7 +160,7 @@ func (m *Memory) decide(e *entry, res *Result, limits []Limit, ps []params, n, t
 		d := &res.Decisions[i]
 		d.Allowed = n <= rooms[i]
 		d.Limit = p.burst
-		d.Window = ms(p.window())
+		d.Window = s.window
 	}
 	ok := true // every enforced limit allows: count the hits (all-or-nothing)
 	for i := range ps {
@@ -177,7 +188,7 @@ func (m *Memory) decide(e *entry, res *Result, limits []Limit, ps []params, n, t
 			if rem < p.rate {
 				d.ResetAfter = ms(s.log.wait(p, rem+1, t))
 			}
-			if s.log.n > 0 {
+			if commit {
 				ttl = max(ttl, s.log.at(s.log.n-1)+p.ivl-t)
 			}
 			continue
@@ -195,7 +206,9 @@ func (m *Memory) decide(e *entry, res *Result, limits []Limit, ps []params, n, t
 		if rem < p.burst {
 			d.ResetAfter = ms(wait(p, st, rem+1, t))
 		}
-		ttl = max(ttl, idle(p, &s.st, t))
+		if commit {
+			ttl = max(ttl, s.idle)
+		}
 	}
 	if ttl > 0 {
 		e.expireAt = max(e.expireAt, t+ttl)

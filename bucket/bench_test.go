@@ -1,0 +1,95 @@
+package bucket_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/sluice-io/sluice/bucket"
+)
+
+// The memory store against golang.org/x/time/rate: one key, the time passed in
+// (AllowN) as ours does, and Allow (which reads the clock itself) for reference.
+func BenchmarkMemory(b *testing.B) {
+	ctx := context.Background()
+	for _, alg := range []bucket.Algorithm{bucket.TokenBucket, bucket.LeakyBucket, bucket.FixedWindow, bucket.SlidingWindowLog, bucket.SlidingWindowCounter} {
+		b.Run(string(alg), func(b *testing.B) {
+			m := bucket.NewMemory(bucket.MemoryConfig{})
+			limits := []bucket.Limit{{Algorithm: alg, Rate: 1000, Interval: time.Millisecond}}
+			now := t0
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				now = now.Add(time.Microsecond)
+				if _, err := m.Allow(ctx, "merchant-42", limits, 1, now); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("token_bucket+fixed_window", func(b *testing.B) {
+		m := bucket.NewMemory(bucket.MemoryConfig{})
+		limits := []bucket.Limit{{Algorithm: bucket.TokenBucket, Rate: 1000, Interval: time.Millisecond}, {Rate: 1 << 30, Interval: time.Hour}}
+		now := t0
+		b.ReportAllocs()
+		for b.Loop() {
+			now = now.Add(time.Microsecond)
+			m.Allow(ctx, "merchant-42", limits, 1, now)
+		}
+	})
+	b.Run("token_bucket/parallel", func(b *testing.B) {
+		m := bucket.NewMemory(bucket.MemoryConfig{})
+		limits := []bucket.Limit{{Algorithm: bucket.TokenBucket, Rate: 1000, Interval: time.Millisecond}}
+		keys := benchKeys(1024)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			now, i := t0, 0
+			for pb.Next() {
+				now = now.Add(time.Microsecond)
+				i++
+				m.Allow(ctx, keys[i&1023], limits, 1, now)
+			}
+		})
+	})
+}
+
+func BenchmarkXTimeRate(b *testing.B) {
+	b.Run("AllowN", func(b *testing.B) {
+		l := rate.NewLimiter(1e6, 1000)
+		now := t0
+		b.ReportAllocs()
+		for b.Loop() {
+			now = now.Add(time.Microsecond)
+			l.AllowN(now, 1)
+		}
+	})
+	b.Run("Allow", func(b *testing.B) {
+		l := rate.NewLimiter(1e6, 1000)
+		b.ReportAllocs()
+		for b.Loop() {
+			l.Allow()
+		}
+	})
+}
+
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "merchant-" + itoa(i)
+	}
+	return keys
+}
+
+func itoa(i int) string {
+	var b [20]byte
+	p := len(b)
+	for {
+		p--
+		b[p] = byte('0' + i%10)
+		i /= 10
+		if i == 0 {
+			return string(b[p:])
+		}
+	}
+}
