@@ -339,3 +339,16 @@ descriptors:
 		})
 	}
 }
+
+func BenchmarkCheck(b *testing.B) {
+	s := mustParse(b, checkConfig)
+	in := [][]Entry{
+		e("remote_address", "1.2.3.4"),
+		e("client_id", "scraper-1", "banned", "true"),
+		e("source_cluster", "proxy", "destination_cluster", "override"),
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Check("edge", in)
+	}
+}
