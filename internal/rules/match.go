@@ -49,7 +49,7 @@ type wildChild struct {
 }
 
 // addChild links child under n; false when an equal sibling already exists.
-func (n *node) addChild(e PathEntry, child *node, _ int) bool {
+func (n *node) addChild(e PathEntry, child *node) bool {
 	switch {
 	case e.Value == "":
 		if _, dup := n.keyOnly[e.Key]; dup {

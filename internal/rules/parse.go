@@ -548,7 +548,7 @@ func (p *fileParser) descriptor(itemNode *yaml.Node, field, domain string, paren
 	}
 
 	child := &node{varying: value == "" || (strings.Contains(value, wildcard) && !shareThreshold)}
-	if !parent.addChild(entry, child, item.Line) {
+	if !parent.addChild(entry, child) {
 		p.errorf(item, field, "duplicate descriptor %s (an earlier sibling has the same key and value)", describeEntry(entry))
 	}
 
