@@ -128,6 +128,9 @@ func EncodeMessage(subject string, m Message) *nats.Msg {
 // EncodeMessage). The payload is returned as is, not copied.
 func DecodeMessage(h nats.Header, data []byte) (Message, error) {
 	m := Message{ID: h.Get(HeaderMsgID), Rule: h.Get(HeaderRule), Payload: data}
+	if id := h.Get(HeaderID); id != "" {
+		m.ID = id // re-admitted under a generation-specific Nats-Msg-Id (EnqueueAs)
+	}
 	if m.ID == "" {
 		return Message{}, fmt.Errorf("%w: no %s header", ErrBadMessage, HeaderMsgID)
 	}

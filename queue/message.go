@@ -28,4 +28,7 @@ const (
 	HeaderAttempt    = "Sluice-Attempt"
 	HeaderLastError  = "Sluice-Last-Error"
 	HeaderParkedFrom = "Sluice-Parked-From"
+	// HeaderID carries the message id when the Nats-Msg-Id is not the message id (a
+	// re-admitted delivery retry, see Queues.EnqueueAs). It wins over Nats-Msg-Id.
+	HeaderID = "Sluice-Id"
 )
