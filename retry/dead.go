@@ -1,0 +1,307 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/queue"
+)
+
+// Dead-letter reasons set by this package (the drainer and the sink give their own).
+const (
+	ReasonRuleRemoved = "rule removed"
+)
+
+// DeadConfig configures the dead letters. The zero value is valid.
+type DeadConfig struct {
+	// Stream is the dead-letter stream's name. Default "SLUICE_DEAD".
+	Stream string
+	// SubjectPrefix, when set, is prepended (with a '.') to the stream's subjects
+	// dead.<rule>.<id>. Default "".
+	SubjectPrefix string
+	// Replicas: 1 on a single server, 3 on a production cluster. Default 1.
+	Replicas int
+	// MaxAge is how long a dead letter is kept before the server deletes it. Default 14
+	// days: long enough to notice over a holiday and replay.
+	MaxAge time.Duration
+	// MaxBytes bounds the stream; when reached, the oldest dead letters go first. Default 4 GiB.
+	MaxBytes int64
+	// Rules looks a rule up by name for Replay. Required for Replay only.
+	Rules func(name string) *rules.Rule
+	// APIPrefix of the JetStream API. Default "$JS.API.".
+	APIPrefix string
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// WithDefaults returns c with every unset field set to its default.
+func (c DeadConfig) WithDefaults() DeadConfig {
+	if c.Stream == "" {
+		c.Stream = "SLUICE_DEAD"
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = 14 * 24 * time.Hour
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = 4 << 30
+	}
+	if c.APIPrefix == "" {
+		c.APIPrefix = "$JS.API."
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate reports a configuration that cannot work (after WithDefaults).
+func (c DeadConfig) Validate() error {
+	switch {
+	case token(c.Stream) != c.Stream:
+		return fmt.Errorf("%w: dead Stream %q must be of [A-Za-z0-9_-]", ErrInvalidConfig, c.Stream)
+	case c.SubjectPrefix != "" && !validPrefix(c.SubjectPrefix):
+		return fmt.Errorf("%w: dead SubjectPrefix %q must be dot-separated tokens of [A-Za-z0-9_-]", ErrInvalidConfig, c.SubjectPrefix)
+	case c.Replicas != 1 && c.Replicas != 3:
+		return fmt.Errorf("%w: dead Replicas must be 1 or 3, got %d", ErrInvalidConfig, c.Replicas)
+	case c.MaxAge < 0 || c.MaxBytes < 1:
+		return fmt.Errorf("%w: dead MaxAge must be ≥ 0 and MaxBytes positive", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// DeadLetter is one message that will not be delivered.
+type DeadLetter struct {
+	// Seq is the dead letter's stream sequence; List's cursor.
+	Seq uint64
+	// Message as it was when it died: Attempt is the number of delivery attempts made,
+	// LastError the last delivery (or re-admission) error.
+	Message queue.Message
+	Reason  string
+	DeadAt  time.Time
+}
+
+// DeadLetters is the one place for messages that ran out of delivery attempts, were
+// refused by the sink, or outlived park.max_age. It implements drain.DeadLetters and the
+// admin API's list, get and replay. Safe for concurrent use.
+type DeadLetters struct {
+	js  jetstream.JetStream
+	cfg DeadConfig
+
+	mu     sync.Mutex
+	stream jetstream.Stream
+}
+
+// NewDeadLetters returns the dead letters on js. Call Ensure once (any process may) before use.
+func NewDeadLetters(js jetstream.JetStream, cfg DeadConfig) (*DeadLetters, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &DeadLetters{js: js, cfg: cfg}, nil
+}
+
+var _ drain.DeadLetters = (*DeadLetters)(nil)
+
+// StreamConfig is the dead-letter stream's configuration.
+func (d *DeadLetters) StreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        d.cfg.Stream,
+		Description: "sluice dead letters",
+		Subjects:    []string{d.subject(">")},
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		Storage:     jetstream.FileStorage,
+		Replicas:    d.cfg.Replicas,
+		MaxAge:      d.cfg.MaxAge,
+		MaxBytes:    d.cfg.MaxBytes,
+		AllowRollup: true, // one dead letter per message id
+	}
+}
+
+// Ensure creates the dead-letter stream or updates it to StreamConfig. Idempotent.
+func (d *DeadLetters) Ensure(ctx context.Context) error {
+	st, err := d.js.CreateOrUpdateStream(ctx, d.StreamConfig())
+	if err != nil {
+		return fmt.Errorf("retry: ensure stream %s: %w", d.cfg.Stream, err)
+	}
+	d.mu.Lock()
+	d.stream = st
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *DeadLetters) handle(ctx context.Context) (jetstream.Stream, error) {
+	d.mu.Lock()
+	st := d.stream
+	d.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	st, err := d.js.Stream(ctx, d.cfg.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("retry: stream %s: %w", d.cfg.Stream, err)
+	}
+	d.mu.Lock()
+	d.stream = st
+	d.mu.Unlock()
+	return st, nil
+}
+
+func (d *DeadLetters) subject(parts ...string) string {
+	return joinSubject(d.cfg.SubjectPrefix, append([]string{"dead"}, parts...)...)
+}
+
+// Subject is the subject of the dead letter of message id of rule.
+func (d *DeadLetters) Subject(rule, id string) string { return d.subject(token(rule), token(id)) }
+
+// ruleFilter matches the dead letters of rule, or of every rule when rule is "".
+func (d *DeadLetters) ruleFilter(rule string) string {
+	if rule == "" {
+		return d.subject(">")
+	}
+	return d.subject(token(rule), "*")
+}
+
+// Dead stores m as dead with reason (implements drain.DeadLetters). rule may be nil — a
+// rule that was removed — and m.Rule names it then. Storing the same message id again
+// replaces its dead letter (rollup), so a repeated call after a crash keeps one.
+func (d *DeadLetters) Dead(ctx context.Context, rule *rules.Rule, m queue.Message, reason string) error {
+	if m.ID == "" {
+		return fmt.Errorf("retry: dead letter without message id")
+	}
+	if rule != nil && rule.Name != "" {
+		m.Rule = rule.Name
+	}
+	msg := encode(d.Subject(m.Rule, m.ID), m)
+	msg.Header.Set(HeaderDeadReason, escapeHeader(reason))
+	msg.Header.Set(HeaderDeadAt, d.cfg.Now().UTC().Format(time.RFC3339Nano))
+	msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	if _, err := d.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(d.cfg.Stream)); err != nil {
+		return fmt.Errorf("retry: dead letter %s of rule %q: %w", m.ID, m.Rule, err)
+	}
+	return nil
+}
+
+// List returns up to limit dead letters of rule ("" = all rules) with a stream sequence
+// after after (0 = from the start), oldest first, and the cursor to pass next time (0 when
+// there are no more). It reads exactly the messages returned, one subject-filtered get
+// each, never the whole stream. limit ≤ 0 means 100; it is capped at 1000.
+func (d *DeadLetters) List(ctx context.Context, rule string, limit int, after uint64) ([]DeadLetter, uint64, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	limit = min(limit, 1000)
+	st, err := d.handle(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	filter := d.ruleFilter(rule)
+	var out []DeadLetter
+	seq := after + 1
+	for len(out) < limit {
+		raw, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return out, 0, nil
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("retry: list dead letters of %q: %w", rule, err)
+		}
+		dl, err := decodeDead(raw)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, dl)
+		seq = raw.Sequence + 1
+	}
+	return out, out[len(out)-1].Seq, nil
+}
+
+// Get returns the dead letter of message id, or ErrNotFound.
+func (d *DeadLetters) Get(ctx context.Context, id string) (DeadLetter, error) {
+	st, err := d.handle(ctx)
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	// Last message of dead.*.<id>: the id token is unique, whatever the rule.
+	raw, err := st.GetLastMsgForSubject(ctx, d.subject("*", token(id)))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return DeadLetter{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("retry: get dead letter %s: %w", id, err)
+	}
+	dl, err := decodeDead(raw)
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	if dl.Message.ID != id { // two ids with the same (hashed) token: not ours
+		return DeadLetter{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return dl, nil
+}
+
+// Replay re-admits the dead letter of message id through admit (the same function the
+// re-admitter uses) with its attempts and errors reset, then deletes the dead letter.
+//
+// If admit reports no room, the dead letter stays and the result says when to try again.
+// Two replays of the same dead letter, even concurrent, admit it once: both use the same
+// msgID (unique to this dead letter), which the queue deduplicates; a replay after the
+// dead letter is gone returns ErrNotFound and does nothing.
+func (d *DeadLetters) Replay(ctx context.Context, id string, admit AdmitFunc) (AdmitResult, error) {
+	if d.cfg.Rules == nil {
+		return AdmitResult{}, fmt.Errorf("%w: DeadConfig.Rules is needed to replay", ErrInvalidConfig)
+	}
+	dl, err := d.Get(ctx, id)
+	if err != nil {
+		return AdmitResult{}, err
+	}
+	rule := d.cfg.Rules(dl.Message.Rule)
+	if rule == nil {
+		return AdmitResult{}, fmt.Errorf("%w: %q (dead letter %s)", ErrRuleNotFound, dl.Message.Rule, id)
+	}
+	m := dl.Message
+	m.Attempt, m.LastError, m.ParkedFrom = 0, "", time.Time{}
+	res, err := admit(ctx, rule, m, replayMsgID(m.ID, dl.Seq))
+	if err != nil {
+		return AdmitResult{}, fmt.Errorf("retry: replay %s: %w", id, err)
+	}
+	if res.Outcome != Admitted {
+		return res, nil
+	}
+	st, err := d.handle(ctx)
+	if err != nil {
+		return res, err
+	}
+	if err := st.DeleteMsg(ctx, dl.Seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		// Admitted but still listed: a second replay would admit it again under the same
+		// msgID, which the queue deduplicates within its window. Report it.
+		return res, fmt.Errorf("retry: replay %s: admitted, but deleting the dead letter failed: %w", id, err)
+	}
+	return res, nil
+}
+
+// Count is the number of dead letters of rule (for sluice_dead{rule}). O(dead letters of
+// the rule) on the server; meant for metrics on an interval.
+func (d *DeadLetters) Count(ctx context.Context, rule string) (uint64, error) {
+	return subjectCount(ctx, d.js, d.cfg.APIPrefix, d.cfg.Stream, d.ruleFilter(rule))
+}
+
+func decodeDead(raw *jetstream.RawStreamMsg) (DeadLetter, error) {
+	m, err := decode(raw.Header, raw.Data)
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("retry: dead letter seq %d: %w", raw.Sequence, err)
+	}
+	dl := DeadLetter{Seq: raw.Sequence, Message: m, Reason: unescapeHeader(raw.Header.Get(HeaderDeadReason))}
+	dl.DeadAt, _ = time.Parse(time.RFC3339Nano, raw.Header.Get(HeaderDeadAt))
+	return dl, nil
+}

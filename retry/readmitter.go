@@ -1,0 +1,385 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/sink"
+	"github.com/sluice-io/sluice/queue"
+)
+
+// AdmitOutcome says whether a re-admission found room.
+type AdmitOutcome int
+
+const (
+	// Admitted: m is in its key's queue (or already was: a duplicate of the same msgID).
+	Admitted AdmitOutcome = iota
+	// Full: the key's queue is still full.
+	Full
+	// WindowClosed: the rule's admission limit still denies (e.g. 5 per day, used up).
+	WindowClosed
+)
+
+func (o AdmitOutcome) String() string {
+	switch o {
+	case Admitted:
+		return "admitted"
+	case Full:
+		return "full"
+	case WindowClosed:
+		return "window_closed"
+	}
+	return "unknown"
+}
+
+// AdmitResult is the answer of an AdmitFunc. A "no room" answer is a value, not an error.
+type AdmitResult struct {
+	Outcome AdmitOutcome
+	// RetryAt is the earliest time room is expected: for Full, now + depth ÷ outflow; for
+	// WindowClosed, the window's reset. Zero means "no idea": the backoff alone decides.
+	RetryAt time.Time
+}
+
+// AdmitFunc puts m back into its key's queue — the same admission the ingress does,
+// without parking on failure. The wiring is, in essence:
+//
+//	if limited by an admission limit and it denies → {WindowClosed, reset}
+//	queues.Enqueue(rule, m) with Nats-Msg-Id = msgID
+//	  ok (or duplicate)  → mark the key due → {Admitted}
+//	  queue.ErrFull      → {Full, now + depth ÷ outflow}
+//	  anything else      → error (the fired message is retried later; nothing is lost)
+//
+// msgID is the Nats-Msg-Id to publish with (see AdmitMsgID): it equals m.ID for a message
+// that never entered its queue and differs for one that did, so a repeated re-admission of
+// the same fired message (two re-admitters, a redelivery after a crash) is deduplicated by
+// the queue stream while a legitimate later one is not. m.ID stays the message's id (the
+// sink's Idempotency-Key). Admit must be safe for concurrent use.
+type AdmitFunc func(ctx context.Context, rule *rules.Rule, m queue.Message, msgID string) (AdmitResult, error)
+
+// ReadmitterConfig configures a Readmitter. Store, Dead, Admit and Rules are required.
+type ReadmitterConfig struct {
+	Store *Store
+	Dead  *DeadLetters
+	Admit AdmitFunc
+	// Rules looks a rule up by name; nil means the rule was removed and the message goes to
+	// the dead letters with reason "rule removed".
+	Rules func(name string) *rules.Rule
+
+	// Consumer is the durable consumer's name, shared by every re-admitter on the same
+	// retry stream. Default "sluice-readmitter".
+	Consumer string
+	// Workers handle fired messages concurrently (each Admit is a JetStream publish).
+	// Default 16.
+	Workers int
+	// AckWait: a fired message not acked this long after delivery (its re-admitter died)
+	// is delivered again, to any re-admitter. Default 30s.
+	AckWait time.Duration
+	// MinBackoff and MaxBackoff bound the re-park backoff (exponential with full jitter,
+	// indexed by how many times the message was parked): a message with no room is parked
+	// again at max(AdmitResult.RetryAt, now + backoff), but never past its park.max_age.
+	// Defaults 1s and 5m.
+	MinBackoff, MaxBackoff time.Duration
+	// ErrorBackoff caps the delay before a fired message whose handling failed (NATS
+	// unavailable, Admit error) is tried again. Default 30s.
+	ErrorBackoff time.Duration
+	// DefaultMaxAge applies to rules without park.max_age. Default 24h.
+	DefaultMaxAge time.Duration
+
+	// Registerer registers sluice_readmissions_total. Default: none (counted, not exported).
+	Registerer prometheus.Registerer
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// WithDefaults returns c with every unset field set to its default.
+func (c ReadmitterConfig) WithDefaults() ReadmitterConfig {
+	if c.Consumer == "" {
+		c.Consumer = "sluice-readmitter"
+	}
+	if c.Workers <= 0 {
+		c.Workers = 16
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MinBackoff <= 0 {
+		c.MinBackoff = time.Second
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 5 * time.Minute
+	}
+	if c.ErrorBackoff <= 0 {
+		c.ErrorBackoff = 30 * time.Second
+	}
+	if c.DefaultMaxAge <= 0 {
+		c.DefaultMaxAge = 24 * time.Hour
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate reports a configuration that cannot work (after WithDefaults).
+func (c ReadmitterConfig) Validate() error {
+	switch {
+	case c.Store == nil || c.Dead == nil || c.Admit == nil || c.Rules == nil:
+		return fmt.Errorf("%w: readmitter needs Store, Dead, Admit and Rules", ErrInvalidConfig)
+	case token(c.Consumer) != c.Consumer:
+		return fmt.Errorf("%w: Consumer %q must be of [A-Za-z0-9_-]", ErrInvalidConfig, c.Consumer)
+	case c.MaxBackoff < c.MinBackoff:
+		return fmt.Errorf("%w: MaxBackoff %s < MinBackoff %s", ErrInvalidConfig, c.MaxBackoff, c.MinBackoff)
+	}
+	return nil
+}
+
+// Results of a handled fired message (sluice_readmissions_total{result}).
+const (
+	ResultAdmitted = "admitted"
+	ResultReparked = "reparked"
+	ResultDead     = "dead"
+	ResultError    = "error"
+)
+
+// Readmitter consumes fired schedules and puts each message back into its key's queue,
+// parks it again, or declares it dead. Run any number, in any number of processes: they
+// share one durable consumer, and every step is idempotent (see the package doc).
+//
+// Start and Stop are safe to call twice. Stop is a soft stop: it stops fetching, lets
+// in-flight messages finish and hands buffered ones back to the server. Cancelling
+// Start's ctx is the hard stop: in-flight Admit calls are cancelled and their messages
+// are delivered again later.
+type Readmitter struct {
+	cfg  ReadmitterConfig
+	log  *slog.Logger
+	runs *prometheus.CounterVec
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	cc      jetstream.ConsumeContext
+	quit    chan struct{}
+	wg      sync.WaitGroup
+
+	errMu   sync.Mutex
+	lastLog time.Time
+	muted   int
+}
+
+// NewReadmitter returns a Readmitter; it does nothing until Start.
+func NewReadmitter(cfg ReadmitterConfig) (*Readmitter, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	runs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_readmissions_total",
+		Help: "Fired parked messages and delivery retries handled by the re-admitter, by rule and result (admitted, reparked, dead, error).",
+	}, []string{"rule", "result"})
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(runs); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, fmt.Errorf("retry: register metrics: %w", err)
+			}
+			runs = are.ExistingCollector.(*prometheus.CounterVec)
+		}
+	}
+	return &Readmitter{cfg: cfg, log: cfg.Logger.With("component", "re-admitter"), runs: runs}, nil
+}
+
+// ConsumerConfig is the durable consumer all re-admitters of the retry stream share.
+func (r *Readmitter) ConsumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       r.cfg.Consumer,
+		Description:   "sluice re-admitter",
+		FilterSubject: r.cfg.Store.subject("ready", ">"),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       r.cfg.AckWait,
+		MaxDeliver:    -1, // a parked message is never given up on here; max_age decides
+		MaxAckPending: max(1024, 4*r.cfg.Workers),
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+}
+
+// Start creates (or updates) the durable consumer and starts handling fired messages. It
+// returns once consuming has started; a second call does nothing.
+func (r *Readmitter) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started {
+		return nil
+	}
+	cons, err := r.cfg.Store.js.CreateOrUpdateConsumer(ctx, r.cfg.Store.cfg.Stream, r.ConsumerConfig())
+	if err != nil {
+		return fmt.Errorf("retry: re-admitter consumer: %w", err)
+	}
+	work := make(chan jetstream.Msg)
+	quit := make(chan struct{})
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		select {
+		case work <- msg:
+		case <-quit:
+			_ = msg.Nak() // stopping: hand it to another re-admitter now
+		}
+	},
+		jetstream.PullMaxMessages(2*r.cfg.Workers),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			r.logError("consume", err)
+		}))
+	if err != nil {
+		return fmt.Errorf("retry: re-admitter consume: %w", err)
+	}
+	r.started, r.cc, r.quit = true, cc, quit
+	for range r.cfg.Workers {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			for {
+				select {
+				case msg := <-work:
+					r.handle(ctx, msg)
+				case <-quit:
+					return
+				}
+			}
+		}()
+	}
+	return nil
+}
+
+// Stop stops fetching, waits for in-flight messages and returns buffered ones to the
+// server. Safe to call twice, and before Start.
+func (r *Readmitter) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.started || r.stopped {
+		r.stopped = true
+		return
+	}
+	r.stopped = true
+	// Workers finish what they hold; the consumer hands every buffered message to the
+	// callback, which gives it back to the server (Nak) so another re-admitter can take
+	// it at once instead of after AckWait.
+	close(r.quit)
+	r.cc.Drain()
+	select {
+	case <-r.cc.Closed():
+	case <-time.After(5 * time.Second):
+	}
+	r.wg.Wait()
+}
+
+// handle decides the fate of one fired message and acks it only once that is stored.
+func (r *Readmitter) handle(ctx context.Context, msg jetstream.Msg) {
+	m, err := decode(msg.Headers(), msg.Data())
+	if err != nil {
+		// Not something Park wrote: nothing to re-admit, and redelivering cannot help.
+		r.logError("malformed fired message (terminated)", err, "subject", msg.Subject())
+		_ = msg.Term()
+		return
+	}
+	meta := decodeMeta(msg.Headers())
+	result, err := r.decide(ctx, m, meta)
+	if err != nil {
+		r.runs.WithLabelValues(m.Rule, ResultError).Inc()
+		r.logError("fired message", err, "rule", m.Rule, "id", m.ID)
+		md, _ := msg.Metadata()
+		n := 1
+		if md != nil {
+			n = int(md.NumDelivered)
+		}
+		_ = msg.NakWithDelay(sink.Backoff(r.cfg.MinBackoff, r.cfg.ErrorBackoff, n, nil))
+		return
+	}
+	r.runs.WithLabelValues(m.Rule, result).Inc()
+	if err := msg.Ack(); err != nil {
+		// The outcome is stored; a lost ack only means the message is handled again,
+		// which every outcome tolerates.
+		r.logError("ack", err, "rule", m.Rule, "id", m.ID)
+	}
+}
+
+// decide re-admits m, parks it again, or declares it dead, and returns the result label.
+// An error means nothing durable happened (or an idempotent step may be repeated).
+func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleMeta) (string, error) {
+	rule := r.cfg.Rules(m.Rule)
+	if rule == nil {
+		if err := r.cfg.Dead.Dead(ctx, nil, m, ReasonRuleRemoved); err != nil {
+			return "", err
+		}
+		r.log.Info("dead: rule removed", "rule", m.Rule, "id", m.ID)
+		return ResultDead, nil
+	}
+	now := r.cfg.Now()
+	maxAge := rule.Park.MaxAge
+	if maxAge <= 0 {
+		maxAge = r.cfg.DefaultMaxAge
+	}
+	if !m.ParkedFrom.IsZero() && now.Sub(m.ParkedFrom) >= maxAge {
+		reason := fmt.Sprintf("parked longer than park.max_age (%s)", maxAge)
+		if m.LastError != "" {
+			reason += ": " + m.LastError
+		}
+		if err := r.cfg.Dead.Dead(ctx, rule, m, reason); err != nil {
+			return "", err
+		}
+		return ResultDead, nil
+	}
+
+	res, err := r.cfg.Admit(ctx, rule, m, AdmitMsgID(m))
+	if err != nil {
+		return "", fmt.Errorf("retry: admit: %w", err)
+	}
+	if res.Outcome == Admitted {
+		return ResultAdmitted, nil
+	}
+
+	// Still no room: park again at max(suggested, backoff), but not past max_age so the
+	// message is declared dead on time rather than one long backoff later.
+	parks := meta.Parks + 1
+	at := now.Add(sink.Backoff(r.cfg.MinBackoff, r.cfg.MaxBackoff, parks, nil))
+	if res.RetryAt.After(at) {
+		at = res.RetryAt
+	}
+	if m.ParkedFrom.IsZero() {
+		m.ParkedFrom = now // a delivery retry whose queue is full starts its park here
+	}
+	if deadline := m.ParkedFrom.Add(maxAge); at.After(deadline) {
+		at = deadline
+	}
+	m.LastError = "re-admission: " + res.Outcome.String()
+	if _, err := r.cfg.Store.schedule(ctx, KindPark, rule, m, at, parks); err != nil {
+		return "", err
+	}
+	return ResultReparked, nil
+}
+
+// logError logs at most one error per second and counts the rest, so a NATS outage
+// does not flood the log with one line per fired message.
+func (r *Readmitter) logError(what string, err error, attrs ...any) {
+	r.errMu.Lock()
+	now := time.Now()
+	if now.Sub(r.lastLog) < time.Second {
+		r.muted++
+		r.errMu.Unlock()
+		return
+	}
+	muted := r.muted
+	r.lastLog, r.muted = now, 0
+	r.errMu.Unlock()
+	r.log.Warn("re-admitter: "+what, append(attrs, "err", err, "suppressed", muted)...)
+}

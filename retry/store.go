@@ -1,0 +1,301 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/queue"
+)
+
+// Sentinel errors. Returned errors wrap them; test with errors.Is.
+var (
+	// ErrFull: the retry stream is at Config.FullAt of its MaxMsgs or MaxBytes. Nothing was
+	// parked; the ingress should reject (429) rather than risk the stream discarding the
+	// oldest parked messages.
+	ErrFull = errors.New("retry: retry stream is full")
+	// ErrInvalidConfig is wrapped by every Validate error.
+	ErrInvalidConfig = errors.New("retry: invalid config")
+	// ErrNotFound: no dead letter with that id.
+	ErrNotFound = errors.New("retry: dead letter not found")
+	// ErrRuleNotFound: the dead letter's rule no longer exists, so it cannot be replayed.
+	ErrRuleNotFound = errors.New("retry: rule not found")
+)
+
+// Config configures the retry stream (Store). The zero value is valid.
+type Config struct {
+	// Stream is the retry stream's name. Default "SLUICE_RETRY".
+	Stream string
+	// SubjectPrefix, when set, is prepended (with a '.') to every subject of the stream:
+	// park.…, retry.…, ready.…. Default "" (no prefix). Tests use it, with Stream, to run
+	// side by side on one server.
+	SubjectPrefix string
+	// Replicas: 1 on a single server, 3 on a production cluster. Default 1.
+	Replicas int
+	// MaxMsgs bounds the stream: pending schedules plus fired messages not yet handled.
+	// Default 10,000,000 (~160 B of server memory and the message size on disk each).
+	MaxMsgs int64
+	// MaxBytes bounds the stream's storage. Default 8 GiB.
+	MaxBytes int64
+	// FullAt is the fraction of MaxMsgs or MaxBytes at which Park refuses with ErrFull.
+	// The stream must discard old messages when full (schedules cannot use DiscardNew), so
+	// the headroom keeps it from ever getting there. Default 0.95.
+	FullAt float64
+	// StateInterval is how old the stream fullness Park relies on may be. Default 1s.
+	StateInterval time.Duration
+	// APIPrefix of the JetStream API (a JetStream domain changes it). Default "$JS.API.".
+	APIPrefix string
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// WithDefaults returns c with every unset field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.Stream == "" {
+		c.Stream = "SLUICE_RETRY"
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.MaxMsgs == 0 {
+		c.MaxMsgs = 10_000_000
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = 8 << 30
+	}
+	if c.FullAt == 0 {
+		c.FullAt = 0.95
+	}
+	if c.StateInterval == 0 {
+		c.StateInterval = time.Second
+	}
+	if c.APIPrefix == "" {
+		c.APIPrefix = "$JS.API."
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate reports a configuration that cannot work (after WithDefaults).
+func (c Config) Validate() error {
+	switch {
+	case token(c.Stream) != c.Stream:
+		return fmt.Errorf("%w: Stream %q must be of [A-Za-z0-9_-]", ErrInvalidConfig, c.Stream)
+	case c.SubjectPrefix != "" && !validPrefix(c.SubjectPrefix):
+		return fmt.Errorf("%w: SubjectPrefix %q must be dot-separated tokens of [A-Za-z0-9_-]", ErrInvalidConfig, c.SubjectPrefix)
+	case c.Replicas != 1 && c.Replicas != 3:
+		return fmt.Errorf("%w: Replicas must be 1 or 3, got %d", ErrInvalidConfig, c.Replicas)
+	case c.MaxMsgs < 1 || c.MaxBytes < 1:
+		return fmt.Errorf("%w: MaxMsgs and MaxBytes must be positive", ErrInvalidConfig)
+	case c.FullAt <= 0 || c.FullAt > 1:
+		return fmt.Errorf("%w: FullAt must be in (0, 1], got %g", ErrInvalidConfig, c.FullAt)
+	}
+	return nil
+}
+
+func validPrefix(p string) bool {
+	start := 0
+	for i := 0; i <= len(p); i++ {
+		if i == len(p) || p[i] == '.' {
+			if tok := p[start:i]; tok == "" || token(tok) != tok {
+				return false
+			}
+			start = i + 1
+		}
+	}
+	return true
+}
+
+// Store is the retry stream: Park and ScheduleRetry write schedules into it, the
+// Readmitter consumes what fires. Safe for concurrent use.
+type Store struct {
+	js  jetstream.JetStream
+	cfg Config
+
+	mu     sync.Mutex
+	stream jetstream.Stream // cached handle; nil until first needed
+
+	roomMu    sync.Mutex // one fullness check at a time; guards the fields below
+	checkedAt time.Time
+	full      bool
+}
+
+// NewStore returns the retry stream on js. Call Ensure once (any process may) before use.
+func NewStore(js jetstream.JetStream, cfg Config) (*Store, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Store{js: js, cfg: cfg}, nil
+}
+
+var _ drain.Retrier = (*Store)(nil)
+
+// Config returns the store's completed configuration.
+func (s *Store) Config() Config { return s.cfg }
+
+// StreamConfig is the retry stream's configuration (see the package doc).
+func (s *Store) StreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              s.cfg.Stream,
+		Description:       "sluice parked messages and delivery retries (scheduled re-admission)",
+		Subjects:          []string{s.subject(KindPark, ">"), s.subject(KindRetry, ">"), s.subject("ready", ">")},
+		Retention:         jetstream.WorkQueuePolicy,
+		Discard:           jetstream.DiscardOld, // DiscardNew is refused with schedules; see FullAt
+		Storage:           jetstream.FileStorage,
+		Replicas:          s.cfg.Replicas,
+		MaxMsgs:           s.cfg.MaxMsgs,
+		MaxBytes:          s.cfg.MaxBytes,
+		AllowMsgSchedules: true,
+		AllowRollup:       true, // schedules are stored with a per-subject rollup
+	}
+}
+
+// Ensure creates the retry stream, or updates it to StreamConfig. Idempotent; safe to call
+// from every process at start-up.
+func (s *Store) Ensure(ctx context.Context) error {
+	st, err := s.js.CreateOrUpdateStream(ctx, s.StreamConfig())
+	if err != nil {
+		return fmt.Errorf("retry: ensure stream %s: %w", s.cfg.Stream, err)
+	}
+	s.mu.Lock()
+	s.stream = st
+	s.mu.Unlock()
+	return nil
+}
+
+// handle returns the stream handle, looked up once.
+func (s *Store) handle(ctx context.Context) (jetstream.Stream, error) {
+	s.mu.Lock()
+	st := s.stream
+	s.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	st, err := s.js.Stream(ctx, s.cfg.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("retry: stream %s: %w", s.cfg.Stream, err)
+	}
+	s.mu.Lock()
+	s.stream = st
+	s.mu.Unlock()
+	return st, nil
+}
+
+func (s *Store) subject(parts ...string) string { return joinSubject(s.cfg.SubjectPrefix, parts...) }
+
+// ScheduleSubject is the subject holding the schedule of message id of rule (kind is
+// KindPark or KindRetry).
+func (s *Store) ScheduleSubject(kind, rule, id string) string {
+	return s.subject(kind, token(rule), token(id))
+}
+
+// ReadySubject is where the schedules of rule fire.
+func (s *Store) ReadySubject(rule string) string { return s.subject("ready", token(rule)) }
+
+// Park keeps m in the retry stream until at (rounded up to the second) and returns that
+// fire time — the honest retry_at for the client. Then the re-admitter tries to put m back
+// into its key's queue. m.ParkedFrom is set to now when zero (the start of park.max_age).
+//
+// Parking the same message id again replaces its pending schedule (at most one per id).
+// ErrFull when the retry stream is nearly full; nothing was stored then.
+func (s *Store) Park(ctx context.Context, rule *rules.Rule, m queue.Message, at time.Time) (time.Time, error) {
+	return s.schedule(ctx, KindPark, rule, m, at, 1)
+}
+
+// ScheduleRetry implements drain.Retrier: a delivery retry of a relaxed rule, re-admitted
+// into its key's queue at at (rounded up to the second). m.Attempt and m.LastError
+// describe the failed attempt.
+func (s *Store) ScheduleRetry(ctx context.Context, rule *rules.Rule, m queue.Message, at time.Time) error {
+	_, err := s.schedule(ctx, KindRetry, rule, m, at, 0)
+	return err
+}
+
+// schedule publishes m as a one-time schedule firing at FireTime(at) on rule's ready subject.
+func (s *Store) schedule(ctx context.Context, kind string, rule *rules.Rule, m queue.Message, at time.Time, parks int) (time.Time, error) {
+	if rule == nil {
+		return time.Time{}, fmt.Errorf("retry: %s %s: no rule", kind, m.ID)
+	}
+	if m.ID == "" {
+		return time.Time{}, fmt.Errorf("retry: %s: message without id", kind)
+	}
+	m.Rule = rule.Name
+	now := s.cfg.Now()
+	if kind == KindPark && m.ParkedFrom.IsZero() {
+		m.ParkedFrom = now
+	}
+	if err := s.checkRoom(ctx); err != nil {
+		return time.Time{}, err
+	}
+	fire := FireTime(at, now)
+	msg := encode(s.ScheduleSubject(kind, rule.Name, m.ID), m)
+	msg.Header.Set(HeaderKind, kind)
+	msg.Header.Set(HeaderRetryAt, fire.Format(time.RFC3339))
+	if parks > 0 {
+		msg.Header.Set(HeaderParks, strconv.Itoa(parks))
+	}
+	_, err := s.js.PublishMsg(ctx, msg,
+		jetstream.WithScheduleAt(fire),
+		jetstream.WithScheduleTarget(s.ReadySubject(rule.Name)),
+		jetstream.WithExpectStream(s.cfg.Stream))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("retry: %s %s of rule %q: %w", kind, m.ID, rule.Name, err)
+	}
+	return fire, nil
+}
+
+// checkRoom refuses with ErrFull while the stream is nearly full. The fullness is read at
+// most once per StateInterval (one STREAM.INFO, ~0.3 ms) and shared by all callers.
+func (s *Store) checkRoom(ctx context.Context) error {
+	s.roomMu.Lock()
+	defer s.roomMu.Unlock()
+	now := s.cfg.Now()
+	if now.Sub(s.checkedAt) >= s.cfg.StateInterval {
+		st, err := s.handle(ctx)
+		if err != nil {
+			return err
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("retry: stream %s info: %w", s.cfg.Stream, err)
+		}
+		lim := s.cfg.FullAt
+		s.full = float64(info.State.Msgs) >= lim*float64(s.cfg.MaxMsgs) ||
+			float64(info.State.Bytes) >= lim*float64(s.cfg.MaxBytes)
+		s.checkedAt = now
+	}
+	if s.full {
+		return ErrFull
+	}
+	return nil
+}
+
+// Parked counts the messages of rule in the retry stream: parked ones waiting for their
+// time, plus fired ones (parks and delivery retries) the re-admitter has not handled yet.
+// O(parked messages of the rule) on the server; meant for metrics on an interval.
+func (s *Store) Parked(ctx context.Context, rule string) (uint64, error) {
+	n, err := subjectCount(ctx, s.js, s.cfg.APIPrefix, s.cfg.Stream, s.subject(KindPark, token(rule), "*"))
+	if err != nil {
+		return 0, err
+	}
+	ready := s.ReadySubject(rule)
+	st, err := s.handle(ctx)
+	if err != nil {
+		return 0, err
+	}
+	// A literal subject filter is a single lookup on the server, whatever the stream holds.
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(ready))
+	if err != nil {
+		return 0, fmt.Errorf("retry: stream %s info: %w", s.cfg.Stream, err)
+	}
+	return n + info.State.Subjects[ready], nil
+}
