@@ -1,0 +1,224 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// Admin calls the operations endpoints (/v1/admin/…) with the bearer token given to New
+// with WithAdminToken. Get one with Client.Admin; it shares the Client's retry policy.
+type Admin struct {
+	c *Client
+}
+
+// Admin returns the operations API of c.
+func (c *Client) Admin() *Admin { return &Admin{c: c} }
+
+// Rate is an outflow: RequestsPerUnit per Unit (second, minute, hour, day, week), or per
+// Interval (a Go duration such as "30s") instead of a unit, as in the rules file.
+type Rate struct {
+	Unit            string `json:"unit,omitempty"`
+	Interval        string `json:"interval,omitempty"`
+	RequestsPerUnit int64  `json:"requests_per_unit"`
+}
+
+// Queue is a queue rule's configuration (after live tuning) and its current state.
+type Queue struct {
+	// Name is the rule's name (the "name" of the rules file).
+	Name string `json:"name"`
+	// Capacity is the most messages waiting per key.
+	Capacity int64 `json:"capacity"`
+	// Outflow is the per-key rate; TotalOutflow the optional cap shared by all keys.
+	Outflow      *Rate `json:"outflow,omitempty"`
+	TotalOutflow *Rate `json:"total_outflow,omitempty"`
+	// Paused stops dispatch of every key; admission continues up to capacity.
+	Paused bool `json:"paused"`
+	// Depth is the messages waiting in all keys; ActiveKeys the keys with any.
+	Depth      int64 `json:"depth"`
+	ActiveKeys int64 `json:"active_keys"`
+	// Parked and Dead count the rule's messages in the retry queue and dead.
+	Parked int64 `json:"parked"`
+	Dead   int64 `json:"dead"`
+	// DrainedPerSecond is the deliveries per second over the last minute.
+	DrainedPerSecond float64 `json:"drained_per_second"`
+}
+
+// QueueKey is the state of one key of a queue.
+type QueueKey struct {
+	Queue string `json:"queue"`
+	Key   string `json:"key"`
+	Depth int64  `json:"depth"`
+	// NextDispatchAt is when the key's head message may leave next; zero when it is empty.
+	NextDispatchAt time.Time `json:"next_dispatch_at"`
+}
+
+// Patch changes a queue live (every drainer within 1 s, kept across restarts). Nil fields
+// are left as they are.
+type Patch struct {
+	Outflow      *Rate  `json:"outflow,omitempty"`
+	TotalOutflow *Rate  `json:"total_outflow,omitempty"`
+	Capacity     *int64 `json:"capacity,omitempty"`
+	Paused       *bool  `json:"paused,omitempty"`
+}
+
+// Queues lists every queue rule.
+func (a *Admin) Queues(ctx context.Context) ([]Queue, error) {
+	resp, err := a.c.do(ctx, a.call(http.MethodGet, "/v1/admin/queues", nil, anyTransient))
+	if err != nil {
+		return nil, err
+	}
+	var qs []Queue
+	if err := decodeList(resp.body, "queues", &qs); err != nil {
+		return nil, fmt.Errorf("sluice: GET /v1/admin/queues: %w", err)
+	}
+	return qs, nil
+}
+
+// Queue returns one queue rule by name; unknown names match ErrNotFound.
+func (a *Admin) Queue(ctx context.Context, name string) (*Queue, error) {
+	if name == "" {
+		return nil, errors.New("client: Queue: empty queue name")
+	}
+	return a.queue(ctx, a.call(http.MethodGet, "/v1/admin/queues/"+escapeSegment(name), nil, anyTransient))
+}
+
+// Key returns the depth and next dispatch time of one key of a queue. The key is sent as
+// one percent-encoded path segment, so any key ("a/b", "..", "🙂 x") addresses only itself.
+func (a *Admin) Key(ctx context.Context, name, key string) (*QueueKey, error) {
+	if name == "" {
+		return nil, errors.New("client: Key: empty queue name")
+	}
+	path := "/v1/admin/queues/" + escapeSegment(name) + "/keys/" + escapeSegment(key)
+	resp, err := a.c.do(ctx, a.call(http.MethodGet, path, nil, anyTransient))
+	if err != nil {
+		return nil, err
+	}
+	var k QueueKey
+	if err := json.Unmarshal(resp.body, &k); err != nil {
+		return nil, fmt.Errorf("sluice: GET %s: %w", path, err)
+	}
+	return &k, nil
+}
+
+// Tune changes a queue live and returns it as it is now. Setting the same patch twice is
+// harmless, so Tune is retried like a GET.
+func (a *Admin) Tune(ctx context.Context, name string, p Patch) (*Queue, error) {
+	if name == "" {
+		return nil, errors.New("client: Tune: empty queue name")
+	}
+	if p == (Patch{}) {
+		return nil, errors.New("client: Tune: empty patch")
+	}
+	body, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("client: Tune: %w", err)
+	}
+	return a.queue(ctx, a.call(http.MethodPatch, "/v1/admin/queues/"+escapeSegment(name), body, anyTransient))
+}
+
+// Reset drops every live change of a queue: it is again as the rules file says.
+func (a *Admin) Reset(ctx context.Context, name string) (*Queue, error) {
+	if name == "" {
+		return nil, errors.New("client: Reset: empty queue name")
+	}
+	return a.queue(ctx, a.call(http.MethodPatch, "/v1/admin/queues/"+escapeSegment(name), []byte(`{"reset":true}`), anyTransient))
+}
+
+// Dead lists the dead messages of a queue (all queues when queue is "").
+func (a *Admin) Dead(ctx context.Context, queue string) ([]MessageStatus, error) {
+	cl := a.call(http.MethodGet, "/v1/admin/dead", nil, anyTransient)
+	if queue != "" {
+		cl.query = url.Values{"queue": {queue}}
+	}
+	resp, err := a.c.do(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	var ms []MessageStatus
+	if err := decodeList(resp.body, "messages", &ms); err != nil {
+		return nil, fmt.Errorf("sluice: GET /v1/admin/dead: %w", err)
+	}
+	return ms, nil
+}
+
+// Replay puts a dead message back into its key's queue, with the same id (so the same
+// Idempotency-Key at the sink). It enqueues, so it is retried only when the connection
+// could not be made, or on 503.
+func (a *Admin) Replay(ctx context.Context, id string) (*Submission, error) {
+	if id == "" {
+		return nil, errors.New("client: Replay: empty message id")
+	}
+	path := "/v1/admin/dead/" + escapeSegment(id) + "/replay"
+	resp, err := a.c.do(ctx, a.call(http.MethodPost, path, nil, neverSent))
+	if err != nil {
+		return nil, err
+	}
+	s := &Submission{ID: id}
+	if len(bytes.TrimSpace(resp.body)) > 0 {
+		if err := json.Unmarshal(resp.body, s); err != nil {
+			return nil, fmt.Errorf("sluice: POST %s: %w", path, err)
+		}
+	}
+	s.Location = resp.header.Get("Location")
+	s.Attempts = resp.attempts
+	return s, nil
+}
+
+func (a *Admin) call(method, path string, body []byte, conn retryTransport) call {
+	return call{method: method, path: path, body: body, admin: true, conn: conn, retry: retryUnavailable, ok: is2xx}
+}
+
+func (a *Admin) queue(ctx context.Context, cl call) (*Queue, error) {
+	resp, err := a.c.do(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	var q Queue
+	if err := json.Unmarshal(resp.body, &q); err != nil {
+		return nil, fmt.Errorf("sluice: %s %s: %w", cl.method, cl.path, err)
+	}
+	return &q, nil
+}
+
+// decodeList reads a listing: {"<field>": [...]} as documented, or a bare array.
+func decodeList(body []byte, field string, out any) error {
+	body = bytes.TrimSpace(body)
+	if len(body) > 0 && body[0] == '[' {
+		return json.Unmarshal(body, out)
+	}
+	var env map[string]json.RawMessage
+	if err := json.Unmarshal(body, &env); err != nil {
+		return err
+	}
+	raw, ok := env[field]
+	if !ok {
+		return fmt.Errorf("no %q in the answer", field)
+	}
+	return json.Unmarshal(raw, out)
+}
+
+// Healthy reports whether the ingress process is alive (GET /healthz). Not retried: a
+// probe reports the present.
+func (c *Client) Healthy(ctx context.Context) error { return c.probe(ctx, "/healthz") }
+
+// Ready reports whether the ingress can admit (GET /readyz: NATS and Redis reachable); a
+// 503 matches ErrUnavailable. Not retried.
+func (c *Client) Ready(ctx context.Context) error { return c.probe(ctx, "/readyz") }
+
+func (c *Client) probe(ctx context.Context, path string) error {
+	resp, err := c.once(ctx, call{method: http.MethodGet, path: path})
+	if err != nil {
+		return fmt.Errorf("sluice: GET %s: %w", path, err)
+	}
+	resp.attempts = 1
+	if !is2xx(resp.status) {
+		return c.errorFor(resp)
+	}
+	return nil
+}

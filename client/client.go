@@ -1,0 +1,383 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Defaults of a Client; every one can be changed with an Option.
+const (
+	// DefaultMaxAttempts bounds the HTTP requests one call makes (the first try included).
+	DefaultMaxAttempts = 10
+	// DefaultBackoffBase is the back-off ceiling before the first retry; it doubles per retry.
+	DefaultBackoffBase = 250 * time.Millisecond
+	// DefaultBackoffCap is the most the back-off ceiling grows to.
+	DefaultBackoffCap = 20 * time.Second
+	// DefaultMaxRetryAfter is the longest Retry-After a call sleeps through by itself; a
+	// server asking for a longer wait (a daily quota, a deep queue) gets its answer returned
+	// at once, so a caller never hangs for hours inside Submit.
+	DefaultMaxRetryAfter = time.Minute
+	// DefaultTimeout is the per-request timeout of the http.Client made when none is given.
+	DefaultTimeout = 30 * time.Second
+	// DefaultUserAgent is sent unless WithUserAgent says otherwise.
+	DefaultUserAgent = "sluice-go-client/1"
+
+	// maxResponseBytes bounds what is read of one response body (admin listings are the largest).
+	maxResponseBytes = 16 << 20
+)
+
+// Client talks to a sluice ingress. It is safe for concurrent use; make one and share it.
+type Client struct {
+	base          *url.URL
+	hc            *http.Client
+	adminToken    string
+	userAgent     string
+	maxAttempts   int
+	backoffBase   time.Duration
+	backoffCap    time.Duration
+	maxRetryAfter time.Duration
+	retryOverLim  bool
+	now           func() time.Time
+	sleep         func(ctx context.Context, d time.Duration) error
+	jitter        func(max time.Duration) time.Duration
+}
+
+// Option configures a Client in New.
+type Option func(*Client) error
+
+// WithHTTPClient sets the http.Client used for every request (transport, TLS, proxies,
+// per-request Timeout). Default: a fresh http.Client with DefaultTimeout.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *Client) error {
+		if hc == nil {
+			return errors.New("client: WithHTTPClient: nil http.Client")
+		}
+		c.hc = hc
+		return nil
+	}
+}
+
+// WithAdminToken sets the bearer token sent by the Admin methods ($SLUICE_ADMIN_TOKEN).
+// It is never sent on the public endpoints.
+func WithAdminToken(token string) Option {
+	return func(c *Client) error { c.adminToken = token; return nil }
+}
+
+// WithMaxAttempts bounds the HTTP requests one call makes, the first included; 1 disables
+// retries. Default DefaultMaxAttempts.
+func WithMaxAttempts(n int) Option {
+	return func(c *Client) error {
+		if n < 1 {
+			return fmt.Errorf("client: WithMaxAttempts(%d): must be at least 1", n)
+		}
+		c.maxAttempts = n
+		return nil
+	}
+}
+
+// WithBackoff sets the back-off of retry n (1-based): a uniformly random wait in
+// [0, min(cap, base·2^(n-1))] ("full jitter"). Defaults DefaultBackoffBase, DefaultBackoffCap.
+func WithBackoff(base, cap time.Duration) Option {
+	return func(c *Client) error {
+		if base <= 0 || cap < base {
+			return fmt.Errorf("client: WithBackoff(%v, %v): need 0 < base ≤ cap", base, cap)
+		}
+		c.backoffBase, c.backoffCap = base, cap
+		return nil
+	}
+}
+
+// WithMaxRetryAfter sets the longest Retry-After a call waits for by itself before retrying
+// a 429 or 503; a longer one is returned to the caller at once. Default DefaultMaxRetryAfter.
+func WithMaxRetryAfter(d time.Duration) Option {
+	return func(c *Client) error {
+		if d < 0 {
+			return fmt.Errorf("client: WithMaxRetryAfter(%v): negative", d)
+		}
+		c.maxRetryAfter = d
+		return nil
+	}
+}
+
+// WithOverLimitRetry says whether Submit retries a 429 after its Retry-After (default true:
+// the client then paces a producer at the queue's outflow, which is what a deferred-work
+// producer wants). With false, Submit returns the *OverLimitError of the first 429 at once,
+// for callers that pass the refusal on to their own caller. See also SubmitOverLimitRetry.
+func WithOverLimitRetry(retry bool) Option {
+	return func(c *Client) error { c.retryOverLim = retry; return nil }
+}
+
+// WithUserAgent sets the User-Agent header. Default DefaultUserAgent.
+func WithUserAgent(ua string) Option {
+	return func(c *Client) error { c.userAgent = ua; return nil }
+}
+
+// WithClock replaces the clock and the sleep between retries, so tests never wait.
+// now turns HTTP-date Retry-After values into durations; sleep must return ctx.Err()
+// if ctx ends first. Either may be nil to keep the default.
+func WithClock(now func() time.Time, sleep func(ctx context.Context, d time.Duration) error) Option {
+	return func(c *Client) error {
+		if now != nil {
+			c.now = now
+		}
+		if sleep != nil {
+			c.sleep = sleep
+		}
+		return nil
+	}
+}
+
+// New returns a Client for the ingress at baseURL (e.g. "http://localhost:8080" or
+// "https://gw.example.com/sluice"; a path prefix is kept).
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("client: base URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("client: base URL %q: need http(s)://host[:port][/prefix]", baseURL)
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = strings.TrimRight(u.RawPath, "/")
+	u.RawQuery, u.Fragment = "", ""
+	c := &Client{
+		base:          u,
+		userAgent:     DefaultUserAgent,
+		maxAttempts:   DefaultMaxAttempts,
+		backoffBase:   DefaultBackoffBase,
+		backoffCap:    DefaultBackoffCap,
+		maxRetryAfter: DefaultMaxRetryAfter,
+		retryOverLim:  true,
+		now:           time.Now,
+		sleep:         sleepCtx,
+		jitter:        func(max time.Duration) time.Duration { return rand.N(max + 1) },
+	}
+	for _, o := range opts {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	if c.hc == nil {
+		c.hc = &http.Client{Timeout: DefaultTimeout}
+	}
+	return c, nil
+}
+
+// BaseURL is the base URL the client was made with, without a trailing slash.
+func (c *Client) BaseURL() string { return c.base.String() }
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// backoffCeiling is min(cap, base·2^(retry-1)) for retry ≥ 1, without overflowing.
+func backoffCeiling(base, cap time.Duration, retry int) time.Duration {
+	d := base
+	for i := 1; i < retry && d < cap; i++ {
+		d *= 2
+	}
+	return min(d, cap)
+}
+
+// backoff is the full-jitter wait before retry n: uniform in [0, backoffCeiling].
+func (c *Client) backoff(retry int) time.Duration {
+	return c.jitter(backoffCeiling(c.backoffBase, c.backoffCap, retry))
+}
+
+// retryTransport says which transport errors (no HTTP answer) a call may retry.
+type retryTransport int
+
+const (
+	// neverSent: only errors that prove the request never left (dial failures). For calls
+	// that are not idempotent (Check counts hits, Replay enqueues).
+	neverSent retryTransport = iota
+	// anyTransient: also resets, timeouts and cut-off answers. For idempotent calls
+	// (GET, PATCH) and Submit, whose idempotency key makes a repeat harmless.
+	anyTransient
+)
+
+// call is one logical API call, retried as a whole.
+type call struct {
+	method  string
+	path    string // escaped, from the base URL's path on ("/v1/messages")
+	query   url.Values
+	body    []byte
+	header  http.Header
+	admin   bool
+	conn    retryTransport
+	retry   func(status int) bool // statuses worth retrying (besides transport errors)
+	ok      func(status int) bool // statuses that are answers, not errors
+	overLim bool                  // 429 is retried (when retry says so) — Submit's switch
+}
+
+// response is one HTTP answer, body read in full.
+type response struct {
+	status   int
+	header   http.Header
+	body     []byte
+	attempts int
+}
+
+func (c *Client) url(path string, q url.Values) string {
+	s := c.base.String() + path
+	if len(q) > 0 {
+		s += "?" + q.Encode()
+	}
+	return s
+}
+
+// do runs call with the retry policy of doc.go and returns the answer that ended it. A
+// non-nil error is either a transport error, a context error, or the typed error for the
+// last answer (from errorFor); resp is set whenever an answer was received.
+func (c *Client) do(ctx context.Context, cl call) (*response, error) {
+	var last *response
+	for attempt := 1; ; attempt++ {
+		resp, err := c.once(ctx, cl)
+		if resp != nil {
+			resp.attempts = attempt
+			last = resp
+		}
+		var wait time.Duration
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return last, fmt.Errorf("sluice: %s %s: %w", cl.method, cl.path, ctx.Err())
+			}
+			err = fmt.Errorf("sluice: %s %s: %w", cl.method, cl.path, err)
+			if !c.transientTransport(cl.conn, err) {
+				return last, err
+			}
+			wait = c.backoff(attempt)
+		case cl.ok(resp.status):
+			return resp, nil
+		default:
+			err = c.errorFor(resp)
+			if !cl.retry(resp.status) || resp.status == http.StatusTooManyRequests && !cl.overLim {
+				return resp, err
+			}
+			ra, has := retryAfter(resp.header, c.now())
+			if !has {
+				var pe *ProblemError
+				if errors.As(err, &pe) && pe.RetryAfter > 0 {
+					ra, has = pe.RetryAfter, true
+				}
+			}
+			if has && ra > c.maxRetryAfter {
+				return resp, err // the server says "much later": that is the caller's decision
+			}
+			// Retry-After is a floor; the jittered back-off on top of it only matters once
+			// the retries pile up, and spreads clients that were refused in the same second.
+			wait = max(ra, c.backoff(attempt))
+		}
+		if attempt >= c.maxAttempts {
+			return last, err
+		}
+		if dl, ok := ctx.Deadline(); ok && c.now().Add(wait).After(dl) {
+			// Sleeping would only end in a deadline error; the last answer says more.
+			return last, err
+		}
+		if serr := c.sleep(ctx, wait); serr != nil {
+			return last, fmt.Errorf("%w (stopped waiting to retry: %w)", err, serr)
+		}
+	}
+}
+
+// once makes one HTTP request and reads the whole answer.
+func (c *Client) once(ctx context.Context, cl call) (*response, error) {
+	var body io.Reader
+	if cl.body != nil {
+		body = bytes.NewReader(cl.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, cl.method, c.url(cl.path, cl.query), body)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range cl.header {
+		req.Header[k] = v
+	}
+	if cl.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	if c.userAgent != "" {
+		req.Header.Set("User-Agent", c.userAgent)
+	}
+	if cl.admin && c.adminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+c.adminToken)
+	}
+	res, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, maxResponseBytes))
+	if err != nil {
+		// An answer cut off mid-body: for Submit this is exactly the case the idempotency
+		// key exists for (was it stored or not?), so it is a transport error, not an answer.
+		return nil, fmt.Errorf("reading the answer: %w", err)
+	}
+	return &response{status: res.StatusCode, header: res.Header, body: b}, nil
+}
+
+// transientTransport says whether a transport error may be retried under policy p.
+func (c *Client) transientTransport(p retryTransport, err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true // nothing was sent
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	if p == neverSent {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// Policies of status retries.
+func retryUnavailable(status int) bool {
+	// 503 is sluice's "cannot store durably now"; 502 and 504 come from proxies in front of
+	// an ingress that is restarting. Nothing else can succeed by repeating it.
+	return status == http.StatusServiceUnavailable || status == http.StatusBadGateway || status == http.StatusGatewayTimeout
+}
+
+func retryOverLimitOrUnavailable(status int) bool {
+	return status == http.StatusTooManyRequests || retryUnavailable(status)
+}
+
+func is2xx(status int) bool { return status >= 200 && status < 300 }
+
+// escapeSegment percent-encodes s as exactly one path segment: "/" becomes %2F, and "."
+// and ".." are encoded too, since clients and proxies would otherwise resolve them as
+// dot-segments and address another resource (a key is data, never syntax).
+func escapeSegment(s string) string {
+	switch s {
+	case ".":
+		return "%2E"
+	case "..":
+		return "%2E%2E"
+	}
+	return url.PathEscape(s)
+}

@@ -1,0 +1,71 @@
+// Package client is the Go client of a sluice ingress: submit work for deferred, rate-paced
+// delivery (Submit), follow a message (Status), ask envoy-style "may this pass?" questions
+// (Check), and operate queues (Admin). It uses only net/http and speaks the HTTP contract
+// of API.md (also published as api/openapi.yaml), so it works against any ingress URL.
+//
+//	c, err := client.New("http://localhost:8080")
+//	sub, err := c.Submit(ctx, "orders", []client.Entry{{Key: "merchant_id", Value: "m-42"}}, order)
+//	if client.IsOverLimit(err) { … }
+//
+// A Client is safe for concurrent use and holds no per-call state; make one and share it.
+//
+// # Errors
+//
+// Every error answer of the server is a *ProblemError (RFC 9457 problem details: Status,
+// Type, Title, Detail, Field). A 429 of Submit is an *OverLimitError (RetryAfter, Limit,
+// Remaining, Reset, Policy, ViolatedPolicies) that wraps the *ProblemError. Both match the
+// sentinels with errors.Is: ErrOverLimit, ErrNotFound, ErrNoRule, ErrInvalid, ErrTooLarge,
+// ErrUnauthorized, ErrUnavailable. A 429 of Check is not an error but a result whose
+// OverallCode is CodeOverLimit: a check asks a question and "no" is an answer.
+//
+// # Idempotency
+//
+// Submit generates one idempotency key per call (a UUIDv7, or the one given with
+// WithIdempotencyKey) and sends it on every attempt of that call, as the Idempotency-Key
+// header and the idempotency_key field. The server keeps a key for 24 h: a repeat is
+// answered 200 with the original submission, which Submit returns with Duplicate set.
+// That is what makes retrying a Submit after a lost answer safe.
+//
+// # Retry policy
+//
+// One call makes at most MaxAttempts HTTP requests (default 10, WithMaxAttempts), and never
+// outlives its context: if the next wait would end after ctx's deadline, the call returns
+// the last answer's error at once rather than sleep into a deadline error.
+//
+// What is retried:
+//   - 503 (the ingress cannot store durably), and 502/504 (a proxy in front of a restarting
+//     ingress): on every call except the /healthz and /readyz probes.
+//   - 429: on Submit and Status, by default. This is the user-friendly default for a
+//     producer of deferred work: a full queue frees a place every 1/outflow, so honouring
+//     Retry-After paces the producer at the queue's outflow instead of failing its work.
+//     WithOverLimitRetry(false) (or SubmitOverLimitRetry(false) per call) returns the
+//     *OverLimitError of the first 429 at once, for callers that pass refusals on.
+//     A Retry-After longer than MaxRetryAfter (default 1 min, WithMaxRetryAfter) is never
+//     slept through: "your daily quota is spent" comes back to the caller at once.
+//   - Transport errors (connection refused or reset, timeouts, an answer cut off): on
+//     Submit (its idempotency key makes a repeat harmless), Status, and the admin GETs and
+//     PATCHes. Check and Admin.Replay are not idempotent (a check counts hits, a replay
+//     enqueues), so they retry only failures to connect, when nothing was sent.
+//   - Never: 400, 401, 403, 404, 409, 413, 415, 422 or any other 4xx, nor 500: repeating
+//     them cannot succeed.
+//
+// The wait before retry n (1-based) is max(Retry-After, J) where J is uniform in
+// [0, min(Cap, Base·2^(n-1))] ("full jitter", Base 250 ms and Cap 20 s by default,
+// WithBackoff). Retry-After (seconds or an HTTP-date; X-RateLimit-Retry-After or the
+// problem's retry_after when absent) is a floor; the jitter spreads clients refused in
+// the same second once the retries pile up.
+//
+// # Rate-limit headers
+//
+// Submission, CheckResult, ProblemError and OverLimitError carry the parsed rate-limit
+// headers (RateLimit): X-RateLimit-Limit/-Remaining/-Reset/-Retry-After and the IETF
+// draft-ietf-httpapi-ratelimit-headers-10 fields RateLimit-Policy and RateLimit.
+// ParseRateLimit and ParseRetryAfter are exported for code that reads them elsewhere.
+//
+// # Testing
+//
+// WithClock replaces the clock and the sleep between retries, so a test of code that uses
+// the client never waits. The package's own tests run against httptest servers that send
+// the answers documented in API.md; the behavioural test against a real ingress lives with
+// the ingress.
+package client

@@ -1,0 +1,217 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Sentinel errors, for errors.Is. Every error answer is a *ProblemError (429s on Submit an
+// *OverLimitError wrapping one) that matches the sentinel of its status or type.
+var (
+	// ErrOverLimit: the request was refused for its rate limit or a full queue (429).
+	ErrOverLimit = errors.New("sluice: over limit")
+	// ErrNotFound: the message, queue or key is unknown (404, other than ErrNoRule).
+	ErrNotFound = errors.New("sluice: not found")
+	// ErrNoRule: no rule matches the domain and descriptor of a submission (404).
+	ErrNoRule = errors.New("sluice: no matching rule")
+	// ErrInvalid: the server refused the request as malformed (400, 415); see ProblemError.Field.
+	ErrInvalid = errors.New("sluice: invalid request")
+	// ErrTooLarge: the body is larger than the ingress accepts (413).
+	ErrTooLarge = errors.New("sluice: payload too large")
+	// ErrUnauthorized: an admin call without a valid bearer token (401, 403).
+	ErrUnauthorized = errors.New("sluice: unauthorized")
+	// ErrUnavailable: the ingress cannot store durably now (503, or 502/504 from a proxy),
+	// still so after the retries.
+	ErrUnavailable = errors.New("sluice: unavailable")
+)
+
+// Problem types of API.md (RFC 9457 "type" URIs).
+const (
+	ProblemBase           = "https://sluice.dev/problems"
+	ProblemInvalidRequest = ProblemBase + "#invalid-request"
+	ProblemNoRule         = ProblemBase + "#no-matching-rule"
+	ProblemTooLarge       = ProblemBase + "#payload-too-large"
+	ProblemQuotaExceeded  = ProblemBase + "#quota-exceeded"
+	ProblemUnavailable    = ProblemBase + "#unavailable"
+	ProblemNotFound       = ProblemBase + "#not-found"
+	ProblemUnauthorized   = ProblemBase + "#unauthorized"
+	ProblemInternal       = ProblemBase + "#internal"
+)
+
+// ProblemError is an error answer of the ingress: its RFC 9457 problem details, or, for an
+// answer that is not problem+json (a proxy's HTML page), the status with Type "about:blank"
+// and the start of the body as Detail.
+type ProblemError struct {
+	Status   int    `json:"status"`
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	// Field names the request field at fault ("descriptor[0].value"), on 400s.
+	Field string `json:"field,omitempty"`
+	// ViolatedPolicies names the rules or limits that refused the request, on 429s.
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+	// RetryAfter is the Retry-After header (or the body's retry_after), on 429s and 503s.
+	RetryAfter time.Duration `json:"-"`
+	// RateLimit holds the rate-limit headers of the answer, when it had any.
+	RateLimit RateLimit `json:"-"`
+	// Attempts is the number of HTTP requests the call made before giving up.
+	Attempts int `json:"-"`
+}
+
+func (e *ProblemError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "sluice: %d", e.Status)
+	if e.Title != "" {
+		b.WriteString(" " + e.Title)
+	}
+	if e.Field != "" {
+		b.WriteString(": " + e.Field)
+	}
+	if e.Detail != "" {
+		b.WriteString(": " + e.Detail)
+	}
+	if e.Attempts > 1 {
+		fmt.Fprintf(&b, " (after %d attempts)", e.Attempts)
+	}
+	return b.String()
+}
+
+// Is matches the sentinel errors by status and problem type.
+func (e *ProblemError) Is(target error) bool {
+	switch target {
+	case ErrOverLimit:
+		return e.Status == http.StatusTooManyRequests
+	case ErrNoRule:
+		return e.Type == ProblemNoRule
+	case ErrNotFound:
+		return e.Status == http.StatusNotFound && e.Type != ProblemNoRule
+	case ErrInvalid:
+		return e.Status == http.StatusBadRequest || e.Status == http.StatusUnsupportedMediaType
+	case ErrTooLarge:
+		return e.Status == http.StatusRequestEntityTooLarge
+	case ErrUnauthorized:
+		return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
+	case ErrUnavailable:
+		return retryUnavailable(e.Status)
+	}
+	return false
+}
+
+// OverLimitError is a 429 of Submit: the key's queue is full or its admission limit is
+// hit, and the rule's overflow is reject. It wraps the *ProblemError of the answer, so
+// errors.As works for both, and errors.Is(err, ErrOverLimit) holds.
+type OverLimitError struct {
+	// RetryAfter is how long until a submission would be accepted (Retry-After, ≥ 1 s).
+	RetryAfter time.Duration
+	// Limit, Remaining and Reset are X-RateLimit-Limit/-Remaining/-Reset: the capacity or
+	// admission limit, the places or requests left (0 here), and until one more frees up.
+	Limit     int64
+	Remaining int64
+	Reset     time.Duration
+	// Policy is the name of the policy in RateLimit-Policy (the rule or limit name).
+	Policy string
+	// ViolatedPolicies is the problem's "violated-policies".
+	ViolatedPolicies []string
+	// RateLimit is every rate-limit header of the answer, parsed.
+	RateLimit RateLimit
+	// Problem is the problem details of the answer.
+	Problem *ProblemError
+}
+
+func (e *OverLimitError) Error() string {
+	msg := "sluice: over limit"
+	if len(e.ViolatedPolicies) > 0 {
+		msg += " (" + strings.Join(e.ViolatedPolicies, ", ") + ")"
+	} else if e.Policy != "" {
+		msg += " (" + e.Policy + ")"
+	}
+	if e.RetryAfter > 0 {
+		msg += "; retry after " + e.RetryAfter.String()
+	}
+	if e.Problem != nil && e.Problem.Attempts > 1 {
+		msg += fmt.Sprintf(" (after %d attempts)", e.Problem.Attempts)
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrOverLimit) hold.
+func (e *OverLimitError) Is(target error) bool { return target == ErrOverLimit }
+
+// Unwrap returns the problem details, for errors.As(err, &*ProblemError).
+func (e *OverLimitError) Unwrap() error {
+	if e.Problem == nil {
+		return nil
+	}
+	return e.Problem
+}
+
+// IsOverLimit reports whether err is (or wraps) an over-limit refusal (a 429); use
+// errors.As with an *OverLimitError for its details.
+func IsOverLimit(err error) bool { return errors.Is(err, ErrOverLimit) }
+
+// errorFor turns a non-success answer into a *ProblemError, or an *OverLimitError for 429.
+func (c *Client) errorFor(r *response) error {
+	now := c.now()
+	pe := &ProblemError{Status: r.status, Attempts: r.attempts}
+	ct, _, _ := mime.ParseMediaType(r.header.Get("Content-Type"))
+	var raw struct {
+		ProblemError
+		RetryAfter float64 `json:"retry_after"`
+	}
+	if (ct == "application/problem+json" || ct == "application/json") && json.Unmarshal(r.body, &raw) == nil && (raw.Type != "" || raw.Title != "") {
+		*pe = raw.ProblemError
+		pe.Status = r.status // the status line wins over a body that disagrees
+		pe.Attempts = r.attempts
+		if raw.RetryAfter > 0 {
+			pe.RetryAfter = time.Duration(raw.RetryAfter * float64(time.Second))
+		}
+	} else {
+		pe.Type = "about:blank"
+		pe.Title = http.StatusText(r.status)
+		pe.Detail = snippet(r.body)
+	}
+	if pe.Type == "" {
+		pe.Type = "about:blank"
+	}
+	if ra, ok := retryAfter(r.header, now); ok {
+		pe.RetryAfter = ra
+	}
+	pe.RateLimit = ParseRateLimit(r.header, now)
+	if r.status != http.StatusTooManyRequests {
+		return pe
+	}
+	rl := pe.RateLimit
+	ol := &OverLimitError{
+		RetryAfter:       pe.RetryAfter,
+		Limit:            rl.Limit,
+		Remaining:        rl.Remaining,
+		Reset:            rl.Reset,
+		Policy:           rl.PolicyName(),
+		ViolatedPolicies: pe.ViolatedPolicies,
+		RateLimit:        rl,
+		Problem:          pe,
+	}
+	if ol.RetryAfter == 0 {
+		ol.RetryAfter = rl.RetryAfter
+	}
+	return ol
+}
+
+// snippet is the start of a non-problem body, printable, for an error message.
+func snippet(b []byte) string {
+	const n = 200
+	if len(b) > n {
+		b = b[:n]
+		for len(b) > 0 && !utf8.Valid(b) {
+			b = b[:len(b)-1]
+		}
+	}
+	return strings.TrimSpace(strings.ToValidUTF8(string(b), ""))
+}

@@ -1,0 +1,216 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Entry is one key/value pair of a descriptor, e.g. {merchant_id m-42}. The values of a
+// descriptor's entries select the key (the queue) under the rule they match.
+type Entry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// States of a message (GET /v1/messages/{id}); a Submission is queued or parked.
+const (
+	StateQueued     = "queued"
+	StateParked     = "parked"
+	StateDelivering = "delivering"
+	StateDelivered  = "delivered"
+	StateRetrying   = "retrying"
+	StateDead       = "dead"
+)
+
+// Submission is the answer to an accepted POST /v1/messages (202), or to a repeat of an
+// idempotency key already accepted within 24 h (200, Duplicate set).
+type Submission struct {
+	ID string `json:"id"`
+	// State is StateQueued (in the key's queue) or StateParked (in the retry queue, to be
+	// re-admitted at RetryAt). A duplicate reports the original's state at acceptance.
+	State string `json:"state"`
+	// Depth and Capacity are the key's queue after admission (queued only).
+	Depth    int64 `json:"depth"`
+	Capacity int64 `json:"capacity"`
+	// ETA is when the message is expected to leave for the sink (queued only).
+	ETA time.Time `json:"eta"`
+	// RetryAt is when a parked message is next tried (parked only).
+	RetryAt time.Time `json:"retry_at"`
+	// Location is the Location header: the message's status URL, as sent (often relative).
+	Location string `json:"-"`
+	// RateLimit holds the rate-limit headers of the answer.
+	RateLimit RateLimit `json:"-"`
+	// Duplicate is set when the server answered 200: the idempotency key had been accepted
+	// before (perhaps by an earlier attempt of this very call whose answer was lost) and
+	// nothing was enqueued this time.
+	Duplicate bool `json:"-"`
+	// IdempotencyKey is the key the submission was made with (generated or given).
+	IdempotencyKey string `json:"-"`
+	// Attempts is the number of HTTP requests Submit made.
+	Attempts int `json:"-"`
+}
+
+// UnmarshalJSON reads a submission answer. It is lenient about eta and retry_at (RFC 3339
+// per the contract; a number is read as Unix seconds, anything else left zero): the message
+// is accepted by then, and an odd timestamp must not turn that into an error.
+func (s *Submission) UnmarshalJSON(b []byte) error {
+	type plain Submission
+	var v struct {
+		*plain
+		ETA     json.RawMessage `json:"eta"`
+		RetryAt json.RawMessage `json:"retry_at"`
+	}
+	v.plain = (*plain)(s)
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	s.ETA, s.RetryAt = lenientTime(v.ETA), lenientTime(v.RetryAt)
+	return nil
+}
+
+func lenientTime(raw json.RawMessage) time.Time {
+	var t time.Time
+	if len(raw) == 0 || json.Unmarshal(raw, &t) == nil {
+		return t
+	}
+	var f float64
+	if json.Unmarshal(raw, &f) == nil && f > 0 {
+		return time.Unix(0, int64(f*float64(time.Second))).UTC()
+	}
+	return time.Time{}
+}
+
+// SubmitOption changes one Submit call.
+type SubmitOption func(*submitOptions)
+
+type submitOptions struct {
+	idemKey string
+	overLim *bool
+}
+
+// WithIdempotencyKey submits under key k instead of a generated one; use a key derived
+// from the work itself (an order id) to make resubmissions across process restarts safe.
+// The server keeps a key for 24 h; keys are at most 256 bytes of UTF-8.
+func WithIdempotencyKey(k string) SubmitOption {
+	return func(o *submitOptions) { o.idemKey = k }
+}
+
+// SubmitOverLimitRetry overrides WithOverLimitRetry for one call.
+func SubmitOverLimitRetry(retry bool) SubmitOption {
+	return func(o *submitOptions) { o.overLim = &retry }
+}
+
+// ErrInvalidPayload is returned, before anything is sent, for a payload that is not JSON.
+var ErrInvalidPayload = errors.New("client: payload is not valid JSON")
+
+// Submit asks sluice to deliver payload to the sink of the rule that domain and
+// descriptor match, at that key's outflow.
+//
+// payload is any JSON value: a json.RawMessage or []byte is sent byte-for-byte (it must be
+// valid JSON, and reaches the sink exactly as given); anything else is encoded with
+// encoding/json (without HTML escaping).
+//
+// One idempotency key (a UUIDv7 unless WithIdempotencyKey) is used for every attempt of
+// the call, so retries after a lost answer cannot enqueue twice. Over-limit refusals
+// come back as *OverLimitError, other refusals as *ProblemError; see the package doc for
+// what is retried.
+func (c *Client) Submit(ctx context.Context, domain string, descriptor []Entry, payload any, opts ...SubmitOption) (*Submission, error) {
+	var o submitOptions
+	for _, fn := range opts {
+		fn(&o)
+	}
+	if o.idemKey == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("client: idempotency key: %w", err)
+		}
+		o.idemKey = id.String()
+	}
+	body, err := submitBody(domain, descriptor, payload, o.idemKey)
+	if err != nil {
+		return nil, err
+	}
+	overLim := c.retryOverLim
+	if o.overLim != nil {
+		overLim = *o.overLim
+	}
+	resp, err := c.do(ctx, call{
+		method:  http.MethodPost,
+		path:    "/v1/messages",
+		body:    body,
+		header:  http.Header{"Idempotency-Key": {o.idemKey}},
+		conn:    anyTransient,
+		retry:   retryOverLimitOrUnavailable,
+		ok:      is2xx,
+		overLim: overLim,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &Submission{}
+	if err := json.Unmarshal(resp.body, s); err != nil {
+		return nil, fmt.Errorf("sluice: POST /v1/messages: %d answer: %w", resp.status, err)
+	}
+	s.Location = resp.header.Get("Location")
+	s.RateLimit = ParseRateLimit(resp.header, c.now())
+	s.Duplicate = resp.status == http.StatusOK
+	s.IdempotencyKey = o.idemKey
+	s.Attempts = resp.attempts
+	return s, nil
+}
+
+// submitBody builds the request body once, so every attempt sends the same bytes. The
+// payload is spliced in rather than encoded through json.RawMessage, which would compact
+// it and escape <, > and &: API.md promises the sink the bytes as submitted.
+func submitBody(domain string, descriptor []Entry, payload any, idemKey string) ([]byte, error) {
+	var raw []byte
+	switch p := payload.(type) {
+	case json.RawMessage:
+		raw = p
+	case []byte:
+		raw = p
+	default:
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(payload); err != nil {
+			return nil, fmt.Errorf("client: encoding the payload: %w", err)
+		}
+		raw = bytes.TrimRight(b.Bytes(), "\n")
+	}
+	if !json.Valid(raw) {
+		return nil, ErrInvalidPayload
+	}
+	if descriptor == nil {
+		descriptor = []Entry{} // "descriptor": [] names the missing field better than null
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	b.WriteString(`{"domain":`)
+	if err := enc.Encode(domain); err != nil {
+		return nil, fmt.Errorf("client: encoding the domain: %w", err)
+	}
+	b.Truncate(b.Len() - 1)
+	b.WriteString(`,"descriptor":`)
+	if err := enc.Encode(descriptor); err != nil {
+		return nil, fmt.Errorf("client: encoding the descriptor: %w", err)
+	}
+	b.Truncate(b.Len() - 1)
+	b.WriteString(`,"payload":`)
+	b.Write(raw)
+	b.WriteString(`,"idempotency_key":`)
+	if err := enc.Encode(idemKey); err != nil {
+		return nil, fmt.Errorf("client: encoding the idempotency key: %w", err)
+	}
+	b.Truncate(b.Len() - 1)
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
