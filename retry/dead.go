@@ -282,7 +282,9 @@ func (d *DeadLetters) Replay(ctx context.Context, id string, admit AdmitFunc) (A
 	if err != nil {
 		return res, err
 	}
-	if err := st.DeleteMsg(ctx, dl.Seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	// Already deleted means a concurrent replay got there first: the same outcome.
+	if err := st.DeleteMsg(ctx, dl.Seq); err != nil &&
+		!errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		// Admitted but still listed: a second replay would admit it again under the same
 		// msgID, which the queue deduplicates within its window. Report it.
 		return res, fmt.Errorf("retry: replay %s: admitted, but deleting the dead letter failed: %w", id, err)

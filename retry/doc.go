@@ -18,11 +18,12 @@
 // schedule of each kind: publishing it again (a client retry, two re-admitters racing)
 // replaces it instead of adding one. When it fires, the server atomically stores a copy
 // of the message on ready.<rule> and purges the schedule. The copy carries all headers
-// except Nats-Msg-Id, so the message id travels in HeaderID. The re-admitter's durable
-// pull consumer reads ready.> and acks a fired message only once its outcome —
-// re-admitted, parked again, or dead — is stored, so a crash of any process at any point
-// repeats a step instead of losing a message; each repeated step is idempotent (same
-// Nats-Msg-Id for the re-admission, same schedule subject, same dead-letter subject).
+// except Nats-Msg-Id, so the message id travels in queue.HeaderID (Sluice-Id). The
+// re-admitter's durable pull consumer reads ready.> and acks a fired message only once
+// its outcome — re-admitted, parked again, or dead — is stored, so a crash of any process
+// at any point repeats a step instead of losing a message; each repeated step is
+// idempotent (same Nats-Msg-Id for the re-admission, same schedule subject, same
+// dead-letter subject).
 //
 // The dead letters (DeadConfig.Stream, default SLUICE_DEAD) are a limits-retention stream
 // with subjects dead.<rule>.<id> (one dead letter per message id, by rollup), kept
@@ -38,8 +39,8 @@
 //   - Queue streams deduplicate by Nats-Msg-Id for ≥ 2 minutes. A message that was
 //     already queued once (a delivery retry, a replayed dead letter) would be silently
 //     dropped if re-admitted with its own id, so the re-admitter hands Admit a distinct
-//     msgID per generation (see AdmitMsgID); a parked message that never entered its
-//     queue keeps its id.
+//     msgID per generation (see AdmitMsgID; queue.Queues.EnqueueAs publishes with it);
+//     a parked message that never entered its queue keeps its id.
 //   - Nothing in these streams carries a Nats-Msg-Id of the message id: the duplicate
 //     window would swallow a re-park or a second dead letter of the same id.
 //

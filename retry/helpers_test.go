@@ -3,6 +3,7 @@ package retry
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -152,6 +153,7 @@ func startReadmitter(t *testing.T, e *env, admit AdmitFunc, mod func(*Readmitter
 	cfg := ReadmitterConfig{
 		Store: e.store, Dead: e.dead, Admit: admit, Rules: e.rules.get,
 		MinBackoff: time.Second, MaxBackoff: 2 * time.Second, ErrorBackoff: 2 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 	}
 	if mod != nil {
 		mod(&cfg)

@@ -51,11 +51,11 @@ type AdmitResult struct {
 // AdmitFunc puts m back into its key's queue — the same admission the ingress does,
 // without parking on failure. The wiring is, in essence:
 //
-//	if limited by an admission limit and it denies → {WindowClosed, reset}
-//	queues.Enqueue(rule, m) with Nats-Msg-Id = msgID
-//	  ok (or duplicate)  → mark the key due → {Admitted}
-//	  queue.ErrFull      → {Full, now + depth ÷ outflow}
-//	  anything else      → error (the fired message is retried later; nothing is lost)
+//	if the rule's admission limit denies     → {WindowClosed, the window's reset}
+//	queues.EnqueueAs(ctx, rule.Name, m, msgID)
+//	  ok (also Duplicate)  → scheduler.MarkDue(rule, key) → {Admitted}
+//	  queue.ErrFull        → {Full, now + depth ÷ outflow}
+//	  any other error      → return it (the fired message is retried later; nothing is lost)
 //
 // msgID is the Nats-Msg-Id to publish with (see AdmitMsgID): it equals m.ID for a message
 // that never entered its queue and differs for one that did, so a repeated re-admission of
@@ -158,7 +158,7 @@ const (
 // parks it again, or declares it dead. Run any number, in any number of processes: they
 // share one durable consumer, and every step is idempotent (see the package doc).
 //
-// Start and Stop are safe to call twice. Stop is a soft stop: it stops fetching, lets
+// Start and Stop are safe to call twice (and Start again after Stop). Stop is a soft stop: it stops fetching, lets
 // in-flight messages finish and hands buffered ones back to the server. Cancelling
 // Start's ctx is the hard stop: in-flight Admit calls are cancelled and their messages
 // are delivered again later.
@@ -167,9 +167,8 @@ type Readmitter struct {
 	log  *slog.Logger
 	runs *prometheus.CounterVec
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards started, cc, quit
 	started bool
-	stopped bool
 	cc      jetstream.ConsumeContext
 	quit    chan struct{}
 	wg      sync.WaitGroup
@@ -262,15 +261,14 @@ func (r *Readmitter) Start(ctx context.Context) error {
 }
 
 // Stop stops fetching, waits for in-flight messages and returns buffered ones to the
-// server. Safe to call twice, and before Start.
+// server. Safe to call twice, and before Start; Start may be called again afterwards.
 func (r *Readmitter) Stop() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.started || r.stopped {
-		r.stopped = true
+	if !r.started {
 		return
 	}
-	r.stopped = true
+	r.started = false
 	// Workers finish what they hold; the consumer hands every buffered message to the
 	// callback, which gives it back to the server (Nak) so another re-admitter can take
 	// it at once instead of after AckWait.

@@ -1,7 +1,6 @@
 package retry
 
 import (
-	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -14,9 +13,6 @@ import (
 
 // Headers this package adds to the queue.Message wire form (queue.EncodeMessage).
 const (
-	// HeaderID carries the message id. Nats-Msg-Id cannot: the scheduler strips it from
-	// fired messages, and in these streams it would deduplicate a legitimate re-park.
-	HeaderID = "Sluice-Id"
 	// HeaderRetryAt is the second a schedule fires (RFC 3339), i.e. the retry_at the
 	// caller was told; the re-admitter measures its lateness from it.
 	HeaderRetryAt = "Sluice-Retry-At"
@@ -35,9 +31,6 @@ const (
 	KindPark  = "park"  // no room in the key's queue (overflow: park); subject to park.max_age
 	KindRetry = "retry" // delivery retry of a relaxed rule; bounded by delivery.max_attempts
 )
-
-// errBadWire marks a stored message that is not one of ours (or is corrupt).
-var errBadWire = errors.New("retry: malformed message")
 
 // FireTime is when a schedule for at actually fires: at rounded up to the whole second
 // (Nats-Schedule @at has one-second resolution and must never fire early), and never
@@ -83,27 +76,19 @@ type scheduleMeta struct {
 	Parks   int
 }
 
-// encode builds the wire form of m for subject with our headers.
+// encode builds the wire form of m for subject. The id travels in queue.HeaderID, never
+// in Nats-Msg-Id: the scheduler strips Nats-Msg-Id from fired messages, and in these
+// streams it would deduplicate a legitimate re-park or a second dead letter.
 func encode(subject string, m queue.Message) *nats.Msg {
 	msg := queue.EncodeMessage(subject, m)
 	msg.Header.Del(queue.HeaderMsgID)
-	msg.Header.Set(HeaderID, m.ID)
+	msg.Header.Set(queue.HeaderID, m.ID)
 	return msg
 }
 
 // decode reads a message written by encode (possibly copied by the scheduler).
 func decode(h nats.Header, data []byte) (queue.Message, error) {
-	id := h.Get(HeaderID)
-	if id == "" {
-		return queue.Message{}, fmt.Errorf("%w: no %s header", errBadWire, HeaderID)
-	}
-	// DecodeMessage reads the id from Nats-Msg-Id; give it one without touching h.
-	hh := make(nats.Header, len(h)+1)
-	for k, v := range h {
-		hh[k] = v
-	}
-	hh.Set(queue.HeaderMsgID, id)
-	m, err := queue.DecodeMessage(hh, data)
+	m, err := queue.DecodeMessage(h, data)
 	if err != nil {
 		return queue.Message{}, fmt.Errorf("retry: %w", err)
 	}

@@ -1,0 +1,312 @@
+package retry
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-io/sluice/queue"
+)
+
+func TestReadmitterAdmitsWhenThereIsRoom(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rule := e.rules.add(parkRule("r", time.Hour))
+	q := newFakeQueue(nil)
+	reg := prometheus.NewRegistry()
+	startReadmitter(t, e, q.Admit, func(c *ReadmitterConfig) { c.Registerer = reg })
+	ctx := context.Background()
+
+	m := newMessage(rule.Name, "m/42 🚀")
+	fire, err := e.store.Park(ctx, rule, m, time.Now().Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
+	calls, adm := q.snapshot()
+	got, ok := adm[m.ID]
+	if !ok {
+		t.Fatalf("admitted under %v, want msgID = message id for a never-queued message", adm)
+	}
+	if got.ID != m.ID || got.Key != m.Key || !bytes.Equal(got.Payload, m.Payload) || got.Attempt != 0 || got.ParkedFrom.IsZero() {
+		t.Errorf("admitted %+v, want the parked message", got)
+	}
+	if calls[0].at.Before(fire) {
+		t.Errorf("admitted at %s, before its retry_at %s", calls[0].at, fire)
+	}
+	eventually(t, 10*time.Second, "the retry stream is empty", func() bool { return streamMsgs(t, e) == 0 })
+	if v := counterValue(t, reg, "r", ResultAdmitted); v != 1 {
+		t.Errorf("sluice_readmissions_total{result=admitted} = %v, want 1", v)
+	}
+}
+
+// counterValue reads sluice_readmissions_total{rule,result} from reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, rule, result string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_readmissions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["rule"] == rule && labels["result"] == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func TestReadmitterReparksWhileFull(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rule := e.rules.add(parkRule("r", time.Hour))
+	// Full twice (the second time with a suggested retry_at 2s away), then room.
+	q := newFakeQueue(func(call int, m queue.Message) (AdmitResult, error) {
+		switch call {
+		case 1:
+			return AdmitResult{Outcome: Full}, nil
+		case 2:
+			return AdmitResult{Outcome: WindowClosed, RetryAt: time.Now().Add(2 * time.Second)}, nil
+		}
+		return AdmitResult{Outcome: Admitted}, nil
+	})
+	startReadmitter(t, e, q.Admit, nil)
+	ctx := context.Background()
+	m := newMessage(rule.Name, "k")
+	if _, err := e.store.Park(ctx, rule, m, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "admitted on the third try", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
+	calls, _ := q.snapshot()
+	if len(calls) != 3 {
+		t.Fatalf("%d Admit calls, want 3", len(calls))
+	}
+	for i, c := range calls {
+		if c.msgID != m.ID || c.m.ID != m.ID {
+			t.Errorf("call %d: msgID %q id %q, want %q for both", i, c.msgID, c.m.ID, m.ID)
+		}
+		if !c.m.ParkedFrom.Equal(calls[0].m.ParkedFrom) {
+			t.Errorf("call %d: ParkedFrom moved from %s to %s; max_age counts from the first park", i, calls[0].m.ParkedFrom, c.m.ParkedFrom)
+		}
+	}
+	// Backoff ≥ MinBackoff (1s) between the first two; the suggested retry_at (2s) between
+	// the last two. Both rounded up to the second by the schedule.
+	if d := calls[1].at.Sub(calls[0].at); d < time.Second {
+		t.Errorf("re-parked for %s, want at least the 1s min backoff", d)
+	}
+	if d := calls[2].at.Sub(calls[1].at); d < 2*time.Second-50*time.Millisecond {
+		t.Errorf("re-parked for %s, want at least the suggested 2s", d)
+	}
+	if !strings.Contains(calls[2].m.LastError, "window_closed") {
+		t.Errorf("LastError = %q, want the re-admission outcome", calls[2].m.LastError)
+	}
+	eventually(t, 10*time.Second, "the retry stream is empty", func() bool { return streamMsgs(t, e) == 0 })
+}
+
+func TestReadmitterDeadAfterMaxAge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rule := e.rules.add(parkRule("r", 3*time.Second))
+	q := newFakeQueue(func(int, queue.Message) (AdmitResult, error) {
+		// Always full, suggesting a time far beyond max_age: the re-park must be capped at
+		// the max_age deadline so the message dies on time.
+		return AdmitResult{Outcome: Full, RetryAt: time.Now().Add(time.Hour)}, nil
+	})
+	startReadmitter(t, e, q.Admit, nil)
+	ctx := context.Background()
+	m := newMessage(rule.Name, "k")
+	start := time.Now()
+	if _, err := e.store.Park(ctx, rule, m, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var dl DeadLetter
+	eventually(t, 20*time.Second, "dead after park.max_age", func() bool {
+		var err error
+		dl, err = e.dead.Get(ctx, m.ID)
+		return err == nil
+	})
+	if el := time.Since(start); el < 3*time.Second || el > 10*time.Second {
+		t.Errorf("dead after %s, want about the 3s max_age", el)
+	}
+	if !strings.Contains(dl.Reason, "max_age") || !strings.Contains(dl.Reason, "full") {
+		t.Errorf("reason = %q, want max_age and the last re-admission outcome", dl.Reason)
+	}
+	if dl.Message.ID != m.ID || !bytes.Equal(dl.Message.Payload, m.Payload) || dl.Message.Key != m.Key {
+		t.Errorf("dead letter holds %+v, want the parked message", dl.Message)
+	}
+	eventually(t, 10*time.Second, "the retry stream is empty", func() bool { return streamMsgs(t, e) == 0 })
+}
+
+func TestReadmitterRuleRemoved(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rule := e.rules.add(parkRule("gone", time.Hour))
+	q := newFakeQueue(nil)
+	startReadmitter(t, e, q.Admit, nil)
+	ctx := context.Background()
+	m := newMessage(rule.Name, "k")
+	if _, err := e.store.Park(ctx, rule, m, time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	e.rules.remove(rule.Name)
+	var dl DeadLetter
+	eventually(t, 15*time.Second, "dead: rule removed", func() bool {
+		var err error
+		dl, err = e.dead.Get(ctx, m.ID)
+		return err == nil
+	})
+	if dl.Reason != ReasonRuleRemoved || dl.Message.Rule != "gone" {
+		t.Errorf("dead letter %+v, want reason %q of rule gone", dl, ReasonRuleRemoved)
+	}
+	if calls, _ := q.snapshot(); len(calls) != 0 {
+		t.Errorf("Admit called %d times for a removed rule", len(calls))
+	}
+}
+
+func TestReadmitterDeliveryRetry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rule := e.rules.add(parkRule("relaxed", time.Hour))
+	q := newFakeQueue(nil)
+	startReadmitter(t, e, q.Admit, nil)
+	ctx := context.Background()
+	m := newMessage(rule.Name, "k")
+	m.Attempt, m.LastError = 2, "sink: http 503 Service Unavailable"
+	if err := e.store.ScheduleRetry(ctx, rule, m, time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := e.store.Parked(ctx, rule.Name); n != 0 {
+		t.Errorf("a delivery retry counted as parked (%d)", n)
+	}
+	eventually(t, 15*time.Second, "delivery retry re-admitted", func() bool { c, _ := q.snapshot(); return len(c) == 1 })
+	calls, _ := q.snapshot()
+	c := calls[0]
+	if c.m.ID != m.ID || c.m.Attempt != 2 || c.m.LastError != m.LastError || !c.m.ParkedFrom.IsZero() {
+		t.Errorf("re-admitted %+v, want the message with its attempts and never parked", c.m)
+	}
+	if c.msgID == m.ID || c.msgID != AdmitMsgID(m) {
+		t.Errorf("msgID = %q, want a generation id (the queue saw %q already)", c.msgID, m.ID)
+	}
+}
+
+func TestReadmitterErrorIsRetried(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rule := e.rules.add(parkRule("r", time.Hour))
+	q := newFakeQueue(func(call int, m queue.Message) (AdmitResult, error) {
+		if call == 1 {
+			return AdmitResult{}, errors.New("nats: no responders")
+		}
+		return AdmitResult{Outcome: Admitted}, nil
+	})
+	startReadmitter(t, e, q.Admit, func(c *ReadmitterConfig) { c.ErrorBackoff = time.Second })
+	m := newMessage(rule.Name, "k")
+	if _, err := e.store.Park(context.Background(), rule, m, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "admitted after an Admit error", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
+}
+
+// Two re-admitters share the work; when one is too slow and its message is delivered
+// again to the other, both re-admit it under the same msgID, so the queue keeps one copy.
+func TestTwoReadmittersIdempotent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rule := e.rules.add(parkRule("r", time.Hour))
+	var slow atomic.Int32
+	q := newFakeQueue(func(call int, m queue.Message) (AdmitResult, error) {
+		if slow.Add(1) <= 3 { // the first few calls outlast AckWait: redelivered elsewhere
+			time.Sleep(1500 * time.Millisecond)
+		}
+		return AdmitResult{Outcome: Admitted}, nil
+	})
+	mod := func(c *ReadmitterConfig) { c.AckWait = time.Second; c.Workers = 4 }
+	startReadmitter(t, e, q.Admit, mod)
+	startReadmitter(t, e, q.Admit, mod)
+
+	ctx := context.Background()
+	const n = 40
+	ids := map[string]bool{}
+	for i := range n {
+		m := newMessage(rule.Name, string(rune('a'+i%26)))
+		ids[m.ID] = true
+		if _, err := e.store.Park(ctx, rule, m, time.Now().Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, "all admitted and acked", func() bool {
+		_, adm := q.snapshot()
+		return len(adm) == n && streamMsgs(t, e) == 0
+	})
+	calls, adm := q.snapshot()
+	for id := range adm {
+		if !ids[id] {
+			t.Errorf("admitted unknown msgID %q", id)
+		}
+	}
+	if len(calls) <= n {
+		t.Logf("no redelivery happened (%d calls for %d messages); idempotence untested this run", len(calls), n)
+	}
+	for _, c := range calls {
+		if c.msgID != c.m.ID {
+			t.Errorf("re-admission of %s under msgID %q: a redelivery would not deduplicate", c.m.ID, c.msgID)
+		}
+	}
+	if l, _, err := e.dead.List(ctx, "", 10, 0); err != nil || len(l) != 0 {
+		t.Errorf("dead letters: %d, %v; want none", len(l), err)
+	}
+}
+
+func TestReadmitterStartStopTwice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	q := newFakeQueue(nil)
+	r, err := NewReadmitter(ReadmitterConfig{Store: e.store, Dead: e.dead, Admit: q.Admit, Rules: e.rules.get})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Stop() // before Start: no-op
+	ctx := context.Background()
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.Stop()
+	r.Stop()
+
+	// A stopped re-admitter leaves fired messages for the next one.
+	rule := e.rules.add(parkRule("r", time.Hour))
+	m := newMessage(rule.Name, "k")
+	if _, err := e.store.Park(ctx, rule, m, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "fired", func() bool { return len(firedMessages(t, e, rule.Name)) == 1 })
+	if c, _ := q.snapshot(); len(c) != 0 {
+		t.Fatalf("stopped re-admitter handled %d messages", len(c))
+	}
+	startReadmitter(t, e, q.Admit, nil)
+	eventually(t, 10*time.Second, "handled by the next re-admitter", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
+}
+
+func TestReadmitterConfigValidate(t *testing.T) {
+	t.Parallel()
+	if _, err := NewReadmitter(ReadmitterConfig{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("empty config: %v, want ErrInvalidConfig", err)
+	}
+}
