@@ -1,0 +1,306 @@
+// Package admit is sluice's admission: the one path by which a message enters a key's
+// queue, used by the ingress for new requests, by the re-admitter for parked messages and
+// by dead-letter replay.
+//
+// Admission of a message m under a queue rule R, key k:
+//
+//  1. R's admission limits (bucket/), if any, are decided for k. Denied → park or reject.
+//  2. m is published to k's subject in R's stream with its id as Nats-Msg-Id. JetStream
+//     itself refuses the (capacity+1)-th message of k (error 10077) → park or reject.
+//  3. k is marked due in the outflow scheduler, and k's depth read back for the answer.
+//
+// Redis being down never stops step 2: limits fall back to a local limiter (bucket.Degraded)
+// and a missed due mark is repaired by the drainers' reconciler. NATS being down makes
+// admission fail with ErrUnavailable: nothing is acknowledged that was not stored.
+package admit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/sluice-io/sluice/bucket"
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/queue"
+	"github.com/sluice-io/sluice/retry"
+)
+
+// ErrUnavailable means the message could not be stored durably (NATS unreachable, stream
+// leader election, retry stream full). The caller answers 503 with Retry-After.
+var ErrUnavailable = errors.New("admit: cannot store the message now")
+
+// Decision is what happened to a message.
+type Decision string
+
+const (
+	Queued   Decision = "queued"
+	Parked   Decision = "parked"
+	Rejected Decision = "rejected"
+)
+
+// Why a message was not queued.
+const (
+	ReasonQueueFull = "queue-full"
+	ReasonLimit     = "rate-limit"
+)
+
+// Result is the outcome of one admission, with everything the response headers need.
+type Result struct {
+	Decision  Decision
+	Duplicate bool   // the stream already had this message id (nothing new stored)
+	Reason    string // for Parked/Rejected: ReasonQueueFull or ReasonLimit
+
+	// Queue state after the admission (queue rules).
+	Depth    int64
+	Capacity int64
+	ETA      time.Time // estimated dispatch time of the message (Queued)
+
+	RetryAt time.Time // Parked: when the re-admitter tries again (rounded up to the second)
+
+	// Headers: the policy that decided, and its numbers.
+	Policy     string
+	Limit      int64
+	Remaining  int64
+	Reset      time.Duration // until one more place frees up / the window resets
+	Window     time.Duration // the policy's window (RateLimit-Policy w=)
+	RetryAfter time.Duration // Rejected: until a retry could succeed
+	Violated   []string      // Rejected: violated policies
+}
+
+// Outflow returns the outflow currently in force for a rule (rules file or live override).
+type Outflow func(r *rules.Rule) (outflow, total rules.Rate)
+
+// Admitter admits messages. Safe for concurrent use. All fields but Limits, Parking,
+// Logger, Now and OutflowOf are required.
+type Admitter struct {
+	Queues    *queue.Queues
+	Scheduler *queue.Scheduler
+	Limits    bucket.Store // nil: admission limits are not enforced (no rule has one)
+	Parking   *retry.Store // nil: overflow park is refused as unavailable
+	OutflowOf Outflow      // nil: the rule's own outflow
+	Logger    *slog.Logger
+	Now       func() time.Time
+
+	logMu   sync.Mutex
+	lastLog map[string]time.Time
+}
+
+func (a *Admitter) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
+}
+
+func (a *Admitter) outflow(r *rules.Rule) (rules.Rate, rules.Rate) {
+	if a.OutflowOf != nil {
+		return a.OutflowOf(r)
+	}
+	return r.Queue.Outflow, r.Queue.TotalOutflow
+}
+
+// LimitKey is the bucket key of (rule, key) in the limiter: rule names are
+// [A-Za-z0-9_-], so the first ':' splits the two unambiguously.
+func LimitKey(rule, key string) string { return rule + ":" + key }
+
+// Limits converts a rule's admission limits for the limiter.
+func Limits(r *rules.Rule) []bucket.Limit {
+	out := make([]bucket.Limit, 0, len(r.RateLimits))
+	for _, l := range r.RateLimits {
+		name := l.Name
+		if name == "" {
+			name = r.Name
+		}
+		out = append(out, bucket.Limit{
+			Algorithm: bucket.Algorithm(l.Algorithm),
+			Rate:      l.Rate.Requests,
+			Interval:  l.Rate.Interval,
+			Burst:     l.Burst,
+			Name:      name,
+			Shadow:    r.ShadowMode,
+		})
+	}
+	return out
+}
+
+// Admit admits m (m.Key, m.ID, m.Payload set) into rule r's queue. allowPark lets a
+// refusal be parked when the rule says overflow: park; the re-admitter passes false (it
+// parks again itself). msgID is the Nats-Msg-Id ("" = m.ID).
+func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, msgID string, allowPark bool) (Result, error) {
+	if !r.HasQueue() {
+		return Result{}, fmt.Errorf("admit: rule %q has no queue", r.Name)
+	}
+	now := a.now()
+	m.Rule = r.Name
+	if m.CreatedAt.IsZero() {
+		m.CreatedAt = now
+	}
+	outflow, _ := a.outflow(r)
+	capacity := r.Queue.Capacity
+
+	// 1. Admission limits.
+	var limRes *bucket.Result
+	if len(r.RateLimits) > 0 && !r.Unlimited && a.Limits != nil {
+		res, err := a.Limits.Allow(ctx, LimitKey(r.Name, m.Key), Limits(r), 1, now)
+		if err != nil {
+			return Result{}, fmt.Errorf("%w: admission limit: %v", ErrUnavailable, err)
+		}
+		if !res.Allowed {
+			d := res.Decision()
+			out := Result{
+				Reason: ReasonLimit, Capacity: capacity,
+				Policy: policyName(r, res), Limit: d.Limit, Remaining: d.Remaining,
+				Reset: d.ResetAfter, Window: d.Window, RetryAfter: res.RetryAfter(),
+				Violated: violated(r, res),
+			}
+			return a.refuse(ctx, r, m, out, now.Add(out.RetryAfter), allowPark)
+		}
+		limRes = &res
+	}
+
+	// 2. Enqueue: JetStream enforces the capacity atomically.
+	enq, err := a.Queues.EnqueueAs(ctx, r.Name, m, msgID)
+	if errors.Is(err, queue.ErrFull) {
+		depth := capacity
+		if d, derr := a.Queues.Depth(ctx, r.Name, m.Key); derr == nil {
+			depth = int64(d)
+		}
+		every := outflow.Every()
+		drain := time.Duration(depth) * every // the honest wait: the queue ahead drains at the outflow
+		out := Result{
+			Reason: ReasonQueueFull, Depth: depth, Capacity: capacity,
+			Policy: r.Name, Limit: capacity, Remaining: 0,
+			Reset: every, Window: time.Duration(capacity) * every, RetryAfter: drain,
+			Violated: []string{r.Name},
+		}
+		if next, ok, nerr := a.Scheduler.NextSlot(ctx, r.Name, m.Key); nerr == nil && ok && next.After(now) {
+			out.Reset = next.Sub(now) // one place frees when the head leaves at its slot
+		}
+		return a.refuse(ctx, r, m, out, now.Add(drain), allowPark)
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+
+	// 3. Mark due and read the depth back, concurrently: one round trip to each server.
+	var depth uint64
+	var derr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		depth, derr = a.Queues.Depth(ctx, r.Name, m.Key)
+	}()
+	if merr := a.Scheduler.MarkDue(ctx, r.Name, m.Key); merr != nil {
+		// The message is stored; the reconciler will schedule the key when Redis is back.
+		a.throttledWarn("mark-due", "admit: key stored but not marked due; the reconciler will repair it", "rule", r.Name, "err", merr)
+	}
+	wg.Wait()
+	if derr != nil {
+		depth = 1 // at least this message; the headers are then a lower bound
+	}
+	every := outflow.Every()
+	out := Result{
+		Decision: Queued, Duplicate: enq.Duplicate,
+		Depth: int64(depth), Capacity: capacity,
+		ETA:    now.Add(time.Duration(int64(depth)-1) * every),
+		Policy: r.Name, Limit: capacity, Remaining: capacity - int64(depth),
+		Reset: every, Window: time.Duration(capacity) * every,
+	}
+	if out.ETA.Before(now) {
+		out.ETA = now
+	}
+	if depth == 0 { // already drained between publish and depth read
+		out.Reset = 0
+	}
+	// An admission limit with fewer requests left than the queue has places is the
+	// tighter policy: report it.
+	if limRes != nil {
+		if d := limRes.Decision(); d.Remaining < out.Remaining {
+			out.Policy, out.Limit, out.Remaining, out.Reset, out.Window = policyName(r, *limRes), d.Limit, d.Remaining, d.ResetAfter, d.Window
+		}
+	}
+	return out, nil
+}
+
+// refuse parks m (overflow: park) or rejects it.
+func (a *Admitter) refuse(ctx context.Context, r *rules.Rule, m queue.Message, out Result, retryAt time.Time, allowPark bool) (Result, error) {
+	if !allowPark || r.Overflow != rules.OverflowPark {
+		out.Decision = Rejected
+		if out.RetryAfter <= 0 {
+			out.RetryAfter = time.Second
+		}
+		return out, nil
+	}
+	if a.Parking == nil {
+		return Result{}, fmt.Errorf("%w: no retry stream to park in", ErrUnavailable)
+	}
+	m.LastError = out.Reason
+	fire, err := a.Parking.Park(ctx, r, m, retryAt)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: park: %v", ErrUnavailable, err)
+	}
+	out.Decision = Parked
+	out.RetryAt = fire
+	out.RetryAfter = 0
+	out.Violated = nil
+	return out, nil
+}
+
+// Readmit is a retry.AdmitFunc: it puts a parked message (or a dead letter being
+// replayed) back into its key's queue, without parking it on refusal.
+func (a *Admitter) Readmit(ctx context.Context, r *rules.Rule, m queue.Message, msgID string) (retry.AdmitResult, error) {
+	res, err := a.Admit(ctx, r, m, msgID, false)
+	if err != nil {
+		return retry.AdmitResult{}, err
+	}
+	switch {
+	case res.Decision == Queued:
+		return retry.AdmitResult{Outcome: retry.Admitted}, nil
+	case res.Reason == ReasonLimit:
+		return retry.AdmitResult{Outcome: retry.WindowClosed, RetryAt: a.now().Add(res.RetryAfter)}, nil
+	default:
+		return retry.AdmitResult{Outcome: retry.Full, RetryAt: a.now().Add(res.RetryAfter)}, nil
+	}
+}
+
+func policyName(r *rules.Rule, res bucket.Result) string {
+	if d := res.Index; d >= 0 && d < len(r.RateLimits) && r.RateLimits[d].Name != "" {
+		return r.RateLimits[d].Name
+	}
+	return r.Name
+}
+
+func violated(r *rules.Rule, res bucket.Result) []string {
+	var out []string
+	for i := 0; i < res.N && i < len(r.RateLimits); i++ {
+		if !res.Decisions[i].Allowed && !r.ShadowMode {
+			name := r.RateLimits[i].Name
+			if name == "" {
+				name = r.Name
+			}
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func (a *Admitter) throttledWarn(what, msg string, args ...any) {
+	a.logMu.Lock()
+	if a.lastLog == nil {
+		a.lastLog = map[string]time.Time{}
+	}
+	t := a.lastLog[what]
+	now := time.Now()
+	ok := now.Sub(t) >= 10*time.Second
+	if ok {
+		a.lastLog[what] = now
+	}
+	a.logMu.Unlock()
+	if ok && a.Logger != nil {
+		a.Logger.Warn(msg, args...)
+	}
+}

@@ -1,0 +1,339 @@
+package ingress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-io/sluice/bucket"
+	"github.com/sluice-io/sluice/internal/admit"
+	"github.com/sluice-io/sluice/internal/devenv"
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/status"
+	"github.com/sluice-io/sluice/queue"
+	"github.com/sluice-io/sluice/retry"
+)
+
+// Main is the ingress process: it runs in cmd/ingress and, whole, in tests.
+type Main struct {
+	Config Config
+	Stdout io.Writer // where -dev prints its banner; default os.Stdout
+	Logger *slog.Logger
+
+	// Set by Run.
+	Server   *Server
+	Addr     net.Addr // the HTTP listener's address (useful with -http :0)
+	NATSURL  string
+	RedisURL string
+	SinkURL  string // -dev demo sink
+
+	closers []func()
+	httpSrv *http.Server
+	done    chan struct{}
+	once    sync.Once
+}
+
+// NewLogger builds the process logger from the config.
+func NewLogger(c Config, w io.Writer) *slog.Logger {
+	level := slog.LevelInfo
+	switch strings.ToLower(c.LogLevel) {
+	case "debug":
+		level = slog.LevelDebug
+	case "warn":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if c.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// Run starts everything and returns once the HTTP server is listening. Stop it with Close.
+func (m *Main) Run(ctx context.Context) (err error) {
+	c := m.Config
+	if m.Logger == nil {
+		m.Logger = NewLogger(c, os.Stderr)
+	}
+	if m.Stdout == nil {
+		m.Stdout = os.Stdout
+	}
+	log := m.Logger
+	m.done = make(chan struct{})
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Rules first: a process with bad rules must not start.
+	var srv *Server
+	watcher, err := rules.NewWatcher(rules.WatcherConfig{
+		Paths: c.Rules, Interval: c.RulesPoll, Logger: log,
+		OnReload: func(set *rules.Set, err error) {
+			if srv != nil {
+				srv.RulesReloaded(set, err)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("ingress: rules: %w", err)
+	}
+
+	m.NATSURL, m.RedisURL = c.NATSURL, c.RedisURL
+	if c.Dev {
+		if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
+			return fmt.Errorf("ingress: -data: %w", err)
+		}
+		ns, err := devenv.StartNATS(c.DataDir, c.DevNATSAddr)
+		if err != nil {
+			return err
+		}
+		m.closers = append(m.closers, ns.Close)
+		rs, err := devenv.StartRedis()
+		if err != nil {
+			return err
+		}
+		m.closers = append(m.closers, rs.Close)
+		sink, err := devenv.StartSink(c.DevSinkAddr, log)
+		if err != nil {
+			return err
+		}
+		m.closers = append(m.closers, func() { sink.Close(context.Background()) })
+		m.NATSURL, m.RedisURL, m.SinkURL = ns.URL(), rs.URL(), sink.URL()
+	}
+
+	nc, err := nats.Connect(m.NATSURL,
+		nats.Name("sluice-ingress"),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+		// No reconnect buffer: a publish while disconnected must fail at once, so a 503
+		// means "not stored" instead of "stored later, after the client was told no".
+		nats.ReconnectBufSize(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("ingress: NATS disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("ingress: NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
+	)
+	if err != nil {
+		return fmt.Errorf("ingress: NATS %s: %w", m.NATSURL, err)
+	}
+	m.closers = append(m.closers, func() { nc.Drain() })
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("ingress: JetStream: %w", err)
+	}
+
+	ropts, err := redisOptions(m.RedisURL)
+	if err != nil {
+		return err
+	}
+	rdb := redis.NewClient(ropts)
+	m.closers = append(m.closers, func() { rdb.Close() })
+
+	queues, err := queue.NewQueues(js, queue.Config{Replicas: c.Replicas})
+	if err != nil {
+		return err
+	}
+	sched, err := queue.NewScheduler(rdb, queue.SchedulerConfig{})
+	if err != nil {
+		return err
+	}
+	parking, err := retry.NewStore(js, retry.Config{Replicas: c.Replicas})
+	if err != nil {
+		return err
+	}
+	statuses := status.New(rdb, status.Config{Logger: log})
+	statuses.Start(context.WithoutCancel(ctx))
+	m.closers = append(m.closers, statuses.Stop)
+
+	// Streams: every queue rule's stream and the retry stream must exist before admitting.
+	ensureCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = ensureStreams(ensureCtx, queues, parking, watcher.Current())
+	cancel()
+	if err != nil {
+		return err
+	}
+
+	var limits bucket.Store
+	var degraded *bucket.Degraded
+	if c.Dev {
+		limits = bucket.NewMemory(bucket.MemoryConfig{})
+	} else {
+		primary, err := bucket.NewRedis(rdb, bucket.RedisConfig{Prefix: "sl:lim:"})
+		if err != nil {
+			return err
+		}
+		degraded = bucket.NewDegraded(primary, bucket.DegradedConfig{
+			OnChange: func(on bool, err error) {
+				if srv != nil {
+					srv.SetDegraded(on)
+				}
+				if on {
+					log.Warn("ingress: Redis unreachable: admission limits now decided locally (limit ÷ live ingress count)", "err", err)
+				} else {
+					log.Info("ingress: Redis reachable again: admission limits decided in Redis")
+				}
+			},
+		})
+		limits = degraded
+	}
+
+	admitter := &admit.Admitter{Queues: queues, Scheduler: sched, Limits: limits, Parking: parking, Logger: log}
+	srv = NewServer(ServerConfig{
+		Rules: watcher.Current, Admitter: admitter, Status: statuses, Limits: limits,
+		AdminToken: c.AdminToken, MaxBody: c.MaxBody, Registry: reg, Logger: log,
+		Ready: func(ctx context.Context) error {
+			if !nc.IsConnected() {
+				return errors.New("NATS is not connected")
+			}
+			if err := rdb.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("Redis: %w", err)
+			}
+			return nil
+		},
+	})
+	m.Server = srv
+	srv.RulesReloaded(watcher.Current(), nil)
+
+	// Reloads: keep streams in step with the rules (new queue rules, capacity changes).
+	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.closers = append(m.closers, wcancel, watcher.Stop)
+	if err := watcher.Start(wctx); err != nil {
+		return err
+	}
+	go func() {
+		var last *rules.Set = watcher.Current()
+		t := time.NewTicker(c.RulesPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+				if cur := watcher.Current(); cur != last {
+					ectx, cancel := context.WithTimeout(wctx, 30*time.Second)
+					if err := ensureStreams(ectx, queues, parking, cur); err != nil {
+						log.Error("ingress: streams not updated after a rules reload", "err", err)
+					} else {
+						last = cur
+					}
+					cancel()
+				}
+			}
+		}
+	}()
+
+	if degraded != nil {
+		peers := &peerCounter{nc: nc, log: log, onChange: degraded.SetProcesses}
+		if err := peers.Start(wctx); err != nil {
+			log.Warn("ingress: live ingress count unavailable; degraded limits assume 1 process", "err", err)
+		}
+	}
+
+	ln, err := net.Listen("tcp", c.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("ingress: listen %s: %w", c.HTTPAddr, err)
+	}
+	m.Addr = ln.Addr()
+	m.httpSrv = &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	go func() {
+		if err := m.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("ingress: HTTP server stopped", "err", err)
+		}
+	}()
+	log.Info("ingress: listening", "addr", m.Addr.String(), "nats", m.NATSURL, "rules", len(watcher.Current().Rules()), "dev", c.Dev)
+	if c.Dev {
+		m.printBanner(watcher.Current())
+	}
+	return nil
+}
+
+func (m *Main) printBanner(set *rules.Set) {
+	port := m.Addr.(*net.TCPAddr).Port
+	fmt.Fprintf(m.Stdout, "\nsluice is running (dev mode: embedded NATS at %s, data in %s)\n", m.NATSURL, m.Config.DataDir)
+	fmt.Fprintf(m.Stdout, "  API:       http://localhost:%d   (metrics: /metrics)\n", port)
+	fmt.Fprintf(m.Stdout, "  demo sink: %s (logs every delivery)\n", m.SinkURL)
+	fmt.Fprintf(m.Stdout, "  rules:     %d from %s\n\n", len(set.Rules()), strings.Join(m.Config.Rules, ","))
+	fmt.Fprintf(m.Stdout, "Try it — 30 orders for one merchant, delivered at its outflow:\n")
+	fmt.Fprintf(m.Stdout, "  for i in $(seq 30); do curl -s localhost:%d/v1/messages -H 'Content-Type: application/json' \\\n", port)
+	fmt.Fprintf(m.Stdout, "    -d '{\"domain\":\"orders\",\"descriptor\":[{\"key\":\"merchant_id\",\"value\":\"m-42\"}],\"payload\":{\"order_id\":'$i'}}'; echo; done\n\n")
+}
+
+// Close stops the process: HTTP first (stop admitting, finish in-flight requests within
+// the shutdown timeout), then everything else in reverse start order. Safe to call twice.
+func (m *Main) Close() {
+	m.once.Do(func() {
+		if m.httpSrv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
+			m.httpSrv.Shutdown(ctx)
+			cancel()
+		}
+		for i := len(m.closers) - 1; i >= 0; i-- {
+			m.closers[i]()
+		}
+		if m.done != nil {
+			close(m.done)
+		}
+	})
+}
+
+func ensureStreams(ctx context.Context, q *queue.Queues, parking *retry.Store, set *rules.Set) error {
+	if err := parking.Ensure(ctx); err != nil {
+		return fmt.Errorf("ingress: retry stream: %w", err)
+	}
+	for _, r := range set.QueueRules() {
+		if err := q.Ensure(ctx, r.Name, r.Queue.Capacity); err != nil {
+			return fmt.Errorf("ingress: %w", err)
+		}
+	}
+	return nil
+}
+
+// redisOptions parses a redis:// or unix:// URL and sets timeouts short enough that an
+// unreachable Redis degrades admission quickly instead of hanging requests.
+func redisOptions(url string) (*redis.Options, error) {
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("ingress: -redis %q: %w", url, err)
+	}
+	o.DialTimeout = 500 * time.Millisecond
+	o.ReadTimeout = 500 * time.Millisecond
+	o.WriteTimeout = 500 * time.Millisecond
+	o.ContextTimeoutEnabled = true
+	o.MaxRetries = 1
+	if o.PoolSize < 256 {
+		o.PoolSize = 256
+	}
+	o.MinIdleConns = 8
+	return o, nil
+}

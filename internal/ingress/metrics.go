@@ -1,0 +1,56 @@
+package ingress
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics of the ingress (API.md "Metrics"). Labels never carry a key.
+type metrics struct {
+	admissions   *prometheus.CounterVec   // sluice_admissions_total{rule,decision}
+	checks       *prometheus.CounterVec   // sluice_checks_total{rule,code}
+	httpDuration *prometheus.HistogramVec // sluice_http_request_duration_seconds{route,code}
+	degraded     prometheus.Gauge         // sluice_limiter_degraded
+	rulesReload  *prometheus.CounterVec   // sluice_rules_reload_total{result}
+	rulesLoaded  prometheus.Gauge         // sluice_rules_loaded
+}
+
+// Admission decisions (sluice_admissions_total{decision}).
+const (
+	decisionQueued    = "queued"
+	decisionParked    = "parked"
+	decisionRejected  = "rejected"
+	decisionDuplicate = "duplicate"
+	decisionError     = "error"
+)
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_admissions_total",
+			Help: "Requests to POST /v1/messages by rule and decision (queued, parked, rejected, duplicate, error).",
+		}, []string{"rule", "decision"}),
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_checks_total",
+			Help: "Descriptors decided by POST /v1/check by rule and code (OK, OVER_LIMIT, SHADOW_OVER_LIMIT).",
+		}, []string{"rule", "code"}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_http_request_duration_seconds",
+			Help:    "HTTP request durations by route pattern and status code.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"route", "code"}),
+		degraded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_limiter_degraded",
+			Help: "1 while Redis is unreachable and admission limits are decided by a local limiter (limit ÷ live ingress count).",
+		}),
+		rulesReload: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rules_reload_total",
+			Help: "Rules file reloads by result (ok, error). On error the last good rules stay in force.",
+		}, []string{"result"}),
+		rulesLoaded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_rules_loaded",
+			Help: "Number of rules in force.",
+		}),
+	}
+	reg.MustRegister(m.admissions, m.checks, m.httpDuration, m.degraded, m.rulesReload, m.rulesLoaded)
+	return m
+}

@@ -1,0 +1,169 @@
+package ingress
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/rules"
+)
+
+// Limits on what a request may carry.
+const (
+	MaxKeyBytes            = 256 // a descriptor value (the key), API.md
+	MaxDomainBytes         = 256
+	MaxDescriptorEntries   = 16
+	MaxIdempotencyKeyBytes = 256
+	MaxCheckDescriptors    = 64
+)
+
+// submitRequest is the body of POST /v1/messages.
+type submitRequest struct {
+	Domain         string          `json:"domain"`
+	Descriptor     []entry         `json:"descriptor"`
+	Payload        json.RawMessage `json:"payload"`
+	IdempotencyKey string          `json:"idempotency_key"`
+}
+
+type entry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// checkRequest is the body of POST /v1/check (envoy's /json shape).
+type checkRequest struct {
+	Domain      string `json:"domain"`
+	Descriptors []struct {
+		Entries []entry `json:"entries"`
+	} `json:"descriptors"`
+	HitsAddend *int64 `json:"hits_addend"`
+}
+
+// decodeJSON reads a JSON body into v, refusing unknown fields and trailing data, and maps
+// every failure to a problem naming the field when it can.
+func decodeJSON(r *http.Request, body []byte, v any) *httpx.Problem {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
+		p := httpx.Problem{Type: httpx.TypeInvalidRequest, Status: http.StatusUnsupportedMediaType,
+			Title: "Unsupported media type", Detail: "Content-Type must be application/json"}
+		return &p
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		p := jsonProblem(err)
+		return &p
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		p := httpx.BadRequest("", "the body must hold exactly one JSON object")
+		return &p
+	}
+	return nil
+}
+
+func jsonProblem(err error) httpx.Problem {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return httpx.BadRequest("", fmt.Sprintf("malformed JSON at byte %d: %v", syn.Offset, syn))
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = "(body)"
+		}
+		return httpx.BadRequest(field, fmt.Sprintf("must be %s, not %s", jsonType(typ.Type.Kind().String()), typ.Value))
+	case errors.Is(err, io.EOF):
+		return httpx.BadRequest("", "the body is empty")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return httpx.BadRequest("", "malformed JSON: unexpected end of the body")
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return httpx.BadRequest(f, "unknown field")
+	}
+	return httpx.BadRequest("", "malformed JSON: "+err.Error())
+}
+
+func jsonType(kind string) string {
+	switch kind {
+	case "slice":
+		return "an array"
+	case "struct", "map":
+		return "an object"
+	case "int64", "int":
+		return "an integer"
+	}
+	return "a " + kind
+}
+
+// validate checks the fields of a submit request; the first problem found is returned.
+func (req *submitRequest) validate() *httpx.Problem {
+	if p := validateDomain(req.Domain); p != nil {
+		return p
+	}
+	if p := validateEntries("descriptor", req.Descriptor); p != nil {
+		return p
+	}
+	if len(req.Payload) == 0 {
+		p := httpx.BadRequest("payload", "is required (any JSON value)")
+		return &p
+	}
+	if len(req.IdempotencyKey) > MaxIdempotencyKeyBytes || !utf8.ValidString(req.IdempotencyKey) {
+		p := httpx.BadRequest("idempotency_key", fmt.Sprintf("must be valid UTF-8 of at most %d bytes", MaxIdempotencyKeyBytes))
+		return &p
+	}
+	return nil
+}
+
+func validateDomain(d string) *httpx.Problem {
+	if d == "" {
+		p := httpx.BadRequest("domain", "is required")
+		return &p
+	}
+	if len(d) > MaxDomainBytes || !utf8.ValidString(d) {
+		p := httpx.BadRequest("domain", fmt.Sprintf("must be valid UTF-8 of at most %d bytes", MaxDomainBytes))
+		return &p
+	}
+	return nil
+}
+
+func validateEntries(field string, es []entry) *httpx.Problem {
+	if len(es) == 0 {
+		p := httpx.BadRequest(field, "is required: a list of {key, value} entries")
+		return &p
+	}
+	if len(es) > MaxDescriptorEntries {
+		p := httpx.BadRequest(field, fmt.Sprintf("has %d entries; at most %d", len(es), MaxDescriptorEntries))
+		return &p
+	}
+	for i, e := range es {
+		at := field + "[" + strconv.Itoa(i) + "]"
+		if e.Key == "" {
+			p := httpx.BadRequest(at+".key", "is required")
+			return &p
+		}
+		if len(e.Key) > MaxKeyBytes || !utf8.ValidString(e.Key) {
+			p := httpx.BadRequest(at+".key", fmt.Sprintf("must be valid UTF-8 of at most %d bytes", MaxKeyBytes))
+			return &p
+		}
+		if len(e.Value) > MaxKeyBytes || !utf8.ValidString(e.Value) {
+			p := httpx.BadRequest(at+".value", fmt.Sprintf("must be valid UTF-8 of at most %d bytes", MaxKeyBytes))
+			return &p
+		}
+	}
+	return nil
+}
+
+func toRuleEntries(es []entry) []rules.Entry {
+	out := make([]rules.Entry, len(es))
+	for i, e := range es {
+		out[i] = rules.Entry{Key: e.Key, Value: e.Value}
+	}
+	return out
+}

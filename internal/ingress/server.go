@@ -1,0 +1,416 @@
+// Package ingress is sluice's front door: the HTTP API of API.md (submit, status, check,
+// health, metrics, admin) and the ingress process that serves it (Main).
+package ingress
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluice-io/sluice/bucket"
+	"github.com/sluice-io/sluice/internal/admit"
+	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/status"
+	"github.com/sluice-io/sluice/queue"
+)
+
+// Server serves the ingress HTTP API. Create it with NewServer; it is safe for concurrent use.
+type Server struct {
+	cfg     ServerConfig
+	metrics *metrics
+	mux     *http.ServeMux
+	bufs    sync.Pool
+}
+
+// ServerConfig holds what the server needs. Rules, Admitter and Status are required.
+type ServerConfig struct {
+	Rules    func() *rules.Set // the rules in force (hot-reloaded)
+	Admitter *admit.Admitter
+	Status   *status.Store
+	Limits   bucket.Store // for /v1/check; nil answers every check OK
+	// Ready reports whether NATS and Redis are reachable (GET /readyz); nil = always ready.
+	Ready func(ctx context.Context) error
+	// Admin serves /v1/admin/; nil = 404. It is wrapped in bearer-token authentication.
+	Admin      http.Handler
+	AdminToken string
+	MaxBody    int64 // default 1 MiB
+	Registry   *prometheus.Registry
+	Logger     *slog.Logger
+	Now        func() time.Time
+	// Unavailable is the Retry-After of a 503 while NATS cannot store. Default 2s.
+	Unavailable time.Duration
+}
+
+// NewServer builds the server and registers its metrics on cfg.Registry.
+func NewServer(cfg ServerConfig) *Server {
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = 1 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Unavailable <= 0 {
+		cfg.Unavailable = 2 * time.Second
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registry), mux: http.NewServeMux()}
+	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	s.route("POST /v1/messages", s.handleSubmit)
+	s.route("GET /v1/messages/{id}", s.handleStatus)
+	s.route("POST /v1/check", s.handleCheck)
+	s.route("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, "ok\n")
+	})
+	s.route("GET /readyz", s.handleReady)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
+	if cfg.Admin != nil {
+		s.mux.Handle("/v1/admin/", s.instrument("/v1/admin/", s.authenticate(cfg.Admin)))
+	} else {
+		s.route("/v1/admin/", func(w http.ResponseWriter, r *http.Request) {
+			if !s.authorized(r) {
+				s.unauthorized(w)
+				return
+			}
+			httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "the admin API is not enabled in this process"})
+		})
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no such endpoint: " + r.Method + " " + r.URL.Path})
+	})
+	return s
+}
+
+// Metrics exposes the admission metrics to the process (degraded mode, rules reloads).
+func (s *Server) SetDegraded(on bool) {
+	if on {
+		s.metrics.degraded.Set(1)
+	} else {
+		s.metrics.degraded.Set(0)
+	}
+}
+
+// RulesReloaded records a rules reload attempt for sluice_rules_reload_total.
+func (s *Server) RulesReloaded(set *rules.Set, err error) {
+	if err != nil {
+		s.metrics.rulesReload.WithLabelValues("error").Inc()
+		return
+	}
+	s.metrics.rulesReload.WithLabelValues("ok").Inc()
+	s.metrics.rulesLoaded.Set(float64(len(set.Rules())))
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) route(pattern string, h http.HandlerFunc) {
+	route := pattern
+	if i := strings.IndexByte(route, ' '); i >= 0 {
+		route = route[i+1:]
+	}
+	s.mux.Handle(pattern, s.instrument(route, h))
+}
+
+// statusWriter records the status code for the duration histogram.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+var codeStrings = func() map[int]string {
+	m := map[int]string{}
+	for c := 100; c < 600; c++ {
+		m[c] = strconv.Itoa(c)
+	}
+	return m
+}()
+
+func (s *Server) instrument(route string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		h.ServeHTTP(sw, r)
+		code := sw.code
+		if code == 0 {
+			code = http.StatusOK
+		}
+		s.metrics.httpDuration.WithLabelValues(route, codeStrings[code]).Observe(time.Since(start).Seconds())
+	})
+}
+
+// readBody reads the request body up to MaxBody; a larger body is a 413.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *[]byte, *httpx.Problem) {
+	if r.ContentLength > s.cfg.MaxBody {
+		p := httpx.Problem{Type: httpx.TypeTooLarge, Status: http.StatusRequestEntityTooLarge,
+			Detail: "the body is larger than " + strconv.FormatInt(s.cfg.MaxBody, 10) + " bytes"}
+		return nil, nil, &p
+	}
+	bp := s.bufs.Get().(*[]byte)
+	buf := (*bp)[:0]
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			*bp = buf
+			s.bufs.Put(bp)
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				p := httpx.Problem{Type: httpx.TypeTooLarge, Status: http.StatusRequestEntityTooLarge,
+					Detail: "the body is larger than " + strconv.FormatInt(s.cfg.MaxBody, 10) + " bytes"}
+				return nil, nil, &p
+			}
+			p := httpx.BadRequest("", "could not read the body: "+err.Error())
+			return nil, nil, &p
+		}
+	}
+	*bp = buf
+	return buf, bp, nil
+}
+
+func (s *Server) releaseBody(bp *[]byte) {
+	if bp != nil && cap(*bp) <= 1<<20 {
+		s.bufs.Put(bp)
+	}
+}
+
+// submitResponse is the body of 202 and 200 answers to POST /v1/messages.
+type submitResponse struct {
+	ID       string `json:"id"`
+	State    string `json:"state"`
+	Depth    *int64 `json:"depth,omitempty"`
+	Capacity *int64 `json:"capacity,omitempty"`
+	ETA      string `json:"eta,omitempty"`
+	RetryAt  string `json:"retry_at,omitempty"`
+}
+
+func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
+	body, bp, prob := s.readBody(w, r)
+	defer s.releaseBody(bp)
+	if prob != nil {
+		s.metrics.admissions.WithLabelValues("", decisionError).Inc()
+		httpx.WriteProblem(w, *prob)
+		return
+	}
+	var req submitRequest
+	if p := decodeJSON(r, body, &req); p != nil {
+		httpx.WriteProblem(w, *p)
+		return
+	}
+	if req.IdempotencyKey == "" {
+		req.IdempotencyKey = r.Header.Get("Idempotency-Key")
+	} else if h := r.Header.Get("Idempotency-Key"); h != "" && h != req.IdempotencyKey {
+		httpx.WriteProblem(w, httpx.BadRequest("idempotency_key", "differs from the Idempotency-Key header"))
+		return
+	}
+	if p := req.validate(); p != nil {
+		httpx.WriteProblem(w, *p)
+		return
+	}
+	set := s.cfg.Rules()
+	match, ok := set.Match(req.Domain, toRuleEntries(req.Descriptor))
+	if !ok {
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNoRule, Status: http.StatusNotFound, Title: "No matching rule",
+			Detail: "no rule of domain " + strconv.Quote(req.Domain) + " matches this descriptor"})
+		return
+	}
+	rule := match.Rule
+	if !rule.HasQueue() {
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNoRule, Status: http.StatusNotFound, Title: "No queue for this descriptor",
+			Detail: "rule " + strconv.Quote(rule.Name) + " has no queue; it answers POST /v1/check only"})
+		return
+	}
+	if len(match.Key) > queue.MaxKeyBytes {
+		httpx.WriteProblem(w, httpx.BadRequest("descriptor", "the key made of the descriptor's values is longer than 256 bytes"))
+		return
+	}
+	ctx := r.Context()
+	now := s.cfg.Now()
+	id, err := uuid.NewV7()
+	if err != nil {
+		s.internalError(w, rule.Name, err)
+		return
+	}
+	msg := queue.Message{ID: id.String(), Key: match.Key, Payload: append([]byte(nil), req.Payload...), CreatedAt: now}
+
+	// Idempotency: the first request with a key owns it for 24 h; repeats get its answer.
+	claimedIdem := false
+	if req.IdempotencyKey != "" && s.cfg.Status != nil {
+		owner, claimed, err := s.cfg.Status.ClaimIdempotency(ctx, rule.Name, req.IdempotencyKey, msg.ID)
+		switch {
+		case err != nil:
+			// Redis is down: admit anyway (JetStream's duplicate window still catches a
+			// quick retry only if the id repeats, which it does not here) and say so.
+			s.cfg.Logger.Warn("ingress: idempotency key not checked (Redis unreachable)", "rule", rule.Name, "err", err)
+		case !claimed:
+			if st, err := s.cfg.Status.Get(ctx, owner); err == nil {
+				s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
+				resp := submitResponse{ID: st.ID, State: st.State}
+				if !st.RetryAt.IsZero() && st.State == status.Parked {
+					resp.RetryAt = st.RetryAt.UTC().Format(time.RFC3339)
+				}
+				w.Header().Set("Location", "/v1/messages/"+st.ID)
+				httpx.WriteJSON(w, http.StatusOK, resp)
+				return
+			}
+			// The owner crashed between claiming and storing: admit under the owner's id,
+			// so the stream's duplicate window protects against a double enqueue.
+			msg.ID = owner
+		default:
+			claimedIdem = true
+		}
+	}
+
+	res, err := s.cfg.Admitter.Admit(ctx, rule, msg, "", true)
+	if err != nil {
+		// The idempotency key stays claimed: a publish that timed out may still have been
+		// stored, and a retry under the same key re-admits under the same message id, which
+		// the stream's duplicate window then recognises.
+		s.metrics.admissions.WithLabelValues(rule.Name, decisionError).Inc()
+		if errors.Is(err, admit.ErrUnavailable) {
+			s.cfg.Logger.Warn("ingress: message not stored", "rule", rule.Name, "key", match.Key, "err", err)
+			httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
+				Title: "Cannot store the message now", Detail: "the queue store (NATS JetStream) is unreachable; nothing was stored",
+				RetryAfter: httpx.Seconds(s.cfg.Unavailable, 1)})
+			return
+		}
+		s.internalError(w, rule.Name, err)
+		return
+	}
+	h := w.Header()
+	httpx.SetRateLimitHeaders(h, httpx.RateLimit{Policy: res.Policy, Limit: res.Limit, Remaining: res.Remaining,
+		Reset: res.Reset, Window: res.Window, RetryAfter: res.RetryAfter})
+	switch res.Decision {
+	case admit.Rejected:
+		if claimedIdem {
+			s.cfg.Status.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, req.IdempotencyKey, msg.ID)
+		}
+		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
+		detail := "the queue of this key is full"
+		if res.Reason == admit.ReasonLimit {
+			detail = "the admission limit of this key is exhausted"
+		}
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeQuotaExceeded, Status: http.StatusTooManyRequests,
+			Title: "Quota exceeded", Detail: detail, ViolatedPolicies: res.Violated,
+			RetryAfter: httpx.Seconds(res.RetryAfter, 1)})
+		return
+	case admit.Parked:
+		s.metrics.admissions.WithLabelValues(rule.Name, decisionParked).Inc()
+		s.putStatus(ctx, req.Domain, rule.Name, msg, status.Parked, now, res.RetryAt, res.Reason)
+		h.Set("Location", "/v1/messages/"+msg.ID)
+		httpx.WriteJSON(w, http.StatusAccepted, submitResponse{ID: msg.ID, State: status.Parked, RetryAt: res.RetryAt.UTC().Format(time.RFC3339)})
+	default:
+		decision := decisionQueued
+		if res.Duplicate {
+			decision = decisionDuplicate
+		}
+		s.metrics.admissions.WithLabelValues(rule.Name, decision).Inc()
+		s.putStatus(ctx, req.Domain, rule.Name, msg, status.Queued, now, time.Time{}, "")
+		h.Set("Location", "/v1/messages/"+msg.ID)
+		httpx.WriteJSON(w, http.StatusAccepted, submitResponse{ID: msg.ID, State: status.Queued, Depth: &res.Depth,
+			Capacity: &res.Capacity, ETA: res.ETA.UTC().Format(time.RFC3339Nano)})
+	}
+}
+
+func (s *Server) putStatus(ctx context.Context, domain, rule string, m queue.Message, state string, now, retryAt time.Time, lastErr string) {
+	if s.cfg.Status == nil {
+		return
+	}
+	err := s.cfg.Status.Put(ctx, status.Status{ID: m.ID, Domain: domain, Rule: rule, Key: m.Key, State: state,
+		CreatedAt: now, UpdatedAt: now, RetryAt: retryAt, LastError: lastErr})
+	if err != nil {
+		s.cfg.Logger.Warn("ingress: status not recorded (the message is stored)", "rule", rule, "id", m.ID, "err", err)
+	}
+}
+
+func (s *Server) internalError(w http.ResponseWriter, rule string, err error) {
+	s.cfg.Logger.Error("ingress: internal error", "rule", rule, "err", err)
+	httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeInternal, Status: http.StatusInternalServerError, Detail: "internal error"})
+}
+
+// statusResponse is GET /v1/messages/{id}.
+type statusResponse struct {
+	ID        string `json:"id"`
+	Domain    string `json:"domain"`
+	Rule      string `json:"rule"`
+	Key       string `json:"key"`
+	State     string `json:"state"`
+	Attempts  int    `json:"attempts"`
+	CreatedAt string `json:"created_at"`
+	UpdatedAt string `json:"updated_at"`
+	LastError string `json:"last_error"`
+	RetryAt   string `json:"retry_at,omitempty"`
+}
+
+func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if s.cfg.Status == nil {
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no status store"})
+		return
+	}
+	st, err := s.cfg.Status.Get(r.Context(), id)
+	if errors.Is(err, status.ErrNotFound) {
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Title: "Unknown message",
+			Detail: "no message with id " + strconv.Quote(id) + " (ids are kept at least 24 h after their final state)"})
+		return
+	}
+	if err != nil {
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
+			Detail: "the status store (Redis) is unreachable", RetryAfter: 1})
+		return
+	}
+	resp := statusResponse{ID: st.ID, Domain: st.Domain, Rule: st.Rule, Key: st.Key, State: st.State, Attempts: st.Attempts,
+		CreatedAt: st.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: st.UpdatedAt.UTC().Format(time.RFC3339Nano), LastError: st.LastError}
+	if st.State == status.Parked && !st.RetryAt.IsZero() {
+		resp.RetryAt = st.RetryAt.UTC().Format(time.RFC3339)
+	}
+	httpx.WriteJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.cfg.Ready(ctx); err != nil {
+			httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Title: "Not ready", Detail: err.Error()})
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	io.WriteString(w, "ready\n")
+}
