@@ -68,11 +68,12 @@ func ParseRateLimit(h http.Header, now time.Time) RateLimit {
 	remaining, hasRemaining := headerInt(h, "X-RateLimit-Remaining")
 	reset, hasReset := headerInt(h, "X-RateLimit-Reset")
 	if ra, ok := headerInt(h, "X-RateLimit-Retry-After"); ok {
-		rl.RetryAfter = time.Duration(ra) * time.Second
+		rl.RetryAfter = time.Duration(min(ra, maxSeconds)) * time.Second
 	}
 	if hasReset && reset > 1_000_000_000 {
 		reset = max(0, int64(time.Unix(reset, 0).Sub(now).Seconds()+0.999))
 	}
+	reset = min(reset, maxSeconds)
 	rl.Limit, rl.Remaining, rl.Reset = limit, remaining, time.Duration(reset)*time.Second
 	if !hasLimit && len(rl.Policies) > 0 {
 		rl.Limit = rl.Policies[0].Quota
@@ -107,7 +108,7 @@ func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 		return d, true
 	}
 	if n, ok := headerInt(h, "X-RateLimit-Retry-After"); ok {
-		return time.Duration(n) * time.Second, true
+		return time.Duration(min(n, maxSeconds)) * time.Second, true
 	}
 	return 0, false
 }
@@ -122,10 +123,7 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		if n < 0 {
 			return 0, false
 		}
-		if n > int64(365*24*time.Hour/time.Second) {
-			n = int64(365 * 24 * time.Hour / time.Second) // a year is "never" and cannot overflow
-		}
-		return time.Duration(n) * time.Second, true
+		return time.Duration(min(n, maxSeconds)) * time.Second, true
 	}
 	t, err := http.ParseTime(v)
 	if err != nil {
@@ -138,9 +136,8 @@ func parsePolicies(vals []string) []Policy {
 	var out []Policy
 	for _, it := range parseSFList(vals) {
 		p := Policy{Name: it.name, QuotaUnit: it.params["qu"], Partition: it.params["pk"]}
-		p.Quota, _ = strconv.ParseInt(it.params["q"], 10, 64)
-		w, _ := strconv.ParseInt(it.params["w"], 10, 64)
-		p.Window = time.Duration(w) * time.Second
+		p.Quota = sfInt(it.params["q"])
+		p.Window = time.Duration(min(sfInt(it.params["w"]), maxSeconds)) * time.Second
 		out = append(out, p)
 	}
 	return out
@@ -150,13 +147,24 @@ func parseCurrent(vals []string) []PolicyState {
 	var out []PolicyState
 	for _, it := range parseSFList(vals) {
 		s := PolicyState{Name: it.name, Partition: it.params["pk"]}
-		s.Remaining, _ = strconv.ParseInt(it.params["r"], 10, 64)
-		t, _ := strconv.ParseInt(it.params["t"], 10, 64)
-		s.Reset = time.Duration(t) * time.Second
+		s.Remaining = sfInt(it.params["r"])
+		s.Reset = time.Duration(min(sfInt(it.params["t"]), maxSeconds)) * time.Second
 		out = append(out, s)
 	}
 	return out
 }
+
+// sfInt reads a non-negative integer parameter; anything else is 0.
+func sfInt(v string) int64 {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// maxSeconds caps every header number read as seconds: a year is "never" for a client.
+const maxSeconds = int64(365 * 24 * time.Hour / time.Second)
 
 // sfItem is one member of an RFC 8941 List: a bare item (string or token) and its
 // parameters, every value kept as text (strings unquoted).
