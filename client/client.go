@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -123,8 +124,8 @@ func WithUserAgent(ua string) Option {
 }
 
 // WithClock replaces the clock and the sleep between retries, so tests never wait.
-// now turns HTTP-date Retry-After values into durations; sleep must return ctx.Err()
-// if ctx ends first. Either may be nil to keep the default.
+// now turns HTTP-date Retry-After values into durations and decides whether a wait still
+// fits the context's deadline; sleep must return ctx.Err() if ctx ends first. Either may be nil to keep the default.
 func WithClock(now func() time.Time, sleep func(ctx context.Context, d time.Duration) error) Option {
 	return func(c *Client) error {
 		if now != nil {
@@ -160,7 +161,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		retryOverLim:  true,
 		now:           time.Now,
 		sleep:         sleepCtx,
-		jitter:        func(max time.Duration) time.Duration { return rand.N(max + 1) },
+		jitter:        fullJitter,
 	}
 	for _, o := range opts {
 		if err := o(c); err != nil {
@@ -188,6 +189,17 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// fullJitter is uniform in [0, max].
+func fullJitter(max time.Duration) time.Duration {
+	switch {
+	case max <= 0:
+		return 0
+	case max == math.MaxInt64:
+		return rand.N(max)
+	}
+	return rand.N(max + 1)
 }
 
 // backoffCeiling is min(cap, base·2^(retry-1)) for retry ≥ 1, without overflowing.
@@ -341,18 +353,22 @@ func (c *Client) once(ctx context.Context, cl call) (*response, error) {
 
 // transientTransport says whether a transport error may be retried under policy p.
 func (c *Client) transientTransport(p retryTransport, err error) bool {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return true // nothing was sent
+	var dns *net.DNSError
+	if errors.As(err, &dns) && dns.IsNotFound {
+		return false // a misspelt host does not appear by waiting
 	}
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		return true
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED) {
+		return true // nothing was sent
 	}
 	if p == neverSent {
 		return false
 	}
+	// Every *url.Error is a net.Error, so only its Timeout says something; TLS and
+	// certificate failures are neither OpErrors nor timeouts, and are not retried.
 	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+	return errors.As(err, &op) || errors.As(err, &ne) && ne.Timeout() ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
