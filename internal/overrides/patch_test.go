@@ -12,7 +12,7 @@ import (
 )
 
 func rate(n int64, d time.Duration) *rules.Rate { return &rules.Rate{Requests: n, Interval: d} }
-func i64(n int64) *int64                       { return &n }
+func i64(n int64) *int64                        { return &n }
 func boolp(b bool) *bool                        { return &b }
 
 func TestParsePatch(t *testing.T) {
