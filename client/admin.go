@@ -58,13 +58,37 @@ type QueueKey struct {
 	NextDispatchAt time.Time `json:"next_dispatch_at"`
 }
 
-// Patch changes a queue live (every drainer within 1 s, kept across restarts). Nil fields
-// are left as they are.
+// Patch changes a queue live (every drainer within 1 s, kept across restarts). It is a
+// JSON merge patch of the queue's overrides: nil fields are left as they are, and the
+// fields named in Restore go back to the rules file's value (sent as null).
 type Patch struct {
 	Outflow      *Rate  `json:"outflow,omitempty"`
 	TotalOutflow *Rate  `json:"total_outflow,omitempty"`
 	Capacity     *int64 `json:"capacity,omitempty"`
 	Paused       *bool  `json:"paused,omitempty"`
+	// Restore names fields whose override is dropped: "outflow", "total_outflow",
+	// "capacity", "paused". Reset drops them all.
+	Restore []string `json:"-"`
+}
+
+// MarshalJSON writes the merge patch: the set fields, and null for each Restore field.
+func (p Patch) MarshalJSON() ([]byte, error) {
+	type plain Patch
+	b, err := json.Marshal(plain(p))
+	if err != nil || len(p.Restore) == 0 {
+		return b, err
+	}
+	m := map[string]json.RawMessage{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	for _, f := range p.Restore {
+		if _, set := m[f]; set {
+			return nil, fmt.Errorf("client: Patch: %q is both set and restored", f)
+		}
+		m[f] = json.RawMessage("null")
+	}
+	return json.Marshal(m)
 }
 
 // Queues lists every queue rule.
@@ -112,7 +136,7 @@ func (a *Admin) Tune(ctx context.Context, name string, p Patch) (*Queue, error) 
 	if name == "" {
 		return nil, errors.New("client: Tune: empty queue name")
 	}
-	if p == (Patch{}) {
+	if p.Outflow == nil && p.TotalOutflow == nil && p.Capacity == nil && p.Paused == nil && len(p.Restore) == 0 {
 		return nil, errors.New("client: Tune: empty patch")
 	}
 	body, err := json.Marshal(p)

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/url"
 	"testing"
@@ -102,6 +103,12 @@ func TestAdminTuneResetDeadReplay(t *testing.T) {
 	}
 	if _, err := a.Tune(ctx, "orders-per-merchant", client.Patch{}); err == nil {
 		t.Fatal("an empty patch was sent")
+	}
+	if b, err := json.Marshal(client.Patch{Capacity: &capacity, Restore: []string{"outflow", "paused"}}); err != nil || string(b) != `{"capacity":500,"outflow":null,"paused":null}` {
+		t.Fatalf("restore patch %s %v", b, err)
+	}
+	if _, err := json.Marshal(client.Patch{Capacity: &capacity, Restore: []string{"capacity"}}); err == nil {
+		t.Fatal("set and restored at once")
 	}
 	if _, err := a.Reset(ctx, "orders-per-merchant"); err != nil {
 		t.Fatal(err)

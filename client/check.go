@@ -25,6 +25,8 @@ type MessageStatus struct {
 	UpdatedAt time.Time `json:"updated_at"`
 	// LastError is the last delivery failure, if any.
 	LastError string `json:"last_error"`
+	// RetryAt is when a parked message is next tried (parked only).
+	RetryAt time.Time `json:"retry_at,omitzero"`
 }
 
 // Final reports whether the state can no longer change (delivered or dead).
