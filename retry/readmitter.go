@@ -158,10 +158,11 @@ const (
 // parks it again, or declares it dead. Run any number, in any number of processes: they
 // share one durable consumer, and every step is idempotent (see the package doc).
 //
-// Start and Stop are safe to call twice (and Start again after Stop). Stop is a soft stop: it stops fetching, lets
-// in-flight messages finish and hands buffered ones back to the server. Cancelling
-// Start's ctx is the hard stop: in-flight Admit calls are cancelled and their messages
-// are delivered again later.
+// Start and Stop are safe to call twice (and Start again after Stop). Stop is a soft
+// stop: it stops fetching, lets in-flight messages finish and hands buffered ones back to
+// the server. Cancelling Start's ctx is the hard stop: in-flight Admit calls are
+// cancelled, workers exit, and their messages are delivered again later; call Stop
+// afterwards to release the consumer.
 type Readmitter struct {
 	cfg  ReadmitterConfig
 	log  *slog.Logger
@@ -233,6 +234,8 @@ func (r *Readmitter) Start(ctx context.Context) error {
 		case work <- msg:
 		case <-quit:
 			_ = msg.Nak() // stopping: hand it to another re-admitter now
+		case <-ctx.Done():
+			_ = msg.Nak()
 		}
 	},
 		jetstream.PullMaxMessages(2*r.cfg.Workers),
@@ -252,6 +255,8 @@ func (r *Readmitter) Start(ctx context.Context) error {
 				case msg := <-work:
 					r.handle(ctx, msg)
 				case <-quit:
+					return
+				case <-ctx.Done():
 					return
 				}
 			}

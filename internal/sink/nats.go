@@ -111,11 +111,10 @@ func (n *NATS) Deliver(ctx context.Context, rule *rules.Rule, m queue.Message) d
 		return n.failure(ctx, err, timeout)
 	}
 	if stream {
-		ack, err := n.js.PublishMsg(actx, msg, jetstream.WithMsgID(m.ID))
-		if err != nil {
+		// A Duplicate ack is a success too: the stream already has this message.
+		if _, err := n.js.PublishMsg(actx, msg, jetstream.WithMsgID(m.ID)); err != nil {
 			return n.failure(ctx, err, timeout)
 		}
-		_ = ack // Duplicate=true is a success too: the stream already has this message.
 		return drain.OutcomeDelivered()
 	}
 	if err := n.nc.PublishMsg(msg); err != nil {
