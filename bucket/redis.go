@@ -19,6 +19,9 @@ var limitsLua string
 
 var limitsScript = redis.NewScript(limitsLua)
 
+// noMember is ARGV[4] when no limit is a log: boxed once, compared by identity.
+var noMember any = ""
+
 // RedisConfig configures a Redis store. The zero value is ready to use.
 type RedisConfig struct {
 	// Prefix starts every key the store writes. It must not contain '{' or '}' (the
@@ -58,11 +61,11 @@ func (c RedisConfig) Validate() error {
 // It sets no timeout of its own: bound it with ctx and the client's Dial/Read/Write
 // timeouts, or wrap it in a Degraded store.
 type Redis struct {
-	c      redis.Scripter
-	prefix string
-	slack  int64 // ms
-	nonce  string
-	seq    atomic.Uint64
+	c        redis.Scripter
+	prefix   string
+	slackArg any // TTLSlack in ms, boxed once rather than on every call
+	nonce    string
+	seq      atomic.Uint64
 }
 
 // NewRedis returns a Redis store using c (a *redis.Client, *redis.ClusterClient or
@@ -77,7 +80,7 @@ func NewRedis(c redis.Scripter, cfg RedisConfig) (*Redis, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("bucket: nonce: %w", err)
 	}
-	return &Redis{c: c, prefix: cfg.Prefix, slack: cfg.TTLSlack.Milliseconds(), nonce: hex.EncodeToString(b[:])}, nil
+	return &Redis{c: c, prefix: cfg.Prefix, slackArg: cfg.TTLSlack.Milliseconds(), nonce: hex.EncodeToString(b[:])}, nil
 }
 
 // Keys returns the Redis keys that hold key's state for limits, in order:
@@ -134,7 +137,7 @@ func (s *Redis) Allow(ctx context.Context, key string, limits []Limit, n int64, 
 		res.Allowed, res.Index = true, -1
 		return res, nil
 	}
-	member := ""
+	var member any = noMember
 	args := make([]any, 4, 4+4*len(limits))
 	for i := range limits {
 		p := &ps[i]
@@ -142,13 +145,13 @@ func (s *Redis) Allow(ctx context.Context, key string, limits []Limit, n int64, 
 		if limits[i].Shadow {
 			code += 8
 		}
-		if p.alg == algLog && member == "" {
+		if p.alg == algLog && member == noMember {
 			// Members of the log must be unique across calls and processes.
 			member = s.nonce + ":" + strconv.FormatUint(s.seq.Add(1), 36) + ":"
 		}
 		args = append(args, code, p.rate, p.ivl, p.burst)
 	}
-	args[0], args[1], args[2], args[3] = now.UnixMilli(), n, s.slack, member
+	args[0], args[1], args[2], args[3] = now.UnixMilli(), n, s.slackArg, member
 	vals, err := limitsScript.Run(ctx, s.c, s.keys(key, ps[:len(limits)]), args...).Int64Slice()
 	if err != nil {
 		return res, fmt.Errorf("bucket: redis: %w", err)

@@ -1,0 +1,3 @@
+package bucket
+
+var LimitsLuaForTest = limitsLua

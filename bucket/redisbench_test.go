@@ -1,0 +1,161 @@
+package bucket_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-io/sluice/bucket"
+	"github.com/sluice-io/sluice/internal/redistest"
+)
+
+// The Redis store against github.com/go-redis/redis_rate/v10 on the same private
+// redis-server and the same client: both run one EVALSHA of a GCRA per decision, so
+// ours uses leaky_bucket (our GCRA) with the same rate and burst. The limit is high
+// enough that every request is allowed and both scripts write.
+
+const benchRate = 1_000_000 // per second
+
+type redisPeer struct {
+	name  string
+	allow func(ctx context.Context, key string) error
+}
+
+func redisPeers(tb testing.TB) (*redis.Client, []redisPeer) {
+	opts := redistest.Shared(tb).Options()
+	opts.PoolSize = 128 // at least the goroutines, so nobody waits for a connection
+	c := redis.NewClient(opts)
+	tb.Cleanup(func() { c.Close() })
+	ours, err := bucket.NewRedis(c, bucket.RedisConfig{Prefix: redistest.Prefix(tb)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	limits := []bucket.Limit{{Algorithm: bucket.LeakyBucket, Rate: benchRate, Burst: benchRate, Interval: time.Second}}
+	peer := redis_rate.NewLimiter(c)
+	peerLimit := redis_rate.Limit{Rate: benchRate, Burst: benchRate, Period: time.Second}
+	return c, []redisPeer{
+		{"sluice", func(ctx context.Context, key string) error {
+			r, err := ours.Allow(ctx, key, limits, 1, time.Now())
+			if err == nil && !r.Allowed {
+				err = fmt.Errorf("denied: %+v", r)
+			}
+			return err
+		}},
+		{"redis_rate", func(ctx context.Context, key string) error {
+			r, err := peer.Allow(ctx, key, peerLimit)
+			if err == nil && r.Allowed == 0 {
+				err = fmt.Errorf("denied: %+v", r)
+			}
+			return err
+		}},
+	}
+}
+
+// load runs allow from g goroutines, each over its own stride of keys, until ops
+// decisions are done (ops > 0) or until the deadline; it returns decisions/s and p99.
+func load(allow func(context.Context, string) error, g int, keys []string, ops int, until time.Time) (float64, time.Duration, error) {
+	ctx := context.Background()
+	lat := make([][]time.Duration, g)
+	errs := make([]error, g)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < g; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := make([]time.Duration, 0, max(ops/g, 1024))
+			for i := 0; ; i++ {
+				if ops > 0 && i >= (ops+g-1-w)/g {
+					break
+				}
+				t := time.Now()
+				if ops == 0 && !t.Before(until) {
+					break
+				}
+				if err := allow(ctx, keys[(i*g+w)%len(keys)]); err != nil {
+					errs[w] = err
+					break
+				}
+				mine = append(mine, time.Since(t))
+			}
+			lat[w] = mine
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	var all []time.Duration
+	for w := range lat {
+		if errs[w] != nil {
+			return 0, 0, errs[w]
+		}
+		all = append(all, lat[w]...)
+	}
+	if len(all) == 0 {
+		return 0, 0, nil
+	}
+	slices.Sort(all)
+	return float64(len(all)) / el.Seconds(), all[len(all)*99/100], nil
+}
+
+var benchKeyCounts = []int{1, 100_000}
+var benchGoroutines = []int{1, 16, 64}
+
+func BenchmarkRedis(b *testing.B) {
+	_, peers := redisPeers(b)
+	for _, nk := range benchKeyCounts {
+		keys := benchKeys(nk)
+		for _, g := range benchGoroutines {
+			for _, p := range peers {
+				b.Run(fmt.Sprintf("%s/keys=%d/g=%d", p.name, nk, g), func(b *testing.B) {
+					b.ReportAllocs()
+					opsPerSec, p99, err := load(p.allow, g, keys, b.N, time.Time{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(opsPerSec, "ops/s")
+					b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+				})
+			}
+		}
+	}
+}
+
+// TestBenchReport prints the Redis comparison as a table for humans (make bench): each
+// cell runs both stores for the same wall time, interleaved in quarters so that load
+// from other processes on the machine hits both alike. p99 is the worst quarter's.
+func TestBenchReport(t *testing.T) {
+	if os.Getenv("SLUICE_BENCH") == "" {
+		t.Skip("set SLUICE_BENCH=1 (make bench) for the Redis comparison report")
+	}
+	const cell = 2 * time.Second
+	_, peers := redisPeers(t)
+	t.Logf("Redis store (leaky_bucket, one EVALSHA) vs redis_rate v10 (GCRA, one EVALSHA); %v per store per cell", cell)
+	t.Logf("%-8s %4s | %12s %12s %6s | %9s %9s %6s", "keys", "g", "sluice op/s", "peer op/s", "ratio", "sluice p99", "peer p99", "ratio")
+	for _, nk := range benchKeyCounts {
+		keys := benchKeys(nk)
+		for _, g := range benchGoroutines {
+			var rate [2]float64
+			var p99 [2]time.Duration
+			for quarter := 0; quarter < 4; quarter++ {
+				for i, p := range peers {
+					r, q, err := load(p.allow, g, keys, 0, time.Now().Add(cell/4))
+					if err != nil {
+						t.Fatalf("%s: %v", p.name, err)
+					}
+					rate[i] += r / 4
+					p99[i] = max(p99[i], q)
+				}
+			}
+			t.Logf("%-8d %4d | %12.0f %12.0f %5.2fx | %9v %9v %5.2fx", nk, g, rate[0], rate[1], rate[0]/rate[1],
+				p99[0].Round(time.Microsecond), p99[1].Round(time.Microsecond), float64(p99[0])/float64(p99[1]))
+		}
+	}
+	t.Logf("ratio: ours / redis_rate (ops/s: higher is better; p99: lower is better)")
+}
