@@ -1,3 +1,0 @@
-package bucket
-
-var LimitsLuaForTest = limitsLua
