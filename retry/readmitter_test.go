@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -308,5 +309,48 @@ func TestReadmitterConfigValidate(t *testing.T) {
 	t.Parallel()
 	if _, err := NewReadmitter(ReadmitterConfig{}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("empty config: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// Parked messages, fired or not, survive a restart of the server while a re-admitter runs,
+// and a re-admitter replaced mid-way: every one is re-admitted, none is lost or dead.
+func TestReadmitterSurvivesRestarts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rule := e.rules.add(parkRule("r", time.Hour))
+	q := newFakeQueue(nil)
+	ctx := context.Background()
+	const n = 30
+	for i := range n {
+		// Due over 3 seconds: some fire before the restarts, some after.
+		if _, err := e.store.Park(ctx, rule, newMessage(rule.Name, "k"), time.Now().Add(time.Duration(i%3)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := NewReadmitter(ReadmitterConfig{Store: e.store, Dead: e.dead, Admit: q.Admit, Rules: e.rules.get,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "some re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) > 0 })
+	first.Stop() // the drainer process restarts…
+	if err := e.node.Restart(); err != nil { // …and so does NATS
+		t.Fatal(err)
+	}
+	startReadmitter(t, e, q.Admit, nil)
+	eventually(t, 30*time.Second, "all re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) == n })
+	eventually(t, 10*time.Second, "the retry stream is empty", func() bool {
+		st, err := e.js.Stream(ctx, e.store.cfg.Stream)
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(ctx)
+		return err == nil && info.State.Msgs == 0
+	})
+	if l, _, err := e.dead.List(ctx, "", 10, 0); err != nil || len(l) != 0 {
+		t.Errorf("dead letters: %d, %v; want none", len(l), err)
 	}
 }

@@ -301,3 +301,16 @@ func TestParseRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+func FuzzParseRetryAfter(f *testing.F) {
+	for _, s := range []string{"", "0", "12", "-1", "Sun, 22 Nov 2026 05:01:30 GMT", "99999999999999999999", "1e3", " 7 "} {
+		f.Add(s)
+	}
+	now := time.Date(2026, 11, 22, 5, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, v string) {
+		d := ParseRetryAfter(v, now, time.Hour)
+		if d < 0 || d > time.Hour {
+			t.Fatalf("ParseRetryAfter(%q) = %s, want within [0, 1h]", v, d)
+		}
+	})
+}
