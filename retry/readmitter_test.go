@@ -336,7 +336,7 @@ func TestReadmitterSurvivesRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "some re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) > 0 })
-	first.Stop() // the drainer process restarts…
+	first.Stop()                             // the drainer process restarts…
 	if err := e.node.Restart(); err != nil { // …and so does NATS
 		t.Fatal(err)
 	}
