@@ -24,6 +24,7 @@ import (
 
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/status"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
 )
@@ -78,9 +79,11 @@ type Outflow func(r *rules.Rule) (outflow, total rules.Rate)
 type Admitter struct {
 	Queues    *queue.Queues
 	Scheduler *queue.Scheduler
-	Limits    bucket.Store // nil: admission limits are not enforced (no rule has one)
-	Parking   *retry.Store // nil: overflow park is refused as unavailable
-	OutflowOf Outflow      // nil: the rule's own outflow
+	Redis     *Batcher      // due marks and status records, batched
+	Status    *status.Store // nil: no status records
+	Limits    bucket.Store  // nil: admission limits are not enforced (no rule has one)
+	Parking   *retry.Store  // nil: overflow park is refused as unavailable
+	OutflowOf Outflow       // nil: the rule's own outflow
 	Logger    *slog.Logger
 	Now       func() time.Time
 
@@ -126,10 +129,21 @@ func Limits(r *rules.Rule) []bucket.Limit {
 	return out
 }
 
-// Admit admits m (m.Key, m.ID, m.Payload set) into rule r's queue. allowPark lets a
-// refusal be parked when the rule says overflow: park; the re-admitter passes false (it
-// parks again itself). msgID is the Nats-Msg-Id ("" = m.ID).
-func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, msgID string, allowPark bool) (Result, error) {
+// Options of one admission.
+type Options struct {
+	Domain string // for the status record
+	MsgID  string // Nats-Msg-Id; "" = m.ID
+	// Park lets a refusal be parked when the rule says overflow: park. The re-admitter
+	// passes false: it parks again itself.
+	Park bool
+	// Readmission: the message was admitted before (parked, or a dead letter replayed); its
+	// status record moves back to queued instead of being created.
+	Readmission bool
+}
+
+// Admit admits m (m.Key, m.ID, m.Payload set) into rule r's queue.
+func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o Options) (Result, error) {
+	msgID, allowPark := o.MsgID, o.Park
 	if !r.HasQueue() {
 		return Result{}, fmt.Errorf("admit: rule %q has no queue", r.Name)
 	}
@@ -156,7 +170,12 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, ms
 				Reset: d.ResetAfter, Window: d.Window, RetryAfter: res.RetryAfter(),
 				Violated: violated(r, res),
 			}
-			return a.refuse(ctx, r, m, out, now.Add(out.RetryAfter), allowPark)
+			retryAt := now.Add(out.RetryAfter)
+			if out.RetryAfter == bucket.Never { // the limit can never pass (requests_per_unit: 0)
+				out.RetryAfter = max(d.Window, time.Second)
+				retryAt = now.Add(r.Park.MaxAge)
+			}
+			return a.refuse(ctx, r, m, o, out, retryAt, allowPark)
 		}
 		limRes = &res
 	}
@@ -179,42 +198,49 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, ms
 		if next, ok, nerr := a.Scheduler.NextSlot(ctx, r.Name, m.Key); nerr == nil && ok && next.After(now) {
 			out.Reset = next.Sub(now) // one place frees when the head leaves at its slot
 		}
-		return a.refuse(ctx, r, m, out, now.Add(drain), allowPark)
+		if depth == capacity {
+			// The stream just proved the key is full: heal the admissions' depth counter.
+			a.Scheduler.SetDepth(ctx, r.Name, m.Key, depth)
+		}
+		return a.refuse(ctx, r, m, o, out, now.Add(drain), allowPark)
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 
-	// 3. Mark due and read the depth back, concurrently: one round trip to each server.
-	var depth uint64
-	var derr error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		depth, derr = a.Queues.Depth(ctx, r.Name, m.Key)
-	}()
-	if merr := a.Scheduler.MarkDue(ctx, r.Name, m.Key); merr != nil {
-		// The message is stored; the reconciler will schedule the key when Redis is back.
-		a.throttledWarn("mark-due", "admit: key stored but not marked due; the reconciler will repair it", "rule", r.Name, "err", merr)
-	}
-	wg.Wait()
-	if derr != nil {
-		depth = 1 // at least this message; the headers are then a lower bound
+	// 3. Mark the key due, count the message in its depth and write its status record: one
+	// batched Redis round trip that also answers the depth and the key's next slot.
+	var st *status.Status
+	if a.Status != nil && !enq.Duplicate {
+		st = &status.Status{ID: m.ID, Domain: o.Domain, Rule: r.Name, Key: m.Key, State: status.Queued, CreatedAt: m.CreatedAt}
 	}
 	every := outflow.Every()
+	depth, next, werr := a.Redis.Write(ctx, r.Name, m.Key, capacity, now, st, o.Readmission)
+	if werr != nil {
+		// The message is stored; the reconciler schedules the key when Redis is back. The
+		// answer is then built from the stream's own count.
+		a.throttledWarn("mark-due", "admit: message stored but its key not marked due (the reconciler will repair it)", "rule", r.Name, "err", werr)
+		next = now
+		if d, derr := a.Queues.Depth(ctx, r.Name, m.Key); derr == nil {
+			depth = int64(d)
+		} else {
+			depth = 1 // at least this message: the headers are then a lower bound
+		}
+	}
+	if next.Before(now) {
+		next = now
+	}
 	out := Result{
 		Decision: Queued, Duplicate: enq.Duplicate,
-		Depth: int64(depth), Capacity: capacity,
-		ETA:    now.Add(time.Duration(int64(depth)-1) * every),
-		Policy: r.Name, Limit: capacity, Remaining: capacity - int64(depth),
-		Reset: every, Window: time.Duration(capacity) * every,
+		Depth: depth, Capacity: capacity,
+		// This message leaves after the depth−1 ahead of it, one outflow interval apart,
+		// starting at the key's next slot (retries of the head can only delay it).
+		ETA:    next.Add(time.Duration(depth-1) * every),
+		Policy: r.Name, Limit: capacity, Remaining: capacity - depth,
+		Reset: next.Sub(now), Window: time.Duration(capacity) * every,
 	}
-	if out.ETA.Before(now) {
-		out.ETA = now
-	}
-	if depth == 0 { // already drained between publish and depth read
-		out.Reset = 0
+	if out.Reset <= 0 {
+		out.Reset = every
 	}
 	// An admission limit with fewer requests left than the queue has places is the
 	// tighter policy: report it.
@@ -227,7 +253,7 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, ms
 }
 
 // refuse parks m (overflow: park) or rejects it.
-func (a *Admitter) refuse(ctx context.Context, r *rules.Rule, m queue.Message, out Result, retryAt time.Time, allowPark bool) (Result, error) {
+func (a *Admitter) refuse(ctx context.Context, r *rules.Rule, m queue.Message, o Options, out Result, retryAt time.Time, allowPark bool) (Result, error) {
 	if !allowPark || r.Overflow != rules.OverflowPark {
 		out.Decision = Rejected
 		if out.RetryAfter <= 0 {
@@ -243,6 +269,13 @@ func (a *Admitter) refuse(ctx context.Context, r *rules.Rule, m queue.Message, o
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: park: %v", ErrUnavailable, err)
 	}
+	if a.Status != nil {
+		err := a.Status.Put(ctx, status.Status{ID: m.ID, Domain: o.Domain, Rule: r.Name, Key: m.Key, State: status.Parked,
+			CreatedAt: m.CreatedAt, RetryAt: fire, LastError: out.Reason})
+		if err != nil {
+			a.throttledWarn("status", "admit: parked message's status not recorded", "rule", r.Name, "err", err)
+		}
+	}
 	out.Decision = Parked
 	out.RetryAt = fire
 	out.RetryAfter = 0
@@ -253,7 +286,7 @@ func (a *Admitter) refuse(ctx context.Context, r *rules.Rule, m queue.Message, o
 // Readmit is a retry.AdmitFunc: it puts a parked message (or a dead letter being
 // replayed) back into its key's queue, without parking it on refusal.
 func (a *Admitter) Readmit(ctx context.Context, r *rules.Rule, m queue.Message, msgID string) (retry.AdmitResult, error) {
-	res, err := a.Admit(ctx, r, m, msgID, false)
+	res, err := a.Admit(ctx, r, m, Options{MsgID: msgID, Readmission: true})
 	if err != nil {
 		return retry.AdmitResult{}, err
 	}

@@ -201,7 +201,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		limits = degraded
 	}
 
-	admitter := &admit.Admitter{Queues: queues, Scheduler: sched, Limits: limits, Parking: parking, Logger: log}
+	admitter := &admit.Admitter{Queues: queues, Scheduler: sched, Limits: limits, Parking: parking, Logger: log,
+		Status: statuses, Redis: &admit.Batcher{RDB: rdb, Scheduler: sched, Status: statuses}}
 	srv = NewServer(ServerConfig{
 		Rules: watcher.Current, Admitter: admitter, Status: statuses, Limits: limits,
 		AdminToken: c.AdminToken, MaxBody: c.MaxBody, Registry: reg, Logger: log,

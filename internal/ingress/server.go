@@ -296,7 +296,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	res, err := s.cfg.Admitter.Admit(ctx, rule, msg, "", true)
+	res, err := s.cfg.Admitter.Admit(ctx, rule, msg, admit.Options{Domain: req.Domain, Park: true})
 	if err != nil {
 		// The idempotency key stays claimed: a publish that timed out may still have been
 		// stored, and a retry under the same key re-admits under the same message id, which
@@ -331,7 +331,6 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	case admit.Parked:
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionParked).Inc()
-		s.putStatus(ctx, req.Domain, rule.Name, msg, status.Parked, now, res.RetryAt, res.Reason)
 		h.Set("Location", "/v1/messages/"+msg.ID)
 		httpx.WriteJSON(w, http.StatusAccepted, submitResponse{ID: msg.ID, State: status.Parked, RetryAt: res.RetryAt.UTC().Format(time.RFC3339)})
 	default:
@@ -340,21 +339,9 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			decision = decisionDuplicate
 		}
 		s.metrics.admissions.WithLabelValues(rule.Name, decision).Inc()
-		s.putStatus(ctx, req.Domain, rule.Name, msg, status.Queued, now, time.Time{}, "")
 		h.Set("Location", "/v1/messages/"+msg.ID)
 		httpx.WriteJSON(w, http.StatusAccepted, submitResponse{ID: msg.ID, State: status.Queued, Depth: &res.Depth,
 			Capacity: &res.Capacity, ETA: res.ETA.UTC().Format(time.RFC3339Nano)})
-	}
-}
-
-func (s *Server) putStatus(ctx context.Context, domain, rule string, m queue.Message, state string, now, retryAt time.Time, lastErr string) {
-	if s.cfg.Status == nil {
-		return
-	}
-	err := s.cfg.Status.Put(ctx, status.Status{ID: m.ID, Domain: domain, Rule: rule, Key: m.Key, State: state,
-		CreatedAt: now, UpdatedAt: now, RetryAt: retryAt, LastError: lastErr})
-	if err != nil {
-		s.cfg.Logger.Warn("ingress: status not recorded (the message is stored)", "rule", rule, "id", m.ID, "err", err)
 	}
 }
 
