@@ -1,0 +1,30 @@
+package api_test
+
+import (
+	"fmt"
+
+	"github.com/sluice-io/sluice/api"
+)
+
+func ExampleRoutes() {
+	for _, r := range api.Routes() {
+		auth := ""
+		if r.Admin {
+			auth = " (admin token)"
+		}
+		fmt.Println(r.Pattern() + auth)
+	}
+	// Output:
+	// POST /v1/messages
+	// GET /v1/messages/{id}
+	// POST /v1/check
+	// GET /v1/admin/queues (admin token)
+	// GET /v1/admin/queues/{name} (admin token)
+	// PATCH /v1/admin/queues/{name} (admin token)
+	// GET /v1/admin/queues/{name}/keys/{key} (admin token)
+	// GET /v1/admin/dead (admin token)
+	// POST /v1/admin/dead/{id}/replay (admin token)
+	// GET /metrics
+	// GET /healthz
+	// GET /readyz
+}
