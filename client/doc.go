@@ -66,6 +66,7 @@
 //
 // WithClock replaces the clock and the sleep between retries, so a test of code that uses
 // the client never waits. The package's own tests run against httptest servers that send
-// the answers documented in API.md; the behavioural test against a real ingress lives with
-// the ingress.
+// the answers documented in API.md. TestLive runs against a real ingress when
+// SLUICE_LIVE_URL is set (see live_test.go and testdata/live-rules.yaml); the behavioural
+// test of the whole system lives with the ingress.
 package client
