@@ -2,6 +2,7 @@ package bucket_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,6 +70,24 @@ func BenchmarkXTimeRate(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			l.Allow()
+		}
+	})
+	// What a keyed limiter built on x/time/rate costs: a map of limiters under a lock.
+	b.Run("keyed-AllowN", func(b *testing.B) {
+		var mu sync.Mutex
+		limiters := map[string]*rate.Limiter{}
+		now := t0
+		b.ReportAllocs()
+		for b.Loop() {
+			now = now.Add(time.Microsecond)
+			mu.Lock()
+			l := limiters["merchant-42"]
+			if l == nil {
+				l = rate.NewLimiter(1e6, 1000)
+				limiters["merchant-42"] = l
+			}
+			mu.Unlock()
+			l.AllowN(now, 1)
 		}
 	})
 }

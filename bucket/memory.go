@@ -50,14 +50,17 @@ type Memory struct {
 
 type shard struct {
 	mu        sync.Mutex
-	keys      map[string]*entry
+	keys      map[uint64]*entry // by the key's seeded hash; colliding keys chain via next
+	n         int               // keys held
 	nextSweep int64    // ms, callers' time
 	_         [40]byte // keep neighbouring shards' locks off one cache line
 }
 
 // entry is one key's state across its limits.
 type entry struct {
-	expireAt int64 // ms; from then on every slot is as good as empty
+	key      string
+	next     *entry // another key with the same 64-bit hash (rare)
+	expireAt int64  // ms; from then on every slot is as good as empty
 	slots    []slot
 }
 
@@ -81,7 +84,7 @@ func NewMemory(cfg MemoryConfig) *Memory {
 		shards: make([]shard, n),
 	}
 	for i := range m.shards {
-		m.shards[i].keys = make(map[string]*entry)
+		m.shards[i].keys = make(map[uint64]*entry)
 	}
 	return m
 }
@@ -103,13 +106,19 @@ func (m *Memory) Allow(_ context.Context, key string, limits []Limit, n int64, n
 		}
 	}
 	t := now.UnixMilli()
-	sh := &m.shards[maphash.String(m.seed, key)&m.mask]
+	// One hash picks the shard and the map slot, so the key is hashed once.
+	h := maphash.String(m.seed, key)
+	sh := &m.shards[h&m.mask]
 	sh.mu.Lock()
-	e := sh.keys[key]
+	e := sh.keys[h]
+	for e != nil && e.key != key {
+		e = e.next
+	}
 	if e == nil {
 		// Clone: the caller's string may share a large buffer we must not pin.
-		e = &entry{slots: make([]slot, len(limits))}
-		sh.keys[strings.Clone(key)] = e
+		e = &entry{key: strings.Clone(key), next: sh.keys[h], slots: make([]slot, len(limits))}
+		sh.keys[h] = e
+		sh.n++
 	} else if len(e.slots) != len(limits) {
 		e.slots = make([]slot, len(limits))
 	}
@@ -232,12 +241,25 @@ func (m *Memory) Sweep(now time.Time) int {
 
 func (sh *shard) sweepLocked(t int64) int {
 	dropped := 0
-	for k, e := range sh.keys {
-		if e.expireAt <= t {
-			delete(sh.keys, k)
-			dropped++
+	for h, head := range sh.keys {
+		// Unlink the idle entries of the chain; usually it has one.
+		var keep *entry
+		for e := head; e != nil; {
+			next := e.next
+			if e.expireAt <= t {
+				dropped++
+			} else {
+				e.next, keep = keep, e
+			}
+			e = next
+		}
+		if keep == nil {
+			delete(sh.keys, h)
+		} else if keep != head {
+			sh.keys[h] = keep
 		}
 	}
+	sh.n -= dropped
 	return dropped
 }
 
@@ -247,7 +269,7 @@ func (m *Memory) Len() int {
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
-		n += len(sh.keys)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n
