@@ -52,8 +52,8 @@ type shard struct {
 	mu        sync.Mutex
 	keys      map[uint64]*entry // by the key's seeded hash; colliding keys chain via next
 	n         int               // keys held
-	nextSweep int64    // ms, callers' time
-	_         [40]byte // keep neighbouring shards' locks off one cache line
+	nextSweep int64             // ms, callers' time
+	_         [40]byte          // keep neighbouring shards' locks off one cache line
 }
 
 // entry is one key's state across its limits.
