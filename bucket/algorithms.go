@@ -9,8 +9,10 @@ package bucket
 //	room(st, now)         how many hits would pass right now
 //	consume(st, n, now)   the state after counting n hits (only called when n ≤ room)
 //	wait(st, k, now)      ms until room ≥ k (0 if already; -1 if never)
-//	idle(st, now)         ms until the state is as good as absent (its TTL)
 //
+// How long a state stays meaningful (its TTL in Redis, when the memory store may drop
+// it) follows from the same formulas: limits.lua computes it exactly on every write;
+// the memory store keeps a cheaper upper bound (slot.idle).
 // All intermediate values stay below 2^53 (checked by Limit.params), so the same
 // arithmetic in Lua's doubles is exact.
 
@@ -147,21 +149,6 @@ func waitCounter(p *params, st *state, k, now int64) int64 {
 		return toNext + max(0, e)
 	}
 	return toNext + p.ivl
-}
-
-// idle returns the ms after which st is equivalent to no state at all.
-func idle(p *params, st *state, now int64) int64 {
-	switch p.alg {
-	case algToken:
-		return ceilDiv(p.burst*p.ivl-st.a, p.rate)
-	case algLeaky:
-		return ceilDiv(st.a, p.rate)
-	case algFixed:
-		return (st.a+1)*p.ivl - now
-	case algCounter:
-		return (st.a+2)*p.ivl - now
-	}
-	return 0
 }
 
 // window is the policy window (RateLimit-Policy w=) and limit the quota (q=).

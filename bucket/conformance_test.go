@@ -266,12 +266,12 @@ func TestStoresAgree(t *testing.T) {
 	mem, red := stores[0].new(t), stores[1].new(t)
 	rng := newRand(42)
 	algs := []bucket.Algorithm{bucket.TokenBucket, bucket.LeakyBucket, bucket.FixedWindow, bucket.SlidingWindowLog, bucket.SlidingWindowCounter}
-	for k := 0; k < 40; k++ {
+	for k := 0; k < 150; k++ {
 		var limits []bucket.Limit
-		for j := 0; j <= int(rng.next()%3); j++ {
+		for j := 0; j <= int(rng.next()%4); j++ {
 			limits = append(limits, bucket.Limit{
 				Algorithm: algs[rng.next()%5],
-				Rate:      int64(1 + rng.next()%20),
+				Rate:      int64(1 + rng.next()%30),
 				Interval:  time.Duration(1+rng.next()%5000) * ms,
 				Burst:     int64(rng.next() % 25),
 				Shadow:    rng.next()%4 == 0,
@@ -282,6 +282,9 @@ func TestStoresAgree(t *testing.T) {
 		for i := 0; i < 60; i++ {
 			now = now.Add(time.Duration(rng.next()%700) * ms)
 			n := int64(rng.next() % 4)
+			if rng.next()%10 == 0 {
+				n = int64(rng.next() % 40) // sometimes more than any limit allows
+			}
 			a, err1 := mem.Allow(context.Background(), key, limits, n, now)
 			b, err2 := red.Allow(context.Background(), key, limits, n, now)
 			if err1 != nil || err2 != nil {

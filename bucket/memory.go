@@ -53,7 +53,7 @@ type shard struct {
 	keys      map[uint64]*entry // by the key's seeded hash; colliding keys chain via next
 	n         int               // keys held
 	nextSweep int64             // ms, callers' time
-	_         [40]byte          // keep neighbouring shards' locks off one cache line
+	_         [32]byte          // pad to 64 bytes: neighbouring shards' locks on separate cache lines
 }
 
 // entry is one key's state across its limits.
