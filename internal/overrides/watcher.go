@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-io/sluice/internal/rules"
 )
 
 // WatcherConfig configures a Watcher. Every field is optional; WithDefaults fills them in.
@@ -92,6 +94,15 @@ func NewWatcher(s *Store, cfg WatcherConfig) *Watcher {
 func (w *Watcher) Get(rule string) (Override, bool) {
 	o, ok := w.snap.Load().m[rule]
 	return o, ok
+}
+
+// Effective returns r with its current override applied (see the package function
+// Effective: on an invalid combination it returns r itself and the error) and the
+// override, whose IsPaused the drainer checks.
+func (w *Watcher) Effective(r *rules.Rule) (*rules.Rule, Override, error) {
+	o, _ := w.Get(r.Name)
+	eff, err := Effective(r, o)
+	return eff, o, err
 }
 
 // All returns a copy of every current override by rule name.

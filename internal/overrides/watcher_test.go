@@ -77,9 +77,9 @@ func TestWatcherSeesChangeWithinContract(t *testing.T) {
 	if !ok || !o.IsPaused() || *o.Outflow != *rate(2, time.Second) {
 		t.Fatalf("Get after notification = %v, %v", o, ok)
 	}
-	eff, err := overrides.Effective(r, o)
-	if err != nil || eff.Queue.Outflow.Every() != 500*time.Millisecond {
-		t.Fatalf("Effective = %+v, %v", eff.Queue, err)
+	eff, wo, err := w.Effective(r)
+	if err != nil || eff.Queue.Outflow.Every() != 500*time.Millisecond || !wo.IsPaused() {
+		t.Fatalf("Watcher.Effective = %+v, %v, %v", eff.Queue, wo, err)
 	}
 
 	ch = w.Changed()
