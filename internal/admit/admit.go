@@ -84,6 +84,8 @@ type Admitter struct {
 	Limits    bucket.Store  // nil: admission limits are not enforced (no rule has one)
 	Parking   *retry.Store  // nil: overflow park is refused as unavailable
 	OutflowOf Outflow       // nil: the rule's own outflow
+	// CapacityOf returns the capacity in force (a live override); nil: the rule's own.
+	CapacityOf func(r *rules.Rule) int64
 	Logger    *slog.Logger
 	Now       func() time.Time
 
@@ -154,6 +156,9 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 	}
 	outflow, _ := a.outflow(r)
 	capacity := r.Queue.Capacity
+	if a.CapacityOf != nil {
+		capacity = a.CapacityOf(r)
+	}
 
 	// 1. Admission limits.
 	var limRes *bucket.Result
@@ -266,6 +271,14 @@ func (a *Admitter) refuse(ctx context.Context, r *rules.Rule, m queue.Message, o
 	}
 	m.LastError = out.Reason
 	fire, err := a.Parking.Park(ctx, r, m, retryAt)
+	if errors.Is(err, retry.ErrFull) {
+		// The retry stream is nearly full: refuse rather than drop older parked messages.
+		out.Decision = Rejected
+		if out.RetryAfter <= 0 {
+			out.RetryAfter = time.Second
+		}
+		return out, nil
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: park: %v", ErrUnavailable, err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/admit"
 	"github.com/sluice-io/sluice/internal/devenv"
+	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
 	"github.com/sluice-io/sluice/queue"
@@ -165,15 +166,48 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	dead, err := retry.NewDeadLetters(js, retry.DeadConfig{Replicas: c.Replicas, Rules: func(name string) *rules.Rule { return watcher.Current().Rule(name) }})
+	if err != nil {
+		return err
+	}
 	statuses := status.New(rdb, status.Config{Logger: log})
 	statuses.Start(context.WithoutCancel(ctx))
 	m.closers = append(m.closers, statuses.Stop)
 
-	// Streams: every queue rule's stream and the retry stream must exist before admitting.
-	ensureCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = ensureStreams(ensureCtx, queues, parking, watcher.Current())
-	cancel()
+	// Overrides (live tuning) come before the streams: a stream's capacity is the
+	// effective one, not the rules file's, or a restarted ingress would undo a PATCH.
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	ovStore, err := overrides.Open(startCtx, js, overrides.Config{Replicas: c.Replicas, Logger: log})
 	if err != nil {
+		return fmt.Errorf("ingress: overrides: %w", err)
+	}
+	capacityChanged := make(chan struct{}, 1)
+	ovWatch := overrides.NewWatcher(ovStore, overrides.WatcherConfig{Logger: log, OnChange: func(string) {
+		select {
+		case capacityChanged <- struct{}{}:
+		default:
+		}
+	}})
+	if err := ovWatch.Start(startCtx); err != nil { // returns once every stored override is loaded
+		return fmt.Errorf("ingress: overrides: %w", err)
+	}
+	m.closers = append(m.closers, ovWatch.Stop)
+	effective := func(r *rules.Rule) *rules.Rule {
+		o, _ := ovWatch.Get(r.Name)
+		eff, _ := overrides.Effective(r, o)
+		return eff
+	}
+
+	// Streams: every queue rule's stream, the retry and dead-letter streams must exist
+	// before admitting.
+	if err := parking.Ensure(startCtx); err != nil {
+		return fmt.Errorf("ingress: retry stream: %w", err)
+	}
+	if err := dead.Ensure(startCtx); err != nil {
+		return fmt.Errorf("ingress: dead-letter stream: %w", err)
+	}
+	if err := ensureStreams(startCtx, queues, watcher.Current(), effective); err != nil {
 		return err
 	}
 
@@ -202,10 +236,18 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 
 	admitter := &admit.Admitter{Queues: queues, Scheduler: sched, Limits: limits, Parking: parking, Logger: log,
-		Status: statuses, Redis: &admit.Batcher{RDB: rdb, Scheduler: sched, Status: statuses}}
+		Status: statuses, Redis: &admit.Batcher{RDB: rdb, Scheduler: sched, Status: statuses},
+		OutflowOf: func(r *rules.Rule) (rules.Rate, rules.Rate) {
+			q := effective(r).Queue
+			return q.Outflow, q.TotalOutflow
+		},
+		CapacityOf: func(r *rules.Rule) int64 { return effective(r).Queue.Capacity },
+	}
+	admin := &Admin{Rules: watcher.Current, Overrides: ovStore, Current: ovWatch, Queues: queues, Scheduler: sched,
+		JS: js, Parking: parking, Dead: dead, Admitter: admitter, Logger: log}
 	srv = NewServer(ServerConfig{
 		Rules: watcher.Current, Admitter: admitter, Status: statuses, Limits: limits,
-		AdminToken: c.AdminToken, MaxBody: c.MaxBody, Registry: reg, Logger: log,
+		Admin: admin, AdminToken: c.AdminToken, MaxBody: c.MaxBody, Registry: reg, Logger: log,
 		Ready: func(ctx context.Context) error {
 			if !nc.IsConnected() {
 				return errors.New("NATS is not connected")
@@ -234,15 +276,17 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			case <-wctx.Done():
 				return
 			case <-t.C:
-				if cur := watcher.Current(); cur != last {
-					ectx, cancel := context.WithTimeout(wctx, 30*time.Second)
-					if err := ensureStreams(ectx, queues, parking, cur); err != nil {
-						log.Error("ingress: streams not updated after a rules reload", "err", err)
-					} else {
-						last = cur
-					}
-					cancel()
+			case <-capacityChanged:
+				last = nil // an override changed: re-apply effective capacities
+			}
+			if cur := watcher.Current(); cur != last {
+				ectx, cancel := context.WithTimeout(wctx, 30*time.Second)
+				if err := ensureStreams(ectx, queues, cur, effective); err != nil {
+					log.Error("ingress: streams not updated after a rules or override change", "err", err)
+				} else {
+					last = cur
 				}
+				cancel()
 			}
 		}
 	}()
@@ -308,12 +352,10 @@ func (m *Main) Close() {
 	})
 }
 
-func ensureStreams(ctx context.Context, q *queue.Queues, parking *retry.Store, set *rules.Set) error {
-	if err := parking.Ensure(ctx); err != nil {
-		return fmt.Errorf("ingress: retry stream: %w", err)
-	}
+// ensureStreams creates or updates the stream of every queue rule at its effective capacity.
+func ensureStreams(ctx context.Context, q *queue.Queues, set *rules.Set, effective func(*rules.Rule) *rules.Rule) error {
 	for _, r := range set.QueueRules() {
-		if err := q.Ensure(ctx, r.Name, r.Queue.Capacity); err != nil {
+		if err := q.Ensure(ctx, r.Name, effective(r).Queue.Capacity); err != nil {
 			return fmt.Errorf("ingress: %w", err)
 		}
 	}

@@ -1,0 +1,410 @@
+package ingress
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-io/sluice/internal/admit"
+	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/overrides"
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/queue"
+	"github.com/sluice-io/sluice/retry"
+)
+
+// Admin serves /v1/admin/ (API.md "Operations"). The Server wraps it in bearer-token
+// authentication. Overrides are written to the NATS KV bucket of internal/overrides, whose
+// watchers push them to every drainer (and ingress) within milliseconds.
+type Admin struct {
+	Rules     func() *rules.Set
+	Overrides *overrides.Store
+	Current   *overrides.Watcher // for reads; nil = read from Overrides
+	Queues    *queue.Queues
+	Scheduler *queue.Scheduler
+	JS        jetstream.JetStream
+	Parking   *retry.Store
+	Dead      *retry.DeadLetters
+	Admitter  *admit.Admitter
+	Logger    *slog.Logger
+
+	mux     *http.ServeMux
+	once    sync.Once
+	drained drainedMeter
+}
+
+func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a.once.Do(func() {
+		m := http.NewServeMux()
+		m.HandleFunc("GET /v1/admin/queues", a.listQueues)
+		m.HandleFunc("GET /v1/admin/queues/{name}", a.getQueue)
+		m.HandleFunc("PATCH /v1/admin/queues/{name}", a.patchQueue)
+		m.HandleFunc("POST /v1/admin/queues/{name}/purge", a.purgeQueue)
+		m.HandleFunc("GET /v1/admin/queues/{name}/keys/{key}", a.getKey)
+		m.HandleFunc("DELETE /v1/admin/queues/{name}/keys/{key}", a.purgeKey)
+		m.HandleFunc("GET /v1/admin/dead", a.listDead)
+		m.HandleFunc("POST /v1/admin/dead/{id}/replay", a.replayDead)
+		m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no such admin endpoint: " + r.Method + " " + r.URL.Path})
+		})
+		a.mux = m
+	})
+	a.mux.ServeHTTP(w, r)
+}
+
+type queueView struct {
+	Name             string              `json:"name"`
+	Domain           string              `json:"domain"`
+	Capacity         int64               `json:"capacity"`
+	Outflow          overrides.RateJSON  `json:"outflow"`
+	TotalOutflow     *overrides.RateJSON `json:"total_outflow"`
+	Paused           bool                `json:"paused"`
+	Depth            uint64              `json:"depth"`
+	ActiveKeys       uint64              `json:"active_keys"`
+	Parked           uint64              `json:"parked"`
+	Dead             uint64              `json:"dead"`
+	DrainedPerSecond float64             `json:"drained_per_second"`
+	Overridden       []string            `json:"overridden"`
+	RulesFile        ruleQueueView       `json:"rules_file"`
+	UpdatedAt        string              `json:"override_updated_at,omitempty"`
+}
+
+type ruleQueueView struct {
+	Capacity     int64               `json:"capacity"`
+	Outflow      overrides.RateJSON  `json:"outflow"`
+	TotalOutflow *overrides.RateJSON `json:"total_outflow"`
+}
+
+func rateView(r rules.Rate) *overrides.RateJSON {
+	if r.Zero() {
+		return nil
+	}
+	v := overrides.EncodeRate(r)
+	return &v
+}
+
+func (a *Admin) override(ctx context.Context, name string) overrides.Override {
+	if a.Current != nil {
+		o, _ := a.Current.Get(name)
+		return o
+	}
+	if a.Overrides != nil {
+		o, _, err := a.Overrides.Get(ctx, name)
+		if err == nil {
+			return o
+		}
+	}
+	return overrides.Override{}
+}
+
+func (a *Admin) view(ctx context.Context, r *rules.Rule) queueView {
+	o := a.override(ctx, r.Name)
+	eff, _ := overrides.Effective(r, o)
+	v := queueView{
+		Name: r.Name, Domain: r.Domain, Capacity: eff.Queue.Capacity,
+		Outflow: overrides.EncodeRate(eff.Queue.Outflow), TotalOutflow: rateView(eff.Queue.TotalOutflow),
+		Paused:     o.IsPaused(),
+		Overridden: []string{},
+		RulesFile: ruleQueueView{Capacity: r.Queue.Capacity, Outflow: overrides.EncodeRate(r.Queue.Outflow),
+			TotalOutflow: rateView(r.Queue.TotalOutflow)},
+	}
+	if o.Outflow != nil {
+		v.Overridden = append(v.Overridden, "outflow")
+	}
+	if o.TotalOutflow != nil {
+		v.Overridden = append(v.Overridden, "total_outflow")
+	}
+	if o.Capacity != nil {
+		v.Overridden = append(v.Overridden, "capacity")
+	}
+	if o.Paused != nil {
+		v.Overridden = append(v.Overridden, "paused")
+	}
+	if !o.UpdatedAt.IsZero() {
+		v.UpdatedAt = o.UpdatedAt.UTC().Format(time.RFC3339)
+	}
+	if s, err := a.JS.Stream(ctx, a.Queues.StreamName(r.Name)); err == nil {
+		if info, err := s.Info(ctx); err == nil {
+			v.Depth, v.ActiveKeys = info.State.Msgs, info.State.NumSubjects
+			v.DrainedPerSecond = a.drained.rate(r.Name, info.State.LastSeq-info.State.Msgs, time.Now())
+		}
+	}
+	if a.Parking != nil {
+		v.Parked, _ = a.Parking.Parked(ctx, r.Name)
+	}
+	if a.Dead != nil {
+		v.Dead, _ = a.Dead.Count(ctx, r.Name)
+	}
+	return v
+}
+
+func (a *Admin) queueRule(w http.ResponseWriter, r *http.Request) *rules.Rule {
+	name := r.PathValue("name")
+	rule := a.Rules().Rule(name)
+	if rule == nil || !rule.HasQueue() {
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Title: "Unknown queue",
+			Detail: "no queue rule named " + strconv.Quote(name)})
+		return nil
+	}
+	return rule
+}
+
+func (a *Admin) listQueues(w http.ResponseWriter, r *http.Request) {
+	out := []queueView{}
+	for _, rule := range a.Rules().QueueRules() {
+		out = append(out, a.view(r.Context(), rule))
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"queues": out})
+}
+
+func (a *Admin) getQueue(w http.ResponseWriter, r *http.Request) {
+	if rule := a.queueRule(w, r); rule != nil {
+		httpx.WriteJSON(w, http.StatusOK, a.view(r.Context(), rule))
+	}
+}
+
+func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
+	rule := a.queueRule(w, r)
+	if rule == nil {
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	if err != nil {
+		httpx.WriteProblem(w, httpx.BadRequest("", "could not read the body"))
+		return
+	}
+	patch, err := overrides.ParsePatch(body)
+	if err != nil {
+		writePatchError(w, err)
+		return
+	}
+	if v := r.Header.Get("If-Match"); v != "" {
+		if patch.IfRevision, err = strconv.ParseUint(v, 10, 64); err != nil {
+			httpx.WriteProblem(w, httpx.BadRequest("If-Match", "must be an override revision number"))
+			return
+		}
+	}
+	ctx := r.Context()
+	var o overrides.Override
+	if patch.Reset {
+		err = a.Overrides.Reset(ctx, rule.Name)
+	} else {
+		o, err = a.Overrides.Apply(ctx, rule, patch)
+	}
+	if err != nil {
+		writePatchError(w, err)
+		return
+	}
+	// A capacity change is a stream update, effective at once for every ingress.
+	eff, _ := overrides.Effective(rule, o)
+	if err := a.Queues.Ensure(ctx, rule.Name, eff.Queue.Capacity); err != nil {
+		a.Logger.Error("admin: capacity not applied to the stream", "rule", rule.Name, "err", err)
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
+			Detail: "the override is stored but the stream could not be updated: " + err.Error(), RetryAfter: 1})
+		return
+	}
+	a.Logger.Info("admin: queue tuned", "rule", rule.Name, "override", o, "reset", patch.Reset)
+	v := a.view(ctx, rule)
+	// The watcher may not have seen our own write yet: show what was written.
+	v.Capacity = eff.Queue.Capacity
+	v.Outflow = overrides.EncodeRate(eff.Queue.Outflow)
+	v.TotalOutflow = rateView(eff.Queue.TotalOutflow)
+	v.Paused = o.IsPaused()
+	if o.Revision > 0 {
+		w.Header().Set("ETag", strconv.FormatUint(o.Revision, 10))
+	}
+	httpx.WriteJSON(w, http.StatusOK, v)
+}
+
+func writePatchError(w http.ResponseWriter, err error) {
+	var pe *overrides.PatchError
+	var pes overrides.PatchErrors
+	switch {
+	case errors.As(err, &pes) && len(pes) > 0:
+		httpx.WriteProblem(w, httpx.BadRequest(pes[0].Field, err.Error()))
+	case errors.As(err, &pe):
+		httpx.WriteProblem(w, httpx.BadRequest(pe.Field, err.Error()))
+	case errors.Is(err, overrides.ErrInvalidPatch), errors.Is(err, overrides.ErrNoQueue):
+		httpx.WriteProblem(w, httpx.BadRequest("", err.Error()))
+	case errors.Is(err, overrides.ErrConflict):
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeInvalidRequest, Status: http.StatusPreconditionFailed, Detail: err.Error()})
+	default:
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
+	}
+}
+
+func (a *Admin) getKey(w http.ResponseWriter, r *http.Request) {
+	rule := a.queueRule(w, r)
+	if rule == nil {
+		return
+	}
+	key := r.PathValue("key") // already percent-decoded by the mux
+	if err := queue.CheckKey(key); err != nil {
+		httpx.WriteProblem(w, httpx.BadRequest("key", err.Error()))
+		return
+	}
+	ctx := r.Context()
+	depth, err := a.Queues.Depth(ctx, rule.Name, key)
+	if err != nil {
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
+		return
+	}
+	resp := map[string]any{"queue": rule.Name, "key": key, "depth": depth, "next_dispatch_at": nil}
+	if next, ok, err := a.Scheduler.NextSlot(ctx, rule.Name, key); err == nil && ok && depth > 0 {
+		resp["next_dispatch_at"] = next.UTC().Format(time.RFC3339Nano)
+	}
+	httpx.WriteJSON(w, http.StatusOK, resp)
+}
+
+func (a *Admin) purgeKey(w http.ResponseWriter, r *http.Request) {
+	rule := a.queueRule(w, r)
+	if rule == nil {
+		return
+	}
+	key := r.PathValue("key")
+	if err := a.Queues.PurgeKey(r.Context(), rule.Name, key); err != nil {
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
+		return
+	}
+	a.Scheduler.SetDepth(r.Context(), rule.Name, key, 0)
+	a.Logger.Warn("admin: key purged", "rule", rule.Name, "key", key)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *Admin) purgeQueue(w http.ResponseWriter, r *http.Request) {
+	rule := a.queueRule(w, r)
+	if rule == nil {
+		return
+	}
+	if err := a.Queues.Purge(r.Context(), rule.Name); err != nil {
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
+		return
+	}
+	a.Logger.Warn("admin: queue purged", "rule", rule.Name)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// deadView is a dead letter in the shape of a message status (state "dead"), plus why.
+type deadView struct {
+	ID        string `json:"id"`
+	Rule      string `json:"rule"`
+	Key       string `json:"key"`
+	State     string `json:"state"`
+	Reason    string `json:"reason"`
+	Attempts  int    `json:"attempts"`
+	LastError string `json:"last_error"`
+	CreatedAt string `json:"created_at"`
+	UpdatedAt string `json:"updated_at"`
+}
+
+func (a *Admin) listDead(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	name := q.Get("queue")
+	if name != "" && a.Rules().Rule(name) == nil {
+		httpx.WriteProblem(w, httpx.BadRequest("queue", "no rule named "+strconv.Quote(name)))
+		return
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			httpx.WriteProblem(w, httpx.BadRequest("limit", "must be 1 to 1000"))
+			return
+		}
+		limit = n
+	}
+	var after uint64
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			httpx.WriteProblem(w, httpx.BadRequest("after", "must be the cursor of a previous page"))
+			return
+		}
+		after = n
+	}
+	list, next, err := a.Dead.List(r.Context(), name, limit, after)
+	if err != nil {
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
+		return
+	}
+	out := make([]deadView, 0, len(list))
+	for _, d := range list {
+		out = append(out, deadView{ID: d.Message.ID, Rule: d.Message.Rule, Key: d.Message.Key, State: "dead", Reason: d.Reason,
+			Attempts: d.Message.Attempt, LastError: d.Message.LastError,
+			CreatedAt: d.Message.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: d.DeadAt.UTC().Format(time.RFC3339Nano)})
+	}
+	resp := map[string]any{"messages": out}
+	if next > 0 && len(list) == limit {
+		v := url.Values{"after": {strconv.FormatUint(next, 10)}, "limit": {strconv.Itoa(limit)}}
+		if name != "" {
+			v.Set("queue", name)
+		}
+		resp["next"] = "/v1/admin/dead?" + v.Encode()
+	}
+	httpx.WriteJSON(w, http.StatusOK, resp)
+}
+
+func (a *Admin) replayDead(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	res, err := a.Dead.Replay(r.Context(), id, a.Admitter.Readmit)
+	switch {
+	case errors.Is(err, retry.ErrNotFound):
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no dead letter with id " + strconv.Quote(id)})
+		return
+	case err != nil:
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
+		return
+	}
+	if res.Outcome != retry.Admitted {
+		wait := time.Until(res.RetryAt)
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeQuotaExceeded, Status: http.StatusTooManyRequests,
+			Detail: "no room in the key's queue now (" + res.Outcome.String() + "); the dead letter is kept", RetryAfter: httpx.Seconds(wait, 1)})
+		return
+	}
+	a.Logger.Info("admin: dead letter replayed", "id", id)
+	w.Header().Set("Location", "/v1/messages/"+id)
+	httpx.WriteJSON(w, http.StatusAccepted, map[string]any{"id": id, "state": "queued"})
+}
+
+// drainedMeter turns samples of a rule's "messages that ever left the queue" (stream
+// LastSeq − Msgs) into a rate over about the last minute, without any cost on the drain
+// path: each GET adds a sample, samples older than a minute are dropped.
+type drainedMeter struct {
+	mu      sync.Mutex
+	samples map[string][]drainSample
+}
+
+type drainSample struct {
+	at   time.Time
+	left uint64
+}
+
+func (d *drainedMeter) rate(rule string, left uint64, now time.Time) float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.samples == nil {
+		d.samples = map[string][]drainSample{}
+	}
+	s := append(d.samples[rule], drainSample{now, left})
+	for len(s) > 1 && now.Sub(s[0].at) > time.Minute {
+		s = s[1:]
+	}
+	if len(s) > 120 {
+		s = s[len(s)-120:]
+	}
+	d.samples[rule] = s
+	first := s[0]
+	el := now.Sub(first.at).Seconds()
+	if el < 1 || left < first.left {
+		return 0
+	}
+	return float64(left-first.left) / el
+}

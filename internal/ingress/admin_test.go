@@ -1,0 +1,151 @@
+package ingress_test
+
+import (
+	"context"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/queue"
+	"github.com/sluice-io/sluice/retry"
+)
+
+func (e *env) admin(method, path, body string) reply {
+	e.t.Helper()
+	return e.do(method, path, body, "Authorization", "Bearer "+e.token)
+}
+
+func TestAdminTuneShowsAndResets(t *testing.T) {
+	t.Parallel()
+	e := start(t, nil)
+	for i := 0; i < 2; i++ {
+		e.do("POST", "/v1/messages", submit("orders", merchant("m-1"), `1`))
+	}
+	e.do("POST", "/v1/messages", submit("orders", merchant("m-2"), `1`))
+
+	q := e.admin("GET", "/v1/admin/queues/orders", "")
+	if q.code != 200 || q.body["capacity"] != float64(3) || q.body["depth"] != float64(3) || q.body["active_keys"] != float64(2) || q.body["paused"] != false {
+		t.Fatalf("queue: %d %s", q.code, q.raw)
+	}
+	if q.body["outflow"].(map[string]any)["requests_per_unit"] != float64(10) {
+		t.Fatalf("outflow %v", q.body["outflow"])
+	}
+	list := e.admin("GET", "/v1/admin/queues", "")
+	if qs, _ := list.body["queues"].([]any); list.code != 200 || len(qs) != 3 {
+		t.Fatalf("list: %d %s", list.code, list.raw)
+	}
+
+	p := e.admin("PATCH", "/v1/admin/queues/orders", `{"outflow":{"unit":"second","requests_per_unit":20},"capacity":5,"paused":true}`)
+	if p.code != 200 || p.body["capacity"] != float64(5) || p.body["paused"] != true || p.body["outflow"].(map[string]any)["requests_per_unit"] != float64(20) {
+		t.Fatalf("patch: %d %s", p.code, p.raw)
+	}
+	// The capacity change is a stream update: three more messages now fit for m-1, not four.
+	for i := 0; i < 4; i++ {
+		r := e.do("POST", "/v1/messages", submit("orders", merchant("m-1"), `1`))
+		want := 202
+		if i == 3 {
+			want = 429
+		}
+		if r.code != want {
+			t.Fatalf("after capacity 5, message %d: %d %s", i+3, r.code, r.raw)
+		}
+		if i == 0 {
+			wantHeaderInt(t, r.header, "X-RateLimit-Limit", 5)
+		}
+	}
+	// GET shows the override (the watcher sees it within a second).
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		q = e.admin("GET", "/v1/admin/queues/orders", "")
+		if q.body["capacity"] == float64(5) && q.body["paused"] == true {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("override not shown: %s", q.raw)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	bad := e.admin("PATCH", "/v1/admin/queues/orders", `{"outflow":{"unit":"fortnight","requests_per_unit":1}}`)
+	if bad.code != 400 || bad.body["field"] != "outflow.unit" {
+		t.Fatalf("bad patch: %d %s", bad.code, bad.raw)
+	}
+	if r := e.admin("PATCH", "/v1/admin/queues/nope", `{"paused":true}`); r.code != 404 {
+		t.Fatalf("unknown queue: %d", r.code)
+	}
+
+	r := e.admin("PATCH", "/v1/admin/queues/orders", `{"reset":true}`)
+	if r.code != 200 || r.body["capacity"] != float64(3) || r.body["paused"] != false {
+		t.Fatalf("reset: %d %s", r.code, r.raw)
+	}
+}
+
+func TestAdminKeyAndPurge(t *testing.T) {
+	t.Parallel()
+	e := start(t, nil)
+	key := "shop/1 ü.*"
+	e.do("POST", "/v1/messages", submit("orders", merchant(key), `1`))
+	e.do("POST", "/v1/messages", submit("orders", merchant(key), `2`))
+	path := "/v1/admin/queues/orders/keys/" + url.PathEscape(key)
+	k := e.admin("GET", path, "")
+	if k.code != 200 || k.body["depth"] != float64(2) || k.body["key"] != key || k.body["next_dispatch_at"] == nil {
+		t.Fatalf("key: %d %s", k.code, k.raw)
+	}
+	if r := e.admin("DELETE", path, ""); r.code != 204 {
+		t.Fatalf("purge key: %d %s", r.code, r.raw)
+	}
+	if k := e.admin("GET", path, ""); k.body["depth"] != float64(0) {
+		t.Fatalf("after purge: %s", k.raw)
+	}
+	// The key starts afresh: the depth count was reset with it.
+	if r := e.do("POST", "/v1/messages", submit("orders", merchant(key), `3`)); r.body["depth"] != float64(1) {
+		t.Fatalf("after purge, submit: %s", r.raw)
+	}
+}
+
+func TestAdminDeadLettersListAndReplay(t *testing.T) {
+	t.Parallel()
+	e := start(t, nil)
+	_, js := natstest.Connect(t, e.nats.URL())
+	set, err := rules.Parse("t.yaml", []byte(testRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := set.Rule("orders")
+	dead, err := retry.NewDeadLetters(js, retry.DeadConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	m := queue.Message{ID: "0190c3a2-0000-7000-8000-00000000dead", Rule: "orders", Key: "m-7", Payload: []byte(`{"x":1}`),
+		CreatedAt: time.Now(), Attempt: 8, LastError: "sink answered 500"}
+	if err := dead.Dead(ctx, rule, m, "max attempts reached"); err != nil {
+		t.Fatal(err)
+	}
+	l := e.admin("GET", "/v1/admin/dead?queue=orders", "")
+	msgs, _ := l.body["messages"].([]any)
+	if l.code != 200 || len(msgs) != 1 {
+		t.Fatalf("dead list: %d %s", l.code, l.raw)
+	}
+	d := msgs[0].(map[string]any)
+	if d["id"] != m.ID || d["reason"] != "max attempts reached" || d["attempts"] != float64(8) || d["last_error"] != "sink answered 500" || d["state"] != "dead" {
+		t.Fatalf("dead letter %v", d)
+	}
+	r := e.admin("POST", "/v1/admin/dead/"+m.ID+"/replay", "")
+	if r.code != 202 || r.body["state"] != "queued" {
+		t.Fatalf("replay: %d %s", r.code, r.raw)
+	}
+	// Back in the key's queue, and gone from the dead letters.
+	k := e.admin("GET", "/v1/admin/queues/orders/keys/m-7", "")
+	if k.body["depth"] != float64(1) {
+		t.Fatalf("after replay: %s", k.raw)
+	}
+	if r := e.admin("POST", "/v1/admin/dead/"+m.ID+"/replay", ""); r.code != 404 {
+		t.Fatalf("second replay: %d %s", r.code, r.raw)
+	}
+	if st := e.do("GET", "/v1/messages/"+m.ID, ""); st.code != 200 || st.body["state"] != "queued" {
+		t.Fatalf("status after replay: %d %s", st.code, st.raw)
+	}
+}
