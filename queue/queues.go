@@ -291,7 +291,8 @@ type Popped struct {
 
 // Pop reads the head (oldest message) of one key's queue. The message stays queued until
 // Delete, so a drainer that dies before delivering loses nothing; ErrEmpty when the key has
-// no message.
+// no message. A head that is not a sluice message is ErrBadMessage, returned together with
+// its sequence, payload and whatever could be read.
 func (q *Queues) Pop(ctx context.Context, rule, key string) (Popped, error) {
 	s, err := q.stream(ctx, rule)
 	if err != nil {
@@ -308,7 +309,10 @@ func (q *Queues) Pop(ctx context.Context, rule, key string) (Popped, error) {
 	}
 	m, err := DecodeMessage(raw.Header, raw.Data)
 	if err != nil {
-		return Popped{Seq: raw.Sequence}, fmt.Errorf("queue: pop from rule %q seq %d: %w", rule, raw.Sequence, err)
+		// Not a sluice message (published by something else): give the caller what there is,
+		// so it can dead-letter the bytes rather than block the key forever.
+		m = Message{ID: raw.Header.Get(HeaderMsgID), Rule: rule, Key: key, Payload: raw.Data}
+		return Popped{Message: m, Seq: raw.Sequence, StoredAt: raw.Time}, fmt.Errorf("queue: pop from rule %q seq %d: %w", rule, raw.Sequence, err)
 	}
 	return Popped{Message: m, Seq: raw.Sequence, StoredAt: raw.Time}, nil
 }

@@ -15,6 +15,8 @@
 --                            max(its stored next time, at); its retry state is cleared
 --                   "retry": the head stays queued and is retried at max(stored next, at); the
 --                            retry state is set to `state`
+--                   "later": the head stays queued, nothing is recorded against it (e.g. NATS was
+--                            unreachable): the key is due again at max(stored next, at), retry state kept
 --                   "empty": the key had no message: it leaves `due`, unless MarkDue ran since the
 --                            claim (a message may have arrived after the pop looked), in which case
 --                            it is due again at its stored next time; the unused total_outflow slot
@@ -59,7 +61,7 @@ for i = 3, #ARGV, 4 do
       redis.call('ZADD', due, nxt, k)
       if mode == 'retry' then
         redis.call('HSET', try, k, state)
-      else
+      elseif mode == 'next' then
         redis.call('HDEL', try, k)
       end
     end

@@ -210,6 +210,10 @@ const (
 	// Retrying: the head stays queued and is retried at At (or the key's next slot, if
 	// later); State records the failure. Later messages of the key wait behind it.
 	Retrying ReleaseMode = "retry"
+	// Later: the head stays queued and nothing is held against it (the pop or delivery could
+	// not be attempted, e.g. NATS was unreachable); the key is due again at At (or its next
+	// slot, if later) and its retry state is kept.
+	Later ReleaseMode = "later"
 	// Emptied: the key had no message. It leaves the due set unless MarkDue ran since the
 	// claim; the unused total_outflow slot is given back.
 	Emptied ReleaseMode = "empty"

@@ -1,0 +1,186 @@
+package drain
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/queue"
+)
+
+// Policy is how a rule is drained right now: the rules file's values, or a live override.
+type Policy struct {
+	Outflow queue.Outflow
+	Paused  bool // claim nothing; queued messages wait
+}
+
+// RulePolicy is the default Config.Policy: the rule's own outflow and total_outflow.
+func RulePolicy(r *rules.Rule) Policy {
+	if r.Queue == nil {
+		return Policy{Paused: true}
+	}
+	p := Policy{Outflow: queue.Outflow{Every: r.Queue.Outflow.Every()}}
+	if !r.Queue.TotalOutflow.Zero() {
+		p.Outflow.TotalEvery = r.Queue.TotalOutflow.Every()
+	}
+	return p
+}
+
+// Config configures a Drainer. Queues, Scheduler, Rules and Sink are required; every other
+// field has the default documented on it (WithDefaults fills them in).
+type Config struct {
+	// Queues is the JetStream side (pop, delete). Required.
+	Queues *queue.Queues
+	// Scheduler is the Redis side (claim, release, mark due). Required.
+	Scheduler *queue.Scheduler
+	// Rules returns the current rules; only rules with a queue are drained. It is called
+	// about once a second, so it should be cheap (e.g. a rules.Watcher's Current().QueueRules).
+	// Required.
+	Rules func() []*rules.Rule
+	// Sink delivers messages. Required.
+	Sink Sink
+	// Retrier takes over failed messages of rules with `ordering: relaxed`. Default nil:
+	// every rule retries in place (strict order).
+	Retrier Retrier
+	// DeadLetters receives messages that will not be delivered. Default nil: such messages
+	// are logged at error level (with their id) and deleted.
+	DeadLetters DeadLetters
+	// States records message states for the status API. Default nil: not recorded.
+	States StateRecorder
+	// Policy returns a rule's current outflow and pause state; it is called before every
+	// claim, so live overrides take effect on the next claim. Default RulePolicy.
+	Policy func(*rules.Rule) Policy
+
+	// Workers is the number of deliveries in flight at once (one per claimed key). Default 32.
+	Workers int
+	// ClaimBatch is the most keys one claim takes. Default Workers.
+	ClaimBatch int
+	// Lease is how long a claimed key stays with this drainer after its slot before another
+	// drainer may take it (the drainer died). It is raised per rule to the sink timeout + 10s,
+	// so a slow delivery is never handed to a second drainer. Default 30s.
+	Lease time.Duration
+	// Lookahead claims keys this long before their slot and waits for the slot in-process,
+	// so messages leave on time instead of one Redis round trip late. Default 5ms.
+	Lookahead time.Duration
+	// MaxPoll caps the wait between two claims when nothing is due (a newly marked key waits
+	// at most this long, plus Lookahead). Default 20ms.
+	MaxPoll time.Duration
+	// RedisBackoff is the wait between two claims while Redis is unreachable. Default 500ms.
+	RedisBackoff time.Duration
+	// ReconcileEvery is the period of the cheap reconcile check per rule (queue.Reconcile).
+	// Default 30s; negative disables reconciling.
+	ReconcileEvery time.Duration
+	// ReconcileForceEvery forces a full reconcile scan per rule this often. Default 10m.
+	ReconcileForceEvery time.Duration
+	// DepthEvery is the period of the sluice_queue_depth gauge update. Default 10s.
+	DepthEvery time.Duration
+	// RulesEvery is how often Rules is asked for changes. Default 1s.
+	RulesEvery time.Duration
+	// StopTimeout bounds a soft Stop: in-flight deliveries that have not finished by then are
+	// cancelled (they stay queued and are delivered again later). Default 30s.
+	StopTimeout time.Duration
+	// Owner identifies this drainer in claims. Default a random uuid.
+	Owner string
+
+	// Logger receives the drainer's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the metrics. Default nil: metrics are kept but not registered.
+	Registerer prometheus.Registerer
+	// Clock returns the current time. Default time.Now.
+	Clock func() time.Time
+}
+
+// WithDefaults returns c with every unset field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.Policy == nil {
+		c.Policy = RulePolicy
+	}
+	if c.Workers == 0 {
+		c.Workers = 32
+	}
+	if c.ClaimBatch == 0 {
+		c.ClaimBatch = c.Workers
+	}
+	if c.Lease == 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.Lookahead == 0 {
+		c.Lookahead = 5 * time.Millisecond
+	}
+	if c.MaxPoll == 0 {
+		c.MaxPoll = 20 * time.Millisecond
+	}
+	if c.RedisBackoff == 0 {
+		c.RedisBackoff = 500 * time.Millisecond
+	}
+	if c.ReconcileEvery == 0 {
+		c.ReconcileEvery = 30 * time.Second
+	}
+	if c.ReconcileForceEvery == 0 {
+		c.ReconcileForceEvery = 10 * time.Minute
+	}
+	if c.DepthEvery == 0 {
+		c.DepthEvery = 10 * time.Second
+	}
+	if c.RulesEvery == 0 {
+		c.RulesEvery = time.Second
+	}
+	if c.StopTimeout == 0 {
+		c.StopTimeout = 30 * time.Second
+	}
+	if c.Owner == "" {
+		c.Owner = uuid.NewString()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	return c
+}
+
+// Validate reports a configuration that cannot work. Call it after WithDefaults.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Queues == nil {
+		errs = append(errs, errors.New("Queues is required"))
+	}
+	if c.Scheduler == nil {
+		errs = append(errs, errors.New("Scheduler is required"))
+	}
+	if c.Rules == nil {
+		errs = append(errs, errors.New("Rules is required"))
+	}
+	if c.Sink == nil {
+		errs = append(errs, errors.New("Sink is required"))
+	}
+	if c.Workers < 1 {
+		errs = append(errs, fmt.Errorf("Workers must be ≥ 1, got %d", c.Workers))
+	}
+	if c.ClaimBatch < 1 || c.ClaimBatch > c.Workers {
+		errs = append(errs, fmt.Errorf("ClaimBatch must be in [1, Workers=%d], got %d", c.Workers, c.ClaimBatch))
+	}
+	if c.Lease < time.Second {
+		errs = append(errs, fmt.Errorf("Lease must be ≥ 1s, got %s", c.Lease))
+	}
+	if c.Lookahead < 0 || c.Lookahead >= c.Lease {
+		errs = append(errs, fmt.Errorf("Lookahead must be in [0, Lease), got %s", c.Lookahead))
+	}
+	if c.MaxPoll <= 0 || c.RedisBackoff <= 0 || c.DepthEvery <= 0 || c.RulesEvery <= 0 || c.StopTimeout <= 0 {
+		errs = append(errs, errors.New("MaxPoll, RedisBackoff, DepthEvery, RulesEvery and StopTimeout must be positive"))
+	}
+	if strings.ContainsAny(c.Owner, " \n") {
+		errs = append(errs, fmt.Errorf("Owner %q must not contain spaces", c.Owner))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("drain: invalid config: %w", errors.Join(errs...))
+	}
+	return nil
+}
