@@ -86,8 +86,8 @@ type Admitter struct {
 	OutflowOf Outflow       // nil: the rule's own outflow
 	// CapacityOf returns the capacity in force (a live override); nil: the rule's own.
 	CapacityOf func(r *rules.Rule) int64
-	Logger    *slog.Logger
-	Now       func() time.Time
+	Logger     *slog.Logger
+	Now        func() time.Time
 
 	logMu   sync.Mutex
 	lastLog map[string]time.Time
