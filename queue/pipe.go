@@ -15,9 +15,7 @@ var admitMarkSrc string
 
 var admitMarkScript = redis.NewScript(admitMarkSrc)
 
-func (s *Scheduler) depthKey(rule string) string {
-	return s.prefix + "sl:{" + RuleToken(rule) + "}:depth"
-}
+func (s *Scheduler) depthKey(rule string) string { return s.keys(rule).depth }
 
 // MarkAdmittedPipe queues, on a pipeline the caller executes, the Redis side of one
 // admission: the key is made due (as MarkDue) and its depth counter incremented. Read the

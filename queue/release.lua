@@ -6,6 +6,8 @@
 -- KEYS[4] dirty  HASH  key -> "1" when MarkDue ran while the key was claimed
 -- KEYS[5] total  STRING     the rule's total_outflow meter (µs)
 -- KEYS[6] try    HASH  key -> "<msg id>\n<attempts>\n<last error>"
+-- KEYS[7] depth  HASH  key -> messages queued, as counted by admissions (admitmark.lua):
+--                      "next" counts one message out, "empty" forgets the key
 --
 -- ARGV[1] owner  the drainer that claimed the keys
 -- ARGV[2] total  µs between two messages of the rule (1/total_outflow); 0 = none
@@ -27,7 +29,7 @@
 -- Returns an array with 1 per key released, 0 per key whose claim this owner no longer holds
 -- (its lease expired and it went back to `due`, maybe to another drainer: nothing is changed).
 
-local due, lease, held, dirty, totalkey, try = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local due, lease, held, dirty, totalkey, try, depth = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local owner = ARGV[1]
 local total = tonumber(ARGV[2])
 local out = {}
@@ -48,6 +50,8 @@ for i = 3, #ARGV, 4 do
     if mode == 'empty' then
       if redis.call('HDEL', dirty, k) == 1 then
         redis.call('ZADD', due, nxt, k)
+      else
+        redis.call('HDEL', depth, k)
       end
       redis.call('HDEL', try, k)
       if total > 0 then
@@ -63,6 +67,9 @@ for i = 3, #ARGV, 4 do
         redis.call('HSET', try, k, state)
       elseif mode == 'next' then
         redis.call('HDEL', try, k)
+        if redis.call('HINCRBY', depth, k, -1) <= 0 then
+          redis.call('HDEL', depth, k)
+        end
       end
     end
     out[#out + 1] = 1

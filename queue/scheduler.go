@@ -72,14 +72,15 @@ func NewScheduler(rdb redis.UniversalClient, cfg SchedulerConfig) (*Scheduler, e
 	return &Scheduler{rdb: rdb, prefix: cfg.Prefix, clock: cfg.Clock}, nil
 }
 
-type ruleKeys struct{ due, lease, held, dirty, total, try string }
+type ruleKeys struct{ due, lease, held, dirty, total, try, depth string }
 
 func (s *Scheduler) keys(rule string) ruleKeys {
 	b := s.prefix + "sl:{" + RuleToken(rule) + "}:"
-	return ruleKeys{b + "due", b + "lease", b + "held", b + "dirty", b + "total", b + "try"}
+	return ruleKeys{b + "due", b + "lease", b + "held", b + "dirty", b + "total", b + "try", b + "depth"}
 }
 
-func (k ruleKeys) all() []string { return []string{k.due, k.lease, k.held, k.dirty, k.total, k.try} }
+// all lists the rule's keys in the order the scripts take them as KEYS.
+func (k ruleKeys) all() []string { return []string{k.due, k.lease, k.held, k.dirty, k.total, k.try, k.depth} }
 
 // Outflow is a rule's pacing, as the caller currently wants it (rules file or live override).
 type Outflow struct {
