@@ -80,7 +80,9 @@ func (s *Scheduler) keys(rule string) ruleKeys {
 }
 
 // all lists the rule's keys in the order the scripts take them as KEYS.
-func (k ruleKeys) all() []string { return []string{k.due, k.lease, k.held, k.dirty, k.total, k.try, k.depth} }
+func (k ruleKeys) all() []string {
+	return []string{k.due, k.lease, k.held, k.dirty, k.total, k.try, k.depth}
+}
 
 // Outflow is a rule's pacing, as the caller currently wants it (rules file or live override).
 type Outflow struct {
