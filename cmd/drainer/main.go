@@ -1,0 +1,388 @@
+// Command drainer releases sluice's per-key queues at their outflow: it claims due keys in
+// Redis, pops each key's head from JetStream, delivers it to the rule's sink (HTTP or
+// NATS) and deletes it once the sink accepted it. Run any number of drainers against the
+// same NATS and Redis; together they keep every per-key and total outflow.
+//
+// Flags (each with an environment equivalent; the flag wins):
+//
+//	-rules             SLUICE_RULES             rules files or directories, comma-separated (required)
+//	-http              SLUICE_HTTP_ADDR         /metrics, /healthz, /readyz (default :8081)
+//	-nats              SLUICE_NATS_URL          NATS URL(s) (default nats://127.0.0.1:4222)
+//	-redis             SLUICE_REDIS_URL         redis:// or unix:// URL (default redis://127.0.0.1:6379)
+//	-workers           SLUICE_WORKERS           deliveries in flight at once (default 32)
+//	-replicas          SLUICE_REPLICAS          replicas of the retry/dead-letter streams it ensures (default 1)
+//	-shutdown-timeout  SLUICE_SHUTDOWN_TIMEOUT  on SIGTERM: stop claiming, finish in-flight deliveries within this (default 30s)
+//	-log-format        SLUICE_LOG_FORMAT        json or text (default json)
+//	-log-level         SLUICE_LOG_LEVEL         debug, info, warn, error (default info)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/overrides"
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/sink"
+	"github.com/sluice-io/sluice/internal/status"
+	"github.com/sluice-io/sluice/queue"
+	"github.com/sluice-io/sluice/retry"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m := NewMain()
+	if err := m.ParseFlags(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "drainer:", err)
+		os.Exit(2)
+	}
+	if err := m.Run(ctx); err != nil {
+		m.Close()
+		fmt.Fprintln(os.Stderr, "drainer:", err)
+		os.Exit(1)
+	}
+	<-ctx.Done()
+	m.Logger.Info("drainer: shutting down: no more claims, finishing in-flight deliveries", "timeout", m.Config.ShutdownTimeout.String())
+	m.Close()
+}
+
+// Config is everything the drainer process is told from outside.
+type Config struct {
+	Rules           []string      // -rules: required
+	HTTPAddr        string        // -http: default ":8081"
+	NATSURL         string        // -nats: default "nats://127.0.0.1:4222"
+	RedisURL        string        // -redis: default "redis://127.0.0.1:6379"
+	Workers         int           // -workers: default 32
+	Replicas        int           // -replicas: 1 or 3, default 1
+	ShutdownTimeout time.Duration // -shutdown-timeout: default 30s
+	LogFormat       string        // -log-format: json (default) or text
+	LogLevel        string        // -log-level: default info
+	RulesPoll       time.Duration // -rules-poll: default 1s
+}
+
+// Main is the drainer process. The same Main runs in cmd/drainer and, whole, in tests.
+type Main struct {
+	Config Config
+	Getenv func(string) string // default os.Getenv
+	Stderr io.Writer           // flag errors and logs; default os.Stderr
+	Logger *slog.Logger        // default: built from the config by Run
+
+	// Set by Run.
+	Addr    net.Addr // the HTTP listener's address (useful with -http :0)
+	Drainer *drain.Drainer
+
+	closers []func()
+	httpSrv *http.Server
+	once    sync.Once
+}
+
+// NewMain returns a Main reading os.Getenv and writing to os.Stderr.
+func NewMain() *Main { return &Main{Getenv: os.Getenv, Stderr: os.Stderr} }
+
+// ParseFlags reads args (without the program name) and the environment into m.Config.
+func (m *Main) ParseFlags(args []string) error {
+	getenv := m.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if m.Stderr == nil {
+		m.Stderr = os.Stderr
+	}
+	env := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	c := &m.Config
+	fs := flag.NewFlagSet("drainer", flag.ContinueOnError)
+	fs.SetOutput(m.Stderr)
+	rulesFlag := fs.String("rules", env("SLUICE_RULES", ""), "rules files or directories, comma-separated (env SLUICE_RULES)")
+	fs.StringVar(&c.HTTPAddr, "http", env("SLUICE_HTTP_ADDR", ":8081"), "listen address of /metrics, /healthz, /readyz (env SLUICE_HTTP_ADDR)")
+	fs.StringVar(&c.NATSURL, "nats", env("SLUICE_NATS_URL", "nats://127.0.0.1:4222"), "NATS URL(s) (env SLUICE_NATS_URL)")
+	fs.StringVar(&c.RedisURL, "redis", env("SLUICE_REDIS_URL", "redis://127.0.0.1:6379"), "Redis URL (env SLUICE_REDIS_URL)")
+	workers := fs.String("workers", env("SLUICE_WORKERS", "32"), "deliveries in flight at once (env SLUICE_WORKERS)")
+	replicas := fs.String("replicas", env("SLUICE_REPLICAS", "1"), "replicas of the retry and dead-letter streams, 1 or 3 (env SLUICE_REPLICAS)")
+	shutdown := fs.String("shutdown-timeout", env("SLUICE_SHUTDOWN_TIMEOUT", "30s"), "time to finish in-flight deliveries on SIGTERM (env SLUICE_SHUTDOWN_TIMEOUT)")
+	fs.StringVar(&c.LogFormat, "log-format", env("SLUICE_LOG_FORMAT", "json"), "json or text (env SLUICE_LOG_FORMAT)")
+	fs.StringVar(&c.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (env SLUICE_LOG_LEVEL)")
+	poll := fs.String("rules-poll", env("SLUICE_RULES_POLL", "1s"), "how often rules files are checked for changes (env SLUICE_RULES_POLL)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	for _, p := range strings.Split(*rulesFlag, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			c.Rules = append(c.Rules, p)
+		}
+	}
+	if len(c.Rules) == 0 {
+		return errors.New("-rules is required (a rules file or directory; see deploy/examples)")
+	}
+	var err error
+	if c.Workers, err = strconv.Atoi(*workers); err != nil || c.Workers < 1 {
+		return fmt.Errorf("-workers: want a positive number, got %q", *workers)
+	}
+	if c.Replicas, err = strconv.Atoi(*replicas); err != nil || (c.Replicas != 1 && c.Replicas != 3) {
+		return fmt.Errorf("-replicas: want 1 or 3, got %q", *replicas)
+	}
+	if c.ShutdownTimeout, err = time.ParseDuration(*shutdown); err != nil || c.ShutdownTimeout <= 0 {
+		return fmt.Errorf("-shutdown-timeout: want a positive duration, got %q", *shutdown)
+	}
+	if c.RulesPoll, err = time.ParseDuration(*poll); err != nil || c.RulesPoll <= 0 {
+		return fmt.Errorf("-rules-poll: want a positive duration, got %q", *poll)
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		return fmt.Errorf("-log-format: want json or text, got %q", c.LogFormat)
+	}
+	return nil
+}
+
+func (m *Main) newLogger() *slog.Logger {
+	level := slog.LevelInfo
+	switch strings.ToLower(m.Config.LogLevel) {
+	case "debug":
+		level = slog.LevelDebug
+	case "warn":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	}
+	w := m.Stderr
+	if w == nil {
+		w = os.Stderr
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if m.Config.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// Run connects to NATS and Redis, starts draining and serves /metrics, /healthz and
+// /readyz. It returns once everything runs; stop it with Close (a soft stop). ctx only
+// bounds the start: cancelling it later does not stop the drainer (SIGTERM → Close).
+func (m *Main) Run(ctx context.Context) (err error) {
+	c := m.Config
+	if m.Logger == nil {
+		m.Logger = m.newLogger()
+	}
+	log := m.Logger
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
+	bg := context.WithoutCancel(ctx)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Rules first: a process with bad rules must not start.
+	watcher, err := rules.NewWatcher(rules.WatcherConfig{Paths: c.Rules, Interval: c.RulesPoll, Logger: log})
+	if err != nil {
+		return fmt.Errorf("drainer: rules: %w", err)
+	}
+	wctx, wcancel := context.WithCancel(bg)
+	m.closers = append(m.closers, wcancel)
+	if err := watcher.Start(wctx); err != nil {
+		return fmt.Errorf("drainer: rules: %w", err)
+	}
+	m.closers = append(m.closers, watcher.Stop)
+
+	nc, err := nats.Connect(c.NATSURL,
+		nats.Name("sluice-drainer"),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("drainer: NATS disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("drainer: NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
+	)
+	if err != nil {
+		return fmt.Errorf("drainer: NATS %s: %w", c.NATSURL, err)
+	}
+	m.closers = append(m.closers, func() { nc.Drain() })
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("drainer: JetStream: %w", err)
+	}
+
+	ropts, err := redis.ParseURL(c.RedisURL)
+	if err != nil {
+		return fmt.Errorf("drainer: -redis %q: %w", c.RedisURL, err)
+	}
+	// Short timeouts: with Redis down the drainer pauses claiming instead of hanging.
+	ropts.DialTimeout, ropts.ReadTimeout, ropts.WriteTimeout = time.Second, time.Second, time.Second
+	ropts.ContextTimeoutEnabled = true
+	ropts.PoolSize = max(ropts.PoolSize, 2*c.Workers+16)
+	rdb := redis.NewClient(ropts)
+	m.closers = append(m.closers, func() { rdb.Close() })
+
+	queues, err := queue.NewQueues(js, queue.Config{Replicas: c.Replicas})
+	if err != nil {
+		return err
+	}
+	sched, err := queue.NewScheduler(rdb, queue.SchedulerConfig{})
+	if err != nil {
+		return err
+	}
+
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	parking, err := retry.NewStore(js, retry.Config{Replicas: c.Replicas})
+	if err != nil {
+		return err
+	}
+	dead, err := retry.NewDeadLetters(js, retry.DeadConfig{Replicas: c.Replicas, Rules: func(name string) *rules.Rule { return watcher.Current().Rule(name) }})
+	if err != nil {
+		return err
+	}
+	if err := parking.Ensure(startCtx); err != nil {
+		return fmt.Errorf("drainer: retry stream: %w", err)
+	}
+	if err := dead.Ensure(startCtx); err != nil {
+		return fmt.Errorf("drainer: dead-letter stream: %w", err)
+	}
+	statuses := status.New(rdb, status.Config{Logger: log})
+	statuses.Start(bg)
+	m.closers = append(m.closers, statuses.Stop)
+
+	// Live overrides (PATCH /v1/admin/queues/{name}): read before every claim.
+	ovStore, err := overrides.Open(startCtx, js, overrides.Config{Replicas: c.Replicas, Logger: log})
+	if err != nil {
+		return fmt.Errorf("drainer: overrides: %w", err)
+	}
+	ovWatch := overrides.NewWatcher(ovStore, overrides.WatcherConfig{Logger: log})
+	if err := ovWatch.Start(startCtx); err != nil {
+		return fmt.Errorf("drainer: overrides: %w", err)
+	}
+	m.closers = append(m.closers, ovWatch.Stop)
+	var ovLogMu sync.Mutex
+	ovLogged := map[string]time.Time{}
+	policy := func(r *rules.Rule) drain.Policy {
+		eff, o, err := ovWatch.Effective(r)
+		if err != nil {
+			ovLogMu.Lock()
+			if time.Since(ovLogged[r.Name]) > time.Minute {
+				ovLogged[r.Name] = time.Now()
+				log.Error("drainer: override does not apply; draining at the rules file's values", "rule", r.Name, "err", err)
+			}
+			ovLogMu.Unlock()
+		}
+		p := drain.RulePolicy(eff)
+		p.Paused = p.Paused || o.IsPaused()
+		return p
+	}
+
+	httpSink, err := sink.NewHTTP(sink.HTTPConfig{MaxIdleConnsPerHost: max(256, c.Workers)})
+	if err != nil {
+		return err
+	}
+	natsSink, err := sink.NewNATS(nc, sink.NATSConfig{})
+	if err != nil {
+		return err
+	}
+
+	// TODO(lead): the re-admitter (retry.NewReadmitter) needs the ingress's admission
+	// function (admit.Admitter); wire it here or keep it in the ingress.
+	d, err := drain.New(drain.Config{
+		Queues:      queues,
+		Scheduler:   sched,
+		Rules:       func() []*rules.Rule { return watcher.Current().QueueRules() },
+		Sink:        sink.Multi{HTTP: httpSink, NATS: natsSink},
+		Retrier:     parking,
+		DeadLetters: dead,
+		States:      statuses,
+		Policy:      policy,
+		Workers:     c.Workers,
+		StopTimeout: c.ShutdownTimeout,
+		Logger:      log,
+		Registerer:  reg,
+	})
+	if err != nil {
+		return err
+	}
+	if err := d.Start(bg); err != nil {
+		return err
+	}
+	m.Drainer = d
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if !nc.IsConnected() {
+			http.Error(w, "NATS is not connected", http.StatusServiceUnavailable)
+			return
+		}
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			http.Error(w, "Redis: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	ln, err := net.Listen("tcp", c.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("drainer: listen %s: %w", c.HTTPAddr, err)
+	}
+	m.Addr = ln.Addr()
+	m.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := m.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("drainer: HTTP server stopped", "err", err)
+		}
+	}()
+	log.Info("drainer: running", "addr", m.Addr.String(), "nats", c.NATSURL, "queue_rules", len(watcher.Current().QueueRules()), "workers", c.Workers, "owner", d.Owner())
+	return nil
+}
+
+// Close stops the process: no more claims, in-flight deliveries finish (within the
+// shutdown timeout, then they are cancelled and stay queued), then the HTTP server and the
+// connections. Safe to call twice.
+func (m *Main) Close() {
+	m.once.Do(func() {
+		if m.Drainer != nil {
+			m.Drainer.Stop()
+		}
+		if m.httpSrv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			m.httpSrv.Shutdown(ctx)
+			cancel()
+		}
+		for i := len(m.closers) - 1; i >= 0; i-- {
+			m.closers[i]()
+		}
+	})
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/queue"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+func TestParseFlags(t *testing.T) {
+	t.Parallel()
+	m := NewMain()
+	m.Stderr = io.Discard
+	m.Getenv = func(k string) string {
+		return map[string]string{"SLUICE_RULES": "a.yaml,b", "SLUICE_WORKERS": "7"}[k]
+	}
+	if err := m.ParseFlags([]string{"-http", ":0", "-shutdown-timeout", "5s"}); err != nil {
+		t.Fatal(err)
+	}
+	c := m.Config
+	if len(c.Rules) != 2 || c.Workers != 7 || c.HTTPAddr != ":0" || c.ShutdownTimeout != 5*time.Second || c.NATSURL == "" {
+		t.Fatalf("config %+v", c)
+	}
+	m = NewMain()
+	m.Stderr = io.Discard
+	m.Getenv = func(string) string { return "" }
+	if err := m.ParseFlags(nil); err == nil {
+		t.Fatal("no -rules accepted")
+	}
+	if err := m.ParseFlags([]string{"-rules", "x", "-workers", "0"}); err == nil {
+		t.Fatal("-workers 0 accepted")
+	}
+}
+
+// TestDrainerProcess runs the whole process in-process against embedded NATS and a private
+// Redis: a message admitted the way the ingress does it reaches an HTTP sink with the
+// contract's headers, and the process serves its health and metrics endpoints.
+func TestDrainerProcess(t *testing.T) {
+	t.Parallel()
+	got := make(chan *http.Request, 10)
+	bodies := make(chan string, 10)
+	sinkSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- r
+		bodies <- string(b)
+	}))
+	defer sinkSrv.Close()
+
+	dir := t.TempDir()
+	rulesFile := filepath.Join(dir, "orders.yaml")
+	yaml := fmt.Sprintf(`domain: orders
+descriptors:
+  - key: merchant_id
+    name: orders-per-merchant
+    queue:
+      capacity: 10
+      outflow: {unit: second, requests_per_unit: 100}
+    sink: {url: %q, timeout: 2s}
+`, sinkSrv.URL)
+	if err := os.WriteFile(rulesFile, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	node := natstest.Start(t)
+	rs := redistest.Shared(t)
+
+	m := NewMain()
+	m.Stderr = io.Discard
+	m.Getenv = func(string) string { return "" }
+	m.Logger = slog.New(slog.DiscardHandler)
+	if err := m.ParseFlags([]string{"-rules", rulesFile, "-http", "127.0.0.1:0", "-nats", node.URL(), "-redis", rs.URL(), "-workers", "4"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := m.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+
+	// Admit one message as the ingress does: ensure the stream, publish, mark due.
+	_, js := natstest.Connect(t, node.URL())
+	q, _ := queue.NewQueues(js, queue.Config{})
+	if err := q.Ensure(ctx, "orders-per-merchant", 10); err != nil {
+		t.Fatal(err)
+	}
+	client := rs.Client(t)
+	s, _ := queue.NewScheduler(client, queue.SchedulerConfig{})
+	msg := queue.Message{ID: uuid.Must(uuid.NewV7()).String(), Key: "m 42/🦀", Payload: []byte(`{"order_id": 991}`), CreatedAt: time.Now()}
+	if _, err := q.Enqueue(ctx, "orders-per-merchant", msg); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkDue(ctx, "orders-per-merchant", msg.Key); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.Header.Get("Idempotency-Key") != msg.ID || !strings.Contains(r.Header.Get("Sluice-Key"), "m%2042") {
+			t.Errorf("sink headers: %v", r.Header)
+		}
+		if b := <-bodies; b != `{"order_id": 991}` {
+			t.Errorf("payload %q", b)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no delivery within 20s")
+	}
+
+	base := "http://" + m.Addr.String()
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get(base + path)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: %v %v", path, resp, err)
+		}
+		resp.Body.Close()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(b), `sluice_deliveries_total{outcome="delivered",rule="orders-per-merchant"} 1`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics lack the delivery:\n%s", b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	m.Close()
+	m.Close()
+}
