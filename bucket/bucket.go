@@ -42,6 +42,9 @@ var (
 	ErrTooManyLimits = fmt.Errorf("%w: more than %d limits in one decision", ErrInvalid, MaxLimits)
 	// ErrNegativeHits is returned for n < 0.
 	ErrNegativeHits = fmt.Errorf("%w: negative hits", ErrInvalid)
+	// ErrBadTime is returned for a now at or before the Unix epoch (a zero time.Time,
+	// usually): windows are counted from the epoch.
+	ErrBadTime = fmt.Errorf("%w: now is not after the Unix epoch", ErrInvalid)
 )
 
 // Limit is one admission limit: Rate requests per Interval, decided by Algorithm.

@@ -251,6 +251,9 @@ func TestInvalidInput(t *testing.T) {
 					t.Errorf("%s: err %v, want ErrInvalid", name, err)
 				}
 			}
+			if _, err := s.Allow(context.Background(), t.Name(), []bucket.Limit{ok}, 1, time.Time{}); !errors.Is(err, bucket.ErrBadTime) {
+				t.Errorf("zero time: err %v, want ErrBadTime", err)
+			}
 			r, err := s.Allow(context.Background(), t.Name(), nil, 1, t0)
 			if err != nil || !r.Allowed || r.Index != -1 {
 				t.Errorf("no limits: %+v %v", r, err)

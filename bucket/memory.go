@@ -93,7 +93,8 @@ func NewMemory(cfg MemoryConfig) *Memory {
 func (m *Memory) Allow(_ context.Context, key string, limits []Limit, n int64, now time.Time) (Result, error) {
 	var res Result
 	var ps [MaxLimits]params
-	if err := validate(limits, n, &ps); err != nil {
+	t := now.UnixMilli()
+	if err := validate(limits, n, t, &ps); err != nil {
 		return res, err
 	}
 	if len(limits) == 0 {
@@ -105,7 +106,6 @@ func (m *Memory) Allow(_ context.Context, key string, limits []Limit, n int64, n
 			return res, fmt.Errorf("%w: sliding_window_log rate %d above MemoryConfig.MaxLogRate %d", ErrInvalid, ps[i].rate, m.maxLog)
 		}
 	}
-	t := now.UnixMilli()
 	// One hash picks the shard and the map slot, so the key is hashed once.
 	h := maphash.String(m.seed, key)
 	sh := &m.shards[h&m.mask]
@@ -276,9 +276,12 @@ func (m *Memory) Len() int {
 }
 
 // validate checks the arguments shared by every store and converts the limits.
-func validate(limits []Limit, n int64, ps *[MaxLimits]params) error {
+func validate(limits []Limit, n, now int64, ps *[MaxLimits]params) error {
 	if n < 0 {
 		return ErrNegativeHits
+	}
+	if now <= 0 {
+		return ErrBadTime
 	}
 	if len(limits) > MaxLimits {
 		return ErrTooManyLimits

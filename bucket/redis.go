@@ -89,7 +89,7 @@ func NewRedis(c redis.Scripter, cfg RedisConfig) (*Redis, error) {
 // operators and tests; Allow builds the same names.
 func (s *Redis) Keys(key string, limits []Limit) ([]string, error) {
 	var ps [MaxLimits]params
-	if err := validate(limits, 0, &ps); err != nil {
+	if err := validate(limits, 0, 1, &ps); err != nil {
 		return nil, err
 	}
 	return s.keys(key, ps[:len(limits)]), nil
@@ -130,7 +130,8 @@ func (s *Redis) keys(key string, ps []params) []string {
 func (s *Redis) Allow(ctx context.Context, key string, limits []Limit, n int64, now time.Time) (Result, error) {
 	var res Result
 	var ps [MaxLimits]params
-	if err := validate(limits, n, &ps); err != nil {
+	t := now.UnixMilli()
+	if err := validate(limits, n, t, &ps); err != nil {
 		return res, err
 	}
 	if len(limits) == 0 {
@@ -151,7 +152,7 @@ func (s *Redis) Allow(ctx context.Context, key string, limits []Limit, n int64, 
 		}
 		args = append(args, code, p.rate, p.ivl, p.burst)
 	}
-	args[0], args[1], args[2], args[3] = now.UnixMilli(), n, s.slackArg, member
+	args[0], args[1], args[2], args[3] = t, n, s.slackArg, member
 	vals, err := limitsScript.Run(ctx, s.c, s.keys(key, ps[:len(limits)]), args...).Int64Slice()
 	if err != nil {
 		return res, fmt.Errorf("bucket: redis: %w", err)
