@@ -314,3 +314,26 @@ func (x *xorshift) next() uint64 {
 
 // float returns a uniform value in [0, 1).
 func (x *xorshift) float() float64 { return float64(x.next()>>11) / (1 << 53) }
+
+// TestTokenAndLeakyBucketsAgree: the two buckets are one algorithm in two
+// representations (tokens left vs water level), so they decide identically.
+func TestTokenAndLeakyBucketsAgree(t *testing.T) {
+	t.Parallel()
+	m := bucket.NewMemory(bucket.MemoryConfig{})
+	rng := newRand(9)
+	for k := 0; k < 50; k++ {
+		rate, burst, ivl := int64(1+rng.next()%50), int64(rng.next()%80), time.Duration(1+rng.next()%10_000)*ms
+		tb := []bucket.Limit{{Algorithm: bucket.TokenBucket, Rate: rate, Burst: burst, Interval: ivl}}
+		lb := []bucket.Limit{{Algorithm: bucket.LeakyBucket, Rate: rate, Burst: burst, Interval: ivl}}
+		now := t0
+		for i := 0; i < 200; i++ {
+			now = now.Add(time.Duration(rng.next()%uint64(ivl/ms/4+1)) * ms)
+			n := int64(rng.next() % 6)
+			a, _ := m.Allow(context.Background(), fmt.Sprint("tb", k), tb, n, now)
+			b, _ := m.Allow(context.Background(), fmt.Sprint("lb", k), lb, n, now)
+			if a != b {
+				t.Fatalf("rate %d burst %d ivl %v call %d n=%d:\ntoken %+v\nleaky %+v", rate, burst, ivl, i, n, a, b)
+			}
+		}
+	}
+}
