@@ -27,6 +27,12 @@ type Config struct {
 
 	CheckConfig string // -check-config FILE: validate a rules file (or directory) and exit.
 
+	// Drain runs a drainer (and re-admitter) inside this process. -drain; default true with
+	// -dev, false otherwise (production runs separate drainer processes).
+	Drain bool
+	// DrainWorkers is the in-process drainer's concurrent deliveries. -drain-workers; default 32.
+	DrainWorkers int
+
 	MaxBody         int64         // -max-body / SLUICE_MAX_BODY: largest request body in bytes. Default 1 MiB.
 	Replicas        int           // -replicas / SLUICE_REPLICAS: replicas of queue streams (1 or 3). Default 1.
 	ShutdownTimeout time.Duration // -shutdown-timeout / SLUICE_SHUTDOWN_TIMEOUT: drain time on SIGTERM. Default 10s.
@@ -59,6 +65,8 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.StringVar(&c.DevNATSAddr, "dev-nats-addr", "127.0.0.1:4222", "listen address of the embedded NATS server of -dev (port 0: any)")
 	fs.StringVar(&c.DevSinkAddr, "dev-sink-addr", "127.0.0.1:8090", "listen address of the demo sink of -dev")
 	fs.StringVar(&c.CheckConfig, "check-config", "", "validate this rules file or directory and exit")
+	drainFlag := fs.String("drain", "", "run a drainer in this process: true or false (default true with -dev)")
+	fs.IntVar(&c.DrainWorkers, "drain-workers", 32, "concurrent deliveries of the in-process drainer")
 	maxBody := fs.String("max-body", env("SLUICE_MAX_BODY", "1048576"), "largest request body in bytes (env SLUICE_MAX_BODY)")
 	replicas := fs.String("replicas", env("SLUICE_REPLICAS", "1"), "replicas of queue streams, 1 or 3 (env SLUICE_REPLICAS)")
 	shutdown := fs.String("shutdown-timeout", env("SLUICE_SHUTDOWN_TIMEOUT", "10s"), "graceful shutdown time (env SLUICE_SHUTDOWN_TIMEOUT)")
@@ -88,6 +96,16 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	}
 	if c.RulesPoll, err = time.ParseDuration(*poll); err != nil || c.RulesPoll <= 0 {
 		return c, fmt.Errorf("-rules-poll: want a positive duration, got %q", *poll)
+	}
+	switch *drainFlag {
+	case "":
+		c.Drain = c.Dev
+	case "true", "1":
+		c.Drain = true
+	case "false", "0":
+		c.Drain = false
+	default:
+		return c, fmt.Errorf("-drain: want true or false, got %q", *drainFlag)
 	}
 	if c.LogFormat == "" {
 		c.LogFormat = "json"

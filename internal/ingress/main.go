@@ -22,6 +22,8 @@ import (
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/admit"
 	"github.com/sluice-io/sluice/internal/devenv"
+	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/drainer"
 	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
@@ -41,6 +43,7 @@ type Main struct {
 	NATSURL  string
 	RedisURL string
 	SinkURL  string // -dev demo sink
+	Drainer  *drainer.Process // the in-process drainer (-drain), or nil
 
 	closers []func()
 	httpSrv *http.Server
@@ -260,6 +263,19 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	})
 	m.Server = srv
 	srv.RulesReloaded(watcher.Current(), nil)
+
+	if c.Drain {
+		proc, err := drainer.Start(context.WithoutCancel(ctx), drainer.Deps{
+			NATS: nc, Rules: watcher.Current, Queues: queues, Scheduler: sched, Parking: parking, Dead: dead,
+			Admitter: admitter, Status: statuses, Overrides: ovWatch, Logger: log, Registerer: reg,
+			Drain: drain.Config{Workers: c.DrainWorkers, StopTimeout: c.ShutdownTimeout},
+		})
+		if err != nil {
+			return err
+		}
+		m.Drainer = proc
+		m.closers = append(m.closers, proc.Stop)
+	}
 
 	// Reloads: keep streams in step with the rules (new queue rules, capacity changes).
 	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -1,0 +1,119 @@
+// Package drainer composes what a drainer process runs — the drain loop (internal/drain)
+// with its sinks, the re-admitter of parked messages and the parked/dead gauges — on
+// connections the caller owns. cmd/drainer runs it as its own process; `ingress -dev`
+// runs it inside the ingress.
+package drainer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-io/sluice/internal/admit"
+	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/overrides"
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/sink"
+	"github.com/sluice-io/sluice/internal/status"
+	"github.com/sluice-io/sluice/queue"
+	"github.com/sluice-io/sluice/retry"
+)
+
+// Deps are the parts a drainer process is built from. All are required but Status,
+// Overrides and Registerer.
+type Deps struct {
+	NATS      *nats.Conn
+	Rules     func() *rules.Set
+	Queues    *queue.Queues
+	Scheduler *queue.Scheduler
+	Parking   *retry.Store
+	Dead      *retry.DeadLetters
+	Admitter  *admit.Admitter     // re-admits parked messages
+	Status    *status.Store       // message states for GET /v1/messages/{id}
+	Overrides *overrides.Watcher  // live outflow/pause; nil = the rules file's
+	Logger    *slog.Logger
+	// Registerer receives the drainer's metrics; nil = not exported.
+	Registerer prometheus.Registerer
+	// Drain tunes the drain loop (workers, lease, …); the parts above are filled in.
+	Drain drain.Config
+}
+
+// Process is a running drainer.
+type Process struct {
+	Drainer    *drain.Drainer
+	Readmitter *retry.Readmitter
+}
+
+// Start builds and starts the drainer's parts.
+func Start(ctx context.Context, d Deps) (*Process, error) {
+	httpSink, err := sink.NewHTTP(sink.HTTPConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("drainer: %w", err)
+	}
+	natsSink, err := sink.NewNATS(d.NATS, sink.NATSConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("drainer: %w", err)
+	}
+	cfg := d.Drain
+	cfg.Queues, cfg.Scheduler = d.Queues, d.Scheduler
+	cfg.Rules = func() []*rules.Rule { return d.Rules().QueueRules() }
+	cfg.Sink = sink.Multi{HTTP: httpSink, NATS: natsSink}
+	cfg.Retrier, cfg.DeadLetters = d.Parking, d.Dead
+	if d.Status != nil {
+		cfg.States = d.Status
+	}
+	if d.Overrides != nil {
+		w := d.Overrides
+		cfg.Policy = func(r *rules.Rule) drain.Policy {
+			eff, o, _ := w.Effective(r)
+			p := drain.RulePolicy(eff)
+			p.Paused = p.Paused || o.IsPaused()
+			return p
+		}
+	}
+	cfg.Logger, cfg.Registerer = d.Logger, d.Registerer
+	dr, err := drain.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("drainer: %w", err)
+	}
+	ra, err := retry.NewReadmitter(retry.ReadmitterConfig{
+		Store: d.Parking, Dead: d.Dead, Admit: d.Admitter.Readmit,
+		Rules:      func(name string) *rules.Rule { return d.Rules().Rule(name) },
+		Registerer: d.Registerer, Logger: d.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("drainer: %w", err)
+	}
+	if d.Registerer != nil {
+		if err := d.Registerer.Register(retry.NewCollector(retry.CollectorConfig{
+			Store: d.Parking, Dead: d.Dead,
+			RuleNames: func() []string {
+				var names []string
+				for _, r := range d.Rules().QueueRules() {
+					names = append(names, r.Name)
+				}
+				return names
+			},
+		})); err != nil {
+			return nil, fmt.Errorf("drainer: metrics: %w", err)
+		}
+	}
+	if err := dr.Start(ctx); err != nil {
+		return nil, fmt.Errorf("drainer: %w", err)
+	}
+	if err := ra.Start(ctx); err != nil {
+		dr.Stop()
+		return nil, fmt.Errorf("drainer: re-admitter: %w", err)
+	}
+	return &Process{Drainer: dr, Readmitter: ra}, nil
+}
+
+// Stop stops claiming and re-admitting, and waits for in-flight deliveries (bounded by
+// the drain config's StopTimeout). Safe to call twice.
+func (p *Process) Stop() {
+	p.Readmitter.Stop()
+	p.Drainer.Stop()
+}
