@@ -31,9 +31,9 @@ type Deps struct {
 	Scheduler *queue.Scheduler
 	Parking   *retry.Store
 	Dead      *retry.DeadLetters
-	Admitter  *admit.Admitter     // re-admits parked messages
-	Status    *status.Store       // message states for GET /v1/messages/{id}
-	Overrides *overrides.Watcher  // live outflow/pause; nil = the rules file's
+	Admitter  *admit.Admitter    // re-admits parked messages
+	Status    *status.Store      // message states for GET /v1/messages/{id}
+	Overrides *overrides.Watcher // live outflow/pause; nil = the rules file's
 	Logger    *slog.Logger
 	// Registerer receives the drainer's metrics; nil = not exported.
 	Registerer prometheus.Registerer

@@ -42,7 +42,7 @@ type Main struct {
 	Addr     net.Addr // the HTTP listener's address (useful with -http :0)
 	NATSURL  string
 	RedisURL string
-	SinkURL  string // -dev demo sink
+	SinkURL  string           // -dev demo sink
 	Drainer  *drainer.Process // the in-process drainer (-drain), or nil
 
 	closers []func()
