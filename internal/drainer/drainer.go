@@ -39,6 +39,8 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	// Drain tunes the drain loop (workers, lease, …); the parts above are filled in.
 	Drain drain.Config
+	// Readmit tunes the re-admitter (workers, backoff, …); the parts above are filled in.
+	Readmit retry.ReadmitterConfig
 }
 
 // Process is a running drainer.
@@ -79,11 +81,11 @@ func Start(ctx context.Context, d Deps) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("drainer: %w", err)
 	}
-	ra, err := retry.NewReadmitter(retry.ReadmitterConfig{
-		Store: d.Parking, Dead: d.Dead, Admit: d.Admitter.Readmit,
-		Rules:      func(name string) *rules.Rule { return d.Rules().Rule(name) },
-		Registerer: d.Registerer, Logger: d.Logger,
-	})
+	rcfg := d.Readmit
+	rcfg.Store, rcfg.Dead, rcfg.Admit = d.Parking, d.Dead, d.Admitter.Readmit
+	rcfg.Rules = func(name string) *rules.Rule { return d.Rules().Rule(name) }
+	rcfg.Registerer, rcfg.Logger = d.Registerer, d.Logger
+	ra, err := retry.NewReadmitter(rcfg)
 	if err != nil {
 		return nil, fmt.Errorf("drainer: %w", err)
 	}

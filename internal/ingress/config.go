@@ -32,6 +32,9 @@ type Config struct {
 	Drain bool
 	// DrainWorkers is the in-process drainer's concurrent deliveries. -drain-workers; default 32.
 	DrainWorkers int
+	// ReadmitMaxBackoff caps the backoff between two re-admission attempts of a parked
+	// message that still finds no room. -readmit-max-backoff; default 5m.
+	ReadmitMaxBackoff time.Duration
 
 	MaxBody         int64         // -max-body / SLUICE_MAX_BODY: largest request body in bytes. Default 1 MiB.
 	Replicas        int           // -replicas / SLUICE_REPLICAS: replicas of queue streams (1 or 3). Default 1.
@@ -67,6 +70,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.StringVar(&c.CheckConfig, "check-config", "", "validate this rules file or directory and exit")
 	drainFlag := fs.String("drain", "", "run a drainer in this process: true or false (default true with -dev)")
 	fs.IntVar(&c.DrainWorkers, "drain-workers", 32, "concurrent deliveries of the in-process drainer")
+	fs.DurationVar(&c.ReadmitMaxBackoff, "readmit-max-backoff", 5*time.Minute, "longest wait between re-admission attempts of a parked message")
 	maxBody := fs.String("max-body", env("SLUICE_MAX_BODY", "1048576"), "largest request body in bytes (env SLUICE_MAX_BODY)")
 	replicas := fs.String("replicas", env("SLUICE_REPLICAS", "1"), "replicas of queue streams, 1 or 3 (env SLUICE_REPLICAS)")
 	shutdown := fs.String("shutdown-timeout", env("SLUICE_SHUTDOWN_TIMEOUT", "10s"), "graceful shutdown time (env SLUICE_SHUTDOWN_TIMEOUT)")

@@ -268,7 +268,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		proc, err := drainer.Start(context.WithoutCancel(ctx), drainer.Deps{
 			NATS: nc, Rules: watcher.Current, Queues: queues, Scheduler: sched, Parking: parking, Dead: dead,
 			Admitter: admitter, Status: statuses, Overrides: ovWatch, Logger: log, Registerer: reg,
-			Drain: drain.Config{Workers: c.DrainWorkers, StopTimeout: c.ShutdownTimeout},
+			Drain:   drain.Config{Workers: c.DrainWorkers, StopTimeout: c.ShutdownTimeout},
+			Readmit: retry.ReadmitterConfig{MaxBackoff: c.ReadmitMaxBackoff},
 		})
 		if err != nil {
 			return err
