@@ -67,8 +67,9 @@ type Limit struct {
 	Name string
 	// Shadow makes the limit report what it would decide without ever denying: its
 	// Decision says Allowed=false when it would have denied, Result.ShadowDenied is
-	// set, but Result.Allowed ignores it. A shadow limit counts the requests that it
-	// would itself have allowed, so it reports what enforcing it would really do.
+	// set, but Result.Allowed ignores it. When the request is admitted, a shadow limit
+	// counts it only if it would itself have allowed it, so its state stays what it
+	// would be if it were enforced.
 	Shadow bool
 }
 
