@@ -242,3 +242,55 @@ func TestDegradedPassesInvalidInputThrough(t *testing.T) {
 		t.Fatalf("err %v degraded %v; want ErrInvalid and not degraded", err, d.InDegradedMode())
 	}
 }
+
+// countHook counts the commands a client sends.
+type countHook struct{ names []string }
+
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.names = append(h.names, cmd.Name())
+		return next(ctx, cmd)
+	}
+}
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestRedisOneRoundTripPerDecision: a decision over several limits is one EVALSHA
+// (plus one EVAL the first time a server has not seen the script).
+func TestRedisOneRoundTripPerDecision(t *testing.T) {
+	t.Parallel()
+	c := redistest.Shared(t).Client(t)
+	hook := &countHook{}
+	c.AddHook(hook)
+	s, err := bucket.NewRedis(c, bucket.RedisConfig{Prefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := []bucket.Limit{
+		{Algorithm: bucket.TokenBucket, Rate: 10, Interval: time.Second},
+		{Algorithm: bucket.SlidingWindowLog, Rate: 100, Interval: time.Minute},
+		{Algorithm: bucket.SlidingWindowCounter, Rate: 250, Interval: 24 * time.Hour, Shadow: true},
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := s.Allow(context.Background(), "k", limits, 1, t0.Add(time.Duration(i)*ms)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evalsha, eval, other := 0, 0, 0
+	for _, name := range hook.names {
+		switch name {
+		case "evalsha":
+			evalsha++
+		case "eval": // after the one NOSCRIPT answer a fresh server gives
+			eval++
+		case "hello", "client": // the connection's handshake, once
+		default:
+			other++
+		}
+	}
+	if evalsha-eval != 20 || eval > 1 || other != 0 {
+		t.Fatalf("commands sent: %v; want 20 evalsha (and at most one eval)", hook.names)
+	}
+}
