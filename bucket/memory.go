@@ -90,8 +90,7 @@ func NewMemory(cfg MemoryConfig) *Memory {
 }
 
 // Allow implements Store. It never blocks on I/O and ignores ctx.
-func (m *Memory) Allow(_ context.Context, key string, limits []Limit, n int64, now time.Time) (Result, error) {
-	var res Result
+func (m *Memory) Allow(_ context.Context, key string, limits []Limit, n int64, now time.Time) (res Result, err error) {
 	var ps [MaxLimits]params
 	t := now.UnixMilli()
 	if err := validate(limits, n, t, &ps); err != nil {
