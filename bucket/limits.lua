@@ -20,7 +20,8 @@
 --   retry_after (ms until n would pass; 0 when allowed, -1 never),
 --   reset_after (ms until remaining grows by one; 0 when full).
 -- The hits are counted in every limit that allowed them, and only when every
--- non-shadow limit allowed them (all-or-nothing). A denial writes nothing.
+-- non-shadow limit allowed them (all-or-nothing). A denial writes nothing but the
+-- log's removal of hits that left its window.
 --
 -- Numbers are doubles; every value stays below 2^53 (Limit.params checks), so the
 -- arithmetic is exact. redis.call converts number arguments with %.17g (exact for
