@@ -88,7 +88,8 @@
 // algorithm and interval). The buckets and windows store 24 bytes (three doubles);
 // the log is a sorted set of hit times. Every write sets a TTL — the time until the
 // state is as good as absent, plus RedisConfig.TTLSlack — so idle keys disappear by
-// themselves. A denial writes nothing but the log's removal of hits that left its window.
+// themselves. A denial writes nothing, except that the log drops hits that have left
+// its window.
 //
 // # Clocks
 //
