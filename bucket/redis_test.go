@@ -290,7 +290,7 @@ func TestRedisOneRoundTripPerDecision(t *testing.T) {
 			other++
 		}
 	}
-	if evalsha-eval != 20 || eval > 1 || other != 0 {
+	if evalsha != 20 || eval > 1 || other != 0 {
 		t.Fatalf("commands sent: %v; want 20 evalsha (and at most one eval)", hook.names)
 	}
 }
