@@ -15,10 +15,14 @@
 -- ARGV[6] lease      µs a claim stays valid after its slot; then another drainer may take the key
 -- ARGV[7] owner      the claiming drainer's id (no spaces)
 -- ARGV[8] reclaim    recover at most this many expired leases in this call
+-- ARGV[9..]          keys this owner releases first, in groups of four as for release.lua
+--                    (key, mode, at, state): a drainer hands back the keys it finished with
+--                    in the same round trip as its next claim
 --
--- Returns {next, key1, slot1, due1, try1, key2, ...}:
+-- Returns {next, lost, key1, slot1, due1, try1, key2, ...}:
 --   next   µs of the earliest slot not claimed now (earliest due key, or the total_outflow meter
 --          if that is later), or -1 when no key is due at all: when to call again.
+--   lost   how many of the released keys this owner no longer held (release.lua returns 0)
 --   slotN  µs the key's message may leave (≥ its due time, ≥ now, ≥ the total meter)
 --   dueN   µs the key was due (its score before the claim): slot − due is scheduling delay
 --   tryN   the key's retry state (KEYS[6]) or nil
@@ -29,6 +33,8 @@
 -- scarce total_outflow is shared fairly. Claimed keys move from `due` to `lease`, so a key is
 -- never held by two drainers and never claimed again before its holder releases it (or its
 -- lease expires: an expired lease puts the key back into `due` at its stored next time).
+--
+-- release_keys is defined in release_fn.lua, which the Go code prepends.
 
 local due, lease, held, dirty, totalkey, try = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local now = tonumber(ARGV[1])
@@ -39,6 +45,12 @@ local total = tonumber(ARGV[5])
 local leasefor = tonumber(ARGV[6])
 local owner = ARGV[7]
 local reclaim = tonumber(ARGV[8])
+
+-- 0. Apply this owner's releases.
+local lost = 0
+for _, v in ipairs(release_keys(due, lease, held, dirty, totalkey, try, owner, tonumber(ARGV[5]), ARGV, 9)) do
+  if v == 0 then lost = lost + 1 end
+end
 
 -- 1. Hand back keys whose holder did not release them in time (crashed or stuck drainer).
 local expired = redis.call('ZRANGEBYSCORE', lease, '-inf', now, 'LIMIT', 0, reclaim)
@@ -58,31 +70,46 @@ local tat = 0
 if total > 0 then
   tat = tonumber(redis.call('GET', totalkey) or '0')
 end
-local out = {-1}
-local claimed = 0
+local out = {-1, lost}
 if max > 0 then
   local cand = redis.call('ZRANGEBYSCORE', due, '-inf', horizon, 'WITHSCORES', 'LIMIT', 0, max)
+  local ks, slots, dues, nexts = {}, {}, {}, {}
   for i = 1, #cand, 2 do
-    local k = cand[i]
     local d = tonumber(cand[i + 1])
     local slot = d
     if slot < now then slot = now end
     if total > 0 and slot < tat then slot = tat end
     if slot > horizon then break end
-    local nxt = slot + every
     if total > 0 then tat = slot + total end
-    redis.call('ZREM', due, k)
-    redis.call('ZADD', lease, slot + leasefor, k)
-    redis.call('HSET', held, k, owner .. ' ' .. string.format('%.0f', nxt))
-    redis.call('HDEL', dirty, k)
-    claimed = claimed + 1
-    out[#out + 1] = k
-    out[#out + 1] = slot
-    out[#out + 1] = d
-    out[#out + 1] = redis.call('HGET', try, k)
+    ks[#ks + 1] = cand[i]
+    slots[#slots + 1] = slot
+    dues[#dues + 1] = d
+    nexts[#nexts + 1] = slot + every
   end
-  if total > 0 and claimed > 0 then
-    redis.call('SET', totalkey, string.format('%.0f', tat))
+  if #ks > 0 then
+    -- One command per kind for the whole batch (see release_fn.lua).
+    local zl, hs = {}, {}
+    for j = 1, #ks do
+      zl[#zl + 1] = slots[j] + leasefor
+      zl[#zl + 1] = ks[j]
+      hs[#hs + 1] = ks[j]
+      hs[#hs + 1] = owner .. ' ' .. string.format('%.0f', nexts[j])
+    end
+    redis.call('ZREM', due, unpack(ks))
+    redis.call('ZADD', lease, unpack(zl))
+    redis.call('HSET', held, unpack(hs))
+    if redis.call('EXISTS', dirty) == 1 then redis.call('HDEL', dirty, unpack(ks)) end
+    local tries = {}
+    if redis.call('EXISTS', try) == 1 then tries = redis.call('HMGET', try, unpack(ks)) end
+    for j = 1, #ks do
+      out[#out + 1] = ks[j]
+      out[#out + 1] = slots[j]
+      out[#out + 1] = dues[j]
+      out[#out + 1] = tries[j] or false
+    end
+    if total > 0 then
+      redis.call('SET', totalkey, string.format('%.0f', tat))
+    end
   end
 end
 

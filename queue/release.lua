@@ -28,51 +28,8 @@
 --
 -- Returns an array with 1 per key released, 0 per key whose claim this owner no longer holds
 -- (its lease expired and it went back to `due`, maybe to another drainer: nothing is changed).
+--
+-- release_keys is defined in release_fn.lua, which the Go code prepends.
 
-local due, lease, held, dirty, totalkey, try, depth = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local owner = ARGV[1]
-local total = tonumber(ARGV[2])
-local out = {}
-for i = 3, #ARGV, 4 do
-  local k, mode, at, state = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
-  local h = redis.call('HGET', held, k)
-  local who, nxt
-  if h then
-    who, nxt = string.match(h, '^(%S+) (%S+)$')
-    nxt = tonumber(nxt)
-  end
-  if who ~= owner then
-    out[#out + 1] = 0
-  else
-    redis.call('ZREM', lease, k)
-    redis.call('HDEL', held, k)
-    if at > nxt then nxt = at end
-    if mode == 'empty' then
-      if redis.call('HDEL', dirty, k) == 1 then
-        redis.call('ZADD', due, nxt, k)
-      else
-        redis.call('HDEL', depth, k)
-      end
-      redis.call('HDEL', try, k)
-      if total > 0 then
-        local tat = tonumber(redis.call('GET', totalkey) or '0')
-        if tat > 0 then
-          redis.call('SET', totalkey, string.format('%.0f', tat - total))
-        end
-      end
-    else
-      redis.call('HDEL', dirty, k)
-      redis.call('ZADD', due, nxt, k)
-      if mode == 'retry' then
-        redis.call('HSET', try, k, state)
-      elseif mode == 'next' then
-        redis.call('HDEL', try, k)
-        if redis.call('HINCRBY', depth, k, -1) <= 0 then
-          redis.call('HDEL', depth, k)
-        end
-      end
-    end
-    out[#out + 1] = 1
-  end
-end
-return out
+local due, lease, held, dirty, totalkey, try = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+return release_keys(due, lease, held, dirty, totalkey, try, ARGV[1], tonumber(ARGV[2]), ARGV, 3)

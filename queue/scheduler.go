@@ -17,11 +17,15 @@ var (
 	claimSrc string
 	//go:embed release.lua
 	releaseSrc string
+	//go:embed release_fn.lua
+	releaseFnSrc string
 	//go:embed markdue.lua
 	markDueSrc string
 
-	claimScript   = redis.NewScript(claimSrc)
-	releaseScript = redis.NewScript(releaseSrc)
+	// claim.lua and release.lua share release_keys (release_fn.lua): Redis scripts cannot
+	// include each other, so the function is prepended to both.
+	claimScript   = redis.NewScript(releaseFnSrc + claimSrc)
+	releaseScript = redis.NewScript(releaseFnSrc + releaseSrc)
 	markDueScript = redis.NewScript(markDueSrc)
 )
 
@@ -103,6 +107,9 @@ type ClaimRequest struct {
 	Lease time.Duration
 	// Reclaim recovers at most this many expired leases per call. Default 100.
 	Reclaim int
+	// Releases are keys Owner hands back before claiming, in the same round trip (see
+	// Release): a drainer batches the keys it finished with into its next claim.
+	Releases []Release
 }
 
 // RetryState is the retry bookkeeping of a key's head message under strict ordering: the
@@ -153,6 +160,8 @@ type Claimed struct {
 	// Next is when the next unclaimed slot of the rule comes (earliest due key, or the
 	// total_outflow meter if later); zero when no key is due at all.
 	Next time.Time
+	// Lost counts ClaimRequest.Releases whose claim Owner no longer held (ErrLeaseLost).
+	Lost int
 }
 
 func us(t time.Time) int64 { return t.UnixMicro() }
@@ -171,24 +180,37 @@ func (s *Scheduler) Claim(ctx context.Context, rule string, now time.Time, req C
 	if req.Reclaim <= 0 {
 		req.Reclaim = 100
 	}
+	// Scripts pass a batch to one Redis command with unpack(), which Lua bounds (~8000
+	// values): keep batches well below that.
+	req.Max = min(req.Max, maxBatch)
+	for len(req.Releases) > maxBatch {
+		if _, err := s.Release(ctx, rule, req.Owner, req.TotalEvery, req.Releases[:maxBatch]...); err != nil && !errors.Is(err, ErrLeaseLost) {
+			return Claimed{}, err
+		}
+		req.Releases = req.Releases[maxBatch:]
+	}
 	k := s.keys(rule)
-	res, err := claimScript.Run(ctx, s.rdb, k.all(),
-		us(now), req.Max, req.Lookahead.Microseconds(), req.Every.Microseconds(),
-		req.TotalEvery.Microseconds(), req.Lease.Microseconds(), req.Owner, req.Reclaim).Slice()
+	args := make([]any, 0, 8+4*len(req.Releases))
+	args = append(args, us(now), req.Max, req.Lookahead.Microseconds(), req.Every.Microseconds(),
+		req.TotalEvery.Microseconds(), req.Lease.Microseconds(), req.Owner, req.Reclaim)
+	args = appendReleases(args, req.Releases)
+	res, err := claimScript.Run(ctx, s.rdb, k.all(), args...).Slice()
 	if err != nil {
 		return Claimed{}, fmt.Errorf("queue: claim rule %q: %w", rule, err)
 	}
-	if len(res) == 0 || (len(res)-1)%4 != 0 {
+	if len(res) < 2 || (len(res)-2)%4 != 0 {
 		return Claimed{}, fmt.Errorf("queue: claim rule %q: unexpected reply of %d values", rule, len(res))
 	}
 	var out Claimed
 	if next, _ := res[0].(int64); next >= 0 {
 		out.Next = fromUS(next)
 	}
-	if n := (len(res) - 1) / 4; n > 0 {
+	lost, _ := res[1].(int64)
+	out.Lost = int(lost)
+	if n := (len(res) - 2) / 4; n > 0 {
 		out.Claims = make([]Claim, 0, n)
 	}
-	for i := 1; i < len(res); i += 4 {
+	for i := 2; i < len(res); i += 4 {
 		key, _ := res[i].(string)
 		slot, _ := res[i+1].(int64)
 		due, _ := res[i+2].(int64)
@@ -242,19 +264,20 @@ func (s *Scheduler) Release(ctx context.Context, rule, owner string, totalEvery 
 	if len(rels) == 0 {
 		return nil, nil
 	}
+	if len(rels) > maxBatch {
+		head, err := s.Release(ctx, rule, owner, totalEvery, rels[:maxBatch]...)
+		if err != nil && !errors.Is(err, ErrLeaseLost) {
+			return head, err
+		}
+		tail, err2 := s.Release(ctx, rule, owner, totalEvery, rels[maxBatch:]...)
+		if err2 == nil {
+			err2 = err
+		}
+		return append(head, tail...), err2
+	}
 	args := make([]any, 0, 2+4*len(rels))
 	args = append(args, owner, totalEvery.Microseconds())
-	for _, r := range rels {
-		var at int64
-		if !r.At.IsZero() {
-			at = us(r.At)
-		}
-		state := ""
-		if r.Mode == Retrying {
-			state = r.State.encode()
-		}
-		args = append(args, r.Key, string(r.Mode), at, state)
-	}
+	args = appendReleases(args, rels)
 	res, err := releaseScript.Run(ctx, s.rdb, s.keys(rule).all(), args...).Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("queue: release keys of rule %q: %w", rule, err)
@@ -272,6 +295,24 @@ func (s *Scheduler) Release(ctx context.Context, rule, owner string, totalEvery 
 	}
 	return held, nil
 }
+
+func appendReleases(args []any, rels []Release) []any {
+	for _, r := range rels {
+		var at int64
+		if !r.At.IsZero() {
+			at = us(r.At)
+		}
+		state := ""
+		if r.Mode == Retrying {
+			state = r.State.encode()
+		}
+		args = append(args, r.Key, string(r.Mode), at, state)
+	}
+	return args
+}
+
+// maxBatch bounds the keys of one claim or release script call (see Claim).
+const maxBatch = 1000
 
 // markDueBatch bounds the keys of one MarkDue script call, so a large batch (reconciler)
 // does not block Redis for long.

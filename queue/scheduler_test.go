@@ -101,12 +101,17 @@ func simulate(t *testing.T, ss []*queue.Scheduler, rule string, of queue.Outflow
 		left[k] = n
 	}
 	slots := map[string][]time.Time{}
+	pending := map[string][]queue.Release{} // d0 hands its releases back with its next claim
 	step := 0
 	for now := t0; now.Before(t0.Add(d)); now = now.Add(time.Millisecond) {
 		step++
 		s := ss[step%len(ss)]
 		owner := fmt.Sprintf("d%d", step%len(ss))
-		c, err := s.Claim(ctx, rule, now, queue.ClaimRequest{Outflow: of, Owner: owner, Max: 4, Lookahead: lookahead, Lease: time.Minute})
+		c, err := s.Claim(ctx, rule, now, queue.ClaimRequest{Outflow: of, Owner: owner, Max: 4, Lookahead: lookahead, Lease: time.Minute, Releases: pending[owner]})
+		pending[owner] = nil
+		if err == nil && c.Lost != 0 {
+			t.Fatalf("%d releases lost", c.Lost)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +129,9 @@ func simulate(t *testing.T, ss []*queue.Scheduler, rule string, of queue.Outflow
 			}
 			rels = append(rels, queue.Release{Key: cl.Key, Mode: mode})
 		}
-		if _, err := s.Release(ctx, rule, owner, of.TotalEvery, rels...); err != nil {
+		if owner == "d0" {
+			pending[owner] = rels
+		} else if _, err := s.Release(ctx, rule, owner, of.TotalEvery, rels...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -301,4 +308,13 @@ func TestRetryStateTravelsWithTheKey(t *testing.T) {
 	if len(c.Claims) != 1 || c.Claims[0].Retry != nil {
 		t.Fatalf("retry state survived a delivery: %+v", c)
 	}
+}
+
+func newBenchScheduler(b *testing.B) *queue.Scheduler {
+	b.Helper()
+	s, err := queue.NewScheduler(redistest.Shared(b).Client(b), queue.SchedulerConfig{Prefix: redistest.Prefix(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
 }

@@ -57,8 +57,13 @@ type Config struct {
 	// claim, so live overrides take effect on the next claim. Default RulePolicy.
 	Policy func(*rules.Rule) Policy
 
-	// Workers is the number of deliveries in flight at once (one per claimed key). Default 32.
+	// Workers is the number of deliveries in flight at once (one per key). Default 32.
 	Workers int
+	// MaxClaimed is the most keys this drainer holds claimed at once: waiting for their slot
+	// (up to Lookahead), waiting for a worker, or being delivered. Waiting for a slot does not
+	// occupy a worker, so a drainer keeps up with rate × Lookahead keys ahead of time.
+	// Default 4 × Workers.
+	MaxClaimed int
 	// ClaimBatch is the most keys one claim takes. Default Workers.
 	ClaimBatch int
 	// Lease is how long a claimed key stays with this drainer after its slot before another
@@ -66,7 +71,9 @@ type Config struct {
 	// so a slow delivery is never handed to a second drainer. Default 30s.
 	Lease time.Duration
 	// Lookahead claims keys this long before their slot and waits for the slot in-process,
-	// so messages leave on time instead of one Redis round trip late. Default 5ms.
+	// so messages leave on time instead of one Redis round trip (or one late timer on a busy
+	// machine) late — a late claim would also shift the key's later slots, lowering its
+	// outflow. Default 20ms.
 	Lookahead time.Duration
 	// MaxPoll caps the wait between two claims when nothing is due (a newly marked key waits
 	// at most this long, plus Lookahead). Default 20ms.
@@ -104,14 +111,17 @@ func (c Config) WithDefaults() Config {
 	if c.Workers == 0 {
 		c.Workers = 32
 	}
+	if c.MaxClaimed == 0 {
+		c.MaxClaimed = 4 * c.Workers
+	}
 	if c.ClaimBatch == 0 {
-		c.ClaimBatch = c.Workers
+		c.ClaimBatch = min(c.Workers, c.MaxClaimed)
 	}
 	if c.Lease == 0 {
 		c.Lease = 30 * time.Second
 	}
 	if c.Lookahead == 0 {
-		c.Lookahead = 5 * time.Millisecond
+		c.Lookahead = 20 * time.Millisecond
 	}
 	if c.MaxPoll == 0 {
 		c.MaxPoll = 20 * time.Millisecond
@@ -164,8 +174,11 @@ func (c Config) Validate() error {
 	if c.Workers < 1 {
 		errs = append(errs, fmt.Errorf("Workers must be ≥ 1, got %d", c.Workers))
 	}
-	if c.ClaimBatch < 1 || c.ClaimBatch > c.Workers {
-		errs = append(errs, fmt.Errorf("ClaimBatch must be in [1, Workers=%d], got %d", c.Workers, c.ClaimBatch))
+	if c.MaxClaimed < 1 {
+		errs = append(errs, fmt.Errorf("MaxClaimed must be ≥ 1, got %d", c.MaxClaimed))
+	}
+	if c.ClaimBatch < 1 || c.ClaimBatch > c.MaxClaimed {
+		errs = append(errs, fmt.Errorf("ClaimBatch must be in [1, MaxClaimed=%d], got %d", c.MaxClaimed, c.ClaimBatch))
 	}
 	if c.Lease < time.Second {
 		errs = append(errs, fmt.Errorf("Lease must be ≥ 1s, got %s", c.Lease))

@@ -538,7 +538,7 @@ func TestSoftStopFinishesInFlight(t *testing.T) {
 func TestConfigDefaultsAndValidate(t *testing.T) {
 	t.Parallel()
 	c := drain.Config{}.WithDefaults()
-	if c.Workers != 32 || c.ClaimBatch != 32 || c.Lease != 30*time.Second || c.Lookahead != 5*time.Millisecond || c.MaxPoll != 20*time.Millisecond {
+	if c.Workers != 32 || c.MaxClaimed != 128 || c.ClaimBatch != 32 || c.Lease != 30*time.Second || c.Lookahead != 20*time.Millisecond || c.MaxPoll != 20*time.Millisecond {
 		t.Errorf("defaults: %+v", c)
 	}
 	if err := c.Validate(); err == nil {

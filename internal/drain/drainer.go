@@ -40,7 +40,8 @@ type Drainer struct {
 	log *slog.Logger
 	m   *metrics
 
-	tokens chan struct{} // one per idle worker
+	tokens  chan struct{} // one per key this drainer may still claim (MaxClaimed)
+	workers chan struct{} // one per idle worker (Workers)
 
 	mu       sync.Mutex
 	started  bool
@@ -76,7 +77,8 @@ func New(cfg Config) (*Drainer, error) {
 		cfg:        cfg,
 		log:        cfg.Logger.With("drainer", cfg.Owner),
 		m:          m,
-		tokens:     make(chan struct{}, cfg.Workers),
+		tokens:     make(chan struct{}, cfg.MaxClaimed),
+		workers:    make(chan struct{}, cfg.Workers),
 		soft:       make(chan struct{}),
 		done:       make(chan struct{}),
 		claimers:   map[string]*claimer{},
@@ -84,8 +86,11 @@ func New(cfg Config) (*Drainer, error) {
 		natsLog:    throttle{every: 30 * time.Second},
 		releaseLog: throttle{every: 30 * time.Second},
 	}
-	for i := 0; i < cfg.Workers; i++ {
+	for i := 0; i < cfg.MaxClaimed; i++ {
 		d.tokens <- struct{}{}
+	}
+	for i := 0; i < cfg.Workers; i++ {
+		d.workers <- struct{}{}
 	}
 	return d, nil
 }
@@ -183,6 +188,48 @@ type claimer struct {
 	wake   chan struct{} // cap 1: a release asked for an earlier claim
 	wakeAt atomic.Int64  // unix µs of the earliest claim a release asked for (0 = none)
 	quit   chan struct{} // closed when the rule disappears
+
+	mu      sync.Mutex
+	pending []queue.Release // finished keys, handed back with the next claim
+	closed  bool            // the claim loop ended: release directly
+}
+
+// addRelease queues rel for the next claim; false when the loop has ended and the caller
+// must release it itself.
+func (c *claimer) addRelease(rel queue.Release) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.pending = append(c.pending, rel)
+	return true
+}
+
+func (c *claimer) takeReleases() []queue.Release {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pending
+	c.pending = nil
+	return p
+}
+
+// putBack returns releases whose claim call failed, to go with the next one. Applying a
+// release twice is harmless: the second finds the key no longer held and changes nothing.
+func (c *claimer) putBack(rels []queue.Release) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pending = append(rels, c.pending...)
+}
+
+// close ends batching and returns what is still pending.
+func (c *claimer) close() []queue.Release {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	p := c.pending
+	c.pending = nil
+	return p
 }
 
 // wakeBy asks the claimer to claim again by t - lookahead (a key it released is due at t).
@@ -288,7 +335,29 @@ func (d *Drainer) takeTokens(c *claimer, want int) int {
 		select {
 		case <-d.tokens:
 			n++
+			continue
 		default:
+		}
+		break
+	}
+	if n >= (want+1)/2 {
+		return n
+	}
+	// Saturated: claims are limited by keys finishing one by one. Wait a moment for half a
+	// batch, so one round trip claims (and releases) many keys instead of one per message.
+	t := time.NewTimer(d.cfg.Lookahead / 20)
+	defer t.Stop()
+	for n < (want+1)/2 {
+		select {
+		case <-d.tokens:
+			n++
+		case <-t.C:
+			return n
+		case <-c.quit:
+			return n
+		case <-d.soft:
+			return n
+		case <-d.runCtx.Done():
 			return n
 		}
 	}
@@ -301,10 +370,17 @@ func (d *Drainer) giveTokens(n int) {
 	}
 }
 
-// claimLoop claims due keys of one rule and hands each to a delivery goroutine.
+// claimLoop claims due keys of one rule and hands each to a delivery goroutine. Keys
+// that deliveries finished with are handed back in the same round trip as the next claim.
 func (d *Drainer) claimLoop(c *claimer) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	defer func() {
+		if rels := c.close(); len(rels) > 0 {
+			r := c.rule.Load()
+			d.releaseNow(r, d.cfg.Policy(r), rels...)
+		}
+	}()
 	for {
 		select {
 		case <-c.quit:
@@ -320,21 +396,28 @@ func (d *Drainer) claimLoop(c *claimer) {
 			d.m.outflow.WithLabelValues(r.Name).Set(float64(time.Second) / float64(pol.Outflow.Every))
 		}
 		wait := d.cfg.MaxPoll
-		if !pol.Paused {
+		if pol.Paused {
+			if rels := c.takeReleases(); len(rels) > 0 {
+				d.releaseNow(r, pol, rels...)
+			}
+		} else {
 			n := d.takeTokens(c, d.cfg.ClaimBatch)
 			if n == 0 {
 				return
 			}
 			now := d.cfg.Clock()
 			c.wakeAt.Store(0)
+			rels := c.takeReleases()
 			res, err := d.cfg.Scheduler.Claim(d.runCtx, r.Name, now, queue.ClaimRequest{
 				Outflow:   pol.Outflow,
 				Owner:     d.cfg.Owner,
 				Max:       n,
 				Lookahead: d.cfg.Lookahead,
 				Lease:     d.lease(r),
+				Releases:  rels,
 			})
 			if err != nil {
+				c.putBack(rels)
 				d.giveTokens(n)
 				if d.stopping() {
 					return
@@ -343,6 +426,10 @@ func (d *Drainer) claimLoop(c *claimer) {
 				wait = d.cfg.RedisBackoff
 			} else {
 				d.redisOK()
+				if res.Lost > 0 {
+					d.log.Warn("claim leases expired before release: another drainer may have taken those keys",
+						"rule", r.Name, "keys", res.Lost, "lease", d.lease(r))
+				}
 				d.giveTokens(n - len(res.Claims))
 				for _, cl := range res.Claims {
 					d.inflight.Add(1)
@@ -411,6 +498,7 @@ func (d *Drainer) handle(c *claimer, r *rules.Rule, pol Policy, cl queue.Claim) 
 	defer d.inflight.Done()
 	defer d.giveTokens(1)
 	ctx := d.runCtx
+	// Wait for the slot without holding a worker, then for a worker.
 	if w := cl.Slot.Sub(d.cfg.Clock()); w > 0 {
 		t := time.NewTimer(w)
 		select {
@@ -421,9 +509,16 @@ func (d *Drainer) handle(c *claimer, r *rules.Rule, pol Policy, cl queue.Claim) 
 			return
 		}
 	}
+	select {
+	case <-d.workers:
+	case <-ctx.Done():
+		d.release(c, r, pol, queue.Release{Key: cl.Key, Mode: queue.Later})
+		return
+	}
 	now := d.cfg.Clock()
 	d.m.lag.WithLabelValues(r.Name).Observe(max(0, now.Sub(cl.Due).Seconds()))
 	rel := d.deliverHead(ctx, r, cl, now)
+	d.workers <- struct{}{}
 	d.release(c, r, pol, rel)
 	switch rel.Mode {
 	case queue.Released, queue.Retrying, queue.Later:
@@ -438,19 +533,28 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// release hands a key back to the scheduler, even during a hard stop (a short fresh context),
-// so its next message is not held up until the lease expires.
+// release hands a key back: with the claimer's next claim (one round trip for many keys),
+// or at once when the claim loop has ended (stop, rule removed) — then even during a hard
+// stop, with a short fresh context, so the key's next message is not held up until the
+// lease expires.
 func (d *Drainer) release(c *claimer, r *rules.Rule, pol Policy, rel queue.Release) {
+	if c.addRelease(rel) {
+		return
+	}
+	d.releaseNow(r, pol, rel)
+}
+
+func (d *Drainer) releaseNow(r *rules.Rule, pol Policy, rels ...queue.Release) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), postTimeout)
 	defer cancel()
-	if _, err := d.cfg.Scheduler.Release(ctx, r.Name, d.cfg.Owner, pol.Outflow.TotalEvery, rel); err != nil {
+	if _, err := d.cfg.Scheduler.Release(ctx, r.Name, d.cfg.Owner, pol.Outflow.TotalEvery, rels...); err != nil {
 		if errors.Is(err, queue.ErrLeaseLost) {
 			d.log.Warn("claim lease expired before release: another drainer may have taken the key",
-				"rule", r.Name, "key", rel.Key, "lease", d.lease(r))
+				"rule", r.Name, "err", err, "lease", d.lease(r))
 			return
 		}
 		if d.releaseLog.allow() {
-			d.log.Error("release failed: the key waits for its lease to expire", "rule", r.Name, "key", rel.Key, "err", err)
+			d.log.Error("release failed: the keys wait for their lease to expire", "rule", r.Name, "keys", len(rels), "err", err)
 		}
 	}
 }
@@ -480,7 +584,8 @@ func (d *Drainer) deliverHead(ctx context.Context, r *rules.Rule, cl queue.Claim
 	if maxAttempts <= 0 {
 		maxAttempts = defaultMaxAttempts
 	}
-	log := d.log.With("rule", r.Name, "key", cl.Key, "id", m.ID)
+	// Loggers with fields are built only when something is logged: this is the hot path.
+	log := lazyLogger{d: d, rule: r.Name, key: cl.Key, id: m.ID}
 	if m.Attempt >= maxAttempts {
 		return d.dead(ctx, r, p, m, m.LastError, now)
 	}
@@ -492,7 +597,7 @@ func (d *Drainer) deliverHead(ctx context.Context, r *rules.Rule, cl queue.Claim
 	if ctx.Err() != nil {
 		// Hard stop during the delivery: not the message's fault, and we cannot know whether
 		// the sink got it. It stays queued and is delivered again (same id).
-		log.Warn("delivery interrupted by hard stop: message stays queued")
+		log.get().Warn("delivery interrupted by hard stop: message stays queued")
 		return queue.Release{Key: cl.Key, Mode: queue.Later}
 	}
 	m.Attempt = attempt
@@ -501,7 +606,9 @@ func (d *Drainer) deliverHead(ctx context.Context, r *rules.Rule, cl queue.Claim
 		d.deleteAfter(ctx, r, p.Seq, log)
 		d.m.deliveries.WithLabelValues(r.Name, Delivered.String()).Inc()
 		d.record(ctx, m.ID, StateDelivered, attempt, "")
-		log.Debug("delivered", "attempt", attempt, "lag", now.Sub(cl.Due))
+		if d.log.Enabled(ctx, slog.LevelDebug) {
+			log.get().Debug("delivered", "attempt", attempt, "lag", now.Sub(cl.Due))
+		}
 		return keep
 	case Dead:
 		m.LastError = out.Err
@@ -518,7 +625,7 @@ func (d *Drainer) deliverHead(ctx context.Context, r *rules.Rule, cl queue.Claim
 	at := d.cfg.Clock().Add(delay)
 	d.m.deliveries.WithLabelValues(r.Name, Retry.String()).Inc()
 	d.record(ctx, m.ID, StateRetrying, attempt, out.Err)
-	log.Info("delivery failed: retrying", "attempt", attempt, "status", out.Status, "err", out.Err, "retry_in", delay)
+	log.get().Info("delivery failed: retrying", "attempt", attempt, "status", out.Status, "err", out.Err, "retry_in", delay)
 	if r.Ordering == rules.OrderingRelaxed && d.cfg.Retrier != nil {
 		pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), postTimeout)
 		err := d.cfg.Retrier.ScheduleRetry(pctx, r, m, at)
@@ -527,7 +634,7 @@ func (d *Drainer) deliverHead(ctx context.Context, r *rules.Rule, cl queue.Claim
 			d.deleteAfter(ctx, r, p.Seq, log)
 			return keep
 		}
-		log.Warn("retry stream refused the message: retrying in place", "err", err)
+		log.get().Warn("retry stream refused the message: retrying in place", "err", err)
 	}
 	return queue.Release{Key: cl.Key, Mode: queue.Retrying, At: at,
 		State: queue.RetryState{MsgID: m.ID, Attempts: attempt, LastError: out.Err}}
@@ -536,19 +643,19 @@ func (d *Drainer) deliverHead(ctx context.Context, r *rules.Rule, cl queue.Claim
 // dead hands m to the dead letters and deletes it; if the dead letters refuse, m stays at
 // the head of its key, marked as out of attempts, and is offered to them again later.
 func (d *Drainer) dead(ctx context.Context, r *rules.Rule, p queue.Popped, m queue.Message, reason string, now time.Time) queue.Release {
-	log := d.log.With("rule", r.Name, "key", m.Key, "id", m.ID)
+	log := lazyLogger{d: d, rule: r.Name, key: m.Key, id: m.ID}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), postTimeout)
 	defer cancel()
 	if d.cfg.DeadLetters != nil {
 		if err := d.cfg.DeadLetters.Dead(pctx, r, m, reason); err != nil {
-			log.Error("dead letters refused a message: it stays queued", "err", err)
+			log.get().Error("dead letters refused a message: it stays queued", "err", err)
 			maxAttempts := max(r.Delivery.MaxAttempts, defaultMaxAttempts, m.Attempt)
 			return queue.Release{Key: m.Key, Mode: queue.Retrying, At: now.Add(backoff(r.Delivery, maxAttempts)),
 				State: queue.RetryState{MsgID: m.ID, Attempts: maxAttempts, LastError: reason}}
 		}
-		log.Warn("message dead", "attempts", m.Attempt, "reason", reason)
+		log.get().Warn("message dead", "attempts", m.Attempt, "reason", reason)
 	} else {
-		log.Error("message dead; no dead-letter store configured, dropping it", "attempts", m.Attempt, "reason", reason)
+		log.get().Error("message dead; no dead-letter store configured, dropping it", "attempts", m.Attempt, "reason", reason)
 	}
 	d.deleteAfter(ctx, r, p.Seq, log)
 	d.m.deliveries.WithLabelValues(r.Name, Dead.String()).Inc()
@@ -558,7 +665,7 @@ func (d *Drainer) dead(ctx context.Context, r *rules.Rule, p queue.Popped, m que
 
 // deleteAfter deletes a handled message. It retries briefly: a message that cannot be
 // deleted is delivered again later (at-least-once), never lost.
-func (d *Drainer) deleteAfter(ctx context.Context, r *rules.Rule, seq uint64, log *slog.Logger) {
+func (d *Drainer) deleteAfter(ctx context.Context, r *rules.Rule, seq uint64, log lazyLogger) {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), postTimeout)
 	defer cancel()
 	var err error
@@ -567,7 +674,7 @@ func (d *Drainer) deleteAfter(ctx context.Context, r *rules.Rule, seq uint64, lo
 			return
 		}
 		if errors.Is(err, queue.ErrGone) {
-			log.Warn("message already deleted: another drainer handled it too (lease expired?)", "seq", seq)
+			log.get().Warn("message already deleted: another drainer handled it too (lease expired?)", "seq", seq)
 			return
 		}
 		select {
@@ -575,7 +682,7 @@ func (d *Drainer) deleteAfter(ctx context.Context, r *rules.Rule, seq uint64, lo
 		case <-pctx.Done():
 		}
 	}
-	log.Error("delete failed: the message will be delivered again", "seq", seq, "err", err)
+	log.get().Error("delete failed: the message will be delivered again", "seq", seq, "err", err)
 }
 
 func (d *Drainer) record(ctx context.Context, id, state string, attempt int, lastErr string) {
@@ -663,6 +770,16 @@ func (d *Drainer) maintain() {
 			cancel()
 		}
 	}
+}
+
+// lazyLogger carries a message's log fields and builds the logger only when used.
+type lazyLogger struct {
+	d             *Drainer
+	rule, key, id string
+}
+
+func (l lazyLogger) get() *slog.Logger {
+	return l.d.log.With("rule", l.rule, "key", l.key, "id", l.id)
 }
 
 // throttle lets one log line through per period.

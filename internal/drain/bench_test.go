@@ -1,0 +1,284 @@
+package drain_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/queue"
+)
+
+// Reports are measurements, not tests: they run only with SLUICE_BENCH=1 (make bench) and
+// print their figures with t.Logf. Bars (DESIGN.md): outflow within ±1% of the configured
+// rate, p99 dispatch lag ≤ 10 ms, 2 drainers ≥ 0.8× a bare GetMsg+DeleteMsg loop.
+func benchOnly(t *testing.T) {
+	if os.Getenv("SLUICE_BENCH") == "" {
+		t.Skip("set SLUICE_BENCH=1 to run reports")
+	}
+}
+
+// fill publishes n messages for each key with conc publishers and marks each key due at
+// start + its index × spread (so many keys do not all fall due in the same instant).
+func (e *env) fill(r *rules.Rule, keys []string, n int, start time.Time, spread time.Duration) {
+	e.t.Helper()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	work := make(chan string)
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range work {
+				for i := 0; i < n; i++ {
+					m := queue.Message{ID: uuid.Must(uuid.NewV7()).String(), Key: k, Payload: []byte(`{}`), CreatedAt: time.Now()}
+					if _, err := e.q.Enqueue(ctx, r.Name, m); err != nil {
+						e.t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	for _, k := range keys {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	for i, k := range keys {
+		if _, err := e.s.MarkDueAt(ctx, r.Name, start.Add(time.Duration(i)*spread), k); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// stampSink records the time of every delivery per key and answers at once.
+type stampSink struct {
+	mu sync.Mutex
+	at map[string][]time.Time
+	n  atomic.Int64
+}
+
+func (s *stampSink) Deliver(ctx context.Context, r *rules.Rule, m queue.Message) drain.Outcome {
+	now := time.Now()
+	s.mu.Lock()
+	if s.at == nil {
+		s.at = map[string][]time.Time{}
+	}
+	s.at[m.Key] = append(s.at[m.Key], now)
+	s.mu.Unlock()
+	s.n.Add(1)
+	return drain.OutcomeDelivered()
+}
+
+// histQuantile estimates a quantile of the rule's lag histogram like PromQL's
+// histogram_quantile (linear inside the bucket).
+func histQuantile(t *testing.T, reg *prometheus.Registry, q float64) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_dispatch_lag_seconds" {
+			continue
+		}
+		h := mf.GetMetric()[0].GetHistogram()
+		rank := q * float64(h.GetSampleCount())
+		lo, prev := 0.0, 0.0
+		for _, b := range h.GetBucket() {
+			c := float64(b.GetCumulativeCount())
+			if c >= rank {
+				return lo + (b.GetUpperBound()-lo)*(rank-prev)/math.Max(c-prev, 1)
+			}
+			lo, prev = b.GetUpperBound(), c
+		}
+		return math.Inf(1)
+	}
+	return math.NaN()
+}
+
+// gridLag returns, for deliveries of one key at a fixed spacing, how late each was against
+// the ideal grid anchored at its first delivery: it includes pop time and any drift.
+func gridLag(ts []time.Time, every time.Duration) []time.Duration {
+	out := make([]time.Duration, 0, len(ts))
+	for i, t := range ts {
+		out = append(out, t.Sub(ts[0].Add(time.Duration(i)*every)))
+	}
+	return out
+}
+
+func pct(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+func TestOutflowAccuracyReport(t *testing.T) {
+	benchOnly(t)
+	dur := 30 * time.Second
+	if v := os.Getenv("SLUICE_BENCH_SECONDS"); v != "" {
+		var s int
+		fmt.Sscan(v, &s)
+		dur = time.Duration(s) * time.Second
+	}
+	cases := []struct {
+		name    string
+		keys    int
+		perSec  int64
+		workers int
+	}{
+		{"1 key at 100/s", 1, 100, 8},
+		{"1000 keys at 1/s", 1000, 1, 64},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			every := time.Second / time.Duration(tc.perSec)
+			perKey := int(dur/every) + 5 // never runs dry within the window
+			r := e.rule("accuracy", tc.perSec, 0, func(r *rules.Rule) { r.Queue.Capacity = int64(perKey) })
+			keys := make([]string, tc.keys)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("key-%04d", i)
+			}
+			start := time.Now().Add(2 * time.Second)
+			e.fill(r, keys, perKey, start, every/time.Duration(tc.keys))
+			if d := time.Until(start); d < 500*time.Millisecond {
+				t.Logf("filling took long; first slots are %s late", -d)
+			}
+			sink := &stampSink{}
+			reg := prometheus.NewRegistry()
+			e.drainer(context.Background(), sink, func(c *drain.Config) { c.Workers = tc.workers; c.Registerer = reg })
+			time.Sleep(time.Until(start) + dur)
+			sink.mu.Lock()
+			defer sink.mu.Unlock()
+			var lags []time.Duration
+			var rates []float64
+			total := 0
+			for _, ts := range sink.at {
+				// Count only the window [start, start+dur): the configured schedule.
+				var in []time.Time
+				for _, x := range ts {
+					if x.Before(start.Add(dur)) {
+						in = append(in, x)
+					}
+				}
+				total += len(in)
+				if len(in) > 1 {
+					rates = append(rates, float64(len(in)-1)/in[len(in)-1].Sub(in[0]).Seconds())
+				}
+				lags = append(lags, gridLag(in, every)...)
+			}
+			var mean float64
+			for _, x := range rates {
+				mean += x
+			}
+			mean /= float64(len(rates))
+			want := float64(tc.perSec)
+			t.Logf("%s over %s: per-key rate %.3f/s (configured %d/s, %+.2f%%); rule %d deliveries = %.1f/s (ideal %d/s)",
+				tc.name, dur, mean, tc.perSec, 100*(mean-want)/want, total, float64(total)/dur.Seconds(), int64(tc.keys)*tc.perSec)
+			t.Logf("%s: dispatch lag (metric, due→dispatch) p50 %.2f ms p99 %.2f ms; sink-side lag vs ideal grid p50 %s p99 %s max %s",
+				tc.name, 1000*histQuantile(t, reg, 0.5), 1000*histQuantile(t, reg, 0.99), pct(lags, 0.5), pct(lags, 0.99), pct(lags, 1))
+		})
+	}
+}
+
+// bareLoop pops and deletes every message of keys with conc goroutines (each owning a
+// share of the keys), the upper bound of the JetStream side of a drain.
+func bareLoop(t *testing.T, q *queue.Queues, rule string, keys []string, conc int) (int, time.Duration) {
+	ctx := context.Background()
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	begin := time.Now()
+	for w := 0; w < conc; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(keys); i += conc {
+				for {
+					p, err := q.Pop(ctx, rule, keys[i])
+					if errors.Is(err, queue.ErrEmpty) {
+						break
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if err := q.Delete(ctx, rule, p.Seq); err != nil {
+						t.Error(err)
+						return
+					}
+					n.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return int(n.Load()), time.Since(begin)
+}
+
+func TestDrainThroughputReport(t *testing.T) {
+	benchOnly(t)
+	const nKeys, perKey, workers, rounds = 400, 25, 32, 3
+	e := newEnv(t)
+	keys := make([]string, nKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key-%04d", i)
+	}
+	// An outflow far above what one node can pop: the figure is the drain path's cost.
+	r := e.rule("throughput", 1_000_000, 0, nil)
+
+	drainRun := func(drainers int) float64 {
+		e.fill(r, keys, perKey, time.Now(), 0)
+		sink := &stampSink{}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var ds []*drain.Drainer
+		begin := time.Now()
+		for i := 0; i < drainers; i++ {
+			ds = append(ds, e.drainer(ctx, sink, func(c *drain.Config) { c.Workers = workers }))
+		}
+		waitFor(t, 5*time.Minute, "drain", func() bool { return sink.n.Load() >= nKeys*perKey })
+		el := time.Since(begin)
+		for _, d := range ds {
+			d.Stop()
+		}
+		return float64(sink.n.Load()) / el.Seconds()
+	}
+	bareRun := func(conc int) float64 {
+		e.fill(r, keys, perKey, time.Now(), 0)
+		n, d := bareLoop(t, e.q, r.Name, keys, conc)
+		return float64(n) / d.Seconds()
+	}
+	// The machine is shared: interleave the runs and compare medians, so a burst of load
+	// from elsewhere does not land on one side only.
+	var bare1, bareW, bare2W, d1, d2 []float64
+	for i := 0; i < rounds; i++ {
+		bare1 = append(bare1, bareRun(1))
+		bareW = append(bareW, bareRun(workers))
+		bare2W = append(bare2W, bareRun(2*workers))
+		d1 = append(d1, drainRun(1))
+		d2 = append(d2, drainRun(2))
+	}
+	med := func(xs []float64) float64 { s := slices.Clone(xs); slices.Sort(s); return s[len(s)/2] }
+	bare := max(med(bareW), med(bare2W))
+	t.Logf("bare GetMsg+DeleteMsg loop (median of %d): %.0f msg/s with 1 goroutine, %.0f with %d, %.0f with %d",
+		rounds, med(bare1), med(bareW), workers, med(bare2W), 2*workers)
+	t.Logf("1 drainer × %d workers: %.0f msg/s = %.2f× the best bare loop (%.2f× the bare loop at the same concurrency)",
+		workers, med(d1), med(d1)/bare, med(d1)/med(bareW))
+	t.Logf("2 drainers × %d workers: %.0f msg/s = %.2f× the best bare loop (%.2f× the bare loop at the same concurrency)",
+		workers, med(d2), med(d2)/bare, med(d2)/med(bare2W))
+}

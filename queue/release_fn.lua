@@ -1,0 +1,72 @@
+-- release_fn.lua: the release logic shared by release.lua and claim.lua (prepended to both
+-- by the Go code; not a script on its own).
+--
+-- release_keys(due, lease, held, dirty, totalkey, try, owner, total, args, first) releases
+-- the keys described by args[first..] in groups of four (key, mode, at, state) — see
+-- release.lua for the modes — and returns {1 per key released, 0 per key this owner no
+-- longer held}.
+--
+-- Every Redis command takes all keys of the batch at once (HMGET, ZREM, HDEL, ZADD with many
+-- members): a script's cost is dominated by the number of redis.call()s, not their size.
+local function release_keys(due, lease, held, dirty, totalkey, try, owner, total, args, first)
+  local out = {}
+  if #args < first then return out end
+  local ks = {}
+  for i = first, #args, 4 do ks[#ks + 1] = args[i] end
+  local hs = redis.call('HMGET', held, unpack(ks))
+  local hasdirty = redis.call('EXISTS', dirty) == 1
+  local dirt = {}
+  if hasdirty then dirt = redis.call('HMGET', dirty, unpack(ks)) end
+  local mine, adds, tryset, trydel = {}, {}, {}, {}
+  local refunds = 0
+  for j = 1, #ks do
+    local i = first + (j - 1) * 4
+    local k, mode, at, state = ks[j], args[i + 1], tonumber(args[i + 2]), args[i + 3]
+    local who, nxt
+    if hs[j] then
+      who, nxt = string.match(hs[j], '^(%S+) (%S+)$')
+      nxt = tonumber(nxt)
+    end
+    if who ~= owner then
+      out[j] = 0
+    else
+      out[j] = 1
+      mine[#mine + 1] = k
+      if at > nxt then nxt = at end
+      if mode == 'empty' then
+        -- Dropped unless MarkDue flagged it during the claim (see markdue.lua).
+        if dirt[j] then
+          adds[#adds + 1] = nxt
+          adds[#adds + 1] = k
+        end
+        trydel[#trydel + 1] = k
+        refunds = refunds + 1
+      else
+        adds[#adds + 1] = nxt
+        adds[#adds + 1] = k
+        if mode == 'retry' then
+          tryset[#tryset + 1] = k
+          tryset[#tryset + 1] = state
+        elseif mode == 'next' then
+          trydel[#trydel + 1] = k
+        end
+      end
+    end
+  end
+  if #mine > 0 then
+    redis.call('ZREM', lease, unpack(mine))
+    redis.call('HDEL', held, unpack(mine))
+    if hasdirty then redis.call('HDEL', dirty, unpack(mine)) end
+  end
+  if #adds > 0 then redis.call('ZADD', due, unpack(adds)) end
+  if #trydel > 0 and redis.call('EXISTS', try) == 1 then redis.call('HDEL', try, unpack(trydel)) end
+  if #tryset > 0 then redis.call('HSET', try, unpack(tryset)) end
+  -- An emptied key did not use its total_outflow slot: give it back.
+  if refunds > 0 and total > 0 then
+    local tat = tonumber(redis.call('GET', totalkey) or '0')
+    if tat > 0 then
+      redis.call('SET', totalkey, string.format('%.0f', tat - refunds * total))
+    end
+  end
+  return out
+end
