@@ -120,6 +120,18 @@ func TestReconcileRepairsStrandedKeys(t *testing.T) {
 	}
 	// Only "a" was marked: the ingress crashed before marking the others.
 	s.MarkDueAt(ctx, rule, t0, "a")
+	if r, err := queue.CheckSchedule(ctx, q, s, rule); err != nil || r.Deficit() != 2 {
+		t.Fatalf("check: deficit %d, %v; want 2", r.Deficit(), err)
+	}
+	// Another process is scanning: this one does not scan too.
+	unlock, ok, err := s.HoldReconcileLock(ctx, rule)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if r, err := queue.Reconcile(ctx, q, s, rule, t0, false); err != nil || !r.Busy || r.Scanned {
+		t.Fatalf("reconcile under another's lock: %+v, %v", r, err)
+	}
+	unlock()
 	r, err := queue.Reconcile(ctx, q, s, rule, t0, false)
 	if err != nil || !r.Scanned || r.Repaired != 2 || r.Keys != 3 {
 		t.Fatalf("reconcile: %+v, %v", r, err)

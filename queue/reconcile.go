@@ -12,8 +12,19 @@ type Reconciled struct {
 	Due      int64  // keys in the due set before the repair
 	Claimed  int64  // keys claimed by drainers
 	Scanned  bool   // the stream's keys were listed (expensive)
+	Busy     bool   // a scan was needed but another process holds the rule's reconcile lock
 	Repaired int    // keys that had messages but were not scheduled, now due
 }
+
+// Deficit is how many more keys have messages in the stream than are scheduled in Redis
+// (due or claimed). Two O(1) counters, read at slightly different instants: a key being
+// published right now (its MarkDue on the way) shows as a deficit of 1 for a moment, and a
+// key just emptied (still claimed) hides one, so only a deficit that persists means a
+// stranded key.
+func (r Reconciled) Deficit() int64 { return int64(r.Keys) - r.Due - r.Claimed }
+
+// reconcileLockTTL bounds one scan's lock; a scan of 1M keys takes seconds.
+const reconcileLockTTL = 2 * time.Minute
 
 // Reconcile repairs rule's schedule from its stream: a key that has messages but is neither
 // due nor claimed (the ingress crashed between publish and MarkDue) is made due at now.
@@ -31,19 +42,23 @@ type Reconciled struct {
 // that. A transient difference (a publish whose MarkDue is on its way) is repaired
 // harmlessly: the key is marked due once more.
 func Reconcile(ctx context.Context, q *Queues, s *Scheduler, rule string, now time.Time, force bool) (Reconciled, error) {
-	var r Reconciled
-	st, err := q.Stats(ctx, rule)
+	r, err := CheckSchedule(ctx, q, s, rule)
 	if err != nil {
-		return r, fmt.Errorf("queue: reconcile rule %q: %w", rule, err)
+		return r, err
 	}
-	r.Keys = st.Keys
-	r.Due, r.Claimed, err = s.Counts(ctx, rule)
-	if err != nil {
-		return r, fmt.Errorf("queue: reconcile rule %q: %w", rule, err)
-	}
-	if !force && int64(st.Keys) <= r.Due+r.Claimed {
+	if !force && r.Deficit() <= 0 {
 		return r, nil
 	}
+	// One scan per rule at a time across all drainers: it is the expensive part.
+	unlock, ok, err := s.lock(ctx, rule, "reconcile", reconcileLockTTL)
+	if err != nil {
+		return r, fmt.Errorf("queue: reconcile rule %q: %w", rule, err)
+	}
+	if !ok {
+		r.Busy = true
+		return r, nil
+	}
+	defer unlock()
 	keys, err := q.Keys(ctx, rule)
 	if err != nil {
 		return r, fmt.Errorf("queue: reconcile rule %q: %w", rule, err)
@@ -54,6 +69,22 @@ func Reconcile(ctx context.Context, q *Queues, s *Scheduler, rule string, now ti
 		list = append(list, k)
 	}
 	r.Repaired, err = s.MarkDueAt(ctx, rule, now, list...)
+	if err != nil {
+		return r, fmt.Errorf("queue: reconcile rule %q: %w", rule, err)
+	}
+	return r, nil
+}
+
+// CheckSchedule reads the two counters Reconcile compares (see Reconciled.Deficit) and
+// changes nothing.
+func CheckSchedule(ctx context.Context, q *Queues, s *Scheduler, rule string) (Reconciled, error) {
+	var r Reconciled
+	st, err := q.Stats(ctx, rule)
+	if err != nil {
+		return r, fmt.Errorf("queue: reconcile rule %q: %w", rule, err)
+	}
+	r.Keys = st.Keys
+	r.Due, r.Claimed, err = s.Counts(ctx, rule)
 	if err != nil {
 		return r, fmt.Errorf("queue: reconcile rule %q: %w", rule, err)
 	}

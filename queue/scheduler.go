@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,6 +28,12 @@ var (
 	claimScript   = redis.NewScript(releaseFnSrc + claimSrc)
 	releaseScript = redis.NewScript(releaseFnSrc + releaseSrc)
 	markDueScript = redis.NewScript(markDueSrc)
+
+	// unlockScript: KEYS[1] the lock, ARGV[1] the holder's token; deletes the lock only if
+	// it is still held by that token. Returns 1 if deleted, else 0.
+	unlockScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+	lockSeq atomic.Uint64
 )
 
 // SchedulerConfig configures a Scheduler. The zero value is usable.
@@ -385,10 +392,26 @@ func (s *Scheduler) NextSlot(ctx context.Context, rule, key string) (t time.Time
 	return time.Time{}, false, nil
 }
 
+// lock takes a named per-rule lock for ttl (SET NX PX); unlock releases it if still ours.
+func (s *Scheduler) lock(ctx context.Context, rule, name string, ttl time.Duration) (unlock func(), ok bool, err error) {
+	key := s.prefix + "sl:{" + RuleToken(rule) + "}:lock:" + name
+	token := strconv.FormatInt(time.Now().UnixNano(), 36) + strconv.FormatUint(uint64(lockSeq.Add(1)), 36)
+	ok, err = s.rdb.SetNX(ctx, key, token, ttl).Result()
+	if err != nil || !ok {
+		return func() {}, false, err
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		unlockScript.Run(ctx, s.rdb, []string{key}, token)
+	}, true, nil
+}
+
 // DeleteRule removes every Redis key of rule (the queue rule was removed).
 func (s *Scheduler) DeleteRule(ctx context.Context, rule string) error {
 	c := s.rdb
-	if err := c.Del(ctx, s.keys(rule).all()...).Err(); err != nil {
+	keys := append(s.keys(rule).all(), s.prefix+"sl:{"+RuleToken(rule)+"}:lock:reconcile")
+	if err := c.Del(ctx, keys...).Err(); err != nil {
 		return fmt.Errorf("queue: delete scheduler state of rule %q: %w", rule, err)
 	}
 	return nil

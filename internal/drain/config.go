@@ -67,8 +67,9 @@ type Config struct {
 	// ClaimBatch is the most keys one claim takes. Default Workers.
 	ClaimBatch int
 	// Lease is how long a claimed key stays with this drainer after its slot before another
-	// drainer may take it (the drainer died). It is raised per rule to the sink timeout + 10s,
-	// so a slow delivery is never handed to a second drainer. Default 30s.
+	// drainer may take it (the drainer died). It is raised per rule to twice the sink
+	// timeout (+ Lookahead), so a slow delivery is never handed to a second drainer; the
+	// drainer cancels a delivery at 3/4 of the lease. Default 30s.
 	Lease time.Duration
 	// Lookahead claims keys this long before their slot and waits for the slot in-process,
 	// so messages leave on time instead of one Redis round trip (or one late timer on a busy
@@ -80,8 +81,9 @@ type Config struct {
 	MaxPoll time.Duration
 	// RedisBackoff is the wait between two claims while Redis is unreachable. Default 500ms.
 	RedisBackoff time.Duration
-	// ReconcileEvery is the period of the cheap reconcile check per rule (queue.Reconcile).
-	// Default 30s; negative disables reconciling.
+	// ReconcileEvery is the period of the cheap reconcile check per rule (two counters, see
+	// queue.Reconcile); the stream's keys are listed only when two checks in a row see more
+	// keys with messages than scheduled keys. Default 30s; negative disables reconciling.
 	ReconcileEvery time.Duration
 	// ReconcileForceEvery forces a full reconcile scan per rule this often. Default 10m.
 	ReconcileForceEvery time.Duration

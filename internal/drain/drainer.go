@@ -686,7 +686,7 @@ func (d *Drainer) deleteAfter(ctx context.Context, r *rules.Rule, seq uint64, lo
 }
 
 func (d *Drainer) record(ctx context.Context, id, state string, attempt int, lastErr string) {
-	if d.cfg.States != nil {
+	if d.cfg.States != nil && id != "" {
 		d.cfg.States.Record(context.WithoutCancel(ctx), id, state, attempt, lastErr)
 	}
 }
@@ -716,7 +716,10 @@ func backoff(p rules.Delivery, attempt int) time.Duration {
 // maintain samples queue depths and reconciles every rule's schedule with its stream.
 func (d *Drainer) maintain() {
 	defer d.loops.Done()
-	type last struct{ depth, reconcile, force time.Time }
+	type last struct {
+		depth, reconcile, force time.Time
+		suspect                 bool // the last check saw more keys in the stream than scheduled
+	}
 	lasts := map[string]*last{}
 	period := min(d.cfg.DepthEvery, d.cfg.RulesEvery)
 	if d.cfg.ReconcileEvery > 0 {
@@ -758,7 +761,22 @@ func (d *Drainer) maintain() {
 				if force {
 					l.force = now
 				}
-				res, err := queue.Reconcile(ctx, d.cfg.Queues, d.cfg.Scheduler, r.Name, now, force)
+				// A scan lists every key of the stream: only on the periodic forced run, or when
+				// two checks in a row saw a deficit (one alone is usually a publish whose
+				// MarkDue is on its way).
+				var res queue.Reconciled
+				var err error
+				switch {
+				case force:
+					res, err = queue.Reconcile(ctx, d.cfg.Queues, d.cfg.Scheduler, r.Name, now, true)
+					l.suspect = false
+				case l.suspect:
+					res, err = queue.Reconcile(ctx, d.cfg.Queues, d.cfg.Scheduler, r.Name, now, false)
+					l.suspect = false
+				default:
+					res, err = queue.CheckSchedule(ctx, d.cfg.Queues, d.cfg.Scheduler, r.Name)
+					l.suspect = err == nil && res.Deficit() > 0
+				}
 				switch {
 				case err != nil && !errors.Is(err, queue.ErrNoQueue):
 					d.log.Warn("reconcile failed", "rule", r.Name, "err", err)
