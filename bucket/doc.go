@@ -79,6 +79,11 @@
 //
 // Each decision is one EVALSHA of limits.lua (go-redis falls back to EVAL once when a
 // server has not seen it), so it is atomic under any concurrency and across processes.
+// Decisions that overlap in time share a pipeline (RedisConfig.Batch): still one
+// EVALSHA each, but one network write and read for the lot, which is what bounds a
+// busy ingress. A decision alone goes straight out. A caller whose context ends while
+// its decision is queued or in flight gets the context's error; the decision may
+// still have been counted, as with any request whose reply is lost.
 // Every limit of a key has its own Redis key, all under one hash tag so a decision
 // touches one Redis Cluster slot:
 //

@@ -294,3 +294,47 @@ func TestRedisOneRoundTripPerDecision(t *testing.T) {
 		t.Fatalf("commands sent: %v; want 20 evalsha (and at most one eval)", hook.names)
 	}
 }
+
+// TestRedisBatchesSurviveScriptFlush: overlapping decisions are pipelined; when the
+// server has lost the script (a restart, SCRIPT FLUSH) every batched call still gets
+// its own correct answer, and the limit still holds exactly.
+func TestRedisBatchesSurviveScriptFlush(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	opts := srv.Options()
+	opts.PoolSize = 32
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { c.Close() })
+	s, err := bucket.NewRedis(c, bucket.RedisConfig{Prefix: redistest.Prefix(t), Batch: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := []bucket.Limit{{Algorithm: bucket.SlidingWindowLog, Rate: 50, Interval: time.Hour}, {Rate: 1000, Interval: time.Hour}}
+	for round := 0; round < 2; round++ {
+		if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var allowed atomic.Int64
+		var wg sync.WaitGroup
+		for g := 0; g < 32; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 4; i++ {
+					r, err := s.Allow(context.Background(), "k"+itoa(round), limits, 1, t0)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if r.Allowed {
+						allowed.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if got := allowed.Load(); got != 50 {
+			t.Fatalf("round %d: allowed %d of 128, want 50", round, got)
+		}
+	}
+}
