@@ -70,10 +70,13 @@ func (c RedisConfig) Validate() error {
 
 // Redis is a Store that keeps state in Redis, shared by every process that uses the
 // same Redis and prefix. Each decision is one EVALSHA of limits.lua (EVAL only the
-// first time a server has not seen the script). Safe for concurrent use.
+// first time a server has not seen the script); overlapping decisions share a
+// pipeline (see RedisConfig.Batch). Safe for concurrent use; needs no Close.
 //
-// It sets no timeout of its own: bound it with ctx and the client's Dial/Read/Write
-// timeouts, or wrap it in a Degraded store.
+// It sets no timeout of its own: bound it with ctx (a decision waiting in a batch
+// always honours it; one sent on its own only with the client's
+// ContextTimeoutEnabled) and the client's Dial/Read/Write timeouts, or wrap it in a
+// Degraded store.
 type Redis struct {
 	c        redis.Scripter
 	pipe     pipeliner  // c, when it can pipeline and batching is on
@@ -82,11 +85,12 @@ type Redis struct {
 	inflight atomic.Int32 // decisions under way, to skip batching when alone
 
 	maxPipelines int32
-	pipelines    atomic.Int32
-	prefix       string
-	slackArg     any // TTLSlack in ms, boxed once rather than on every call
-	nonce        string
-	seq          atomic.Uint64
+	pipelines    atomic.Int32 // pipeline goroutines running
+
+	prefix   string
+	slackArg any // TTLSlack in ms, boxed once rather than on every call
+	nonce    string
+	seq      atomic.Uint64
 }
 
 // NewRedis returns a Redis store using c (a *redis.Client, *redis.ClusterClient or
