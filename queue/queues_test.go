@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-io/sluice/internal/natstest"
@@ -290,5 +291,66 @@ func TestCapacityChangeIsAStreamUpdate(t *testing.T) {
 	}
 	if _, err := q.Depth(ctx, "no-such-rule", "k"); !errors.Is(err, queue.ErrNoQueue) {
 		t.Fatalf("depth in missing stream: %v, want ErrNoQueue", err)
+	}
+}
+
+func FuzzDecodeMessage(f *testing.F) {
+	f.Add("id", "a.b", "err\nline", []byte(`{}`), "2026-01-02T03:04:05Z", "3")
+	f.Add("", "%zz", "%", []byte{0, 1}, "not a time", "x")
+	f.Fuzz(func(t *testing.T, id, key, lastErr string, payload []byte, created, attempt string) {
+		// Arbitrary header values never panic.
+		h := nats.Header{}
+		h.Set(queue.HeaderMsgID, id)
+		h.Set(queue.HeaderKey, key)
+		h.Set(queue.HeaderLastError, lastErr)
+		h.Set(queue.HeaderCreatedAt, created)
+		h.Set(queue.HeaderAttempt, attempt)
+		queue.DecodeMessage(h, payload)
+		// Whatever a Message holds survives its wire form.
+		if id == "" {
+			return
+		}
+		in := queue.Message{ID: id, Rule: "r", Key: key, Payload: payload, LastError: lastErr}
+		nm := queue.EncodeMessage("q.r.x", in)
+		out, err := queue.DecodeMessage(nm.Header, nm.Data)
+		if err != nil || out.Key != key || out.LastError != lastErr || !bytes.Equal(out.Payload, payload) {
+			if strings.ContainsAny(id, "\r\n") {
+				return // not a valid header value to begin with; ids are uuids
+			}
+			t.Fatalf("round trip of %+v: %+v, %v", in, out, err)
+		}
+	})
+}
+
+func TestReplicatedQueueOnACluster(t *testing.T) {
+	t.Parallel()
+	nodes := natstest.StartCluster(t, 3)
+	_, js := natstest.Connect(t, natstest.ClusterURL(nodes))
+	q, err := queue.NewQueues(js, queue.Config{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := q.Ensure(ctx, "r3", 2); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := q.Enqueue(ctx, "r3", msg("k.>", fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := q.Enqueue(ctx, "r3", msg("k.>", "2")); !errors.Is(err, queue.ErrFull) {
+		t.Fatalf("3rd at capacity 2 on R3: %v", err)
+	}
+	p, err := q.Pop(ctx, "r3", "k.>")
+	if err != nil || string(p.Payload) != "0" {
+		t.Fatalf("pop: %q, %v", p.Payload, err)
+	}
+	if err := q.Delete(ctx, "r3", p.Seq); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Delete(ctx, "r3", p.Seq); !errors.Is(err, queue.ErrGone) {
+		t.Fatalf("second delete on R3: %v", err)
 	}
 }

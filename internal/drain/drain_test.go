@@ -545,3 +545,44 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 		t.Error("config without Queues/Scheduler/Rules/Sink validated")
 	}
 }
+
+func TestPausedRuleClaimsNothingAndDepthIsReported(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.rule("paused", 1000, 0, nil)
+	e.enqueue(r, "k", `1`)
+	var paused atomic.Bool
+	paused.Store(true)
+	var polls atomic.Int64
+	reg := prometheus.NewRegistry()
+	sink := &recSink{}
+	e.drainer(context.Background(), sink, func(c *drain.Config) {
+		c.Registerer = reg
+		c.DepthEvery = 10 * time.Millisecond
+		c.MaxPoll = 5 * time.Millisecond
+		c.Policy = func(r *rules.Rule) drain.Policy {
+			polls.Add(1)
+			p := drain.RulePolicy(r)
+			p.Paused = paused.Load()
+			return p
+		}
+	})
+	depth := func() float64 {
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "sluice_queue_depth" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		return -1
+	}
+	waitFor(t, 10*time.Second, "depth gauge", func() bool { return depth() == 1 })
+	start := polls.Load()
+	waitFor(t, 10*time.Second, "ten claim-loop turns while paused", func() bool { return polls.Load() >= start+10 })
+	if n := sink.count(); n != 0 {
+		t.Fatalf("%d deliveries from a paused rule", n)
+	}
+	paused.Store(false)
+	waitFor(t, 10*time.Second, "delivery after unpause", func() bool { return sink.count() == 1 })
+	waitFor(t, 10*time.Second, "depth gauge back to 0", func() bool { return depth() == 0 })
+}
