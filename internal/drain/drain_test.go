@@ -312,13 +312,15 @@ func TestTwoDrainersKeepKeyAndTotalOutflow(t *testing.T) {
 
 // deadRec records dead letters.
 type deadRec struct {
-	mu   sync.Mutex
-	msgs []queue.Message
-	why  []string
-	fail atomic.Bool
+	mu    sync.Mutex
+	msgs  []queue.Message
+	why   []string
+	fail  atomic.Bool
+	calls atomic.Int64
 }
 
 func (d *deadRec) Dead(ctx context.Context, r *rules.Rule, m queue.Message, reason string) error {
+	d.calls.Add(1)
 	if d.fail.Load() {
 		return fmt.Errorf("dead letters down")
 	}
@@ -585,4 +587,29 @@ func TestPausedRuleClaimsNothingAndDepthIsReported(t *testing.T) {
 	paused.Store(false)
 	waitFor(t, 10*time.Second, "delivery after unpause", func() bool { return sink.count() == 1 })
 	waitFor(t, 10*time.Second, "depth gauge back to 0", func() bool { return depth() == 0 })
+}
+
+func TestRefusedDeadLetterStaysQueuedAndIsNotRedelivered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.rule("dead-refused", 1000, 0, nil)
+	bad := e.enqueue(r, "k", `"bad"`)
+	sink := &recSink{fn: func(ctx context.Context, m queue.Message, n int) drain.Outcome {
+		return drain.OutcomeDead("422 Unprocessable Entity")
+	}}
+	dead := &deadRec{}
+	dead.fail.Store(true)
+	e.drainer(context.Background(), sink, func(c *drain.Config) { c.DeadLetters = dead })
+	waitFor(t, 10*time.Second, "two refused dead-letter attempts", func() bool { return dead.calls.Load() >= 2 })
+	if d := e.depth(r); d != 1 {
+		t.Fatalf("depth %d while dead letters refuse: the message must stay", d)
+	}
+	dead.fail.Store(false)
+	waitFor(t, 10*time.Second, "dead letter stored and message deleted", func() bool { return dead.count() == 1 && e.depth(r) == 0 })
+	if n := sink.count(); n != 1 {
+		t.Fatalf("sink called %d times: a message already judged dead must not be delivered again", n)
+	}
+	if dead.msgs[0].ID != bad.ID || dead.why[0] != "422 Unprocessable Entity" {
+		t.Fatalf("dead letter %+v reason %q", dead.msgs[0], dead.why[0])
+	}
 }

@@ -516,6 +516,13 @@ func (d *Drainer) handle(c *claimer, r *rules.Rule, pol Policy, cl queue.Claim) 
 		return
 	}
 	now := d.cfg.Clock()
+	if left := cl.Slot.Add(d.lease(r)).Sub(now); left < d.lease(r)/2 {
+		// Waited too long for a worker (saturated): a delivery now could outlive the lease
+		// and overlap another drainer's delivery of the same key. Hand the key back.
+		d.workers <- struct{}{}
+		d.release(c, r, pol, queue.Release{Key: cl.Key, Mode: queue.Later})
+		return
+	}
 	d.m.lag.WithLabelValues(r.Name).Observe(max(0, now.Sub(cl.Due).Seconds()))
 	rel := d.deliverHead(ctx, r, cl, now)
 	d.workers <- struct{}{}
@@ -580,18 +587,17 @@ func (d *Drainer) deliverHead(ctx context.Context, r *rules.Rule, cl queue.Claim
 		m.Attempt = max(m.Attempt, cl.Retry.Attempts)
 		m.LastError = cl.Retry.LastError
 	}
-	maxAttempts := r.Delivery.MaxAttempts
-	if maxAttempts <= 0 {
-		maxAttempts = defaultMaxAttempts
-	}
+	limit := maxAttempts(r)
 	// Loggers with fields are built only when something is logged: this is the hot path.
 	log := lazyLogger{d: d, rule: r.Name, key: cl.Key, id: m.ID}
-	if m.Attempt >= maxAttempts {
+	if m.Attempt >= limit {
 		return d.dead(ctx, r, p, m, m.LastError, now)
 	}
 	attempt := m.Attempt + 1
 	d.record(ctx, m.ID, StateDelivering, attempt, "")
-	dctx, cancel := context.WithTimeout(ctx, d.lease(r)*3/4)
+	// Never deliver past 3/4 of the lease (counted from the slot), so a delivery is over
+	// before another drainer may take the key.
+	dctx, cancel := context.WithDeadline(ctx, cl.Slot.Add(d.lease(r)*3/4))
 	out := d.cfg.Sink.Deliver(dctx, r, m)
 	cancel()
 	if ctx.Err() != nil {
@@ -615,7 +621,7 @@ func (d *Drainer) deliverHead(ctx context.Context, r *rules.Rule, cl queue.Claim
 		return d.dead(ctx, r, p, m, out.Err, now)
 	}
 	m.LastError = out.Err
-	if attempt >= maxAttempts {
+	if attempt >= limit {
 		return d.dead(ctx, r, p, m, fmt.Sprintf("%d attempts, last error: %s", attempt, out.Err), now)
 	}
 	delay := out.RetryAfter
@@ -649,9 +655,9 @@ func (d *Drainer) dead(ctx context.Context, r *rules.Rule, p queue.Popped, m que
 	if d.cfg.DeadLetters != nil {
 		if err := d.cfg.DeadLetters.Dead(pctx, r, m, reason); err != nil {
 			log.get().Error("dead letters refused a message: it stays queued", "err", err)
-			maxAttempts := max(r.Delivery.MaxAttempts, defaultMaxAttempts, m.Attempt)
-			return queue.Release{Key: m.Key, Mode: queue.Retrying, At: now.Add(backoff(r.Delivery, maxAttempts)),
-				State: queue.RetryState{MsgID: m.ID, Attempts: maxAttempts, LastError: reason}}
+			limit := max(maxAttempts(r), m.Attempt)
+			return queue.Release{Key: m.Key, Mode: queue.Retrying, At: now.Add(backoff(r.Delivery, limit)),
+				State: queue.RetryState{MsgID: m.ID, Attempts: limit, LastError: reason}}
 		}
 		log.get().Warn("message dead", "attempts", m.Attempt, "reason", reason)
 	} else {
@@ -689,6 +695,13 @@ func (d *Drainer) record(ctx context.Context, id, state string, attempt int, las
 	if d.cfg.States != nil && id != "" {
 		d.cfg.States.Record(context.WithoutCancel(ctx), id, state, attempt, lastErr)
 	}
+}
+
+func maxAttempts(r *rules.Rule) int {
+	if r.Delivery.MaxAttempts > 0 {
+		return r.Delivery.MaxAttempts
+	}
+	return defaultMaxAttempts
 }
 
 // backoff is the wait before attempt+1 after attempt failed: exponential from min_backoff,
