@@ -17,7 +17,9 @@ type MemoryConfig struct {
 	Shards int
 	// SweepInterval is how often (in the callers' time, the now passed to Allow) each
 	// shard drops the keys whose state has become equivalent to no state, so memory
-	// follows the live keys rather than every key ever seen. Default 1 minute.
+	// follows the live keys rather than every key ever seen. A sweep walks its shard
+	// under the shard's lock (tens of ns per key), so with millions of keys raise
+	// Shards to keep each pause short. Default 1 minute.
 	SweepInterval time.Duration
 	// MaxLogRate is the largest Rate accepted for a SlidingWindowLog limit, which keeps
 	// one timestamp per hit in the window. Default 100_000 (at most ~1 MiB per key).
