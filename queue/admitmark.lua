@@ -7,6 +7,7 @@
 -- KEYS[3] dirty  HASH  key -> "1"
 -- KEYS[4] held   HASH  key -> "<owner> <next µs>"
 -- KEYS[5] depth  HASH  key -> messages queued (an estimate kept in step by admissions and releases)
+-- KEYS[6] idle   ZSET  key -> next slot of a key that recently left `due` empty (see markdue.lua)
 --
 -- ARGV[1] now       µs since the Unix epoch
 -- ARGV[2] key
@@ -21,9 +22,10 @@
 -- known: a drainer finding the key empty, the ingress meeting a full queue (SetDepth), the
 -- reconciler listing the stream.
 
-local due, lease, dirty, held, depth = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local due, lease, dirty, held, depth, idle = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local now, k, cap = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local nxt
+redis.call('ZREMRANGEBYSCORE', idle, '-inf', now)
 if redis.call('ZSCORE', lease, k) then
   redis.call('HSET', dirty, k, '1')
   local h = redis.call('HGET', held, k)
@@ -31,7 +33,13 @@ if redis.call('ZSCORE', lease, k) then
     nxt = tonumber(string.match(h, '^%S+ (%S+)$'))
   end
 else
-  redis.call('ZADD', due, 'NX', now, k)
+  local at = now
+  local slot = redis.call('ZSCORE', idle, k)
+  if slot then
+    at = math.max(now, tonumber(slot))
+    redis.call('ZREM', idle, k)
+  end
+  redis.call('ZADD', due, 'NX', string.format('%.0f', at), k)
   nxt = tonumber(redis.call('ZSCORE', due, k))
 end
 local n = redis.call('HINCRBY', depth, k, 1)

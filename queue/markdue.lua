@@ -3,6 +3,7 @@
 -- KEYS[1] due    ZSET  key -> next due time (µs)
 -- KEYS[2] lease  ZSET  key -> lease expiry (µs)
 -- KEYS[3] dirty  HASH  key -> "1"
+-- KEYS[4] idle   ZSET  key -> next slot of a key that recently left `due` empty (µs)
 --
 -- ARGV[1] now    µs since the Unix epoch
 -- ARGV[2..] keys
@@ -16,15 +17,25 @@
 -- publish was acknowledged, either the drainer's pop sees the message, or this script runs
 -- after that pop — while the key is still claimed (dirty flag) or after it was dropped (ZADD).
 
-local due, lease, dirty = KEYS[1], KEYS[2], KEYS[3]
+local due, lease, dirty, idle = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = tonumber(ARGV[1])
 local added = 0
+-- A key that emptied keeps its next slot in `idle` until that slot has passed: a message
+-- arriving before then is due at that slot, not now, so the key never goes faster than its
+-- outflow. Slots in the past are forgotten here.
+redis.call('ZREMRANGEBYSCORE', idle, '-inf', now)
 for i = 2, #ARGV do
   local k = ARGV[i]
   if redis.call('ZSCORE', lease, k) then
     redis.call('HSET', dirty, k, '1')
   else
-    added = added + redis.call('ZADD', due, 'NX', now, k)
+    local at = now
+    local slot = redis.call('ZSCORE', idle, k)
+    if slot then
+      at = math.max(now, tonumber(slot))
+      redis.call('ZREM', idle, k)
+    end
+    added = added + redis.call('ZADD', due, 'NX', string.format('%.0f', at), k)
   end
 end
 return added

@@ -25,7 +25,7 @@ func (s *Scheduler) depthKey(rule string) string { return s.keys(rule).depth }
 // Scripts() and executes the pipeline again.
 func (s *Scheduler) MarkAdmittedPipe(ctx context.Context, pipe redis.Pipeliner, rule, key string, capacity int64, now time.Time) *redis.Cmd {
 	k := s.keys(rule)
-	return admitMarkScript.EvalSha(ctx, pipe, []string{k.due, k.lease, k.dirty, k.held, s.depthKey(rule)}, us(now), key, capacity)
+	return admitMarkScript.EvalSha(ctx, pipe, []string{k.due, k.lease, k.dirty, k.held, k.depth, k.idle}, us(now), key, capacity)
 }
 
 // AdmittedResult reads the key's depth and next slot from a MarkAdmittedPipe command.

@@ -6,8 +6,8 @@
 -- KEYS[4] dirty  HASH  key -> "1" when MarkDue ran while the key was claimed
 -- KEYS[5] total  STRING     the rule's total_outflow meter (µs)
 -- KEYS[6] try    HASH  key -> "<msg id>\n<attempts>\n<last error>"
--- KEYS[7] depth  HASH  key -> messages queued, as counted by admissions (admitmark.lua):
---                      "next" counts one message out, "empty" forgets the key
+-- KEYS[7] depth  HASH  key -> messages queued, as counted by admissions (see release_fn.lua)
+-- KEYS[8] idle   ZSET  key -> next slot of a key that left `due` empty (see release_fn.lua)
 --
 -- ARGV[1] owner  the drainer that claimed the keys
 -- ARGV[2] total  µs between two messages of the rule (1/total_outflow); 0 = none

@@ -83,16 +83,16 @@ func NewScheduler(rdb redis.UniversalClient, cfg SchedulerConfig) (*Scheduler, e
 	return &Scheduler{rdb: rdb, prefix: cfg.Prefix, clock: cfg.Clock}, nil
 }
 
-type ruleKeys struct{ due, lease, held, dirty, total, try, depth string }
+type ruleKeys struct{ due, lease, held, dirty, total, try, depth, idle string }
 
 func (s *Scheduler) keys(rule string) ruleKeys {
 	b := s.prefix + "sl:{" + RuleToken(rule) + "}:"
-	return ruleKeys{b + "due", b + "lease", b + "held", b + "dirty", b + "total", b + "try", b + "depth"}
+	return ruleKeys{b + "due", b + "lease", b + "held", b + "dirty", b + "total", b + "try", b + "depth", b + "idle"}
 }
 
 // all lists the rule's keys in the order the scripts take them as KEYS.
 func (k ruleKeys) all() []string {
-	return []string{k.due, k.lease, k.held, k.dirty, k.total, k.try, k.depth}
+	return []string{k.due, k.lease, k.held, k.dirty, k.total, k.try, k.depth, k.idle}
 }
 
 // Outflow is a rule's pacing, as the caller currently wants it (rules file or live override).
@@ -345,7 +345,7 @@ func (s *Scheduler) MarkDueAt(ctx context.Context, rule string, now time.Time, k
 		for _, key := range keys[:n] {
 			args = append(args, key)
 		}
-		a, err := markDueScript.Run(ctx, s.rdb, []string{k.due, k.lease, k.dirty}, args...).Int()
+		a, err := markDueScript.Run(ctx, s.rdb, []string{k.due, k.lease, k.dirty, k.idle}, args...).Int()
 		if err != nil {
 			return added, fmt.Errorf("queue: mark due in rule %q: %w", rule, err)
 		}
