@@ -40,10 +40,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-io/sluice/bucket"
+	"github.com/sluice-io/sluice/internal/admit"
 	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/drainer"
 	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/rules"
-	"github.com/sluice-io/sluice/internal/sink"
 	"github.com/sluice-io/sluice/internal/status"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
@@ -94,6 +96,7 @@ type Main struct {
 	// Set by Run.
 	Addr    net.Addr // the HTTP listener's address (useful with -http :0)
 	Drainer *drain.Drainer
+	Process *drainer.Process // the drain loop and the re-admitter
 
 	closers []func()
 	httpSrv *http.Server
@@ -287,55 +290,44 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("drainer: overrides: %w", err)
 	}
 	m.closers = append(m.closers, ovWatch.Stop)
-	var ovLogMu sync.Mutex
-	ovLogged := map[string]time.Time{}
-	policy := func(r *rules.Rule) drain.Policy {
-		eff, o, err := ovWatch.Effective(r)
-		if err != nil {
-			ovLogMu.Lock()
-			if time.Since(ovLogged[r.Name]) > time.Minute {
-				ovLogged[r.Name] = time.Now()
-				log.Error("drainer: override does not apply; draining at the rules file's values", "rule", r.Name, "err", err)
+	effective := func(r *rules.Rule) *rules.Rule {
+		eff, _, _ := ovWatch.Effective(r)
+		return eff
+	}
+
+	// The re-admitter puts parked messages back through the same admission path as the
+	// ingress (admission limits in Redis, degrading to a local limiter while it is down).
+	primary, err := bucket.NewRedis(rdb, bucket.RedisConfig{Prefix: "sl:lim:"})
+	if err != nil {
+		return err
+	}
+	limits := bucket.NewDegraded(primary, bucket.DegradedConfig{
+		OnChange: func(on bool, err error) {
+			if on {
+				log.Warn("drainer: Redis unreachable: re-admission limits decided locally", "err", err)
+			} else {
+				log.Info("drainer: Redis reachable again")
 			}
-			ovLogMu.Unlock()
-		}
-		p := drain.RulePolicy(eff)
-		p.Paused = p.Paused || o.IsPaused()
-		return p
+		},
+	})
+	admitter := &admit.Admitter{Queues: queues, Scheduler: sched, Limits: limits, Parking: parking, Logger: log,
+		Status: statuses, Redis: &admit.Batcher{RDB: rdb, Scheduler: sched, Status: statuses},
+		OutflowOf: func(r *rules.Rule) (rules.Rate, rules.Rate) {
+			q := effective(r).Queue
+			return q.Outflow, q.TotalOutflow
+		},
+		CapacityOf: func(r *rules.Rule) int64 { return effective(r).Queue.Capacity },
 	}
-
-	httpSink, err := sink.NewHTTP(sink.HTTPConfig{MaxIdleConnsPerHost: max(256, c.Workers)})
-	if err != nil {
-		return err
-	}
-	natsSink, err := sink.NewNATS(nc, sink.NATSConfig{})
-	if err != nil {
-		return err
-	}
-
-	// TODO(lead): the re-admitter (retry.NewReadmitter) needs the ingress's admission
-	// function (admit.Admitter); wire it here or keep it in the ingress.
-	d, err := drain.New(drain.Config{
-		Queues:      queues,
-		Scheduler:   sched,
-		Rules:       func() []*rules.Rule { return watcher.Current().QueueRules() },
-		Sink:        sink.Multi{HTTP: httpSink, NATS: natsSink},
-		Retrier:     parking,
-		DeadLetters: dead,
-		States:      statuses,
-		Policy:      policy,
-		Workers:     c.Workers,
-		StopTimeout: c.ShutdownTimeout,
-		Logger:      log,
-		Registerer:  reg,
+	proc, err := drainer.Start(bg, drainer.Deps{
+		NATS: nc, Rules: watcher.Current, Queues: queues, Scheduler: sched, Parking: parking, Dead: dead,
+		Admitter: admitter, Status: statuses, Overrides: ovWatch, Logger: log, Registerer: reg,
+		Drain: drain.Config{Workers: c.Workers, StopTimeout: c.ShutdownTimeout},
 	})
 	if err != nil {
 		return err
 	}
-	if err := d.Start(bg); err != nil {
-		return err
-	}
-	m.Drainer = d
+	m.Process = proc
+	m.Drainer = proc.Drainer
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -364,7 +356,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			log.Error("drainer: HTTP server stopped", "err", err)
 		}
 	}()
-	log.Info("drainer: running", "addr", m.Addr.String(), "nats", c.NATSURL, "queue_rules", len(watcher.Current().QueueRules()), "workers", c.Workers, "owner", d.Owner())
+	log.Info("drainer: running", "addr", m.Addr.String(), "nats", c.NATSURL, "queue_rules", len(watcher.Current().QueueRules()), "workers", c.Workers, "owner", proc.Drainer.Owner())
 	return nil
 }
 
@@ -373,8 +365,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 // connections. Safe to call twice.
 func (m *Main) Close() {
 	m.once.Do(func() {
-		if m.Drainer != nil {
-			m.Drainer.Stop()
+		if m.Process != nil {
+			m.Process.Stop()
 		}
 		if m.httpSrv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
