@@ -6,6 +6,8 @@
 -- KEYS[4] dirty  HASH  key -> "1": MarkDue saw the key while it was claimed (see markdue.lua)
 -- KEYS[5] total  STRING     the rule's total_outflow meter: time (µs) the next message of any key may leave
 -- KEYS[6] try    HASH  key -> "<msg id>\n<attempts>\n<last error>": the key's head message is being retried
+-- KEYS[7] depth  HASH  key -> messages queued, the ingress's counter (admitmark.lua); releases only
+-- KEYS[8] idle   ZSET  key -> unused slot of a key that emptied (markdue.lua); releases only
 --
 -- ARGV[1] now        current time, µs since the Unix epoch (from the caller's clock)
 -- ARGV[2] max        claim at most this many keys
@@ -36,7 +38,7 @@
 --
 -- release_keys is defined in release_fn.lua, which the Go code prepends.
 
-local due, lease, held, dirty, totalkey, try = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local due, lease, held, dirty, totalkey, try, depth, idle = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local now = tonumber(ARGV[1])
 local max = tonumber(ARGV[2])
 local horizon = now + tonumber(ARGV[3])
@@ -48,7 +50,7 @@ local reclaim = tonumber(ARGV[8])
 
 -- 0. Apply this owner's releases.
 local lost = 0
-for _, v in ipairs(release_keys(due, lease, held, dirty, totalkey, try, owner, tonumber(ARGV[5]), ARGV, 9)) do
+for _, v in ipairs(release_keys(due, lease, held, dirty, totalkey, try, depth, idle, owner, tonumber(ARGV[5]), ARGV, 9)) do
   if v == 0 then lost = lost + 1 end
 end
 

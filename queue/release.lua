@@ -23,7 +23,7 @@
 --                            claim (a message may have arrived after the pop looked), in which case
 --                            it is due again at its stored next time; the unused total_outflow slot
 --                            is given back
--- ARGV[5+4i] at     µs; 0 = none
+-- ARGV[5+4i] at     µs; 0 = none ("empty": the claimed slot that was not used, kept in `idle`)
 -- ARGV[6+4i] state  retry state for "retry" ("" otherwise)
 --
 -- Returns an array with 1 per key released, 0 per key whose claim this owner no longer holds
@@ -31,5 +31,5 @@
 --
 -- release_keys is defined in release_fn.lua, which the Go code prepends.
 
-local due, lease, held, dirty, totalkey, try = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-return release_keys(due, lease, held, dirty, totalkey, try, ARGV[1], tonumber(ARGV[2]), ARGV, 3)
+local due, lease, held, dirty, totalkey, try, depth, idle = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+return release_keys(due, lease, held, dirty, totalkey, try, depth, idle, ARGV[1], tonumber(ARGV[2]), ARGV, 3)

@@ -1,14 +1,20 @@
 -- release_fn.lua: the release logic shared by release.lua and claim.lua (prepended to both
 -- by the Go code; not a script on its own).
 --
--- release_keys(due, lease, held, dirty, totalkey, try, owner, total, args, first) releases
--- the keys described by args[first..] in groups of four (key, mode, at, state) — see
--- release.lua for the modes — and returns {1 per key released, 0 per key this owner no
+-- release_keys(due, lease, held, dirty, totalkey, try, depth, idle, owner, total, args, first)
+-- releases the keys described by args[first..] in groups of four (key, mode, at, state) —
+-- see release.lua for the modes — and returns {1 per key released, 0 per key this owner no
 -- longer held}.
+--
+-- It also keeps the ingress's per-key depth counter (admitmark.lua) in step: "next" counts
+-- one message out, "empty" forgets the key. And an emptied key's claimed-but-unused slot
+-- (`at` of an "empty" release) goes to `idle`, which MarkDue/admitmark use as the earliest
+-- due time of a message arriving before that slot passes. The drainer pops only once the
+-- slot has come, so this only matters when the ingress's clock is behind the drainer's.
 --
 -- Every Redis command takes all keys of the batch at once (HMGET, ZREM, HDEL, ZADD with many
 -- members): a script's cost is dominated by the number of redis.call()s, not their size.
-local function release_keys(due, lease, held, dirty, totalkey, try, owner, total, args, first)
+local function release_keys(due, lease, held, dirty, totalkey, try, depth, idle, owner, total, args, first)
   local out = {}
   if #args < first then return out end
   local ks = {}
@@ -17,7 +23,7 @@ local function release_keys(due, lease, held, dirty, totalkey, try, owner, total
   local hasdirty = redis.call('EXISTS', dirty) == 1
   local dirt = {}
   if hasdirty then dirt = redis.call('HMGET', dirty, unpack(ks)) end
-  local mine, adds, tryset, trydel = {}, {}, {}, {}
+  local mine, adds, tryset, trydel, counted, forgot, idles = {}, {}, {}, {}, {}, {}, {}
   local refunds = 0
   for j = 1, #ks do
     local i = first + (j - 1) * 4
@@ -32,12 +38,21 @@ local function release_keys(due, lease, held, dirty, totalkey, try, owner, total
     else
       out[j] = 1
       mine[#mine + 1] = k
+      local unused = at -- "empty": the slot the claim reserved and nobody used
       if at > nxt then nxt = at end
       if mode == 'empty' then
-        -- Dropped unless MarkDue flagged it during the claim (see markdue.lua).
+        -- Dropped unless MarkDue flagged it during the claim (see markdue.lua); then the
+        -- message that arrived may take the unused slot.
         if dirt[j] then
+          if unused > 0 then nxt = unused end
           adds[#adds + 1] = nxt
           adds[#adds + 1] = k
+        else
+          forgot[#forgot + 1] = k
+          if at > 0 then
+            idles[#idles + 1] = at
+            idles[#idles + 1] = k
+          end
         end
         trydel[#trydel + 1] = k
         refunds = refunds + 1
@@ -49,6 +64,7 @@ local function release_keys(due, lease, held, dirty, totalkey, try, owner, total
           tryset[#tryset + 1] = state
         elseif mode == 'next' then
           trydel[#trydel + 1] = k
+          counted[#counted + 1] = k
         end
       end
     end
@@ -61,6 +77,13 @@ local function release_keys(due, lease, held, dirty, totalkey, try, owner, total
   if #adds > 0 then redis.call('ZADD', due, unpack(adds)) end
   if #trydel > 0 and redis.call('EXISTS', try) == 1 then redis.call('HDEL', try, unpack(trydel)) end
   if #tryset > 0 then redis.call('HSET', try, unpack(tryset)) end
+  if (#counted > 0 or #forgot > 0) and redis.call('EXISTS', depth) == 1 then
+    for _, k in ipairs(counted) do
+      if redis.call('HINCRBY', depth, k, -1) <= 0 then redis.call('HDEL', depth, k) end
+    end
+    if #forgot > 0 then redis.call('HDEL', depth, unpack(forgot)) end
+  end
+  if #idles > 0 then redis.call('ZADD', idle, unpack(idles)) end
   -- An emptied key did not use its total_outflow slot: give it back.
   if refunds > 0 and total > 0 then
     local tat = tonumber(redis.call('GET', totalkey) or '0')

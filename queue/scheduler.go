@@ -247,7 +247,8 @@ const (
 	// slot, if later) and its retry state is kept.
 	Later ReleaseMode = "later"
 	// Emptied: the key had no message. It leaves the due set unless MarkDue ran since the
-	// claim; the unused total_outflow slot is given back.
+	// claim; the unused total_outflow slot is given back. At should be the claim's Slot: a
+	// message arriving later is never due before it (see release_fn.lua).
 	Emptied ReleaseMode = "empty"
 )
 

@@ -318,3 +318,46 @@ func newBenchScheduler(b *testing.B) *queue.Scheduler {
 	}
 	return s
 }
+
+func TestReleaseKeepsDepthCounterAndIdleSlot(t *testing.T) {
+	t.Parallel()
+	prefix := redistest.Prefix(t)
+	rdb := redistest.Shared(t).Client(t)
+	s, err := queue.NewScheduler(rdb, queue.SchedulerConfig{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	depthKey, idleKey, dueKey := prefix+"sl:{r}:depth", prefix+"sl:{r}:idle", prefix+"sl:{r}:due"
+	req := queue.ClaimRequest{Outflow: queue.Outflow{Every: time.Second}, Owner: "A", Max: 10, Lease: time.Minute}
+	s.MarkDueAt(ctx, "r", t0, "k")
+	if err := s.SetDepth(ctx, "r", "k", 2); err != nil {
+		t.Fatal(err)
+	}
+	// A delivery counts one message out of the ingress's depth counter; a retry does not.
+	c, _ := s.Claim(ctx, "r", t0, req)
+	s.Claim(ctx, "r", t0, queue.ClaimRequest{Owner: "A", Releases: []queue.Release{{Key: "k", Mode: queue.Retrying, At: t0.Add(time.Second)}}})
+	if d, _ := rdb.HGet(ctx, depthKey, "k").Int(); d != 2 {
+		t.Fatalf("depth after a retry %d, want 2", d)
+	}
+	c, _ = s.Claim(ctx, "r", t0.Add(time.Second), req)
+	s.Release(ctx, "r", "A", 0, queue.Release{Key: "k", Mode: queue.Released})
+	if d, _ := rdb.HGet(ctx, depthKey, "k").Int(); d != 1 {
+		t.Fatalf("depth after a delivery %d, want 1", d)
+	}
+	// Found empty: the counter forgets the key, and its unused slot stays in `idle`, so a
+	// message marked by an ingress whose clock is behind is not due before that slot.
+	c, _ = s.Claim(ctx, "r", t0.Add(2*time.Second), req)
+	slot := c.Claims[0].Slot
+	s.Release(ctx, "r", "A", 0, queue.Release{Key: "k", Mode: queue.Emptied, At: slot})
+	if n, _ := rdb.HExists(ctx, depthKey, "k").Result(); n {
+		t.Fatal("depth of an emptied key kept")
+	}
+	if sc, err := rdb.ZScore(ctx, idleKey, "k").Result(); err != nil || int64(sc) != slot.UnixMicro() {
+		t.Fatalf("idle slot %v, %v; want %v", sc, err, slot.UnixMicro())
+	}
+	s.MarkDueAt(ctx, "r", slot.Add(-time.Millisecond), "k")
+	if sc, _ := rdb.ZScore(ctx, dueKey, "k").Result(); int64(sc) != slot.UnixMicro() {
+		t.Fatalf("due at %v, want the unused slot %v", int64(sc), slot.UnixMicro())
+	}
+}

@@ -572,7 +572,7 @@ func (d *Drainer) deliverHead(ctx context.Context, r *rules.Rule, cl queue.Claim
 	p, err := d.cfg.Queues.Pop(ctx, r.Name, cl.Key)
 	switch {
 	case errors.Is(err, queue.ErrEmpty):
-		return queue.Release{Key: cl.Key, Mode: queue.Emptied}
+		return queue.Release{Key: cl.Key, Mode: queue.Emptied, At: cl.Slot}
 	case errors.Is(err, queue.ErrBadMessage):
 		d.log.Error("undecodable message at the head of a key: dead-lettering it", "rule", r.Name, "key", cl.Key, "seq", p.Seq, "err", err)
 		return d.dead(ctx, r, p, p.Message, "undecodable message: "+err.Error(), now)
