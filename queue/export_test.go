@@ -9,3 +9,8 @@ import (
 func (s *Scheduler) HoldReconcileLock(ctx context.Context, rule string) (unlock func(), ok bool, err error) {
 	return s.lock(ctx, rule, "reconcile", time.Minute)
 }
+
+// DepthForTest reads the ingress's depth counter of one key.
+func (s *Scheduler) DepthForTest(ctx context.Context, rule, key string) (int64, error) {
+	return s.rdb.HGet(ctx, s.keys(rule).depth, key).Int64()
+}

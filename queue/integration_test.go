@@ -140,6 +140,9 @@ func TestReconcileRepairsStrandedKeys(t *testing.T) {
 	if err != nil || r.Scanned || r.Repaired != 0 {
 		t.Fatalf("second reconcile scanned again: %+v, %v", r, err)
 	}
+	if d, err := s.DepthForTest(ctx, rule, "b.c"); err != nil || d != 1 {
+		t.Fatalf("depth counter after the scan: %d, %v; want 1", d, err)
+	}
 	c, err := s.Claim(ctx, rule, t0, queue.ClaimRequest{Owner: "A", Max: 10, Lease: time.Minute})
 	if err != nil || len(c.Claims) != 3 {
 		t.Fatalf("claim after reconcile: %v, %v", claimKeys(t, c), err)

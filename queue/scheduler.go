@@ -393,6 +393,29 @@ func (s *Scheduler) NextSlot(ctx context.Context, rule, key string) (t time.Time
 	return time.Time{}, false, nil
 }
 
+// setDepths overwrites the depth counters of the given keys, 1000 per command.
+func (s *Scheduler) setDepths(ctx context.Context, rule string, depths map[string]uint64) error {
+	dk := s.keys(rule).depth
+	args := make([]any, 0, 2*markDueBatch)
+	flush := func() error {
+		if len(args) == 0 {
+			return nil
+		}
+		err := s.rdb.HSet(ctx, dk, args...).Err()
+		args = args[:0]
+		return err
+	}
+	for k, n := range depths {
+		args = append(args, k, n)
+		if len(args) == cap(args) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
 // lock takes a named per-rule lock for ttl (SET NX PX); unlock releases it if still ours.
 func (s *Scheduler) lock(ctx context.Context, rule, name string, ttl time.Duration) (unlock func(), ok bool, err error) {
 	key := s.prefix + "sl:{" + RuleToken(rule) + "}:lock:" + name
