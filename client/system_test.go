@@ -1,0 +1,466 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-io/sluice/client"
+	"github.com/sluice-io/sluice/internal/ingress"
+	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/internal/sinktest"
+)
+
+// The client against the real thing: an ingress (ingress.Main, as cmd/ingress runs it)
+// with an in-process drainer and re-admitter, a real NATS server, a real Redis and a
+// recording sink. The httptest scripts of the other tests check that the client reads
+// the answers of API.md; these check that its retry policy, against sluice's actual
+// answers, does what the package doc promises.
+
+const systemToken = "client-system-token"
+
+// systemRules: SINK is replaced by the recording sink's URL.
+const systemRules = `
+domain: burst
+descriptors:
+  - key: k
+    name: burst
+    queue: {capacity: 5, outflow: {unit: second, requests_per_unit: 20}}
+    overflow: reject
+    sink: {url: "SINK/burst", timeout: 5s}
+---
+domain: even
+descriptors:
+  - key: k
+    name: even
+    queue: {capacity: 10, outflow: {unit: second, requests_per_unit: 10}}
+    overflow: reject
+    sink: {url: "SINK/even", timeout: 5s}
+---
+domain: login
+descriptors:
+  - key: user
+    name: login
+    rate_limit: {unit: minute, requests_per_unit: 3}
+`
+
+// system is one running sluice.
+type system struct {
+	base string
+	sink *sinktest.Sink
+	rt   *countingTransport
+}
+
+func startSystem(t *testing.T, rulesYAML string) *system {
+	t.Helper()
+	sink := sinktest.Start(t)
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(rulesYAML, "SINK", sink.URL)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := natstest.Start(t)
+	r := redistest.Start(t, redistest.Options{})
+	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
+		"-drain", "true", "-readmit-max-backoff", "2s", "-shutdown-timeout", "2s", "-admin-token", systemToken},
+		func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return &system{base: "http://" + m.Addr.String(), sink: sink, rt: &countingTransport{next: http.DefaultTransport}}
+}
+
+// client returns a client with the default retry policy (real clock) whose requests are counted.
+func (s *system) client(t *testing.T, opts ...client.Option) *client.Client {
+	t.Helper()
+	c, err := client.New(s.base, append([]client.Option{client.WithHTTPClient(&http.Client{Transport: s.rt, Timeout: 10 * time.Second})}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// countingTransport counts requests and their answers' status codes.
+type countingTransport struct {
+	next http.RoundTripper
+
+	mu       sync.Mutex
+	requests int
+	statuses map[int]int
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(r)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.requests++
+	if c.statuses == nil {
+		c.statuses = map[int]int{}
+	}
+	if err == nil {
+		c.statuses[resp.StatusCode]++
+	}
+	return resp, err
+}
+
+// snapshot returns the requests so far and a copy of the status counts.
+func (c *countingTransport) snapshot() (int, map[int]int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := map[int]int{}
+	for k, v := range c.statuses {
+		m[k] = v
+	}
+	return c.requests, m
+}
+
+func TestSystem(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts NATS, Redis and an ingress")
+	}
+	t.Parallel()
+	sys := startSystem(t, systemRules)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// A burst of 40 into a queue much smaller than the burst, from 8 goroutines, with the
+	// client's default policy (429s retried after Retry-After with the same idempotency
+	// key): every message is accepted exactly once, and the whole takes about what the
+	// outflow allows. Both queues at once (they are independent rules).
+	t.Run("burst beyond capacity", func(t *testing.T) {
+		for _, b := range []burst{
+			{domain: "burst", key: "burst/1 🙂", total: 40, workers: 8, capacity: 5, rate: 20},
+			{domain: "even", key: "e", total: 40, workers: 8, capacity: 10, rate: 10},
+		} {
+			t.Run(b.domain, func(t *testing.T) {
+				t.Parallel()
+				b.run(ctx, t, sys)
+			})
+		}
+	})
+
+	t.Run("a repeat of an idempotency key is answered with the original", func(t *testing.T) {
+		c := sys.client(t)
+		key := []client.Entry{{Key: "k", Value: "idem"}}
+		a, err := c.Submit(ctx, "burst", key, 1, client.WithIdempotencyKey("order-991"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := c.Submit(ctx, "burst", key, 1, client.WithIdempotencyKey("order-991"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Duplicate || !b.Duplicate || a.ID != b.ID {
+			t.Fatalf("first %+v\nrepeat %+v", a, b)
+		}
+	})
+
+	t.Run("check-only rule", func(t *testing.T) {
+		c := sys.client(t)
+		who := [][]client.Entry{{{Key: "user", Value: "alice"}}}
+		for i := range 3 {
+			r, err := c.Check(ctx, "login", who, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.OK() || len(r.Statuses) != 1 || r.Statuses[0].LimitRemaining != int64(2-i) ||
+				r.Statuses[0].CurrentLimit == nil || r.Statuses[0].CurrentLimit.RequestsPerUnit != 3 {
+				t.Fatalf("check %d: %+v %+v", i+1, r, r.Statuses)
+			}
+		}
+		before, _ := sys.rt.snapshot()
+		r, err := c.Check(ctx, "login", who, 1)
+		if err != nil {
+			t.Fatalf("an over-limit check is an answer, not an error: %v", err)
+		}
+		if after, _ := sys.rt.snapshot(); after-before != 1 {
+			t.Fatalf("an over-limit check made %d requests; a check is never retried on 429", after-before)
+		}
+		if r.OK() || r.OverallCode != client.CodeOverLimit || r.Statuses[0].Code != client.CodeOverLimit ||
+			r.RateLimit.RetryAfter < time.Second || r.Statuses[0].DurationUntilReset <= 0 {
+			t.Fatalf("4th check: %+v %+v %+v", r, r.Statuses[0], r.RateLimit)
+		}
+	})
+
+	t.Run("refusals that cannot succeed are not retried", func(t *testing.T) {
+		c := sys.client(t)
+		for _, tc := range []struct {
+			name   string
+			call   func() error
+			status int
+			is     error
+		}{
+			{"400 key too long", func() error {
+				_, err := c.Submit(ctx, "burst", []client.Entry{{Key: "k", Value: strings.Repeat("x", 300)}}, 1)
+				return err
+			}, http.StatusBadRequest, client.ErrInvalid},
+			{"404 no rule", func() error {
+				_, err := c.Submit(ctx, "no-such-domain", []client.Entry{{Key: "k", Value: "v"}}, 1)
+				return err
+			}, http.StatusNotFound, client.ErrNoRule},
+			{"404 unknown message", func() error {
+				_, err := c.Status(ctx, "0193a1b2-0000-7000-8000-000000000000")
+				return err
+			}, http.StatusNotFound, client.ErrNotFound},
+			{"401 admin without a token", func() error {
+				_, err := c.Admin().Queues(ctx)
+				return err
+			}, http.StatusUnauthorized, client.ErrUnauthorized},
+		} {
+			before, _ := sys.rt.snapshot()
+			err := tc.call()
+			after, _ := sys.rt.snapshot()
+			var pe *client.ProblemError
+			if !errors.As(err, &pe) || pe.Status != tc.status || !errors.Is(err, tc.is) {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			if after-before != 1 {
+				t.Errorf("%s: %d requests, want 1", tc.name, after-before)
+			}
+			if tc.status == http.StatusBadRequest && (pe == nil || pe.Field == "") {
+				t.Errorf("%s: the problem names no field: %+v", tc.name, pe)
+			}
+		}
+	})
+
+	t.Run("admin round trip", func(t *testing.T) {
+		a := sys.client(t, client.WithAdminToken(systemToken)).Admin()
+		qs, err := a.Queues(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(qs) != 2 || qs[0].Name != "burst" || qs[0].Capacity != 5 || qs[0].Outflow == nil || qs[0].Outflow.RequestsPerUnit != 20 {
+			t.Fatalf("queues %+v", qs)
+		}
+		capacity := int64(7)
+		q, err := a.Tune(ctx, "burst", client.Patch{Capacity: &capacity, Outflow: &client.Rate{Unit: "second", RequestsPerUnit: 50}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.Capacity != 7 || q.Outflow == nil || q.Outflow.RequestsPerUnit != 50 || q.Outflow.Unit != "second" {
+			t.Fatalf("tuned %+v %+v", q, q.Outflow)
+		}
+		// GET shows it too (every process applies it within a second).
+		q = waitQueue(ctx, t, a, "burst", func(q *client.Queue) bool { return q.Capacity == 7 })
+		if q.Outflow.RequestsPerUnit != 50 {
+			t.Fatalf("after tuning: %+v", q)
+		}
+		// A submission now reports the tuned capacity.
+		sub, err := sys.client(t).Submit(ctx, "burst", []client.Entry{{Key: "k", Value: "tuned"}}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sub.Capacity != 7 {
+			t.Fatalf("submission after tuning: %+v", sub)
+		}
+
+		k, err := a.Key(ctx, "burst", "burst/1 🙂") // drained by now (the burst subtest waited for the sink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.Queue != "burst" || k.Key != "burst/1 🙂" || k.Depth != 0 {
+			t.Fatalf("key %+v", k)
+		}
+		q, err = a.Reset(ctx, "burst")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.Capacity != 5 || q.Outflow.RequestsPerUnit != 20 {
+			t.Fatalf("reset %+v", q)
+		}
+		waitQueue(ctx, t, a, "burst", func(q *client.Queue) bool { return q.Capacity == 5 })
+
+		if _, err := a.Queue(ctx, "no-such-queue"); !errors.Is(err, client.ErrNotFound) {
+			t.Fatalf("unknown queue: %v", err)
+		}
+		dead, err := a.Dead(ctx, "burst")
+		if err != nil || len(dead) != 0 {
+			t.Fatalf("dead: %v %v", dead, err)
+		}
+	})
+}
+
+// waitState polls Status until the message is in state want (or final in another state).
+func waitState(ctx context.Context, t *testing.T, c *client.Client, id, want string) *client.MessageStatus {
+	t.Helper()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := c.Status(ctx, id)
+		if err != nil {
+			t.Fatalf("status of %s: %v", id, err)
+		}
+		if st.State == want {
+			return st
+		}
+		if st.Final() {
+			t.Fatalf("message %s ended %s, want %s: %+v", id, st.State, want, st)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("message %s still %s: %v", id, st.State, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// waitQueue polls a queue until ok holds for it.
+func waitQueue(ctx context.Context, t *testing.T, a *client.Admin, name string, ok func(*client.Queue) bool) *client.Queue {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		q, err := a.Queue(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok(q) {
+			return q
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("queue %s: %s", name, fmt.Sprintf("%+v", q))
+		case <-tick.C:
+		}
+	}
+}
+
+// burst is one burst-beyond-capacity run against a rule of domain (queue rule of the same
+// name, keyed by "k", overflow reject).
+type burst struct {
+	domain, key    string
+	total, workers int
+	capacity       int
+	rate           float64 // outflow per second
+}
+
+func (b burst) run(ctx context.Context, t *testing.T, sys *system) {
+	c := sys.client(t)
+	key := []client.Entry{{Key: "k", Value: b.key}}
+	subs := make([]*client.Submission, b.total)
+	errs := make([]error, b.total)
+	var next atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range b.workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.total {
+					return
+				}
+				subs[i], errs[i] = c.Submit(ctx, b.domain, key, map[string]any{"n": i})
+			}
+		})
+	}
+	wg.Wait()
+	admitted := time.Since(start)
+	ids := map[string]int{}
+	idemKeys := map[string]bool{}
+	attempts, maxAttempts := 0, 0
+	for i := range b.total {
+		if errs[i] != nil {
+			t.Fatalf("submission %d: %v", i, errs[i])
+		}
+		s := subs[i]
+		if s.State != client.StateQueued || s.Duplicate || s.ID == "" || s.Capacity != int64(b.capacity) {
+			t.Fatalf("submission %d: %+v", i, s)
+		}
+		if j, dup := ids[s.ID]; dup {
+			t.Fatalf("submissions %d and %d got the same id %s", j, i, s.ID)
+		}
+		ids[s.ID] = i
+		idemKeys[s.IdempotencyKey] = true
+		attempts += s.Attempts
+		maxAttempts = max(maxAttempts, s.Attempts)
+	}
+	if len(idemKeys) != b.total {
+		t.Fatalf("%d idempotency keys for %d submissions", len(idemKeys), b.total)
+	}
+	if attempts == b.total {
+		t.Fatal("no submission was retried: the burst never filled the queue")
+	}
+
+	var acc []sinktest.Delivery
+	deadline := time.Now().Add(30 * time.Second)
+	for len(acc) < b.total && time.Now().Before(deadline) {
+		acc = acc[:0]
+		for _, d := range sys.sink.WaitAccepted(1, time.Second) {
+			if d.Rule == b.domain {
+				acc = append(acc, d)
+			}
+		}
+		if len(acc) < b.total {
+			select {
+			case <-ctx.Done():
+				t.Fatal(ctx.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	delivered := time.Since(start)
+	if len(acc) != b.total {
+		t.Fatalf("the sink accepted %d of %d", len(acc), b.total)
+	}
+	// Exactly once: every admitted id reaches the sink once (the sink's Idempotency-Key is
+	// the message id), and nothing else does.
+	seen := map[string]bool{}
+	for _, d := range acc {
+		if seen[d.ID] {
+			t.Fatalf("message %s delivered twice", d.ID)
+		}
+		seen[d.ID] = true
+		if _, ok := ids[d.ID]; !ok {
+			t.Fatalf("the sink got %s, which no submission returned", d.ID)
+		}
+	}
+
+	// The outflow. The first `capacity` fit at once; each of the others needed a place
+	// freed by a delivery, one per 1/rate: that is the floor. The ceiling: Retry-After is
+	// whole seconds (≥ 1), so a producer that honours it refills the queue at most once a
+	// second; it gets min(capacity, rate·1s) places a second, not rate, when the queue
+	// drains in less than a second. Twice that model plus two seconds is "not absurdly
+	// longer"; a client that ignored Retry-After, or retried into a queue that never
+	// drained, would be far outside both.
+	perSecond := min(float64(b.capacity), b.rate)
+	floor := seconds(float64(b.total-b.capacity) / b.rate)
+	model := seconds(float64(b.total-b.capacity) / perSecond)
+	if admitted < floor-250*time.Millisecond {
+		t.Errorf("all %d admitted after %v, faster than the outflow allows (≥ %v)", b.total, admitted, floor)
+	}
+	if spread := acc[b.total-1].At.Sub(acc[0].At); spread < seconds(float64(b.total-1)/b.rate*0.9) {
+		t.Errorf("the sink received %d messages within %v: faster than %v/s", b.total, spread, b.rate)
+	}
+	if admitted > 2*model+2*time.Second {
+		t.Errorf("all admitted only after %v; the outflow and whole-second Retry-After need about %v", admitted, model)
+	}
+	t.Logf("burst of %d into capacity %d at %v/s from %d goroutines: all admitted after %v (floor %v, model %v), all delivered after %v; "+
+		"%d requests (%d answered 429), at most %d attempts for one message; sink spread %v",
+		b.total, b.capacity, b.rate, b.workers, admitted.Round(time.Millisecond), floor, model, delivered.Round(time.Millisecond),
+		attempts, attempts-b.total, maxAttempts, acc[b.total-1].At.Sub(acc[0].At).Round(time.Millisecond))
+
+	// Status follows a message to the sink.
+	st := waitState(ctx, t, c, subs[b.total-1].ID, client.StateDelivered)
+	if st.Rule != b.domain || st.Domain != b.domain || st.Key != b.key || st.Attempts != 1 {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
