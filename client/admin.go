@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -30,8 +31,9 @@ type Rate struct {
 
 // Queue is a queue rule's configuration (after live tuning) and its current state.
 type Queue struct {
-	// Name is the rule's name (the "name" of the rules file).
-	Name string `json:"name"`
+	// Name is the rule's name (the "name" of the rules file); Domain is its domain.
+	Name   string `json:"name"`
+	Domain string `json:"domain,omitempty"`
 	// Capacity is the most messages waiting per key.
 	Capacity int64 `json:"capacity"`
 	// Outflow is the per-key rate; TotalOutflow the optional cap shared by all keys.
@@ -47,6 +49,20 @@ type Queue struct {
 	Dead   int64 `json:"dead"`
 	// DrainedPerSecond is the deliveries per second over the last minute.
 	DrainedPerSecond float64 `json:"drained_per_second"`
+	// Overridden names the fields changed live (Tune) and not yet restored: "outflow",
+	// "total_outflow", "capacity", "paused". Empty when the queue is as the rules file says.
+	Overridden []string `json:"overridden,omitempty"`
+	// RulesFile is the queue as the rules file says, before live changes.
+	RulesFile *QueueConfig `json:"rules_file,omitempty"`
+	// OverrideUpdatedAt is when the live changes were last written; zero without any.
+	OverrideUpdatedAt time.Time `json:"override_updated_at,omitzero"`
+}
+
+// QueueConfig is a queue's configuration in the rules file.
+type QueueConfig struct {
+	Capacity     int64 `json:"capacity"`
+	Outflow      *Rate `json:"outflow,omitempty"`
+	TotalOutflow *Rate `json:"total_outflow,omitempty"`
 }
 
 // QueueKey is the state of one key of a queue.
@@ -154,21 +170,81 @@ func (a *Admin) Reset(ctx context.Context, name string) (*Queue, error) {
 	return a.queue(ctx, a.call(http.MethodPatch, "/v1/admin/queues/"+escapeSegment(name), []byte(`{"reset":true}`), anyTransient))
 }
 
-// Dead lists the dead messages of a queue (all queues when queue is "").
+// Dead lists the dead messages of a queue (all queues when queue is ""), oldest first: the
+// first page of DeadPage, at most 100. Each has State StateDead and a Reason.
 func (a *Admin) Dead(ctx context.Context, queue string) ([]MessageStatus, error) {
+	p, err := a.DeadPage(ctx, DeadQuery{Queue: queue})
+	if err != nil {
+		return nil, err
+	}
+	return p.Messages, nil
+}
+
+// DeadQuery selects a page of dead messages.
+type DeadQuery struct {
+	// Queue restricts the list to one queue rule; "" lists every rule's. An unknown rule
+	// is refused (ErrInvalid).
+	Queue string
+	// Limit is the page size, 1 to 1000; 0 leaves it to the server (100).
+	Limit int
+	// After is the cursor of the page to read: "" for the oldest, else the Next of the
+	// previous page.
+	After string
+}
+
+// DeadPage is one page of dead messages.
+type DeadPage struct {
+	Messages []MessageStatus
+	// Next is the cursor of the next page (DeadQuery.After); "" when this is the last.
+	Next string
+}
+
+// DeadPage lists one page of dead messages, oldest first.
+//
+//	q := client.DeadQuery{Queue: "orders-per-merchant"}
+//	for {
+//		p, err := admin.DeadPage(ctx, q)
+//		…
+//		if q.After = p.Next; q.After == "" {
+//			break
+//		}
+//	}
+func (a *Admin) DeadPage(ctx context.Context, q DeadQuery) (*DeadPage, error) {
+	if q.Limit < 0 {
+		return nil, fmt.Errorf("client: DeadPage: negative limit %d", q.Limit)
+	}
 	cl := a.call(http.MethodGet, "/v1/admin/dead", nil, anyTransient)
-	if queue != "" {
-		cl.query = url.Values{"queue": {queue}}
+	v := url.Values{}
+	if q.Queue != "" {
+		v.Set("queue", q.Queue)
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.After != "" {
+		v.Set("after", q.After)
+	}
+	if len(v) > 0 {
+		cl.query = v
 	}
 	resp, err := a.c.do(ctx, cl)
 	if err != nil {
 		return nil, err
 	}
-	var ms []MessageStatus
-	if err := decodeList(resp.body, "messages", &ms); err != nil {
+	var p DeadPage
+	if err := decodeList(resp.body, "messages", &p.Messages); err != nil {
 		return nil, fmt.Errorf("sluice: GET /v1/admin/dead: %w", err)
 	}
-	return ms, nil
+	var env struct {
+		Next string `json:"next"`
+	}
+	if json.Unmarshal(resp.body, &env) == nil && env.Next != "" {
+		// The server sends the next page's URL; the cursor is its "after".
+		if u, err := url.Parse(env.Next); err == nil {
+			p.Next = u.Query().Get("after")
+		}
+	}
+	return &p, nil
 }
 
 // Replay puts a dead message back into its key's queue, with the same id (so the same
@@ -192,6 +268,28 @@ func (a *Admin) Replay(ctx context.Context, id string) (*Submission, error) {
 	s.Location = resp.header.Get("Location")
 	s.Attempts = resp.attempts
 	return s, nil
+}
+
+// PurgeQueue deletes every message waiting in every key of a queue (parked and dead
+// messages are kept). Messages admitted while it runs may or may not be deleted. It
+// deletes, so it is retried only when the connection could not be made, or on 503.
+func (a *Admin) PurgeQueue(ctx context.Context, name string) error {
+	if name == "" {
+		return errors.New("client: PurgeQueue: empty queue name")
+	}
+	_, err := a.c.do(ctx, a.call(http.MethodPost, "/v1/admin/queues/"+escapeSegment(name)+"/purge", nil, neverSent))
+	return err
+}
+
+// PurgeKey deletes every message waiting in one key of a queue; the key is sent as one
+// percent-encoded path segment, so it can never address another key. Retried like PurgeQueue.
+func (a *Admin) PurgeKey(ctx context.Context, name, key string) error {
+	if name == "" {
+		return errors.New("client: PurgeKey: empty queue name")
+	}
+	path := "/v1/admin/queues/" + escapeSegment(name) + "/keys/" + escapeSegment(key)
+	_, err := a.c.do(ctx, a.call(http.MethodDelete, path, nil, neverSent))
+	return err
 }
 
 func (a *Admin) call(method, path string, body []byte, conn retryTransport) call {

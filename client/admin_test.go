@@ -157,3 +157,51 @@ func TestProbes(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+func TestAdminPurgeAndDeadPages(t *testing.T) {
+	t.Parallel()
+	s := newScript(t,
+		answer{status: 204},
+		answer{status: 204},
+		answer{status: 200, body: `{"messages":[{"id":"m1","rule":"q","key":"k","state":"dead","reason":"max_attempts (8) reached","attempts":8,"last_error":"sink: 500","created_at":"2026-11-22T05:00:00Z","updated_at":"2026-11-22T05:01:00Z"}],"next":"/v1/admin/dead?after=17&limit=1&queue=q"}`},
+		answer{status: 200, body: `{"messages":[]}`},
+		answer{status: 404, body: `{"type":"https://sluice.dev/problems#not-found","title":"Unknown queue","status":404}`})
+	c, clk := newClient(t, s.URL, client.WithAdminToken("t"))
+	ctx := context.Background()
+	a := c.Admin()
+	if err := a.PurgeQueue(ctx, "orders per/merchant"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.PurgeKey(ctx, "q", "a/b 🙂"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := a.DeadPage(ctx, client.DeadQuery{Queue: "q", Limit: 1})
+	if err != nil || len(p.Messages) != 1 || p.Next != "17" || p.Messages[0].Reason != "max_attempts (8) reached" || p.Messages[0].State != client.StateDead {
+		t.Fatalf("%+v %v", p, err)
+	}
+	p, err = a.DeadPage(ctx, client.DeadQuery{Queue: "q", Limit: 1, After: p.Next})
+	if err != nil || len(p.Messages) != 0 || p.Next != "" {
+		t.Fatalf("%+v %v", p, err)
+	}
+	if err := a.PurgeQueue(ctx, "nope"); !errors.Is(err, client.ErrNotFound) || len(clk.Sleeps()) != 0 {
+		t.Fatalf("%v", err)
+	}
+	reqs := s.requests()
+	for i, want := range []string{
+		"POST /v1/admin/queues/orders%20per%2Fmerchant/purge",
+		"DELETE /v1/admin/queues/q/keys/a%2Fb%20%F0%9F%99%82",
+		"GET /v1/admin/dead?limit=1&queue=q",
+		"GET /v1/admin/dead?after=17&limit=1&queue=q",
+		"POST /v1/admin/queues/nope/purge",
+	} {
+		if got := reqs[i].Method + " " + reqs[i].RequestURI; got != want {
+			t.Errorf("request %d: %s, want %s", i, got, want)
+		}
+		if reqs[i].Header.Get("Authorization") != "Bearer t" {
+			t.Errorf("request %d without the token", i)
+		}
+	}
+	if _, err := a.DeadPage(ctx, client.DeadQuery{Limit: -1}); err == nil {
+		t.Fatal("a negative limit was sent")
+	}
+}

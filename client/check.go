@@ -27,6 +27,9 @@ type MessageStatus struct {
 	LastError string `json:"last_error"`
 	// RetryAt is when a parked message is next tried (parked only).
 	RetryAt time.Time `json:"retry_at,omitzero"`
+	// Reason is why the message died, in the listings of Admin.Dead only (free text such
+	// as "max_attempts (8) reached"; LastError has the last delivery failure).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Final reports whether the state can no longer change (delivered or dead).

@@ -48,6 +48,13 @@ descriptors:
     overflow: reject
     sink: {url: "SINK/even", timeout: 5s}
 ---
+domain: fragile
+descriptors:
+  - key: k
+    name: fragile
+    queue: {capacity: 10, outflow: {unit: second, requests_per_unit: 50}}
+    sink: {url: "SINK/fragile", timeout: 5s}
+---
 domain: login
 descriptors:
   - key: user
@@ -246,7 +253,7 @@ func TestSystem(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(qs) != 2 || qs[0].Name != "burst" || qs[0].Capacity != 5 || qs[0].Outflow == nil || qs[0].Outflow.RequestsPerUnit != 20 {
+		if len(qs) != 3 || qs[0].Name != "burst" || qs[0].Capacity != 5 || qs[0].Outflow == nil || qs[0].Outflow.RequestsPerUnit != 20 {
 			t.Fatalf("queues %+v", qs)
 		}
 		capacity := int64(7)
@@ -293,6 +300,145 @@ func TestSystem(t *testing.T) {
 		dead, err := a.Dead(ctx, "burst")
 		if err != nil || len(dead) != 0 {
 			t.Fatalf("dead: %v %v", dead, err)
+		}
+	})
+
+	t.Run("purge", func(t *testing.T) {
+		a := sys.client(t, client.WithAdminToken(systemToken)).Admin()
+		c := sys.client(t)
+		paused := true
+		if _, err := a.Tune(ctx, "even", client.Patch{Paused: &paused}); err != nil {
+			t.Fatal(err)
+		}
+		defer a.Reset(ctx, "even")
+		waitQueue(ctx, t, a, "even", func(q *client.Queue) bool { return q.Paused })
+		for _, k := range []string{"p/1", "p/1", "p/1", "p 2", "p 2"} {
+			if _, err := c.Submit(ctx, "even", []client.Entry{{Key: "k", Value: k}}, k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if k, err := a.Key(ctx, "even", "p/1"); err != nil || k.Depth != 3 {
+			t.Fatalf("before PurgeKey: %+v %v", k, err)
+		}
+		if err := a.PurgeKey(ctx, "even", "p/1"); err != nil {
+			t.Fatal(err)
+		}
+		if k, err := a.Key(ctx, "even", "p/1"); err != nil || k.Depth != 0 {
+			t.Fatalf("after PurgeKey: %+v %v", k, err)
+		}
+		if k, err := a.Key(ctx, "even", "p 2"); err != nil || k.Depth != 2 {
+			t.Fatalf("another key after PurgeKey: %+v %v", k, err)
+		}
+		if err := a.PurgeQueue(ctx, "even"); err != nil {
+			t.Fatal(err)
+		}
+		if q, err := a.Queue(ctx, "even"); err != nil || q.Depth != 0 {
+			t.Fatalf("after PurgeQueue: %+v %v", q, err)
+		}
+		if err := a.PurgeQueue(ctx, "no-such-queue"); !errors.Is(err, client.ErrNotFound) {
+			t.Fatalf("purge of an unknown queue: %v", err)
+		}
+	})
+
+	// A purged queue's keys start again from empty: the depth a submission reports (and
+	// with it X-RateLimit-Remaining, RateLimit and the eta) counts only what is queued.
+	t.Run("depth after a queue purge", func(t *testing.T) {
+		if os.Getenv("SLUICE_SHOW_BUGS") == "" {
+			t.Skip("BUG: POST /v1/admin/queues/{name}/purge empties the stream but not the keys' admission depth counters " +
+				"(DELETE …/keys/{key} resets its key's); the next submission reports depth = stale + 1. SLUICE_SHOW_BUGS=1 runs it.")
+		}
+		a := sys.client(t, client.WithAdminToken(systemToken)).Admin()
+		c := sys.client(t)
+		paused := true
+		if _, err := a.Tune(ctx, "fragile", client.Patch{Paused: &paused}); err != nil {
+			t.Fatal(err)
+		}
+		defer a.Reset(ctx, "fragile")
+		waitQueue(ctx, t, a, "fragile", func(q *client.Queue) bool { return q.Paused })
+		key := []client.Entry{{Key: "k", Value: "purged"}}
+		for i := range 3 {
+			if _, err := c.Submit(ctx, "fragile", key, i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := a.PurgeQueue(ctx, "fragile"); err != nil {
+			t.Fatal(err)
+		}
+		if k, err := a.Key(ctx, "fragile", "purged"); err != nil || k.Depth != 0 {
+			t.Fatalf("after the purge: %+v %v", k, err)
+		}
+		sub, err := c.Submit(ctx, "fragile", key, "after")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sub.Depth != 1 || sub.RateLimit.Remaining != sub.Capacity-1 {
+			t.Fatalf("the first submission after the purge reports depth %d, remaining %d (capacity %d); want 1 and %d",
+				sub.Depth, sub.RateLimit.Remaining, sub.Capacity, sub.Capacity-1)
+		}
+	})
+
+	t.Run("dead letters and replay", func(t *testing.T) {
+		sys.sink.Answer(func(d sinktest.Delivery) (int, string) {
+			if d.Rule == "fragile" {
+				return http.StatusUnprocessableEntity, ""
+			}
+			return http.StatusOK, ""
+		})
+		defer sys.sink.Answer(nil)
+		a := sys.client(t, client.WithAdminToken(systemToken)).Admin()
+		c := sys.client(t)
+		var ids []string
+		for i := range 3 {
+			sub, err := c.Submit(ctx, "fragile", []client.Entry{{Key: "k", Value: "f"}}, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, sub.ID)
+		}
+		for _, id := range ids {
+			waitState(ctx, t, c, id, client.StateDead)
+		}
+		dead, err := a.Dead(ctx, "fragile")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dead) != 3 || dead[0].ID != ids[0] || dead[0].State != client.StateDead || dead[0].Rule != "fragile" ||
+			dead[0].Key != "f" || dead[0].Reason == "" || dead[0].CreatedAt.IsZero() {
+			t.Fatalf("dead %+v", dead)
+		}
+		// Page by page.
+		var paged []string
+		q := client.DeadQuery{Queue: "fragile", Limit: 2}
+		for range 5 {
+			p, err := a.DeadPage(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range p.Messages {
+				paged = append(paged, m.ID)
+			}
+			if q.After = p.Next; q.After == "" {
+				break
+			}
+		}
+		if strings.Join(paged, ",") != strings.Join(ids, ",") {
+			t.Fatalf("pages %v, want %v", paged, ids)
+		}
+		if _, err := a.DeadPage(ctx, client.DeadQuery{Queue: "no-such-queue"}); !errors.Is(err, client.ErrInvalid) {
+			t.Fatalf("dead of an unknown queue: %v", err)
+		}
+
+		sys.sink.Answer(nil)
+		sub, err := a.Replay(ctx, ids[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sub.ID != ids[0] || sub.State != client.StateQueued || sub.Location != "/v1/messages/"+ids[0] {
+			t.Fatalf("replay %+v", sub)
+		}
+		waitState(ctx, t, c, ids[0], client.StateDelivered)
+		if _, err := a.Replay(ctx, "0193a1b2-0000-7000-8000-000000000000"); !errors.Is(err, client.ErrNotFound) {
+			t.Fatalf("replay of an unknown id: %v", err)
 		}
 	})
 }
