@@ -66,7 +66,15 @@
 //
 // WithClock replaces the clock and the sleep between retries, so a test of code that uses
 // the client never waits. The package's own tests run against httptest servers that send
-// the answers documented in API.md. TestLive runs against a real ingress when
-// SLUICE_LIVE_URL is set (see live_test.go and testdata/live-rules.yaml); the behavioural
-// test of the whole system lives with the ingress.
+// the answers documented in API.md, and TestSystem (system_test.go) runs the client
+// against a real ingress started in-process (real NATS, Redis and a recording sink): a
+// burst far beyond a queue's capacity ends with every message accepted exactly once, at
+// the queue's outflow. TestLive runs against an ingress you started yourself when
+// SLUICE_LIVE_URL is set (see live_test.go and testdata/live-rules.yaml).
+//
+// # Throughput of a producer that honours Retry-After
+//
+// Retry-After is whole seconds, so a producer that waits it out refills a full queue at
+// most once a second: it gets min(capacity, outflow × 1 s) places a second. Give a queue
+// at least a second's outflow of capacity if retrying producers are to keep it busy.
 package client
