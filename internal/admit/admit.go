@@ -185,8 +185,27 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		limRes = &res
 	}
 
-	// 2. Enqueue: JetStream enforces the capacity atomically.
+	// 2. Count the message into the key's depth (and write a new message's status record)
+	// in Redis while it is published: the answer needs the depth, and overlapping the two
+	// round trips is what makes admission cost one of them, not both.
+	var st *status.Status
+	if a.Status != nil && !o.Readmission {
+		st = &status.Status{ID: m.ID, Domain: o.Domain, Rule: r.Name, Key: m.Key, State: status.Queued, CreatedAt: m.CreatedAt}
+	}
+	counted := a.Redis.Count(r.Name, m.Key, capacity, now, st)
+
+	// 3. Enqueue: JetStream enforces the capacity atomically.
 	enq, err := a.Queues.EnqueueAs(ctx, r.Name, m, msgID)
+	depth, next, werr := counted.Wait()
+	if err != nil {
+		if werr == nil { // nothing was stored: take the count and the status record back
+			id := ""
+			if st != nil {
+				id = m.ID
+			}
+			a.Redis.Undo(r.Name, m.Key, id)
+		}
+	}
 	if errors.Is(err, queue.ErrFull) {
 		depth := capacity
 		if d, derr := a.Queues.Depth(ctx, r.Name, m.Key); derr == nil {
@@ -200,10 +219,10 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 			Reset: every, Window: time.Duration(capacity) * every, RetryAfter: drain,
 			Violated: []string{r.Name},
 		}
-		if next, ok, nerr := a.Scheduler.NextSlot(ctx, r.Name, m.Key); nerr == nil && ok && next.After(now) {
+		if werr == nil && next.After(now) {
 			out.Reset = next.Sub(now) // one place frees when the head leaves at its slot
 		}
-		if depth == capacity {
+		if depth == capacity && werr == nil {
 			// The stream just proved the key is full: heal the admissions' depth counter.
 			a.Scheduler.SetDepth(ctx, r.Name, m.Key, depth)
 		}
@@ -213,18 +232,22 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		return Result{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 
-	// 3. Mark the key due, count the message in its depth and write its status record: one
-	// batched Redis round trip that also answers the depth and the key's next slot.
-	var st *status.Status
-	if a.Status != nil && !enq.Duplicate {
-		st = &status.Status{ID: m.ID, Domain: o.Domain, Rule: r.Name, Key: m.Key, State: status.Queued, CreatedAt: m.CreatedAt}
+	// 4. The message is stored: make the key due. Not waited for — a mark lost to a crash
+	// or an outage is repaired by the drainers' reconciler.
+	if enq.Duplicate && werr == nil {
+		a.Redis.Undo(r.Name, m.Key, "") // already counted when it was first stored
+		depth--
+	}
+	a.Redis.Mark(r.Name, m.Key, now)
+	if o.Readmission && a.Status != nil {
+		if err := a.Status.SetState(ctx, m.ID, status.Queued, m.Attempt, "", time.Time{}); err != nil {
+			a.throttledWarn("status", "admit: re-admitted message's status not recorded", "rule", r.Name, "err", err)
+		}
 	}
 	every := outflow.Every()
-	depth, next, werr := a.Redis.Write(ctx, r.Name, m.Key, capacity, now, st, o.Readmission)
 	if werr != nil {
-		// The message is stored; the reconciler schedules the key when Redis is back. The
-		// answer is then built from the stream's own count.
-		a.throttledWarn("mark-due", "admit: message stored but its key not marked due (the reconciler will repair it)", "rule", r.Name, "err", werr)
+		// Redis is unreachable: the answer is built from the stream's own count.
+		a.throttledWarn("count", "admit: Redis unreachable; depth read from the stream, key left for the reconciler to schedule", "rule", r.Name, "err", werr)
 		next = now
 		if d, derr := a.Queues.Depth(ctx, r.Name, m.Key); derr == nil {
 			depth = int64(d)
@@ -232,6 +255,7 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 			depth = 1 // at least this message: the headers are then a lower bound
 		}
 	}
+	depth = max(1, min(depth, capacity))
 	if next.Before(now) {
 		next = now
 	}

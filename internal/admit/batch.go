@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,12 +13,20 @@ import (
 	"github.com/sluice-io/sluice/queue"
 )
 
-// Batcher writes the Redis side of admissions — the due mark of the key and the message's
-// status record — for many concurrent admissions in one pipelined round trip. Admission is
-// latency-bound on two servers; without batching every request costs its own Redis round
-// trip and syscalls on both ends, which is most of an admission's CPU. One goroutine
-// collects whatever requests are waiting (up to MaxBatch), sends one pipeline, and wakes
-// each waiter with its result.
+// Batcher sends the Redis side of admissions for many concurrent admissions in one
+// pipelined round trip, in the order they were asked for.
+//
+// An admission needs Redis twice: before its publish is acknowledged, to count the message
+// into the key's depth and write its status record (Count — the answer's depth and eta come
+// back from it), and after, to mark the key due (Mark). Count is sent at the same time as
+// the publish, and Mark is not waited for, so an admission costs the latency of the slower
+// of its two servers instead of their sum; without batching every admission would also pay
+// its own round trip and syscalls on both ends, which was most of its CPU.
+//
+// One goroutine collects whatever is waiting (up to MaxBatch), sends one pipeline, waits for
+// it and answers the waiters; pipelines never overlap, so Redis sees every admission's
+// writes in the order they were asked for (a sequential client's second Count sees its
+// first Mark).
 type Batcher struct {
 	RDB       redis.UniversalClient
 	Scheduler *queue.Scheduler
@@ -28,22 +37,49 @@ type Batcher struct {
 	Timeout time.Duration
 
 	once sync.Once
-	ch   chan *redisWrite
+	ch   chan *op
+	// downUntil (unix ns): after a pipeline failed to reach Redis, admissions skip Redis
+	// until then instead of each waiting for a timeout; one pipeline a second probes.
+	downUntil atomic.Int64
 }
 
-type redisWrite struct {
+// ErrRedisDown is the result of a Count while Redis is known to be unreachable.
+var ErrRedisDown = errors.New("admit: Redis unreachable")
+
+func (b *Batcher) down() bool { return time.Now().UnixNano() < b.downUntil.Load() }
+
+type opKind uint8
+
+const (
+	opCount opKind = iota // count into depth, write status; waited for
+	opMark                // mark due; not waited for
+	opUndo                // count out, delete status; not waited for
+)
+
+type op struct {
+	kind      opKind
 	rule, key string
 	capacity  int64
 	now       time.Time
-	depth     int64
-	next      time.Time
 	st        *status.Status
-	overwrite bool
-	err       error
-	done      chan struct{}
+	id        string
+
+	// results of opCount
+	depth int64
+	next  time.Time
+	err   error
+	done  chan struct{}
 }
 
-var writePool = sync.Pool{New: func() any { return &redisWrite{done: make(chan struct{}, 1)} }}
+// Pending is a Count in flight; Wait returns its result.
+type Pending struct{ op *op }
+
+// Wait returns the key's depth (counting this message) and next slot. The batch always
+// answers within the Batcher's Timeout.
+func (p Pending) Wait() (depth int64, next time.Time, err error) {
+	<-p.op.done
+	return p.op.depth, p.op.next, p.op.err
+}
 
 func (b *Batcher) start() {
 	b.once.Do(func() {
@@ -53,91 +89,124 @@ func (b *Batcher) start() {
 		if b.Timeout <= 0 {
 			b.Timeout = time.Second
 		}
-		b.ch = make(chan *redisWrite, 4*b.MaxBatch)
+		b.ch = make(chan *op, 8*b.MaxBatch)
 		go b.run()
 	})
 }
 
-// Write marks (rule, key) due, counts the message in the key's depth and, if st is not
-// nil, writes st; it returns the key's depth and next slot once all is written, or the
-// error. ctx bounds the wait, not the write: a write already sent completes.
-func (b *Batcher) Write(ctx context.Context, rule, key string, capacity int64, now time.Time, st *status.Status, overwrite bool) (depth int64, next time.Time, err error) {
+// Count counts a message about to be published into (rule, key)'s depth and, if st is not
+// nil, writes its status record. It returns at once; Wait for the result.
+func (b *Batcher) Count(rule, key string, capacity int64, now time.Time, st *status.Status) Pending {
 	b.start()
-	w := writePool.Get().(*redisWrite)
-	w.rule, w.key, w.capacity, w.now, w.st, w.overwrite, w.err = rule, key, capacity, now, st, overwrite, nil
-	select {
-	case b.ch <- w:
-	case <-ctx.Done():
-		writePool.Put(w)
-		return 0, time.Time{}, ctx.Err()
+	o := &op{kind: opCount, rule: rule, key: key, capacity: capacity, now: now, st: st, done: make(chan struct{})}
+	if b.down() {
+		o.err = ErrRedisDown
+		close(o.done)
+		return Pending{o}
 	}
-	<-w.done // the batch always answers within Timeout
-	depth, next, err = w.depth, w.next, w.err
-	w.st = nil
-	writePool.Put(w)
-	return depth, next, err
+	b.ch <- o
+	return Pending{o}
+}
+
+// Mark makes (rule, key) due; call it once the publish is acknowledged. It does not wait:
+// a mark lost to a crash or a Redis outage is repaired by the drainers' reconciler.
+func (b *Batcher) Mark(rule, key string, now time.Time) {
+	b.start()
+	if b.down() {
+		return
+	}
+	b.ch <- &op{kind: opMark, rule: rule, key: key, now: now}
+}
+
+// Undo counts out a message whose publish failed or was a duplicate, and deletes its
+// status record if id is not empty. It does not wait.
+func (b *Batcher) Undo(rule, key, id string) {
+	b.start()
+	if b.down() {
+		return
+	}
+	b.ch <- &op{kind: opUndo, rule: rule, key: key, id: id}
 }
 
 func (b *Batcher) run() {
-	batch := make([]*redisWrite, 0, b.MaxBatch)
-	for w := range b.ch {
-		batch = append(batch[:0], w)
+	batch := make([]*op, 0, b.MaxBatch)
+	cmds := make([]*redis.Cmd, 0, b.MaxBatch)
+	for o := range b.ch {
+		batch = append(batch[:0], o)
 	collect:
 		for len(batch) < b.MaxBatch {
 			select {
-			case w := <-b.ch:
-				batch = append(batch, w)
+			case o := <-b.ch:
+				batch = append(batch, o)
 			default:
 				break collect
 			}
 		}
-		err := b.flush(batch)
-		for _, w := range batch {
-			if w.err == nil {
-				w.err = err
+		err := b.flush(batch, &cmds)
+		for _, o := range batch {
+			if o.kind == opCount {
+				if o.err == nil {
+					o.err = err
+				}
+				close(o.done)
 			}
-			w.done <- struct{}{}
 		}
 	}
 }
 
-func (b *Batcher) flush(batch []*redisWrite) error {
+func (b *Batcher) flush(batch []*op, cmds *[]*redis.Cmd) error {
 	ctx, cancel := context.WithTimeout(context.Background(), b.Timeout)
 	defer cancel()
-	err := b.exec(ctx, batch)
+	err := b.exec(ctx, batch, cmds, false)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// A fresh or restarted Redis has no scripts cached: load them, send once more.
+		// A fresh or restarted Redis has no scripts cached: load them and send the script
+		// calls once more (the plain commands already ran; an undo must not run twice).
 		for _, s := range append(queue.Scripts(), status.Scripts()...) {
 			s.Load(ctx, b.RDB)
 		}
-		for _, w := range batch {
-			w.err = nil
+		for _, o := range batch {
+			o.err = nil
 		}
-		err = b.exec(ctx, batch)
+		err = b.exec(ctx, batch, cmds, true)
+	}
+	var rerr redis.Error
+	if err != nil && !errors.As(err, &rerr) {
+		b.downUntil.Store(time.Now().Add(time.Second).UnixNano()) // unreachable, not a command error
 	}
 	return err
 }
 
-func (b *Batcher) exec(ctx context.Context, batch []*redisWrite) error {
+func (b *Batcher) exec(ctx context.Context, batch []*op, cmds *[]*redis.Cmd, scriptsOnly bool) error {
 	pipe := b.RDB.Pipeline()
-	cmds := make([]*redis.Cmd, 0, 2*len(batch))
-	for _, w := range batch {
-		cmds = append(cmds, b.Scheduler.MarkAdmittedPipe(ctx, pipe, w.rule, w.key, w.capacity, w.now))
-		if w.st != nil && b.Status != nil {
-			cmds = append(cmds, b.Status.PutPipe(ctx, pipe, *w.st, w.overwrite))
-		} else {
-			cmds = append(cmds, nil)
+	c := (*cmds)[:0]
+	for _, o := range batch {
+		switch {
+		case o.kind == opCount:
+			if o.st != nil && b.Status != nil && !scriptsOnly {
+				b.Status.PutPipe(ctx, pipe, *o.st)
+			}
+			c = append(c, b.Scheduler.CountAdmittedPipe(ctx, pipe, o.rule, o.key, o.capacity, o.now))
+		case o.kind == opMark:
+			b.Scheduler.MarkDuePipe(ctx, pipe, o.rule, o.key, o.now)
+			c = append(c, nil)
+		case scriptsOnly:
+			c = append(c, nil)
+		case o.kind == opUndo:
+			b.Scheduler.UncountPipe(ctx, pipe, o.rule, o.key)
+			if o.id != "" && b.Status != nil {
+				b.Status.DeletePipe(ctx, pipe, o.id)
+			}
+			c = append(c, nil)
 		}
 	}
+	*cmds = c
 	_, err := pipe.Exec(ctx)
-	for i, w := range batch {
-		for _, c := range cmds[2*i : 2*i+2] {
-			if c != nil && c.Err() != nil && !errors.Is(c.Err(), redis.Nil) && w.err == nil {
-				w.err = c.Err()
-			}
+	for i, o := range batch {
+		if o.kind != opCount {
+			continue
 		}
-		if w.err == nil {
-			w.depth, w.next, w.err = queue.AdmittedResult(cmds[2*i])
+		if o.err = c[i].Err(); o.err == nil {
+			o.depth, o.next, o.err = queue.AdmittedResult(c[i])
 		}
 	}
 	if errors.Is(err, redis.Nil) {

@@ -144,42 +144,44 @@ func (s *Store) idemKey(rule, k string) string {
 	return s.cfg.Prefix + "sl:idem:{" + rule + "}:" + k
 }
 
-//go:embed put.lua
-var putLua string
+// Scripts returns the Lua scripts the store runs, so a caller that pipelines them can
+// load them into a fresh Redis after a NOSCRIPT error.
+func Scripts() []*redis.Script { return []*redis.Script{recordScript} }
 
-var putScript = redis.NewScript(putLua)
-
-// Scripts returns the Lua scripts the store runs, so a caller that pipelines them (PutPipe)
-// can load them into a fresh Redis after a NOSCRIPT error.
-func Scripts() []*redis.Script { return []*redis.Script{putScript, recordScript} }
-
-// Put writes a record at admission and refreshes its TTL (see PutPipe).
+// Put writes a new message's record (see PutPipe).
 func (s *Store) Put(ctx context.Context, st Status) error {
-	err := putScript.Run(ctx, s.rdb, []string{s.key(st.ID)}, s.putArgs(st, false)...).Err()
-	if err != nil {
+	pipe := s.rdb.Pipeline()
+	s.PutPipe(ctx, pipe, st)
+	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("status: put %s: %w", st.ID, err)
 	}
 	return nil
 }
 
-// PutPipe queues Put on a pipeline the caller executes (EVALSHA: the caller loads Scripts
-// on NOSCRIPT), so admission writes the record in the same round trip as its other Redis
-// work. The state is written only if the record has none yet, unless overwrite is set (a
-// re-admission moving parked → queued): a drainer may already have reported a later state.
-func (s *Store) PutPipe(ctx context.Context, pipe redis.Pipeliner, st Status, overwrite bool) *redis.Cmd {
-	return putScript.EvalSha(ctx, pipe, []string{s.key(st.ID)}, s.putArgs(st, overwrite)...)
+// PutPipe queues the record of a newly admitted message on a pipeline the caller
+// executes, so admission writes it in the same round trip as its other Redis work. Plain
+// commands, no script: the state, attempts and updated_at are written only if the record
+// has none yet (HSETNX), because a drainer may already have reported a later state — it
+// can pop the message before the admission's write lands.
+func (s *Store) PutPipe(ctx context.Context, pipe redis.Pipeliner, st Status) {
+	k := s.key(st.ID)
+	fields := make([]any, 0, 12)
+	fields = append(fields, "domain", st.Domain, "rule", st.Rule, "key", st.Key, "created_at", st.CreatedAt.UnixMicro())
+	if !st.RetryAt.IsZero() {
+		fields = append(fields, "retry_at", st.RetryAt.UnixMicro())
+	}
+	if st.LastError != "" {
+		fields = append(fields, "last_error", st.LastError)
+	}
+	pipe.HSet(ctx, k, fields...)
+	pipe.HSetNX(ctx, k, "state", st.State)
+	pipe.HSetNX(ctx, k, "updated_at", st.CreatedAt.UnixMicro())
+	pipe.PExpire(ctx, k, s.cfg.TTL)
 }
 
-func (s *Store) putArgs(st Status, overwrite bool) []any {
-	var retryAt int64
-	if !st.RetryAt.IsZero() {
-		retryAt = st.RetryAt.UnixMicro()
-	}
-	ow := "0"
-	if overwrite {
-		ow = "1"
-	}
-	return []any{st.Domain, st.Rule, st.Key, st.State, st.CreatedAt.UnixMicro(), retryAt, st.LastError, s.cfg.TTL.Milliseconds(), ow}
+// DeletePipe queues the removal of a record (an admission whose publish failed).
+func (s *Store) DeletePipe(ctx context.Context, pipe redis.Pipeliner, id string) {
+	pipe.Del(ctx, s.key(id))
 }
 
 // Get returns the record of id, or ErrNotFound.
