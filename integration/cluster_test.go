@@ -1,0 +1,417 @@
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/proctest"
+	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/internal/sinktest"
+	"github.com/sluice-io/sluice/queue"
+)
+
+// The multi-process tests: ingress and drainer binaries as child processes against a
+// 3-node JetStream cluster (R3 streams) embedded in the test process, a private
+// redis-server and a recording HTTP sink.
+
+// bins are the binaries built once by TestMain.
+var bins struct{ ingress, drainer string }
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if err := proctest.Build(dir, "./cmd/ingress", "./cmd/drainer"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	bins.ingress, bins.drainer = filepath.Join(dir, "ingress"), filepath.Join(dir, "drainer")
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const adminToken = "integration-token"
+
+type clusterOptions struct {
+	rules          string // rules YAML; "SINK" is replaced with the sink's URL
+	ingresses      int    // default 2
+	drainers       int    // default 2
+	drainerWorkers int    // default 16
+	// allAtOnce starts every process at the same moment (default: the first ingress
+	// alone first, see startCluster).
+	allAtOnce bool
+}
+
+// cluster is one whole sluice deployment owned by one test.
+type cluster struct {
+	t         *testing.T
+	nats      []*natstest.Node
+	natsURL   string
+	js        jetstream.JetStream
+	redis     *redistest.Server
+	sink      *sinktest.Sink
+	rulesPath string
+	ingress   []*proctest.Proc
+	drainers  []*proctest.Proc
+	http      *http.Client
+}
+
+func startCluster(t *testing.T, o clusterOptions) *cluster {
+	t.Helper()
+	if o.ingresses == 0 {
+		o.ingresses = 2
+	}
+	if o.drainers == 0 {
+		o.drainers = 2
+	}
+	if o.drainerWorkers == 0 {
+		o.drainerWorkers = 16
+	}
+	c := &cluster{t: t, http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+	c.nats = natstest.StartCluster(t, 3)
+	c.natsURL = natstest.ClusterURL(c.nats)
+	_, c.js = natstest.Connect(t, c.natsURL)
+	c.redis = redistest.Start(t, redistest.Options{TCP: true, AppendOnly: true})
+	c.sink = sinktest.Start(t)
+	c.rulesPath = filepath.Join(t.TempDir(), "rules.yaml")
+	c.writeRules(o.rules)
+
+	waitR3(t, c.js)
+
+	c.ingress = make([]*proctest.Proc, o.ingresses)
+	c.drainers = make([]*proctest.Proc, o.drainers)
+	// The first ingress creates the streams and buckets alone: concurrent creation of one
+	// R3 stream by several processes leaves all but one waiting for an answer that never
+	// comes (see TestBugConcurrentStartOfAllProcesses), and they exit after 30 s.
+	first := 0
+	if !o.allAtOnce {
+		c.ingress[0] = c.newIngress("ingress-1")
+		if c.ingress[0] == nil {
+			t.FailNow()
+		}
+		first = 1
+	}
+	var wg sync.WaitGroup
+	for i := first; i < len(c.ingress); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.ingress[i] = c.newIngress(fmt.Sprintf("ingress-%d", i+1))
+		}()
+	}
+	for i := range c.drainers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.drainers[i] = c.newDrainer(fmt.Sprintf("drainer-%d", i+1), o.drainerWorkers)
+		}()
+	}
+	wg.Wait()
+	for _, p := range append(append([]*proctest.Proc{}, c.ingress...), c.drainers...) {
+		if p == nil {
+			t.FailNow() // the goroutine that started it reported why
+		}
+	}
+	for _, p := range c.ingress {
+		c.waitReady(p, 60*time.Second)
+	}
+	for _, p := range c.drainers {
+		c.waitReady(p, 60*time.Second)
+	}
+	return c
+}
+
+// startProc is proctest.Start from a goroutine other than the test's: it reports an error
+// and returns nil instead of calling FailNow there.
+func (c *cluster) startProc(spec proctest.Spec) (p *proctest.Proc) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.t.Errorf("%s: %v", spec.Name, r)
+			p = nil
+		}
+	}()
+	return proctest.Start(goroutineTB{c.t}, spec)
+}
+
+// goroutineTB turns Fatal into Error plus a panic that startProc recovers, so a process
+// that fails to start off the test goroutine still fails the test cleanly.
+type goroutineTB struct{ *testing.T }
+
+func (g goroutineTB) Fatal(args ...any) { g.T.Error(args...); panic(fmt.Sprint(args...)) }
+func (g goroutineTB) Fatalf(format string, args ...any) {
+	g.T.Errorf(format, args...)
+	panic(fmt.Sprintf(format, args...))
+}
+
+func (c *cluster) newIngress(name string) *proctest.Proc {
+	return c.startProc(proctest.Spec{Name: name, Bin: bins.ingress, ReadyMsg: "ingress: listening", Args: []string{
+		"-rules", c.rulesPath, "-http", "127.0.0.1:0", "-nats", c.natsURL, "-redis", c.redis.URL(),
+		"-admin-token", adminToken, "-replicas", "3", "-drain", "false", "-shutdown-timeout", "3s",
+		"-log-format", "json", "-rules-poll", "250ms",
+	}})
+}
+
+func (c *cluster) newDrainer(name string, workers int) *proctest.Proc {
+	return c.startProc(proctest.Spec{Name: name, Bin: bins.drainer, ReadyMsg: "drainer: running", Args: []string{
+		"-rules", c.rulesPath, "-http", "127.0.0.1:0", "-nats", c.natsURL, "-redis", c.redis.URL(),
+		"-workers", fmt.Sprint(workers), "-replicas", "3", "-shutdown-timeout", "3s", "-log-format", "json",
+		"-rules-poll", "250ms",
+	}})
+}
+
+func (c *cluster) writeRules(yaml string) {
+	c.t.Helper()
+	yaml = strings.ReplaceAll(yaml, "SINK", c.sink.URL)
+	tmp := c.rulesPath + ".tmp"
+	if err := os.WriteFile(tmp, []byte(yaml), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, c.rulesPath); err != nil { // atomic: a poll never sees half a file
+		c.t.Fatal(err)
+	}
+}
+
+// waitReady polls /readyz until it answers 200.
+func (c *cluster) waitReady(p *proctest.Proc, timeout time.Duration) time.Duration {
+	c.t.Helper()
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for {
+		resp, err := c.http.Get(p.URL() + "/readyz")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return time.Since(start)
+			}
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s not ready after %v: %v", p.Name(), timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// streamName is the JetStream stream of a queue rule.
+func streamName(rule string) string { return "SLUICE_Q_" + queue.RuleToken(rule) }
+
+// streamLeader returns the node that leads the stream.
+func (c *cluster) streamLeader(stream string) *natstest.Node {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		s, err := c.js.Stream(ctx, stream)
+		var leader string
+		if err == nil {
+			var info *jetstream.StreamInfo
+			info, err = s.Info(ctx)
+			if err == nil && info.Cluster != nil {
+				leader = info.Cluster.Leader
+			}
+		}
+		cancel()
+		for _, n := range c.nats {
+			if leader != "" && n.Name() == leader {
+				return n
+			}
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("no leader of stream %s: %v", stream, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// --- HTTP helpers -----------------------------------------------------------------------
+
+type reply struct {
+	Code   int
+	Body   map[string]any
+	Header http.Header
+	Err    error // transport error (no answer)
+}
+
+func (r reply) str(field string) string { s, _ := r.Body[field].(string); return s }
+
+type kv = [2]string
+
+func submitBody(domain string, descriptor []kv, payload string) string {
+	var d []string
+	for _, e := range descriptor {
+		d = append(d, fmt.Sprintf(`{"key":%q,"value":%q}`, e[0], e[1]))
+	}
+	return fmt.Sprintf(`{"domain":%q,"descriptor":[%s],"payload":%s}`, domain, strings.Join(d, ","), payload)
+}
+
+// do sends one request to base and decodes a JSON answer. It never fails the test: a
+// transport error is returned in reply.Err.
+func (c *cluster) do(ctx context.Context, method, url, body string, header map[string]string) reply {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return reply{Err: err}
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return reply{Err: err}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	r := reply{Code: resp.StatusCode, Header: resp.Header}
+	if len(bytes.TrimSpace(b)) > 0 && (b[0] == '{') {
+		json.Unmarshal(b, &r.Body)
+	}
+	return r
+}
+
+// submit posts a message to ingress i (an optional idempotency key).
+func (c *cluster) submit(i int, domain string, descriptor []kv, payload, idem string) reply {
+	h := map[string]string{}
+	if idem != "" {
+		h["Idempotency-Key"] = idem
+	}
+	return c.do(context.Background(), "POST", c.ingress[i].URL()+"/v1/messages", submitBody(domain, descriptor, payload), h)
+}
+
+func (c *cluster) admin(i int, method, path, body string) reply {
+	return c.do(context.Background(), method, c.ingress[i].URL()+path, body, map[string]string{"Authorization": "Bearer " + adminToken})
+}
+
+func (c *cluster) status(i int, id string) reply {
+	return c.do(context.Background(), "GET", c.ingress[i].URL()+"/v1/messages/"+id, "", nil)
+}
+
+// waitState polls a message's status (through ingress i) until it is state.
+func (c *cluster) waitState(i int, id, state string, timeout time.Duration) reply {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		r := c.status(i, id)
+		if r.str("state") == state || time.Now().After(deadline) {
+			return r
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// metrics scrapes one process; errors fail the test.
+func (c *cluster) metrics(p *proctest.Proc) proctest.Metrics {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := p.Metrics(ctx)
+	if err != nil {
+		c.t.Fatalf("%s /metrics: %v", p.Name(), err)
+	}
+	return m
+}
+
+// --- outflow checks ---------------------------------------------------------------------
+
+// deliveriesOf returns the deliveries (every attempt, accepted or not) of one rule and,
+// when key != "", one key, in arrival order.
+func deliveriesOf(all []sinktest.Delivery, rule, key string) []sinktest.Delivery {
+	var out []sinktest.Delivery
+	for _, d := range all {
+		if d.Rule == rule && (key == "" || d.Key == key) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// closestGap is the smallest gap between consecutive deliveries (of one key).
+func closestGap(ds []sinktest.Delivery) time.Duration {
+	best := time.Duration(1<<63 - 1)
+	for i := 1; i < len(ds); i++ {
+		if g := ds[i].At.Sub(ds[i-1].At); g < best {
+			best = g
+		}
+	}
+	return best
+}
+
+// maxInWindow is the largest number of deliveries that arrived within any window of
+// length w (a sliding window anchored at each delivery).
+func maxInWindow(ds []sinktest.Delivery, w time.Duration) int {
+	best, j := 0, 0
+	for i := range ds {
+		for ds[i].At.Sub(ds[j].At) >= w {
+			j++
+		}
+		if n := i - j + 1; n > best {
+			best = n
+		}
+	}
+	return best
+}
+
+// keysOf groups deliveries by key.
+func keysOf(ds []sinktest.Delivery) map[string][]sinktest.Delivery {
+	m := map[string][]sinktest.Delivery{}
+	for _, d := range ds {
+		m[d.Key] = append(m[d.Key], d)
+	}
+	return m
+}
+
+// countIn counts deliveries with from <= At < to.
+func countIn(ds []sinktest.Delivery, from, to time.Time) int {
+	n := 0
+	for _, d := range ds {
+		if !d.At.Before(from) && d.At.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitR3 waits until the JetStream cluster can place an R3 stream (every peer known and
+// online), which comes a while after the meta leader is elected.
+func waitR3(t testing.TB, js jetstream.JetStream) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	cfg := jetstream.StreamConfig{Name: "PROCTEST_R3_PROBE", Subjects: []string{"proctest.r3probe"}, Replicas: 3, Storage: jetstream.MemoryStorage}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := js.CreateStream(ctx, cfg)
+		if err == nil {
+			err = js.DeleteStream(ctx, cfg.Name)
+		}
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("JetStream cluster cannot place an R3 stream: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
