@@ -80,12 +80,12 @@ type Proc struct {
 	logPath string
 	tb      testing.TB
 
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	done    chan struct{}
-	exit    *error // the exit error of cmd, valid once done is closed
-	addr    string // host:port, kept across restarts
-	starts  int
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
+	exit   *error // the exit error of cmd, valid once done is closed
+	addr   string // host:port, kept across restarts
+	starts int
 }
 
 // Start starts the process and waits until it logs its address. It is killed when the
