@@ -9,6 +9,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"time"
 
 	"github.com/sluice-io/sluice/client"
@@ -84,6 +85,27 @@ func exampleIngress() *httptest.Server {
 	}))
 	mux.HandleFunc("GET /v1/admin/queues/{name}/keys/{key}", admin(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"queue":%q,"key":%q,"depth":4,"next_dispatch_at":"2026-11-22T05:00:00.1Z"}`, r.PathValue("name"), r.PathValue("key"))
+	}))
+	mux.HandleFunc("GET /v1/admin/dead", admin(func(w http.ResponseWriter, r *http.Request) {
+		// Three dead letters, two a page; the cursor is the last one's sequence.
+		all := []string{"0193a1b2-0000-7000-8000-000000000001", "0193a1b2-0000-7000-8000-000000000002", "0193a1b2-0000-7000-8000-000000000003"}
+		from := 0
+		fmt.Sscan(r.URL.Query().Get("after"), &from)
+		to := min(from+2, len(all))
+		var msgs []string
+		for _, id := range all[from:to] {
+			msgs = append(msgs, fmt.Sprintf(`{"id":%q,"rule":"orders-per-merchant","key":"m-42","state":"dead","reason":"sink answered 422","attempts":1,"last_error":"422 Unprocessable Entity","created_at":"2026-11-22T05:00:00Z","updated_at":"2026-11-22T05:00:01Z"}`, id))
+		}
+		next := ""
+		if to < len(all) {
+			next = fmt.Sprintf(`,"next":"/v1/admin/dead?after=%d&limit=2&queue=orders-per-merchant"`, to)
+		}
+		fmt.Fprintf(w, `{"messages":[%s]%s}`, strings.Join(msgs, ","), next)
+	}))
+	mux.HandleFunc("POST /v1/admin/dead/{id}/replay", admin(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", "/v1/messages/"+r.PathValue("id"))
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprintf(w, `{"id":%q,"state":"queued"}`, r.PathValue("id"))
 	}))
 	return httptest.NewServer(mux)
 }
@@ -213,4 +235,39 @@ func ExampleAdmin_Key() {
 	// Output:
 	// shop/🙂 7 4 2026-11-22T05:00:00.1Z
 	// true
+}
+
+// Page through a queue's dead letters and replay each (the sink had refused them; it has
+// been fixed since). A replayed message keeps its id, so the sink sees the same
+// Idempotency-Key.
+func ExampleAdmin_DeadPage() {
+	srv := exampleIngress()
+	defer srv.Close()
+
+	c, err := client.New(srv.URL, client.WithAdminToken("example-token"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	q := client.DeadQuery{Queue: "orders-per-merchant", Limit: 2}
+	for {
+		page, err := c.Admin().DeadPage(ctx, q)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, m := range page.Messages {
+			sub, err := c.Admin().Replay(ctx, m.ID)
+			if err != nil {
+				log.Fatal(err)
+			}
+			fmt.Println(m.ID, m.Reason, "→", sub.State)
+		}
+		if q.After = page.Next; q.After == "" {
+			break
+		}
+	}
+	// Output:
+	// 0193a1b2-0000-7000-8000-000000000001 sink answered 422 → queued
+	// 0193a1b2-0000-7000-8000-000000000002 sink answered 422 → queued
+	// 0193a1b2-0000-7000-8000-000000000003 sink answered 422 → queued
 }
