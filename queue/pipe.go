@@ -77,3 +77,11 @@ func (s *Scheduler) SetDepth(ctx context.Context, rule, key string, depth int64)
 	}
 	return nil
 }
+
+// ResetDepths forgets the depth counters of every key of rule (the rule was purged).
+func (s *Scheduler) ResetDepths(ctx context.Context, rule string) error {
+	if err := s.rdb.Del(ctx, s.keys(rule).depth).Err(); err != nil {
+		return fmt.Errorf("queue: reset depths of rule %q: %w", rule, err)
+	}
+	return nil
+}

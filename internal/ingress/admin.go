@@ -288,6 +288,7 @@ func (a *Admin) purgeQueue(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
 		return
 	}
+	a.Scheduler.ResetDepths(r.Context(), rule.Name)
 	a.Logger.Warn("admin: queue purged", "rule", rule.Name)
 	w.WriteHeader(http.StatusNoContent)
 }
