@@ -12,13 +12,17 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
@@ -135,8 +139,12 @@ descriptors:
 	}
 	defer m.Close()
 
-	if os.Getenv("SLUICE_BENCH_PROFILE") != "" { // only the ingress, for a CPU profile
-		rate, p99, _ := load(t, "http://"+m.Addr.String()+"/v1/messages", conns, 10*time.Second, bodies)
+	if which := os.Getenv("SLUICE_BENCH_PROFILE"); which != "" { // only one of them, for a CPU profile
+		url := "http://" + m.Addr.String() + "/v1/messages"
+		if which == "bare" {
+			url = "http://" + ln.Addr().String()
+		}
+		rate, p99, _ := load(t, url, conns, 10*time.Second, bodies)
 		t.Logf("ingress only: %.0f req/s p99 %v", rate, p99)
 		return
 	}
@@ -145,9 +153,17 @@ descriptors:
 	load(t, "http://"+m.Addr.String()+"/v1/messages", conns, time.Second, bodies)
 	var bareRate, oursRate float64
 	var bareP99, oursP99 time.Duration
+	var bareCPU, oursCPU time.Duration
+	rdb := redis.NewClient(r.Options())
+	defer rdb.Close()
 	for round := 0; round < 2; round++ {
+		c0 := cpuTime(rdb)
 		br, bp, bb := load(t, "http://"+ln.Addr().String(), conns, dur, bodies)
+		c1 := cpuTime(rdb)
 		or, op, ob := load(t, "http://"+m.Addr.String()+"/v1/messages", conns, dur, bodies)
+		c2 := cpuTime(rdb)
+		bareCPU += time.Duration(float64(c1-c0) / (br * dur.Seconds()) / 2)
+		oursCPU += time.Duration(float64(c2-c1) / (or * dur.Seconds()) / 2)
 		if bb > 0 || ob > 0 {
 			t.Errorf("non-2xx answers: bare %d, ingress %d", bb, ob)
 		}
@@ -158,6 +174,25 @@ descriptors:
 	t.Logf("  bare publish handler: %8.0f req/s  p99 %v", bareRate, bareP99.Round(10*time.Microsecond))
 	t.Logf("  sluice ingress:       %8.0f req/s  p99 %v", oursRate, oursP99.Round(10*time.Microsecond))
 	t.Logf("  ratio ingress/bare:   %.2f× (goal ≥ 0.80×)", oursRate/bareRate)
+	// CPU per request (this process: load generator, HTTP server, NATS server; plus the
+	// redis-server process) is what the machine's load does not distort much.
+	t.Logf("  CPU per request:      bare %v, ingress %v (%.2f×)", bareCPU.Round(time.Microsecond), oursCPU.Round(time.Microsecond), float64(bareCPU)/float64(oursCPU))
 }
 
 func runtimeCPU() int { return runtime.NumCPU() }
+
+// cpuTime is the CPU time used so far by this process and by the redis-server of rdb.
+func cpuTime(rdb *redis.Client) time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	d := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	info, _ := rdb.Info(context.Background(), "cpu").Result()
+	for _, line := range strings.Split(info, "\r\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			d += time.Duration(f * float64(time.Second))
+		}
+	}
+	return d
+}
