@@ -28,7 +28,7 @@ import (
 // redis-server and a recording HTTP sink.
 
 // bins are the binaries built once by TestMain.
-var bins struct{ ingress, drainer string }
+var bins struct{ ingress, drainer, nats string }
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "sluice-bin-")
@@ -36,12 +36,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if err := proctest.Build(dir, "./cmd/ingress", "./cmd/drainer"); err != nil {
+	if err := proctest.Build(dir, "./cmd/ingress", "./cmd/drainer", "github.com/nats-io/nats-server/v2"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	bins.ingress, bins.drainer = filepath.Join(dir, "ingress"), filepath.Join(dir, "drainer")
+	bins.ingress, bins.drainer, bins.nats = filepath.Join(dir, "ingress"), filepath.Join(dir, "drainer"), filepath.Join(dir, "nats-server")
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -57,12 +57,16 @@ type clusterOptions struct {
 	// allAtOnce starts every process at the same moment (default: the first ingress
 	// alone first, see startCluster).
 	allAtOnce bool
+	// natsProcesses runs the JetStream cluster as nats-server child processes (so a node
+	// can be SIGKILLed) instead of embedded servers.
+	natsProcesses bool
 }
 
 // cluster is one whole sluice deployment owned by one test.
 type cluster struct {
 	t         *testing.T
-	nats      []*natstest.Node
+	nats      []*natstest.Node      // embedded cluster, or
+	natsProcs *proctest.NATSCluster // nats-server processes (clusterOptions.natsProcesses)
 	natsURL   string
 	js        jetstream.JetStream
 	redis     *redistest.Server
@@ -85,8 +89,13 @@ func startCluster(t *testing.T, o clusterOptions) *cluster {
 		o.drainerWorkers = 16
 	}
 	c := &cluster{t: t, http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
-	c.nats = natstest.StartCluster(t, 3)
-	c.natsURL = natstest.ClusterURL(c.nats)
+	if o.natsProcesses {
+		c.natsProcs = proctest.StartNATSCluster(t, bins.nats, 3)
+		c.natsURL = c.natsProcs.URL()
+	} else {
+		c.nats = natstest.StartCluster(t, 3)
+		c.natsURL = natstest.ClusterURL(c.nats)
+	}
 	_, c.js = natstest.Connect(t, c.natsURL)
 	c.redis = redistest.Start(t, redistest.Options{TCP: true, AppendOnly: true})
 	c.sink = sinktest.Start(t)
@@ -212,8 +221,8 @@ func (c *cluster) waitReady(p *proctest.Proc, timeout time.Duration) time.Durati
 // streamName is the JetStream stream of a queue rule.
 func streamName(rule string) string { return "SLUICE_Q_" + queue.RuleToken(rule) }
 
-// streamLeader returns the node that leads the stream.
-func (c *cluster) streamLeader(stream string) *natstest.Node {
+// streamLeader returns the server name of the node that leads the stream.
+func (c *cluster) streamLeader(stream string) string {
 	c.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -228,10 +237,8 @@ func (c *cluster) streamLeader(stream string) *natstest.Node {
 			}
 		}
 		cancel()
-		for _, n := range c.nats {
-			if leader != "" && n.Name() == leader {
-				return n
-			}
+		if leader != "" {
+			return leader
 		}
 		if time.Now().After(deadline) {
 			c.t.Fatalf("no leader of stream %s: %v", stream, err)

@@ -70,7 +70,11 @@ type Spec struct {
 	// ReadyMsg is the log message that carries the listen address in its "addr" field,
 	// e.g. "ingress: listening". Default: the first JSON line with an "addr" field.
 	ReadyMsg string
-	// StartTimeout bounds the wait for ReadyMsg. Default 60s.
+	// Addr and ReadyURL replace ReadyMsg for programs that do not log JSON (nats-server):
+	// the process listens on the fixed Addr and is ready once ReadyURL answers 200.
+	Addr     string
+	ReadyURL string
+	// StartTimeout bounds the wait for readiness. Default 60s.
 	StartTimeout time.Duration
 }
 
@@ -179,7 +183,12 @@ func (p *Proc) start() error {
 	p.cmd, p.done, p.exit = cmd, done, exit
 	deadline := time.Now().Add(p.spec.StartTimeout)
 	for {
-		if addr := p.findAddr(offset); addr != "" {
+		if p.spec.ReadyURL != "" {
+			if httpOK(p.spec.ReadyURL) {
+				p.addr = p.spec.Addr
+				return nil
+			}
+		} else if addr := p.findAddr(offset); addr != "" {
 			p.addr = addr
 			return nil
 		}
@@ -193,6 +202,17 @@ func (p *Proc) start() error {
 			return fmt.Errorf("proctest: %s not ready after %v\n%s", p.spec.Name, p.spec.StartTimeout, p.logTailLocked(30))
 		}
 	}
+}
+
+func httpOK(url string) bool {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // findAddr scans the log from offset for the ready line.
