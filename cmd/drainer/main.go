@@ -33,22 +33,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-io/sluice/bucket"
-	"github.com/sluice-io/sluice/internal/admit"
+	"github.com/sluice-io/sluice/internal/app"
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/drainer"
-	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/rules"
-	"github.com/sluice-io/sluice/internal/status"
-	"github.com/sluice-io/sluice/queue"
-	"github.com/sluice-io/sluice/retry"
 )
 
 func main() {
@@ -219,108 +211,16 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	m.closers = append(m.closers, watcher.Stop)
 
-	nc, err := nats.Connect(c.NATSURL,
-		nats.Name("sluice-drainer"),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.RetryOnFailedConnect(true),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("drainer: NATS disconnected", "err", err)
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("drainer: NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
-	)
-	if err != nil {
-		return fmt.Errorf("drainer: NATS %s: %w", c.NATSURL, err)
-	}
-	m.closers = append(m.closers, func() { nc.Drain() })
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("drainer: JetStream: %w", err)
-	}
-
-	ropts, err := redis.ParseURL(c.RedisURL)
-	if err != nil {
-		return fmt.Errorf("drainer: -redis %q: %w", c.RedisURL, err)
-	}
-	// Short timeouts: with Redis down the drainer pauses claiming instead of hanging.
-	ropts.DialTimeout, ropts.ReadTimeout, ropts.WriteTimeout = time.Second, time.Second, time.Second
-	ropts.ContextTimeoutEnabled = true
-	ropts.PoolSize = max(ropts.PoolSize, 2*c.Workers+16)
-	rdb := redis.NewClient(ropts)
-	m.closers = append(m.closers, func() { rdb.Close() })
-
-	queues, err := queue.NewQueues(js, queue.Config{Replicas: c.Replicas})
-	if err != nil {
-		return err
-	}
-	sched, err := queue.NewScheduler(rdb, queue.SchedulerConfig{})
-	if err != nil {
-		return err
-	}
-
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	parking, err := retry.NewStore(js, retry.Config{Replicas: c.Replicas})
-	if err != nil {
-		return err
-	}
-	dead, err := retry.NewDeadLetters(js, retry.DeadConfig{Replicas: c.Replicas, Rules: func(name string) *rules.Rule { return watcher.Current().Rule(name) }})
-	if err != nil {
-		return err
-	}
-	if err := parking.Ensure(startCtx); err != nil {
-		return fmt.Errorf("drainer: retry stream: %w", err)
-	}
-	if err := dead.Ensure(startCtx); err != nil {
-		return fmt.Errorf("drainer: dead-letter stream: %w", err)
-	}
-	statuses := status.New(rdb, status.Config{Logger: log})
-	statuses.Start(bg)
-	m.closers = append(m.closers, statuses.Stop)
-
-	// Live overrides (PATCH /v1/admin/queues/{name}): read before every claim.
-	ovStore, err := overrides.Open(startCtx, js, overrides.Config{Replicas: c.Replicas, Logger: log})
-	if err != nil {
-		return fmt.Errorf("drainer: overrides: %w", err)
-	}
-	ovWatch := overrides.NewWatcher(ovStore, overrides.WatcherConfig{Logger: log})
-	if err := ovWatch.Start(startCtx); err != nil {
-		return fmt.Errorf("drainer: overrides: %w", err)
-	}
-	m.closers = append(m.closers, ovWatch.Stop)
-	effective := func(r *rules.Rule) *rules.Rule {
-		eff, _, _ := ovWatch.Effective(r)
-		return eff
-	}
-
-	// The re-admitter puts parked messages back through the same admission path as the
-	// ingress (admission limits in Redis, degrading to a local limiter while it is down).
-	primary, err := bucket.NewRedis(rdb, bucket.RedisConfig{Prefix: "sl:lim:"})
-	if err != nil {
-		return err
-	}
-	limits := bucket.NewDegraded(primary, bucket.DegradedConfig{
-		OnChange: func(on bool, err error) {
-			if on {
-				log.Warn("drainer: Redis unreachable: re-admission limits decided locally", "err", err)
-			} else {
-				log.Info("drainer: Redis reachable again")
-			}
-		},
+	st, err := app.Open(ctx, app.Config{
+		Name: "drainer", NATSURL: c.NATSURL, RedisURL: c.RedisURL, Replicas: c.Replicas,
+		Rules: watcher.Current, Logger: log, RedisPoolSize: 2*c.Workers + 16,
 	})
-	admitter := &admit.Admitter{Queues: queues, Scheduler: sched, Limits: limits, Parking: parking, Logger: log,
-		Status: statuses, Redis: &admit.Batcher{RDB: rdb, Scheduler: sched, Status: statuses},
-		OutflowOf: func(r *rules.Rule) (rules.Rate, rules.Rate) {
-			q := effective(r).Queue
-			return q.Outflow, q.TotalOutflow
-		},
-		CapacityOf: func(r *rules.Rule) int64 { return effective(r).Queue.Capacity },
+	if err != nil {
+		return err
 	}
+	m.closers = append(m.closers, st.Close)
 	proc, err := drainer.Start(bg, drainer.Deps{
-		NATS: nc, Rules: watcher.Current, Queues: queues, Scheduler: sched, Parking: parking, Dead: dead,
-		Admitter: admitter, Status: statuses, Overrides: ovWatch, Logger: log, Registerer: reg,
+		Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
 		Drain: drain.Config{Workers: c.Workers, StopTimeout: c.ShutdownTimeout},
 	})
 	if err != nil {
@@ -335,12 +235,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if !nc.IsConnected() {
-			http.Error(w, "NATS is not connected", http.StatusServiceUnavailable)
-			return
-		}
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			http.Error(w, "Redis: "+err.Error(), http.StatusServiceUnavailable)
+		if err := st.Ready(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ok\n")

@@ -9,32 +9,23 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/nats-io/nats.go"
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-io/sluice/internal/admit"
+	"github.com/sluice-io/sluice/internal/app"
 	"github.com/sluice-io/sluice/internal/drain"
-	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sink"
-	"github.com/sluice-io/sluice/internal/status"
-	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
 )
 
-// Deps are the parts a drainer process is built from. All are required but Status,
-// Overrides and Registerer.
+// Deps are the parts a drainer process is built from; Registerer is optional.
 type Deps struct {
-	NATS      *nats.Conn
-	Rules     func() *rules.Set
-	Queues    *queue.Queues
-	Scheduler *queue.Scheduler
-	Parking   *retry.Store
-	Dead      *retry.DeadLetters
-	Admitter  *admit.Admitter    // re-admits parked messages
-	Status    *status.Store      // message states for GET /v1/messages/{id}
-	Overrides *overrides.Watcher // live outflow/pause; nil = the rules file's
-	Logger    *slog.Logger
+	Stack  *app.Stack // connections, streams, scheduler, statuses, overrides, admission
+	Rules  func() *rules.Set
+	Logger *slog.Logger
 	// Registerer receives the drainer's metrics; nil = not exported.
 	Registerer prometheus.Registerer
 	// Drain tunes the drain loop (workers, lease, …); the parts above are filled in.
@@ -51,30 +42,35 @@ type Process struct {
 
 // Start builds and starts the drainer's parts.
 func Start(ctx context.Context, d Deps) (*Process, error) {
+	st := d.Stack
 	httpSink, err := sink.NewHTTP(sink.HTTPConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("drainer: %w", err)
 	}
-	natsSink, err := sink.NewNATS(d.NATS, sink.NATSConfig{})
+	natsSink, err := sink.NewNATS(st.NATS, sink.NATSConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("drainer: %w", err)
 	}
 	cfg := d.Drain
-	cfg.Queues, cfg.Scheduler = d.Queues, d.Scheduler
+	cfg.Queues, cfg.Scheduler = st.Queues, st.Scheduler
 	cfg.Rules = func() []*rules.Rule { return d.Rules().QueueRules() }
 	cfg.Sink = sink.Multi{HTTP: httpSink, NATS: natsSink}
-	cfg.Retrier, cfg.DeadLetters = d.Parking, d.Dead
-	if d.Status != nil {
-		cfg.States = d.Status
-	}
-	if d.Overrides != nil {
-		w := d.Overrides
-		cfg.Policy = func(r *rules.Rule) drain.Policy {
-			eff, o, _ := w.Effective(r)
-			p := drain.RulePolicy(eff)
-			p.Paused = p.Paused || o.IsPaused()
-			return p
+	cfg.Retrier, cfg.DeadLetters, cfg.States = st.Parking, st.Dead, st.Status
+	var logMu sync.Mutex
+	logged := map[string]time.Time{}
+	cfg.Policy = func(r *rules.Rule) drain.Policy {
+		eff, o, err := st.Current.Effective(r)
+		if err != nil { // throttled: the policy is read before every claim
+			logMu.Lock()
+			if time.Since(logged[r.Name]) > time.Minute {
+				logged[r.Name] = time.Now()
+				d.Logger.Error("drainer: override does not apply; draining at the rules file's values", "rule", r.Name, "err", err)
+			}
+			logMu.Unlock()
 		}
+		p := drain.RulePolicy(eff)
+		p.Paused = p.Paused || o.IsPaused()
+		return p
 	}
 	cfg.Logger, cfg.Registerer = d.Logger, d.Registerer
 	dr, err := drain.New(cfg)
@@ -82,7 +78,7 @@ func Start(ctx context.Context, d Deps) (*Process, error) {
 		return nil, fmt.Errorf("drainer: %w", err)
 	}
 	rcfg := d.Readmit
-	rcfg.Store, rcfg.Dead, rcfg.Admit = d.Parking, d.Dead, d.Admitter.Readmit
+	rcfg.Store, rcfg.Dead, rcfg.Admit = st.Parking, st.Dead, st.Admitter.Readmit
 	rcfg.Rules = func(name string) *rules.Rule { return d.Rules().Rule(name) }
 	rcfg.Registerer, rcfg.Logger = d.Registerer, d.Logger
 	ra, err := retry.NewReadmitter(rcfg)
@@ -91,7 +87,7 @@ func Start(ctx context.Context, d Deps) (*Process, error) {
 	}
 	if d.Registerer != nil {
 		if err := d.Registerer.Register(retry.NewCollector(retry.CollectorConfig{
-			Store: d.Parking, Dead: d.Dead,
+			Store: st.Parking, Dead: st.Dead,
 			RuleNames: func() []string {
 				var names []string
 				for _, r := range d.Rules().QueueRules() {

@@ -13,20 +13,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-io/sluice/bucket"
-	"github.com/sluice-io/sluice/internal/admit"
+	"github.com/sluice-io/sluice/internal/app"
 	"github.com/sluice-io/sluice/internal/devenv"
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/drainer"
-	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/rules"
-	"github.com/sluice-io/sluice/internal/status"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
 )
@@ -44,6 +39,7 @@ type Main struct {
 	RedisURL string
 	SinkURL  string           // -dev demo sink
 	Drainer  *drainer.Process // the in-process drainer (-drain), or nil
+	Stack    *app.Stack       // connections, streams, admission
 
 	closers []func()
 	httpSrv *http.Server
@@ -126,148 +122,54 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.NATSURL, m.RedisURL, m.SinkURL = ns.URL(), rs.URL(), sink.URL()
 	}
 
-	nc, err := nats.Connect(m.NATSURL,
-		nats.Name("sluice-ingress"),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.RetryOnFailedConnect(true),
-		// No reconnect buffer: a publish while disconnected must fail at once, so a 503
-		// means "not stored" instead of "stored later, after the client was told no".
-		nats.ReconnectBufSize(-1),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("ingress: NATS disconnected", "err", err)
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("ingress: NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
-	)
-	if err != nil {
-		return fmt.Errorf("ingress: NATS %s: %w", m.NATSURL, err)
-	}
-	m.closers = append(m.closers, func() { nc.Drain() })
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("ingress: JetStream: %w", err)
-	}
-
-	ropts, err := redisOptions(m.RedisURL)
-	if err != nil {
-		return err
-	}
-	rdb := redis.NewClient(ropts)
-	m.closers = append(m.closers, func() { rdb.Close() })
-
-	queues, err := queue.NewQueues(js, queue.Config{Replicas: c.Replicas})
-	if err != nil {
-		return err
-	}
-	sched, err := queue.NewScheduler(rdb, queue.SchedulerConfig{})
-	if err != nil {
-		return err
-	}
-	parking, err := retry.NewStore(js, retry.Config{Replicas: c.Replicas})
-	if err != nil {
-		return err
-	}
-	dead, err := retry.NewDeadLetters(js, retry.DeadConfig{Replicas: c.Replicas, Rules: func(name string) *rules.Rule { return watcher.Current().Rule(name) }})
-	if err != nil {
-		return err
-	}
-	statuses := status.New(rdb, status.Config{Logger: log})
-	statuses.Start(context.WithoutCancel(ctx))
-	m.closers = append(m.closers, statuses.Stop)
-
-	// Overrides (live tuning) come before the streams: a stream's capacity is the
-	// effective one, not the rules file's, or a restarted ingress would undo a PATCH.
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	ovStore, err := overrides.Open(startCtx, js, overrides.Config{Replicas: c.Replicas, Logger: log})
-	if err != nil {
-		return fmt.Errorf("ingress: overrides: %w", err)
+	var limits bucket.Store
+	if c.Dev {
+		limits = bucket.NewMemory(bucket.MemoryConfig{}) // the in-process limiter store of -dev
 	}
 	capacityChanged := make(chan struct{}, 1)
-	ovWatch := overrides.NewWatcher(ovStore, overrides.WatcherConfig{Logger: log, OnChange: func(string) {
-		select {
-		case capacityChanged <- struct{}{}:
-		default:
-		}
-	}})
-	if err := ovWatch.Start(startCtx); err != nil { // returns once every stored override is loaded
-		return fmt.Errorf("ingress: overrides: %w", err)
+	st, err := app.Open(ctx, app.Config{
+		Name: "ingress", NATSURL: m.NATSURL, RedisURL: m.RedisURL, Replicas: c.Replicas,
+		Rules: watcher.Current, Limits: limits, Logger: log,
+		OnDegraded: func(on bool) {
+			if srv != nil {
+				srv.SetDegraded(on)
+			}
+		},
+		// An override changed: re-apply effective capacities to the streams.
+		OnOverride: func(string) {
+			select {
+			case capacityChanged <- struct{}{}:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		return err
 	}
-	m.closers = append(m.closers, ovWatch.Stop)
-	effective := func(r *rules.Rule) *rules.Rule {
-		o, _ := ovWatch.Get(r.Name)
-		eff, _ := overrides.Effective(r, o)
-		return eff
-	}
+	m.closers = append(m.closers, st.Close)
+	m.Stack = st
 
-	// Streams: every queue rule's stream, the retry and dead-letter streams must exist
-	// before admitting.
-	if err := parking.Ensure(startCtx); err != nil {
-		return fmt.Errorf("ingress: retry stream: %w", err)
-	}
-	if err := dead.Ensure(startCtx); err != nil {
-		return fmt.Errorf("ingress: dead-letter stream: %w", err)
-	}
-	if err := ensureStreams(startCtx, queues, watcher.Current(), effective); err != nil {
+	// Every queue rule's stream must exist, at its effective capacity (not the rules
+	// file's, or a restarted ingress would undo a PATCH), before admitting.
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := ensureStreams(startCtx, st.Queues, watcher.Current(), st.Effective); err != nil {
 		return err
 	}
 
-	var limits bucket.Store
-	var degraded *bucket.Degraded
-	if c.Dev {
-		limits = bucket.NewMemory(bucket.MemoryConfig{})
-	} else {
-		primary, err := bucket.NewRedis(rdb, bucket.RedisConfig{Prefix: "sl:lim:"})
-		if err != nil {
-			return err
-		}
-		degraded = bucket.NewDegraded(primary, bucket.DegradedConfig{
-			OnChange: func(on bool, err error) {
-				if srv != nil {
-					srv.SetDegraded(on)
-				}
-				if on {
-					log.Warn("ingress: Redis unreachable: admission limits now decided locally (limit ÷ live ingress count)", "err", err)
-				} else {
-					log.Info("ingress: Redis reachable again: admission limits decided in Redis")
-				}
-			},
-		})
-		limits = degraded
-	}
-
-	admitter := &admit.Admitter{Queues: queues, Scheduler: sched, Limits: limits, Parking: parking, Logger: log,
-		Status: statuses, Redis: &admit.Batcher{RDB: rdb, Scheduler: sched, Status: statuses},
-		OutflowOf: func(r *rules.Rule) (rules.Rate, rules.Rate) {
-			q := effective(r).Queue
-			return q.Outflow, q.TotalOutflow
-		},
-		CapacityOf: func(r *rules.Rule) int64 { return effective(r).Queue.Capacity },
-	}
-	admin := &Admin{Rules: watcher.Current, Overrides: ovStore, Current: ovWatch, Queues: queues, Scheduler: sched,
-		JS: js, Parking: parking, Dead: dead, Admitter: admitter, Logger: log}
+	admin := &Admin{Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
+		JS: st.JS, Parking: st.Parking, Dead: st.Dead, Admitter: st.Admitter, Logger: log}
 	srv = NewServer(ServerConfig{
-		Rules: watcher.Current, Admitter: admitter, Status: statuses, Limits: limits,
+		Rules: watcher.Current, Admitter: st.Admitter, Status: st.Status, Limits: st.Limits,
 		Admin: admin, AdminToken: c.AdminToken, MaxBody: c.MaxBody, Registry: reg, Logger: log,
-		Ready: func(ctx context.Context) error {
-			if !nc.IsConnected() {
-				return errors.New("NATS is not connected")
-			}
-			if err := rdb.Ping(ctx).Err(); err != nil {
-				return fmt.Errorf("Redis: %w", err)
-			}
-			return nil
-		},
+		Ready: st.Ready,
 	})
 	m.Server = srv
 	srv.RulesReloaded(watcher.Current(), nil)
 
 	if c.Drain {
 		proc, err := drainer.Start(context.WithoutCancel(ctx), drainer.Deps{
-			NATS: nc, Rules: watcher.Current, Queues: queues, Scheduler: sched, Parking: parking, Dead: dead,
-			Admitter: admitter, Status: statuses, Overrides: ovWatch, Logger: log, Registerer: reg,
+			Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
 			Drain:   drain.Config{Workers: c.DrainWorkers, StopTimeout: c.ShutdownTimeout},
 			Readmit: retry.ReadmitterConfig{MaxBackoff: c.ReadmitMaxBackoff},
 		})
@@ -298,7 +200,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			}
 			if cur := watcher.Current(); cur != last {
 				ectx, cancel := context.WithTimeout(wctx, 30*time.Second)
-				if err := ensureStreams(ectx, queues, cur, effective); err != nil {
+				if err := ensureStreams(ectx, st.Queues, cur, st.Effective); err != nil {
 					log.Error("ingress: streams not updated after a rules or override change", "err", err)
 				} else {
 					last = cur
@@ -308,8 +210,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}
 	}()
 
-	if degraded != nil {
-		peers := &peerCounter{nc: nc, log: log, onChange: degraded.SetProcesses}
+	if st.Degraded != nil {
+		peers := &peerCounter{nc: st.NATS, log: log, onChange: st.Degraded.SetProcesses}
 		if err := peers.Start(wctx); err != nil {
 			log.Warn("ingress: live ingress count unavailable; degraded limits assume 1 process", "err", err)
 		}
@@ -377,23 +279,4 @@ func ensureStreams(ctx context.Context, q *queue.Queues, set *rules.Set, effecti
 		}
 	}
 	return nil
-}
-
-// redisOptions parses a redis:// or unix:// URL and sets timeouts short enough that an
-// unreachable Redis degrades admission quickly instead of hanging requests.
-func redisOptions(url string) (*redis.Options, error) {
-	o, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("ingress: -redis %q: %w", url, err)
-	}
-	o.DialTimeout = 500 * time.Millisecond
-	o.ReadTimeout = 500 * time.Millisecond
-	o.WriteTimeout = 500 * time.Millisecond
-	o.ContextTimeoutEnabled = true
-	o.MaxRetries = 1
-	if o.PoolSize < 256 {
-		o.PoolSize = 256
-	}
-	o.MinIdleConns = 8
-	return o, nil
 }

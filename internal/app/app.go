@@ -1,0 +1,214 @@
+// Package app opens what every sluice process stands on — the NATS and Redis connections,
+// the queue, retry and dead-letter streams, the outflow scheduler, the status store, the
+// live overrides and the admission path — once, the same way for the ingress and the
+// drainer. Each process adds its own part on top (the HTTP API, the drain loop).
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-io/sluice/bucket"
+	"github.com/sluice-io/sluice/internal/admit"
+	"github.com/sluice-io/sluice/internal/overrides"
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/status"
+	"github.com/sluice-io/sluice/queue"
+	"github.com/sluice-io/sluice/retry"
+)
+
+// Config says how to open a Stack.
+type Config struct {
+	Name     string // process kind for logs and the NATS connection name: "ingress", "drainer"
+	NATSURL  string
+	RedisURL string
+	Replicas int               // streams and the overrides bucket: 1 or 3
+	Rules    func() *rules.Set // the rules in force
+	// Limits decides admission limits; nil = Redis, degrading to a local limiter while
+	// Redis is unreachable (OnDegraded is told).
+	Limits     bucket.Store
+	OnDegraded func(degraded bool)
+	// OnOverride is called after a rule's override changed (e.g. to apply a capacity).
+	OnOverride func(rule string)
+	// RedisPoolSize is the least Redis connection pool size. Default 256.
+	RedisPoolSize int
+	Logger        *slog.Logger
+}
+
+// Stack is the opened machinery. Close releases it.
+type Stack struct {
+	NATS      *nats.Conn
+	JS        jetstream.JetStream
+	Redis     *redis.Client
+	Queues    *queue.Queues
+	Scheduler *queue.Scheduler
+	Parking   *retry.Store
+	Dead      *retry.DeadLetters
+	Status    *status.Store
+	Overrides *overrides.Store
+	Current   *overrides.Watcher
+	Limits    bucket.Store
+	Degraded  *bucket.Degraded // nil when Config.Limits was given
+	Admitter  *admit.Admitter
+
+	closers []func()
+}
+
+// Open connects and opens everything; on error what was opened is closed again.
+func Open(ctx context.Context, c Config) (s *Stack, err error) {
+	log := c.Logger
+	s = &Stack{}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	nc, err := nats.Connect(c.NATSURL,
+		nats.Name("sluice-"+c.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+		// No reconnect buffer: a publish while disconnected must fail at once, so a 503
+		// means "not stored" instead of "stored later, after the client was told no".
+		nats.ReconnectBufSize(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn(c.Name+": NATS disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info(c.Name+": NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
+	)
+	if err != nil {
+		return s, fmt.Errorf("%s: NATS %s: %w", c.Name, c.NATSURL, err)
+	}
+	s.NATS = nc
+	s.closers = append(s.closers, func() { nc.Drain() })
+	if s.JS, err = jetstream.New(nc); err != nil {
+		return s, fmt.Errorf("%s: JetStream: %w", c.Name, err)
+	}
+
+	ropts, err := RedisOptions(c.RedisURL, c.RedisPoolSize)
+	if err != nil {
+		return s, err
+	}
+	s.Redis = redis.NewClient(ropts)
+	s.closers = append(s.closers, func() { s.Redis.Close() })
+
+	if s.Queues, err = queue.NewQueues(s.JS, queue.Config{Replicas: c.Replicas}); err != nil {
+		return s, err
+	}
+	if s.Scheduler, err = queue.NewScheduler(s.Redis, queue.SchedulerConfig{}); err != nil {
+		return s, err
+	}
+	if s.Parking, err = retry.NewStore(s.JS, retry.Config{Replicas: c.Replicas}); err != nil {
+		return s, err
+	}
+	if s.Dead, err = retry.NewDeadLetters(s.JS, retry.DeadConfig{Replicas: c.Replicas,
+		Rules: func(name string) *rules.Rule { return c.Rules().Rule(name) }}); err != nil {
+		return s, err
+	}
+	s.Status = status.New(s.Redis, status.Config{Logger: log})
+	s.Status.Start(context.WithoutCancel(ctx))
+	s.closers = append(s.closers, s.Status.Stop)
+
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.Parking.Ensure(startCtx); err != nil {
+		return s, fmt.Errorf("%s: retry stream: %w", c.Name, err)
+	}
+	if err := s.Dead.Ensure(startCtx); err != nil {
+		return s, fmt.Errorf("%s: dead-letter stream: %w", c.Name, err)
+	}
+	// Live overrides (PATCH /v1/admin/queues/{name}), pushed by a KV watch.
+	if s.Overrides, err = overrides.Open(startCtx, s.JS, overrides.Config{Replicas: c.Replicas, Logger: log}); err != nil {
+		return s, fmt.Errorf("%s: overrides: %w", c.Name, err)
+	}
+	s.Current = overrides.NewWatcher(s.Overrides, overrides.WatcherConfig{Logger: log, OnChange: c.OnOverride})
+	if err := s.Current.Start(startCtx); err != nil { // returns once every stored override is loaded
+		return s, fmt.Errorf("%s: overrides: %w", c.Name, err)
+	}
+	s.closers = append(s.closers, s.Current.Stop)
+
+	s.Limits = c.Limits
+	if s.Limits == nil {
+		primary, err := bucket.NewRedis(s.Redis, bucket.RedisConfig{Prefix: "sl:lim:"})
+		if err != nil {
+			return s, err
+		}
+		s.Degraded = bucket.NewDegraded(primary, bucket.DegradedConfig{
+			OnChange: func(on bool, err error) {
+				if c.OnDegraded != nil {
+					c.OnDegraded(on)
+				}
+				if on {
+					log.Warn(c.Name+": Redis unreachable: admission limits now decided locally (limit ÷ live ingress count)", "err", err)
+				} else {
+					log.Info(c.Name + ": Redis reachable again: admission limits decided in Redis")
+				}
+			},
+		})
+		s.Limits = s.Degraded
+	}
+	s.Admitter = &admit.Admitter{
+		Queues: s.Queues, Scheduler: s.Scheduler, Limits: s.Limits, Parking: s.Parking, Status: s.Status, Logger: log,
+		Redis: &admit.Batcher{RDB: s.Redis, Scheduler: s.Scheduler, Status: s.Status},
+		OutflowOf: func(r *rules.Rule) (rules.Rate, rules.Rate) {
+			q := s.Effective(r).Queue
+			return q.Outflow, q.TotalOutflow
+		},
+		CapacityOf: func(r *rules.Rule) int64 { return s.Effective(r).Queue.Capacity },
+	}
+	return s, nil
+}
+
+// Effective is r with its live override applied (r itself when there is none, or when
+// the override does not fit the rule any more).
+func (s *Stack) Effective(r *rules.Rule) *rules.Rule {
+	eff, _, _ := s.Current.Effective(r)
+	return eff
+}
+
+// Ready reports whether NATS and Redis are reachable (GET /readyz).
+func (s *Stack) Ready(ctx context.Context) error {
+	if !s.NATS.IsConnected() {
+		return fmt.Errorf("NATS is not connected")
+	}
+	if err := s.Redis.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("Redis: %w", err)
+	}
+	return nil
+}
+
+// Close releases everything Open opened, in reverse order. Safe to call twice.
+func (s *Stack) Close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}
+
+// RedisOptions parses a redis:// or unix:// URL and sets timeouts short enough that an
+// unreachable Redis degrades admission and pauses drainers quickly instead of hanging.
+func RedisOptions(url string, pool int) (*redis.Options, error) {
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("-redis %q: %w", url, err)
+	}
+	o.DialTimeout = 500 * time.Millisecond
+	o.ReadTimeout = 500 * time.Millisecond
+	o.WriteTimeout = 500 * time.Millisecond
+	o.ContextTimeoutEnabled = true
+	o.MaxRetries = 1
+	if pool <= 0 {
+		pool = 256
+	}
+	o.PoolSize = max(o.PoolSize, pool)
+	o.MinIdleConns = 8
+	return o, nil
+}
