@@ -48,6 +48,10 @@ var ErrRedisDown = errors.New("admit: Redis unreachable")
 
 func (b *Batcher) down() bool { return time.Now().UnixNano() < b.downUntil.Load() }
 
+// Down reports whether Redis was found unreachable within the last second: callers skip
+// optional Redis work (idempotency keys) instead of waiting for a timeout.
+func (b *Batcher) Down() bool { return b.down() }
+
 type opKind uint8
 
 const (

@@ -119,14 +119,18 @@ func Open(ctx context.Context, c Config) (s *Stack, err error) {
 
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := s.Parking.Ensure(startCtx); err != nil {
+	if err := Retry(startCtx, s.Parking.Ensure); err != nil {
 		return s, fmt.Errorf("%s: retry stream: %w", c.Name, err)
 	}
-	if err := s.Dead.Ensure(startCtx); err != nil {
+	if err := Retry(startCtx, s.Dead.Ensure); err != nil {
 		return s, fmt.Errorf("%s: dead-letter stream: %w", c.Name, err)
 	}
 	// Live overrides (PATCH /v1/admin/queues/{name}), pushed by a KV watch.
-	if s.Overrides, err = overrides.Open(startCtx, s.JS, overrides.Config{Replicas: c.Replicas, Logger: log}); err != nil {
+	err = Retry(startCtx, func(ctx context.Context) (err error) {
+		s.Overrides, err = overrides.Open(ctx, s.JS, overrides.Config{Replicas: c.Replicas, Logger: log})
+		return err
+	})
+	if err != nil {
 		return s, fmt.Errorf("%s: overrides: %w", c.Name, err)
 	}
 	s.Current = overrides.NewWatcher(s.Overrides, overrides.WatcherConfig{Logger: log, OnChange: c.OnOverride})
@@ -167,6 +171,27 @@ func Open(ctx context.Context, c Config) (s *Stack, err error) {
 	return s, nil
 }
 
+// Retry runs f with a short deadline of its own, again and again until it succeeds or
+// ctx ends. Creating streams is where it matters: several processes starting at once
+// against a fresh R3 cluster create the same streams concurrently, and a request that
+// loses that race can go unanswered (nats-io/nats.go#949) — with one long deadline the
+// process would give up instead of asking again.
+func Retry(ctx context.Context, f func(context.Context) error) error {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := f(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
+}
+
 // Effective is r with its live override applied (r itself when there is none, or when
 // the override does not fit the rule any more).
 func (s *Stack) Effective(r *rules.Rule) *rules.Rule {
@@ -205,6 +230,10 @@ func RedisOptions(url string, pool int) (*redis.Options, error) {
 	o.WriteTimeout = 500 * time.Millisecond
 	o.ContextTimeoutEnabled = true
 	o.MaxRetries = 1
+	// go-redis retries a refused dial 5 times, 100 ms apart, by default: ~0.8 s per command
+	// while Redis is down. One quick dial is enough; the callers have their own fallbacks.
+	o.DialerRetries = 1
+	o.DialerRetryTimeout = 10 * time.Millisecond
 	if pool <= 0 {
 		pool = 256
 	}

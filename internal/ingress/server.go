@@ -270,7 +270,9 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 
 	// Idempotency: the first request with a key owns it for 24 h; repeats get its answer.
 	claimedIdem := false
-	if req.IdempotencyKey != "" && s.cfg.Status != nil {
+	if req.IdempotencyKey != "" && s.cfg.Status != nil && s.cfg.Admitter.Redis.Down() {
+		s.cfg.Logger.Warn("ingress: idempotency key not checked (Redis unreachable)", "rule", rule.Name)
+	} else if req.IdempotencyKey != "" && s.cfg.Status != nil {
 		owner, claimed, err := s.cfg.Status.ClaimIdempotency(ctx, rule.Name, req.IdempotencyKey, msg.ID)
 		switch {
 		case err != nil:
