@@ -294,3 +294,53 @@ descriptors:
 		t.Fatalf("dead letters: %v", dead.Body)
 	}
 }
+
+// Every metric name of API.md is exposed by a process that admits and drains.
+func TestMetricsExposeEveryNameOfTheContract(t *testing.T) {
+	t.Parallel()
+	s := startSystem(t, `
+domain: orders
+descriptors:
+  - key: merchant_id
+    name: orders
+    queue: {capacity: 10, outflow: {unit: second, requests_per_unit: 50}}
+    sink: {url: "SINK/orders"}
+`)
+	a := s.submit("orders", [][2]string{{"merchant_id", "m-1"}}, `1`)
+	if st := s.waitState(a.Body["id"].(string), "delivered", 10*time.Second); st.Body["state"] != "delivered" {
+		t.Fatalf("not delivered: %v", st.Body)
+	}
+	want := []string{
+		`sluice_admissions_total{decision="queued",rule="orders"}`,
+		`sluice_deliveries_total{outcome="delivered",rule="orders"}`,
+		`sluice_queue_depth{rule="orders"}`,
+		`sluice_parked{rule="orders"}`,
+		`sluice_dead{rule="orders"}`,
+		`sluice_outflow_rate{rule="orders"} 50`,
+		`sluice_dispatch_lag_seconds_bucket{rule="orders",le=`,
+		`sluice_http_request_duration_seconds_bucket{code="202",route="/v1/messages",le=`,
+		"go_goroutines", "process_resident_memory_bytes",
+	}
+	deadline := time.Now().Add(15 * time.Second) // gauges are sampled every few seconds
+	for {
+		resp, err := http.Get(s.base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var missing []string
+		for _, w := range want {
+			if !strings.Contains(string(body), w) {
+				missing = append(missing, w)
+			}
+		}
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics lacks %v", missing)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
