@@ -280,14 +280,9 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			// quick retry only if the id repeats, which it does not here) and say so.
 			s.cfg.Logger.Warn("ingress: idempotency key not checked (Redis unreachable)", "rule", rule.Name, "err", err)
 		case !claimed:
-			if st, err := s.cfg.Status.Get(ctx, owner); err == nil {
+			if st, ok := s.awaitOwner(ctx, owner); ok {
 				s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
-				resp := submitResponse{ID: st.ID, State: st.State}
-				if !st.RetryAt.IsZero() && st.State == status.Parked {
-					resp.RetryAt = st.RetryAt.UTC().Format(time.RFC3339)
-				}
-				w.Header().Set("Location", "/v1/messages/"+st.ID)
-				httpx.WriteJSON(w, http.StatusOK, resp)
+				s.writeReplay(w, st)
 				return
 			}
 			// The owner crashed between claiming and storing: admit under the owner's id,
@@ -336,15 +331,46 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		h.Set("Location", "/v1/messages/"+msg.ID)
 		httpx.WriteJSON(w, http.StatusAccepted, submitResponse{ID: msg.ID, State: status.Parked, RetryAt: res.RetryAt.UTC().Format(time.RFC3339)})
 	default:
-		decision := decisionQueued
 		if res.Duplicate {
-			decision = decisionDuplicate
+			// The stream already had this id (a repeat whose owner's status was lost):
+			// answer as a repeat, not as a new message.
+			s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
+			s.writeReplay(w, status.Status{ID: msg.ID, State: status.Queued})
+			return
 		}
+		decision := decisionQueued
 		s.metrics.admissions.WithLabelValues(rule.Name, decision).Inc()
 		h.Set("Location", "/v1/messages/"+msg.ID)
 		httpx.WriteJSON(w, http.StatusAccepted, submitResponse{ID: msg.ID, State: status.Queued, Depth: &res.Depth,
 			Capacity: &res.Capacity, ETA: res.ETA.UTC().Format(time.RFC3339Nano)})
 	}
+}
+
+// awaitOwner returns the status of the message that owns an idempotency key. A repeat can
+// arrive while the owner's admission is still in flight (its record is written with the
+// publish), so a missing record is waited for briefly before the owner is presumed dead.
+func (s *Server) awaitOwner(ctx context.Context, owner string) (status.Status, bool) {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		st, err := s.cfg.Status.Get(ctx, owner)
+		if err == nil {
+			return st, true
+		}
+		if !errors.Is(err, status.ErrNotFound) || time.Now().After(deadline) || ctx.Err() != nil {
+			return status.Status{}, false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// writeReplay answers a repeated idempotency key: 200 with the original message.
+func (s *Server) writeReplay(w http.ResponseWriter, st status.Status) {
+	resp := submitResponse{ID: st.ID, State: st.State}
+	if !st.RetryAt.IsZero() && st.State == status.Parked {
+		resp.RetryAt = st.RetryAt.UTC().Format(time.RFC3339)
+	}
+	w.Header().Set("Location", "/v1/messages/"+st.ID)
+	httpx.WriteJSON(w, http.StatusOK, resp)
 }
 
 func (s *Server) internalError(w http.ResponseWriter, rule string, err error) {
