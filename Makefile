@@ -25,8 +25,8 @@ test-race: redis
 
 ## bench: benchmarks and studies, printed as ratios against the named peers
 bench: redis
-	SLUICE_BENCH=1 $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s $(PKGS) | tee $(BENCH_OUT)
-	SLUICE_BENCH=1 $(GO) test -count=1 -run 'Study|Report' -v $(PKGS) | grep -E '^(=== RUN|---|\s+\S+\.go:[0-9]+:|ok|FAIL)' | tee -a $(BENCH_OUT)
+	SLUICE_BENCH=1 $(GO) test -p 1 -run '^$$' -bench . -benchmem -benchtime 2s $(PKGS) | tee $(BENCH_OUT)
+	SLUICE_BENCH=1 $(GO) test -count=1 -p 1 -timeout 30m -run 'Study|Report' -v $(PKGS) | grep -v -E '^(=== (PAUSE|CONT)|ok .*no tests to run)' | tee -a $(BENCH_OUT)
 
 ## soak: long-running load and fault runs (minutes)
 soak: redis
