@@ -342,6 +342,12 @@ func (c *cluster) metrics(p *proctest.Proc) proctest.Metrics {
 
 // --- outflow checks ---------------------------------------------------------------------
 
+// arrivalJitter is how much later than its dispatch a delivery may be recorded by the
+// sink on a loaded 2-core machine (scheduling of the drainer, the sink and the test
+// process). Gaps between deliveries are checked against the outflow interval less this;
+// counts over whole windows are the tighter check.
+const arrivalJitter = 40 * time.Millisecond
+
 // deliveriesOf returns the deliveries (every attempt, accepted or not) of one rule and,
 // when key != "", one key, in arrival order.
 func deliveriesOf(all []sinktest.Delivery, rule, key string) []sinktest.Delivery {

@@ -1,0 +1,42 @@
+package integration_test
+
+import (
+	"testing"
+	"time"
+)
+
+// Regression tests for bugs this suite found in sluice (fixed since).
+
+// Every process ensures the same R3 streams and KV buckets at start. When several start
+// at once (a deployment rollout), concurrent creation of one R3 stream is answered to one
+// client only (nats-io/nats.go#949); the others must retry instead of waiting out their
+// start timeout and exiting (found by this suite, fixed in a737248).
+func TestConcurrentStartOfAllProcesses(t *testing.T) {
+	start := time.Now()
+	c := startCluster(t, clusterOptions{rules: e2eRules, allAtOnce: true})
+	t.Logf("%d processes ready %v after a simultaneous start", len(c.ingress)+len(c.drainers), time.Since(start).Round(time.Millisecond))
+}
+
+// With Redis down, admission works (degraded), with or without an Idempotency-Key, in
+// milliseconds (found by this suite: the idempotency claim took ~1.8 s per request while
+// Redis was down; fixed in a737248).
+func TestIdempotentAdmissionFastWhileRedisDown(t *testing.T) {
+	c := startCluster(t, clusterOptions{rules: faultRules, drainers: 1})
+	if r := c.submit(0, "faults", []kv{{"account_id", "warm"}}, `0`, "warm-1"); r.Code != 202 {
+		t.Fatalf("before: %d %v %v", r.Code, r.Body, r.Err)
+	}
+	c.redis.Stop()
+	var slowest time.Duration
+	for i := 0; i < 5; i++ {
+		start := time.Now()
+		r := c.submit(i%2, "faults", []kv{{"account_id", "k"}}, `1`, "idem-down-"+string(rune('a'+i)))
+		took := time.Since(start)
+		if r.Code != 202 {
+			t.Fatalf("with Redis down: %d %v %v", r.Code, r.Body, r.Err)
+		}
+		slowest = max(slowest, took)
+	}
+	if slowest > 500*time.Millisecond {
+		t.Fatalf("an idempotent submission took %v with Redis down (without an Idempotency-Key: milliseconds)", slowest)
+	}
+}
