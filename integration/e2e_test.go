@@ -412,11 +412,7 @@ func e2eIdempotency(c *cluster) {
 			t.Fatalf("one Idempotency-Key, two ids: %s and %s", id, r.str("id"))
 		}
 	}
-	// The contract says 1 × 202 and the rest 200; concurrent repeats that arrive before
-	// the first one's status is written get 202 under the same id (see
-	// TestBugConcurrentIdempotentRepeatsAnswer202): one id and one delivery are what
-	// is asserted here.
-	if created < 1 {
+	if created != 1 || repeats != tries-1 {
 		t.Fatalf("%d created and %d repeats of %d tries with one Idempotency-Key on two ingresses", created, repeats, tries)
 	}
 	// A later message of the same key: once it is delivered, FIFO says any copy of the

@@ -1,6 +1,8 @@
 package integration_test
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -38,5 +40,33 @@ func TestIdempotentAdmissionFastWhileRedisDown(t *testing.T) {
 	}
 	if slowest > 500*time.Millisecond {
 		t.Fatalf("an idempotent submission took %v with Redis down (without an Idempotency-Key: milliseconds)", slowest)
+	}
+}
+
+// API.md: the same idempotency_key again answers 200 with the original, also when the
+// repeats arrive at once over both ingresses (found by this suite: repeats that arrived
+// before the first request's status was written answered 202; fixed in f6c9dc5).
+func TestConcurrentIdempotentRepeatsAnswer200(t *testing.T) {
+	c := startCluster(t, clusterOptions{rules: faultRules, drainers: 1})
+	for round := 0; round < 3; round++ {
+		codes := make([]int, 8)
+		var wg sync.WaitGroup
+		for i := range codes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				codes[i] = c.submit(i%2, "faults", []kv{{"account_id", "idem"}}, `{}`, fmt.Sprint("same-key-", round)).Code
+			}()
+		}
+		wg.Wait()
+		created := 0
+		for _, code := range codes {
+			if code == 202 {
+				created++
+			}
+		}
+		if created != 1 {
+			t.Fatalf("round %d: answers %v: %d × 202 for one Idempotency-Key", round, codes, created)
+		}
 	}
 }
