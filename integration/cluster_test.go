@@ -107,8 +107,8 @@ func startCluster(t *testing.T, o clusterOptions) *cluster {
 	c.ingress = make([]*proctest.Proc, o.ingresses)
 	c.drainers = make([]*proctest.Proc, o.drainers)
 	// The first ingress creates the streams and buckets alone: concurrent creation of one
-	// R3 stream by several processes leaves all but one waiting for an answer that never
-	// comes (see TestBugConcurrentStartOfAllProcesses), and they exit after 30 s.
+	// R3 stream by several processes leaves all but one without an answer until they retry,
+	// which costs seconds per cluster (TestConcurrentStartOfAllProcesses covers it).
 	first := 0
 	if !o.allAtOnce {
 		c.ingress[0] = c.newIngress("ingress-1")
