@@ -83,6 +83,7 @@ type Proc struct {
 	spec    Spec
 	logPath string
 	tb      testing.TB
+	ctx     context.Context // cancelled when the test ends: kills whatever still runs
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -99,9 +100,11 @@ func Start(tb testing.TB, spec Spec) *Proc {
 	if spec.StartTimeout <= 0 {
 		spec.StartTimeout = 60 * time.Second
 	}
-	p := &Proc{spec: spec, tb: tb, logPath: filepath.Join(tb.TempDir(), spec.Name+".log")}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Proc{spec: spec, tb: tb, ctx: ctx, logPath: filepath.Join(tb.TempDir(), spec.Name+".log")}
 	tb.Cleanup(func() {
 		p.Kill()
+		cancel()
 		if tb.Failed() {
 			tb.Logf("--- %s: last lines of %s ---\n%s", spec.Name, p.logPath, p.LogTail(40))
 		}
@@ -165,8 +168,9 @@ func (p *Proc) start() error {
 	}
 	fmt.Fprintf(logf, "=== proctest: start #%d of %s %s\n", p.starts, p.spec.Bin, strings.Join(p.args(), " "))
 	offset, _ := logf.Seek(0, io.SeekEnd)
-	// The context only kills: Kill and Term are the normal ways to stop a Proc.
-	cmd := exec.CommandContext(context.Background(), p.spec.Bin, p.args()...)
+	// The context kills whatever still runs when the test ends, the parent-death signal
+	// when the test binary dies; Kill and Term are the normal ways to stop a Proc.
+	cmd := exec.CommandContext(p.ctx, p.spec.Bin, p.args()...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
