@@ -215,6 +215,16 @@ func TestDeliversEveryKeyInOrderAndDeletes(t *testing.T) {
 			t.Errorf("key %q: delivered %v, want %v", k, got[k], want[k])
 		}
 	}
+	// The counter is incremented after the delete that emptied the queue: wait for it.
+	waitFor(t, 5*time.Second, "sluice_deliveries_total 35", func() bool {
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "sluice_deliveries_total" && len(mf.GetMetric()) == 1 {
+				return mf.GetMetric()[0].GetCounter().GetValue() >= 35
+			}
+		}
+		return false
+	})
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
