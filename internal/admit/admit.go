@@ -5,11 +5,14 @@
 // Admission of a message m under a queue rule R, key k:
 //
 //  1. R's admission limits (bucket/), if any, are decided for k. Denied → park or reject.
-//  2. m is published to k's subject in R's stream with its id as Nats-Msg-Id. JetStream
-//     itself refuses the (capacity+1)-th message of k (error 10077) → park or reject.
-//  3. k is marked due in the outflow scheduler, and k's depth read back for the answer.
+//  2. m is counted into k's depth and its status record written in Redis (batched, see
+//     Batcher) while m is published to k's subject in R's stream with its id as
+//     Nats-Msg-Id. JetStream itself refuses the (capacity+1)-th message of k (error 10077)
+//     → the count is healed, and m parked or rejected.
+//  3. Once the publish is acknowledged, k is marked due in the outflow scheduler (not
+//     waited for). The answer's depth and eta come from step 2.
 //
-// Redis being down never stops step 2: limits fall back to a local limiter (bucket.Degraded)
+// Redis being down never stops the publish: limits fall back to a local limiter (bucket.Degraded)
 // and a missed due mark is repaired by the drainers' reconciler. NATS being down makes
 // admission fail with ErrUnavailable: nothing is acknowledged that was not stored.
 package admit
