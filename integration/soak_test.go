@@ -432,6 +432,9 @@ func TestSoakLoad(t *testing.T) {
 	fmt.Fprintf(&b, "| Redis keys at 25%% / end (status records, 25 h TTL by design) | %d / %d |\n", first.redis, last.redis)
 	fmt.Fprintf(&b, "| Redis keys without TTL at 25%% / end | %d / %d |\n", first.redisPers, last.redisPers)
 	t.Log(b.String())
+	if err := os.MkdirAll("results", 0o755); err == nil {
+		os.WriteFile("results/soak.md", []byte("# sluice soak (TestSoakLoad)\n\nMachine: "+machine()+".\n"+b.String()), 0o644)
+	}
 	if last.redisPers > first.redisPers*3/2+2*nkeys {
 		t.Errorf("Redis keys without a TTL grew from %d to %d", first.redisPers, last.redisPers)
 	}
