@@ -524,7 +524,7 @@ func (d *Drainer) handle(c *claimer, r *rules.Rule, pol Policy, cl queue.Claim) 
 		return
 	}
 	d.m.lag.WithLabelValues(r.Name).Observe(max(0, now.Sub(cl.Due).Seconds()))
-	rel := d.deliverHead(ctx, r, cl, now, pol.Outflow.Every)
+	rel := d.deliverHead(ctx, r, cl, now)
 	d.workers <- struct{}{}
 	d.release(c, r, pol, rel)
 	switch rel.Mode {
@@ -567,14 +567,7 @@ func (d *Drainer) releaseNow(r *rules.Rule, pol Policy, rels ...queue.Release) {
 }
 
 // deliverHead pops the key's head, delivers it and decides what happens to the key next.
-//
-// every is the key's outflow spacing. The scheduler spaces slots exactly (GCRA), which
-// keeps the rate exact; but a delivery that leaves late (a slow pop, a busy machine)
-// would be followed by one on time, closer than the interval. So the key's next slot is
-// also at least every − slack after this delivery actually started: a small lateness
-// (≤ slack) costs no rate, a large one pushes the schedule back rather than squeezing
-// two deliveries together. slack is a quarter of the interval, at most 5 ms.
-func (d *Drainer) deliverHead(ctx context.Context, r *rules.Rule, cl queue.Claim, now time.Time, every time.Duration) queue.Release {
+func (d *Drainer) deliverHead(ctx context.Context, r *rules.Rule, cl queue.Claim, now time.Time) queue.Release {
 	keep := queue.Release{Key: cl.Key, Mode: queue.Released}
 	p, err := d.cfg.Queues.Pop(ctx, r.Name, cl.Key)
 	switch {
@@ -605,7 +598,6 @@ func (d *Drainer) deliverHead(ctx context.Context, r *rules.Rule, cl queue.Claim
 	// Never deliver past 3/4 of the lease (counted from the slot), so a delivery is over
 	// before another drainer may take the key.
 	dctx, cancel := context.WithDeadline(ctx, cl.Slot.Add(d.lease(r)*3/4))
-	keep.At = d.cfg.Clock().Add(every - min(every/4, 5*time.Millisecond))
 	out := d.cfg.Sink.Deliver(dctx, r, m)
 	cancel()
 	if ctx.Err() != nil {
