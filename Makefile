@@ -4,7 +4,7 @@ PKGS      ?= ./...
 TEST_FLAGS ?= -count=1 -timeout 15m
 BENCH_OUT ?= bench-results.txt
 
-.PHONY: run test test-short bench soak lint fmt build clean redis
+.PHONY: run test test-race bench faults soak lint fmt build clean redis
 
 ## run: the whole system in one process (embedded NATS, in-process drainer, demo sink, example rules)
 run:
@@ -28,9 +28,13 @@ bench: redis
 	SLUICE_BENCH=1 $(GO) test -p 1 -run '^$$' -bench . -benchmem -benchtime 2s $(PKGS) | tee $(BENCH_OUT)
 	SLUICE_BENCH=1 $(GO) test -count=1 -p 1 -timeout 30m -run 'Study|Report' -v $(PKGS) | grep -v -E '^(=== (PAUSE|CONT)|ok .*no tests to run)' | tee -a $(BENCH_OUT)
 
-## soak: long-running load and fault runs (minutes)
+## faults: the fast fault suite, writing its table to integration/results/faults.md
+faults: redis
+	SLUICE_RESULTS=1 $(GO) test -count=1 -run 'TestFaults' -v ./integration/
+
+## soak: long-running load and fault runs (minutes), tables in integration/results/
 soak: redis
-	SLUICE_SOAK=1 $(GO) test -count=1 -run 'Soak' -v -timeout 60m $(PKGS)
+	SLUICE_RESULTS=1 SLUICE_SOAK=1 $(GO) test -count=1 -run 'Soak' -v -timeout 60m $(PKGS)
 
 ## lint: gofmt and go vet
 lint:
