@@ -163,7 +163,39 @@ func StartCluster(tb testing.TB, size int) []*Node {
 	if err := WaitJetStream(nodes[0].URL(), 30*time.Second); err != nil {
 		tb.Fatal(err)
 	}
+	if err := waitReplicated(ClusterURL(nodes), size, 30*time.Second); err != nil {
+		tb.Fatal(err)
+	}
 	return nodes
+}
+
+// waitReplicated waits until a stream with one replica per node can be placed: the meta
+// leader answers before it has seen every peer online, and an R3 stream created in that
+// moment fails with "no suitable peers for placement".
+func waitReplicated(url string, replicas int, timeout time.Duration) error {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "NATSTEST_PROBE", Subjects: []string{"natstest.probe"},
+			Replicas: replicas, Storage: jetstream.MemoryStorage})
+		if err == nil {
+			err = js.DeleteStream(ctx, "NATSTEST_PROBE")
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("natstest: R%d placement not possible after %s: %w", replicas, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // ClusterURL joins the nodes' URLs for a client that should fail over between them.
