@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -97,8 +96,7 @@ type DeadLetters struct {
 	js  jetstream.JetStream
 	cfg DeadConfig
 
-	mu     sync.Mutex
-	stream jetstream.Stream
+	stream streamHandle
 }
 
 // NewDeadLetters returns the dead letters on js. Call Ensure once (any process may) before use.
@@ -130,31 +128,11 @@ func (d *DeadLetters) StreamConfig() jetstream.StreamConfig {
 
 // Ensure creates the dead-letter stream or updates it to StreamConfig. Idempotent.
 func (d *DeadLetters) Ensure(ctx context.Context) error {
-	st, err := d.js.CreateOrUpdateStream(ctx, d.StreamConfig())
-	if err != nil {
-		return fmt.Errorf("retry: ensure stream %s: %w", d.cfg.Stream, err)
-	}
-	d.mu.Lock()
-	d.stream = st
-	d.mu.Unlock()
-	return nil
+	return d.stream.ensure(ctx, d.js, d.StreamConfig())
 }
 
 func (d *DeadLetters) handle(ctx context.Context) (jetstream.Stream, error) {
-	d.mu.Lock()
-	st := d.stream
-	d.mu.Unlock()
-	if st != nil {
-		return st, nil
-	}
-	st, err := d.js.Stream(ctx, d.cfg.Stream)
-	if err != nil {
-		return nil, fmt.Errorf("retry: stream %s: %w", d.cfg.Stream, err)
-	}
-	d.mu.Lock()
-	d.stream = st
-	d.mu.Unlock()
-	return st, nil
+	return d.stream.get(ctx, d.js, d.cfg.Stream)
 }
 
 func (d *DeadLetters) subject(parts ...string) string {

@@ -121,8 +121,7 @@ type Store struct {
 	js  jetstream.JetStream
 	cfg Config
 
-	mu     sync.Mutex
-	stream jetstream.Stream // cached handle; nil until first needed
+	stream streamHandle
 
 	roomMu    sync.Mutex // one fullness check at a time; guards the fields below
 	checkedAt time.Time
@@ -163,32 +162,12 @@ func (s *Store) StreamConfig() jetstream.StreamConfig {
 // Ensure creates the retry stream, or updates it to StreamConfig. Idempotent; safe to call
 // from every process at start-up.
 func (s *Store) Ensure(ctx context.Context) error {
-	st, err := s.js.CreateOrUpdateStream(ctx, s.StreamConfig())
-	if err != nil {
-		return fmt.Errorf("retry: ensure stream %s: %w", s.cfg.Stream, err)
-	}
-	s.mu.Lock()
-	s.stream = st
-	s.mu.Unlock()
-	return nil
+	return s.stream.ensure(ctx, s.js, s.StreamConfig())
 }
 
 // handle returns the stream handle, looked up once.
 func (s *Store) handle(ctx context.Context) (jetstream.Stream, error) {
-	s.mu.Lock()
-	st := s.stream
-	s.mu.Unlock()
-	if st != nil {
-		return st, nil
-	}
-	st, err := s.js.Stream(ctx, s.cfg.Stream)
-	if err != nil {
-		return nil, fmt.Errorf("retry: stream %s: %w", s.cfg.Stream, err)
-	}
-	s.mu.Lock()
-	s.stream = st
-	s.mu.Unlock()
-	return st, nil
+	return s.stream.get(ctx, s.js, s.cfg.Stream)
 }
 
 func (s *Store) subject(parts ...string) string { return joinSubject(s.cfg.SubjectPrefix, parts...) }
