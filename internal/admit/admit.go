@@ -200,34 +200,33 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 	// 3. Enqueue: JetStream enforces the capacity atomically.
 	enq, err := a.Queues.EnqueueAs(ctx, r.Name, m, msgID)
 	depth, next, werr := counted.Wait()
-	if err != nil {
-		if werr == nil { // nothing was stored: take the count and the status record back
-			id := ""
-			if st != nil {
-				id = m.ID
-			}
-			a.Redis.Undo(r.Name, m.Key, id)
+	full := errors.Is(err, queue.ErrFull)
+	if err != nil && werr == nil {
+		// Nothing was stored: take the status record back, and the count — unless the
+		// queue is full, when the refusal itself proves the key holds capacity messages:
+		// the count is then set to that (if it was not already), which is the truth.
+		id := ""
+		if st != nil {
+			id = m.ID
+		}
+		a.Redis.Undo(r.Name, m.Key, id, !full)
+		if full && depth < capacity {
+			a.Scheduler.SetDepth(ctx, r.Name, m.Key, capacity)
 		}
 	}
-	if errors.Is(err, queue.ErrFull) {
-		depth := capacity
-		if d, derr := a.Queues.Depth(ctx, r.Name, m.Key); derr == nil {
-			depth = int64(d)
-		}
+	if full {
+		// No stream request here: under a flood this is the hot path, and the refusal says
+		// the key holds (at least) capacity messages.
 		every := outflow.Every()
-		drain := time.Duration(depth) * every // the honest wait: the queue ahead drains at the outflow
+		drain := time.Duration(capacity) * every // the honest wait: the queue ahead drains at the outflow
 		out := Result{
-			Reason: ReasonQueueFull, Depth: depth, Capacity: capacity,
+			Reason: ReasonQueueFull, Depth: capacity, Capacity: capacity,
 			Policy: r.Name, Limit: capacity, Remaining: 0,
-			Reset: every, Window: time.Duration(capacity) * every, RetryAfter: drain,
+			Reset: every, Window: drain, RetryAfter: drain,
 			Violated: []string{r.Name},
 		}
 		if werr == nil && next.After(now) {
 			out.Reset = next.Sub(now) // one place frees when the head leaves at its slot
-		}
-		if depth == capacity && werr == nil {
-			// The stream just proved the key is full: heal the admissions' depth counter.
-			a.Scheduler.SetDepth(ctx, r.Name, m.Key, depth)
 		}
 		return a.refuse(ctx, r, m, o, out, now.Add(drain), allowPark)
 	}
@@ -238,7 +237,7 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 	// 4. The message is stored: make the key due. Not waited for — a mark lost to a crash
 	// or an outage is repaired by the drainers' reconciler.
 	if enq.Duplicate && werr == nil {
-		a.Redis.Undo(r.Name, m.Key, "") // already counted when it was first stored
+		a.Redis.Undo(r.Name, m.Key, "", true) // already counted when it was first stored
 		depth--
 	}
 	a.Redis.Mark(r.Name, m.Key, now)

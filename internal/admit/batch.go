@@ -57,7 +57,7 @@ type opKind uint8
 const (
 	opCount opKind = iota // count into depth, write status; waited for
 	opMark                // mark due; not waited for
-	opUndo                // count out, delete status; not waited for
+	opUndo                // count out (if uncount), delete status; not waited for
 )
 
 type op struct {
@@ -67,6 +67,7 @@ type op struct {
 	now       time.Time
 	st        *status.Status
 	id        string
+	uncount   bool
 
 	// results of opCount
 	depth int64
@@ -122,14 +123,15 @@ func (b *Batcher) Mark(rule, key string, now time.Time) {
 	b.ch <- &op{kind: opMark, rule: rule, key: key, now: now}
 }
 
-// Undo counts out a message whose publish failed or was a duplicate, and deletes its
-// status record if id is not empty. It does not wait.
-func (b *Batcher) Undo(rule, key, id string) {
+// Undo takes back what Count wrote for a message whose publish failed or was a
+// duplicate: its count (if uncount) and its status record (if id is not empty). It does
+// not wait.
+func (b *Batcher) Undo(rule, key, id string, uncount bool) {
 	b.start()
 	if b.down() {
 		return
 	}
-	b.ch <- &op{kind: opUndo, rule: rule, key: key, id: id}
+	b.ch <- &op{kind: opUndo, rule: rule, key: key, id: id, uncount: uncount}
 }
 
 func (b *Batcher) run() {
@@ -196,7 +198,9 @@ func (b *Batcher) exec(ctx context.Context, batch []*op, cmds *[]*redis.Cmd, scr
 		case scriptsOnly:
 			c = append(c, nil)
 		case o.kind == opUndo:
-			b.Scheduler.UncountPipe(ctx, pipe, o.rule, o.key)
+			if o.uncount {
+				b.Scheduler.UncountPipe(ctx, pipe, o.rule, o.key)
+			}
 			if o.id != "" && b.Status != nil {
 				b.Status.DeletePipe(ctx, pipe, o.id)
 			}

@@ -97,7 +97,7 @@ func NewServer(cfg ServerConfig) *Server {
 	return s
 }
 
-// Metrics exposes the admission metrics to the process (degraded mode, rules reloads).
+// SetDegraded records whether admission limits are decided locally (Redis unreachable).
 func (s *Server) SetDegraded(on bool) {
 	if on {
 		s.metrics.degraded.Set(1)
