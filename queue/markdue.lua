@@ -26,7 +26,10 @@ local added = 0
 redis.call('ZREMRANGEBYSCORE', idle, '-inf', now)
 for i = 2, #ARGV do
   local k = ARGV[i]
-  if redis.call('ZSCORE', lease, k) then
+  if redis.call('ZSCORE', due, k) then
+    -- Already due (the common case under a flood): it keeps its score. A due key is never
+    -- leased (a claim moves it out of `due`), and a stale `idle` slot is swept above.
+  elseif redis.call('ZSCORE', lease, k) then
     redis.call('HSET', dirty, k, '1')
   else
     local at = now

@@ -22,14 +22,26 @@ var admitCountScript = redis.NewScript(admitCountSrc)
 // Scripts returns the Lua scripts of the scheduler that callers may pipeline.
 func Scripts() []*redis.Script { return []*redis.Script{markDueScript, admitCountScript} }
 
-// CountAdmittedPipe queues, on a pipeline the caller executes, the count of one message
-// being admitted into key's queue (see admitcount.lua). The ingress sends it together with
-// the publish, so the answer's depth and next slot cost no round trip of their own; read
-// them with AdmittedResult. A message whose publish then fails must be counted out again
-// (UncountPipe); a refused-as-full one heals the counter (SetDepth).
-func (s *Scheduler) CountAdmittedPipe(ctx context.Context, pipe redis.Pipeliner, rule, key string, capacity int64, now time.Time) *redis.Cmd {
+// Admission is one message being counted into its key's queue by CountAdmittedPipe.
+type Admission struct {
+	Key      string
+	Capacity int64
+	Now      time.Time
+}
+
+// CountAdmittedPipe queues, on a pipeline the caller executes, the count of messages being
+// admitted into rule's queues (see admitcount.lua): one script call for all of them, in
+// order. The ingress sends it together with the publishes, so the answers' depths and next
+// slots cost no round trip of their own; read them with AdmittedResults. A message whose
+// publish then fails must be counted out again (UncountPipe); a refused-as-full one heals
+// the counter (SetDepth).
+func (s *Scheduler) CountAdmittedPipe(ctx context.Context, pipe redis.Pipeliner, rule string, adms []Admission) *redis.Cmd {
 	k := s.keys(rule)
-	return admitCountScript.EvalSha(ctx, pipe, []string{k.due, k.held, k.depth, k.idle}, us(now), key, capacity)
+	args := make([]any, 0, 3*len(adms))
+	for _, a := range adms {
+		args = append(args, a.Key, a.Capacity, us(a.Now))
+	}
+	return admitCountScript.EvalSha(ctx, pipe, []string{k.due, k.held, k.depth, k.idle}, args...)
 }
 
 // UncountPipe counts out a message counted by CountAdmittedPipe whose publish failed or
@@ -38,28 +50,45 @@ func (s *Scheduler) UncountPipe(ctx context.Context, pipe redis.Pipeliner, rule,
 	pipe.HIncrBy(ctx, s.keys(rule).depth, key, -1)
 }
 
-// MarkDuePipe queues MarkDue of one key (after its publish was acknowledged) on a pipeline.
-func (s *Scheduler) MarkDuePipe(ctx context.Context, pipe redis.Pipeliner, rule, key string, now time.Time) *redis.Cmd {
+// MarkDuePipe queues MarkDue of rule's keys (after their publishes were acknowledged) on a
+// pipeline: one script call for all of them.
+func (s *Scheduler) MarkDuePipe(ctx context.Context, pipe redis.Pipeliner, rule string, keys []string, now time.Time) *redis.Cmd {
 	k := s.keys(rule)
-	return markDueScript.EvalSha(ctx, pipe, []string{k.due, k.lease, k.dirty, k.idle}, us(now), key)
+	args := make([]any, 0, 1+len(keys))
+	args = append(args, us(now))
+	for _, key := range keys {
+		args = append(args, key)
+	}
+	return markDueScript.EvalSha(ctx, pipe, []string{k.due, k.lease, k.dirty, k.idle}, args...)
 }
 
-// AdmittedResult reads the key's depth and next slot from a CountAdmittedPipe command.
-func AdmittedResult(cmd *redis.Cmd) (depth int64, next time.Time, err error) {
+// Admitted is the result of one admission counted by CountAdmittedPipe.
+type Admitted struct {
+	Depth int64     // the key's depth, counting the message
+	Next  time.Time // when the key's next message may leave
+}
+
+// AdmittedResults reads the results of a CountAdmittedPipe command of n admissions into
+// out (reused; grown as needed).
+func AdmittedResults(cmd *redis.Cmd, n int, out []Admitted) ([]Admitted, error) {
 	vals, err := cmd.Slice()
 	if err != nil {
-		return 0, time.Time{}, err
+		return out, err
 	}
-	if len(vals) != 2 {
-		return 0, time.Time{}, fmt.Errorf("queue: admitcount returned %d values", len(vals))
+	if len(vals) != 2*n {
+		return out, fmt.Errorf("queue: admitcount returned %d values for %d admissions", len(vals), n)
 	}
-	depth, _ = vals[0].(int64)
-	s, _ := vals[1].(string)
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("queue: admitcount next slot %q: %w", s, err)
+	out = out[:0]
+	for i := 0; i < len(vals); i += 2 {
+		depth, _ := vals[i].(int64)
+		s, _ := vals[i+1].(string)
+		next, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return out, fmt.Errorf("queue: admitcount next slot %q: %w", s, err)
+		}
+		out = append(out, Admitted{Depth: depth, Next: time.UnixMicro(next)})
 	}
-	return depth, time.UnixMicro(n), nil
+	return out, nil
 }
 
 // SetDepth records the known depth of a key (e.g. its capacity when the stream refused a

@@ -41,6 +41,11 @@ type Batcher struct {
 	// downUntil (unix ns): after a pipeline failed to reach Redis, admissions skip Redis
 	// until then instead of each waiting for a timeout; one pipeline a second probes.
 	downUntil atomic.Int64
+
+	// scratch of the run goroutine
+	groups  map[string]*group
+	order   []string
+	results []queue.Admitted
 }
 
 // ErrRedisDown is the result of a Count while Redis is known to be unreachable.
@@ -136,7 +141,6 @@ func (b *Batcher) Undo(rule, key, id string, uncount bool) {
 
 func (b *Batcher) run() {
 	batch := make([]*op, 0, b.MaxBatch)
-	cmds := make([]*redis.Cmd, 0, b.MaxBatch)
 	for o := range b.ch {
 		batch = append(batch[:0], o)
 	collect:
@@ -148,7 +152,7 @@ func (b *Batcher) run() {
 				break collect
 			}
 		}
-		err := b.flush(batch, &cmds)
+		err := b.flush(batch)
 		for _, o := range batch {
 			if o.kind == opCount {
 				if o.err == nil {
@@ -160,10 +164,10 @@ func (b *Batcher) run() {
 	}
 }
 
-func (b *Batcher) flush(batch []*op, cmds *[]*redis.Cmd) error {
+func (b *Batcher) flush(batch []*op) error {
 	ctx, cancel := context.WithTimeout(context.Background(), b.Timeout)
 	defer cancel()
-	err := b.exec(ctx, batch, cmds, false)
+	err := b.exec(ctx, batch, false)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// A fresh or restarted Redis has no scripts cached: load them and send the script
 		// calls once more (the plain commands already ran; an undo must not run twice).
@@ -173,7 +177,7 @@ func (b *Batcher) flush(batch []*op, cmds *[]*redis.Cmd) error {
 		for _, o := range batch {
 			o.err = nil
 		}
-		err = b.exec(ctx, batch, cmds, true)
+		err = b.exec(ctx, batch, true)
 	}
 	var rerr redis.Error
 	if err != nil && !errors.As(err, &rerr) {
@@ -182,40 +186,94 @@ func (b *Batcher) flush(batch []*op, cmds *[]*redis.Cmd) error {
 	return err
 }
 
-func (b *Batcher) exec(ctx context.Context, batch []*op, cmds *[]*redis.Cmd, scriptsOnly bool) error {
+// group is the admissions of one rule in a batch: its marks and its counts each go to
+// Redis as one script call (a script's fixed cost is several times that of the commands it
+// runs).
+type group struct {
+	marks   []string
+	markNow time.Time
+	counts  []queue.Admission
+	countOp []*op
+	cmd     *redis.Cmd
+}
+
+// exec sends one batch. Marks and undos go first, counts last: a mark or an undo is only
+// ever asked for after its own count was answered (an earlier batch), and a count in this
+// batch may come from a client that saw the answer of a mark's admission, so this order
+// keeps every cause before its effect.
+func (b *Batcher) exec(ctx context.Context, batch []*op, scriptsOnly bool) error {
+	if b.groups == nil {
+		b.groups = map[string]*group{}
+	}
+	for _, g := range b.groups {
+		g.marks, g.counts, g.countOp, g.cmd, g.markNow = g.marks[:0], g.counts[:0], g.countOp[:0], nil, time.Time{}
+	}
+	b.order = b.order[:0]
+	groupOf := func(rule string) *group {
+		g := b.groups[rule]
+		if g == nil {
+			g = &group{}
+			b.groups[rule] = g
+		}
+		if len(g.marks) == 0 && len(g.counts) == 0 {
+			b.order = append(b.order, rule)
+		}
+		return g
+	}
 	pipe := b.RDB.Pipeline()
-	c := (*cmds)[:0]
 	for _, o := range batch {
-		switch {
-		case o.kind == opCount:
-			if o.st != nil && b.Status != nil && !scriptsOnly {
-				b.Status.PutPipe(ctx, pipe, *o.st)
+		switch o.kind {
+		case opMark:
+			g := groupOf(o.rule)
+			g.marks = append(g.marks, o.key)
+			if o.now.After(g.markNow) {
+				g.markNow = o.now
 			}
-			c = append(c, b.Scheduler.CountAdmittedPipe(ctx, pipe, o.rule, o.key, o.capacity, o.now))
-		case o.kind == opMark:
-			b.Scheduler.MarkDuePipe(ctx, pipe, o.rule, o.key, o.now)
-			c = append(c, nil)
-		case scriptsOnly:
-			c = append(c, nil)
-		case o.kind == opUndo:
+		case opUndo:
+			if scriptsOnly {
+				continue
+			}
 			if o.uncount {
 				b.Scheduler.UncountPipe(ctx, pipe, o.rule, o.key)
 			}
 			if o.id != "" && b.Status != nil {
 				b.Status.DeletePipe(ctx, pipe, o.id)
 			}
-			c = append(c, nil)
+		case opCount:
+			if o.st != nil && b.Status != nil && !scriptsOnly {
+				b.Status.PutPipe(ctx, pipe, *o.st)
+			}
+			g := groupOf(o.rule)
+			g.counts = append(g.counts, queue.Admission{Key: o.key, Capacity: o.capacity, Now: o.now})
+			g.countOp = append(g.countOp, o)
 		}
 	}
-	*cmds = c
+	for _, rule := range b.order {
+		if g := b.groups[rule]; len(g.marks) > 0 {
+			b.Scheduler.MarkDuePipe(ctx, pipe, rule, g.marks, g.markNow)
+		}
+	}
+	for _, rule := range b.order {
+		if g := b.groups[rule]; len(g.counts) > 0 {
+			g.cmd = b.Scheduler.CountAdmittedPipe(ctx, pipe, rule, g.counts)
+		}
+	}
 	_, err := pipe.Exec(ctx)
-	for i, o := range batch {
-		if o.kind != opCount {
+	for _, rule := range b.order {
+		g := b.groups[rule]
+		if g.cmd == nil {
 			continue
 		}
-		if o.err = c[i].Err(); o.err == nil {
-			o.depth, o.next, o.err = queue.AdmittedResult(c[i])
+		var rerr error
+		b.results, rerr = queue.AdmittedResults(g.cmd, len(g.counts), b.results)
+		for i, o := range g.countOp {
+			if o.err = rerr; rerr == nil {
+				o.depth, o.next = b.results[i].Depth, b.results[i].Next
+			}
 		}
+	}
+	if len(b.groups) > 1024 { // rules come and go with reloads: do not keep every one ever seen
+		clear(b.groups)
 	}
 	if errors.Is(err, redis.Nil) {
 		err = nil

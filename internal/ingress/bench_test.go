@@ -146,6 +146,10 @@ descriptors:
 		}
 		rate, p99, _ := load(t, url, conns, 10*time.Second, bodies)
 		t.Logf("ingress only: %.0f req/s p99 %v", rate, p99)
+		rdb := redis.NewClient(r.Options())
+		defer rdb.Close()
+		stats, _ := rdb.Info(ctx, "commandstats").Result()
+		t.Logf("redis:\n%s", stats)
 		return
 	}
 	// Warm up both, then measure alternately so neither gets a quieter machine.
@@ -153,17 +157,18 @@ descriptors:
 	load(t, "http://"+m.Addr.String()+"/v1/messages", conns, time.Second, bodies)
 	var bareRate, oursRate float64
 	var bareP99, oursP99 time.Duration
-	var bareCPU, oursCPU time.Duration
+	var bareCPU, oursCPU, oursRedisCPU time.Duration
 	rdb := redis.NewClient(r.Options())
 	defer rdb.Close()
 	for round := 0; round < 2; round++ {
-		c0 := cpuTime(rdb)
+		c0, _ := cpuTime(rdb)
 		br, bp, bb := load(t, "http://"+ln.Addr().String(), conns, dur, bodies)
-		c1 := cpuTime(rdb)
+		c1, r1 := cpuTime(rdb)
 		or, op, ob := load(t, "http://"+m.Addr.String()+"/v1/messages", conns, dur, bodies)
-		c2 := cpuTime(rdb)
+		c2, r2 := cpuTime(rdb)
 		bareCPU += time.Duration(float64(c1-c0) / (br * dur.Seconds()) / 2)
 		oursCPU += time.Duration(float64(c2-c1) / (or * dur.Seconds()) / 2)
+		oursRedisCPU += time.Duration(float64(r2-r1) / (or * dur.Seconds()) / 2)
 		if bb > 0 || ob > 0 {
 			t.Errorf("non-2xx answers: bare %d, ingress %d", bb, ob)
 		}
@@ -177,22 +182,23 @@ descriptors:
 	// CPU per request (this process: load generator, HTTP server, NATS server; plus the
 	// redis-server process) is what the machine's load does not distort much.
 	t.Logf("  CPU per request:      bare %v, ingress %v (%.2f×)", bareCPU.Round(time.Microsecond), oursCPU.Round(time.Microsecond), float64(bareCPU)/float64(oursCPU))
+	t.Logf("  of which redis-server: %v", oursRedisCPU.Round(time.Microsecond))
 }
 
 func runtimeCPU() int { return runtime.NumCPU() }
 
-// cpuTime is the CPU time used so far by this process and by the redis-server of rdb.
-func cpuTime(rdb *redis.Client) time.Duration {
+// cpuTime is the CPU time used so far by this process and by the redis-server of rdb
+// together, and by the redis-server alone.
+func cpuTime(rdb *redis.Client) (total, redisCPU time.Duration) {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	d := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	info, _ := rdb.Info(context.Background(), "cpu").Result()
 	for _, line := range strings.Split(info, "\r\n") {
 		k, v, ok := strings.Cut(line, ":")
 		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
 			f, _ := strconv.ParseFloat(v, 64)
-			d += time.Duration(f * float64(time.Second))
+			redisCPU += time.Duration(f * float64(time.Second))
 		}
 	}
-	return d
+	return time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) + redisCPU, redisCPU
 }

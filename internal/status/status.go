@@ -160,9 +160,10 @@ func (s *Store) Put(ctx context.Context, st Status) error {
 
 // PutPipe queues the record of a newly admitted message on a pipeline the caller
 // executes, so admission writes it in the same round trip as its other Redis work. Plain
-// commands, no script: the state, attempts and updated_at are written only if the record
-// has none yet (HSETNX), because a drainer may already have reported a later state — it
-// can pop the message before the admission's write lands.
+// commands, no script, and the state is never overwritten: a drainer may already have
+// reported a later state — it can pop the message before the admission's write lands.
+// A queued record (every admission) is two commands: its state is left out and read as
+// queued, with updated_at = created_at, until the first state change writes one (see Get).
 func (s *Store) PutPipe(ctx context.Context, pipe redis.Pipeliner, st Status) {
 	k := s.key(st.ID)
 	fields := make([]any, 0, 12)
@@ -174,8 +175,10 @@ func (s *Store) PutPipe(ctx context.Context, pipe redis.Pipeliner, st Status) {
 		fields = append(fields, "last_error", st.LastError)
 	}
 	pipe.HSet(ctx, k, fields...)
-	pipe.HSetNX(ctx, k, "state", st.State)
-	pipe.HSetNX(ctx, k, "updated_at", st.CreatedAt.UnixMicro())
+	if st.State != Queued {
+		pipe.HSetNX(ctx, k, "state", st.State)
+		pipe.HSetNX(ctx, k, "updated_at", st.CreatedAt.UnixMicro())
+	}
 	pipe.PExpire(ctx, k, s.cfg.TTL)
 }
 
@@ -190,7 +193,11 @@ func (s *Store) Get(ctx context.Context, id string) (Status, error) {
 	if err != nil {
 		return Status{}, fmt.Errorf("status: get %s: %w", id, err)
 	}
-	if len(m) == 0 || m["state"] == "" {
+	if m["state"] == "" && m["created_at"] != "" {
+		// Written by PutPipe for an admission, no state change since.
+		m["state"], m["updated_at"] = Queued, m["created_at"]
+	}
+	if m["state"] == "" {
 		return Status{}, ErrNotFound
 	}
 	st := Status{
