@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"sync"
@@ -104,7 +105,10 @@ func (q *Queues) StreamName(rule string) string { return q.cfg.StreamPrefix + Ru
 
 // Subject is the subject of one key's queue: <prefix>.<RuleToken(rule)>.<KeyToken(key)>.
 func (q *Queues) Subject(rule, key string) string {
-	return q.cfg.SubjectPrefix + "." + RuleToken(rule) + "." + KeyToken(key)
+	rt := RuleToken(rule)
+	b := make([]byte, 0, len(q.cfg.SubjectPrefix)+len(rt)+3+len(keyTokenPrefix)+base64.RawURLEncoding.EncodedLen(len(key)))
+	b = append(append(append(append(b, q.cfg.SubjectPrefix...), '.'), rt...), '.')
+	return string(appendKeyToken(b, key))
 }
 
 func (q *Queues) ruleSubjects(rule string) string {

@@ -65,12 +65,15 @@ const (
 	opUndo                // count out (if uncount), delete status; not waited for
 )
 
+// op is one admission's request to the batch. Ops are recycled (opPool): a Count's by its
+// Wait, the others by the batch goroutine once sent — every admission makes two of them.
 type op struct {
 	kind      opKind
 	rule, key string
 	capacity  int64
 	now       time.Time
-	st        *status.Status
+	hasSt     bool
+	st        status.Status
 	id        string
 	uncount   bool
 
@@ -78,17 +81,30 @@ type op struct {
 	depth int64
 	next  time.Time
 	err   error
-	done  chan struct{}
+	done  chan struct{} // buffered (1): receives one value when the result is in
+}
+
+var opPool = sync.Pool{New: func() any { return &op{done: make(chan struct{}, 1)} }}
+
+func newOp(kind opKind, rule, key string) *op {
+	o := opPool.Get().(*op)
+	done := o.done
+	*o = op{kind: kind, rule: rule, key: key, done: done}
+	return o
 }
 
 // Pending is a Count in flight; Wait returns its result.
 type Pending struct{ op *op }
 
 // Wait returns the key's depth (counting this message) and next slot. The batch always
-// answers within the Batcher's Timeout.
+// answers within the Batcher's Timeout. Call it exactly once.
 func (p Pending) Wait() (depth int64, next time.Time, err error) {
-	<-p.op.done
-	return p.op.depth, p.op.next, p.op.err
+	o := p.op
+	<-o.done
+	depth, next, err = o.depth, o.next, o.err
+	*o = op{done: o.done} // drop references before recycling
+	opPool.Put(o)
+	return depth, next, err
 }
 
 func (b *Batcher) start() {
@@ -108,10 +124,14 @@ func (b *Batcher) start() {
 // nil, writes its status record. It returns at once; Wait for the result.
 func (b *Batcher) Count(rule, key string, capacity int64, now time.Time, st *status.Status) Pending {
 	b.start()
-	o := &op{kind: opCount, rule: rule, key: key, capacity: capacity, now: now, st: st, done: make(chan struct{})}
+	o := newOp(opCount, rule, key)
+	o.capacity, o.now = capacity, now
+	if st != nil {
+		o.hasSt, o.st = true, *st
+	}
 	if b.down() {
 		o.err = ErrRedisDown
-		close(o.done)
+		o.done <- struct{}{}
 		return Pending{o}
 	}
 	b.ch <- o
@@ -125,7 +145,9 @@ func (b *Batcher) Mark(rule, key string, now time.Time) {
 	if b.down() {
 		return
 	}
-	b.ch <- &op{kind: opMark, rule: rule, key: key, now: now}
+	o := newOp(opMark, rule, key)
+	o.now = now
+	b.ch <- o
 }
 
 // Undo takes back what Count wrote for a message whose publish failed or was a
@@ -136,7 +158,9 @@ func (b *Batcher) Undo(rule, key, id string, uncount bool) {
 	if b.down() {
 		return
 	}
-	b.ch <- &op{kind: opUndo, rule: rule, key: key, id: id, uncount: uncount}
+	o := newOp(opUndo, rule, key)
+	o.id, o.uncount = id, uncount
+	b.ch <- o
 }
 
 func (b *Batcher) run() {
@@ -153,13 +177,17 @@ func (b *Batcher) run() {
 			}
 		}
 		err := b.flush(batch)
-		for _, o := range batch {
-			if o.kind == opCount {
-				if o.err == nil {
-					o.err = err
-				}
-				close(o.done)
+		for i, o := range batch {
+			batch[i] = nil
+			if o.kind != opCount {
+				*o = op{done: o.done}
+				opPool.Put(o)
+				continue
 			}
+			if o.err == nil {
+				o.err = err
+			}
+			o.done <- struct{}{} // o belongs to its Wait from here on
 		}
 	}
 }
@@ -240,8 +268,8 @@ func (b *Batcher) exec(ctx context.Context, batch []*op, scriptsOnly bool) error
 				b.Status.DeletePipe(ctx, pipe, o.id)
 			}
 		case opCount:
-			if o.st != nil && b.Status != nil && !scriptsOnly {
-				b.Status.PutPipe(ctx, pipe, *o.st)
+			if o.hasSt && b.Status != nil && !scriptsOnly {
+				b.Status.PutPipe(ctx, pipe, o.st)
 			}
 			g := groupOf(o.rule)
 			g.counts = append(g.counts, queue.Admission{Key: o.key, Capacity: o.capacity, Now: o.now})

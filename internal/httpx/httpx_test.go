@@ -68,3 +68,19 @@ func TestSecondsRoundsUp(t *testing.T) {
 		}
 	}
 }
+
+func TestRateLimitPolicyNameIsAQuotedStructuredFieldString(t *testing.T) {
+	h := http.Header{}
+	SetRateLimitHeaders(h, RateLimit{Policy: "a\"b\\c\nd€", Limit: 5, Remaining: 2, Reset: time.Second, Window: time.Minute})
+	if got, want := h.Get("RateLimit-Policy"), `"a\"b\\c_d___";q=5;w=60`; got != want {
+		t.Errorf("RateLimit-Policy = %s, want %s", got, want)
+	}
+	if got, want := h.Get("RateLimit"), `"a\"b\\c_d___";r=2;t=1`; got != want {
+		t.Errorf("RateLimit = %s, want %s", got, want)
+	}
+	// Each field is its own slice: appending to one must not change another.
+	h.Add("X-RateLimit-Limit", "x")
+	if got := h.Get("X-RateLimit-Remaining"); got != "2" {
+		t.Errorf("X-RateLimit-Remaining = %q after appending to X-RateLimit-Limit", got)
+	}
+}

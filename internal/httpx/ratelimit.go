@@ -3,7 +3,6 @@ package httpx
 import (
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -21,58 +20,72 @@ type RateLimit struct {
 // SetRateLimitHeaders writes X-RateLimit-* and the IETF draft-ietf-httpapi-ratelimit-headers-10
 // RateLimit-Policy / RateLimit fields; on a refusal (RetryAfter > 0) also Retry-After and
 // X-RateLimit-Retry-After, in whole seconds rounded up, at least 1.
+//
+// Every value is appended to one buffer and cut out of one string, and the header slices
+// share one array: a 202 carries five of these fields and this runs on every admission.
 func SetRateLimitHeaders(h http.Header, rl RateLimit) {
-	remaining := rl.Remaining
-	if remaining < 0 {
-		remaining = 0
-	}
+	remaining := max(rl.Remaining, 0)
 	reset := Seconds(rl.Reset, 0)
-	h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(rl.Limit, 10)}
-	h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(remaining, 10)}
-	h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(reset, 10)}
-
-	var b strings.Builder
-	b.Grow(64)
-	name := sfString(rl.Policy)
-	b.WriteString(name)
-	b.WriteString(";q=")
-	b.WriteString(strconv.FormatInt(rl.Limit, 10))
-	b.WriteString(";w=")
-	b.WriteString(strconv.FormatInt(Seconds(rl.Window, 1), 10))
-	h["Ratelimit-Policy"] = []string{b.String()}
-	b.Reset()
-	b.WriteString(name)
-	b.WriteString(";r=")
-	b.WriteString(strconv.FormatInt(remaining, 10))
-	b.WriteString(";t=")
-	b.WriteString(strconv.FormatInt(reset, 10))
-	h["Ratelimit"] = []string{b.String()}
-
+	var ends [7]int
+	b := make([]byte, 0, 96+2*len(rl.Policy))
+	b = strconv.AppendInt(b, rl.Limit, 10)
+	ends[0] = len(b)
+	b = strconv.AppendInt(b, remaining, 10)
+	ends[1] = len(b)
+	b = strconv.AppendInt(b, reset, 10)
+	ends[2] = len(b)
+	b = appendSFString(b, rl.Policy)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, rl.Limit, 10)
+	b = append(b, ";w="...)
+	b = strconv.AppendInt(b, Seconds(rl.Window, 1), 10)
+	ends[3] = len(b)
+	b = appendSFString(b, rl.Policy)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, remaining, 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, reset, 10)
+	ends[4] = len(b)
+	n := 5
 	if rl.RetryAfter > 0 {
-		ra := strconv.FormatInt(Seconds(rl.RetryAfter, 1), 10)
-		h["Retry-After"] = []string{ra}
-		h["X-Ratelimit-Retry-After"] = []string{ra}
+		b = strconv.AppendInt(b, Seconds(rl.RetryAfter, 1), 10)
+		ends[5] = len(b)
+		n = 6
+	}
+	all := string(b)
+	vals := make([]string, n+1)
+	for i, from := 0, 0; i < n; i++ {
+		vals[i] = all[from:ends[i]]
+		from = ends[i]
+	}
+	one := func(i int) []string { return vals[i : i+1 : i+1] }
+	h["X-Ratelimit-Limit"] = one(0)
+	h["X-Ratelimit-Remaining"] = one(1)
+	h["X-Ratelimit-Reset"] = one(2)
+	h["Ratelimit-Policy"] = one(3)
+	h["Ratelimit"] = one(4)
+	if n == 6 {
+		vals[6] = vals[5]
+		h["Retry-After"] = one(5)
+		h["X-Ratelimit-Retry-After"] = one(6)
 	}
 }
 
-// sfString renders s as an RFC 8941 structured-field string: quoted, with '"' and '\'
-// escaped and anything outside printable ASCII replaced, so a name can never break the header.
-func sfString(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 2)
-	b.WriteByte('"')
+// appendSFString appends s as an RFC 8941 structured-field string: quoted, with '"' and
+// '\' escaped and anything outside printable ASCII replaced, so a name can never break the
+// header.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
 		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			b = append(b, '\\', c)
 		case c < 0x20 || c > 0x7e:
-			b.WriteByte('_')
+			b = append(b, '_')
 		default:
-			b.WriteByte(c)
+			b = append(b, c)
 		}
 	}
-	b.WriteByte('"')
-	return b.String()
+	return append(b, '"')
 }

@@ -341,9 +341,29 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		decision := decisionQueued
 		s.metrics.admissions.WithLabelValues(rule.Name, decision).Inc()
 		h.Set("Location", "/v1/messages/"+msg.ID)
-		httpx.WriteJSON(w, http.StatusAccepted, submitResponse{ID: msg.ID, State: status.Queued, Depth: &res.Depth,
-			Capacity: &res.Capacity, ETA: res.ETA.UTC().Format(time.RFC3339Nano)})
+		writeQueued(w, msg.ID, res.Depth, res.Capacity, res.ETA)
 	}
+}
+
+// writeQueued answers 202 for a queued message: the body submitResponse would give, written
+// directly (the id is a UUID and the eta RFC 3339, so nothing needs escaping) — this is the
+// answer to almost every admission, and encoding/json's reflection was most of its cost.
+func writeQueued(w http.ResponseWriter, id string, depth, capacity int64, eta time.Time) {
+	b := make([]byte, 0, 160)
+	b = append(b, `{"id":`...)
+	b = strconv.AppendQuote(b, id)
+	b = append(b, `,"state":"`+status.Queued+`","depth":`...)
+	b = strconv.AppendInt(b, depth, 10)
+	b = append(b, `,"capacity":`...)
+	b = strconv.AppendInt(b, capacity, 10)
+	b = append(b, `,"eta":"`...)
+	b = eta.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, "\"}\n"...)
+	h := w.Header()
+	h["Content-Type"] = []string{"application/json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	w.WriteHeader(http.StatusAccepted)
+	w.Write(b)
 }
 
 // awaitOwner returns the status of the message that owns an idempotency key. A repeat can
