@@ -228,7 +228,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req submitRequest
-	if p := decodeJSON(r, body, &req); p != nil {
+	if p := decodeSubmit(r, body, &req); p != nil {
 		httpx.WriteProblem(w, *p)
 		return
 	}
@@ -266,7 +266,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, rule.Name, err)
 		return
 	}
-	msg := queue.Message{ID: id.String(), Key: match.Key, Payload: append([]byte(nil), req.Payload...), CreatedAt: now}
+	msg := queue.Message{ID: id.String(), Key: match.Key, Payload: req.Payload, CreatedAt: now} // decodeSubmit copied the payload out of the pooled body
 
 	// Idempotency: the first request with a key owns it for 24 h; repeats get its answer.
 	claimedIdem := false
