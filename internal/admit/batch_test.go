@@ -1,0 +1,605 @@
+package admit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-io/sluice/internal/admit"
+	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/internal/status"
+	"github.com/sluice-io/sluice/queue"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// t0 is the fixed instant the tests admit at; every time is passed in, nothing sleeps on it.
+var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// rig is a Batcher with the real Scheduler and status Store it writes for, all under one
+// per-test prefix.
+type rig struct {
+	b      *admit.Batcher
+	sched  *queue.Scheduler
+	st     *status.Store
+	rdb    *redis.Client
+	prefix string
+}
+
+func newRig(t *testing.T, rdb *redis.Client) rig {
+	t.Helper()
+	prefix := redistest.Prefix(t)
+	sched, err := queue.NewScheduler(rdb, queue.SchedulerConfig{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := status.New(rdb, status.Config{Prefix: prefix, TTL: time.Hour, Now: func() time.Time { return t0.Add(time.Minute) }})
+	return rig{b: &admit.Batcher{RDB: rdb, Scheduler: sched, Status: st}, sched: sched, st: st, rdb: rdb, prefix: prefix}
+}
+
+func sharedRig(t *testing.T) rig { return newRig(t, redistest.Shared(t).Client(t)) }
+
+// count is a Count that waits for its answer.
+func (r rig) count(t *testing.T, rule, key string, capacity int64, now time.Time) (int64, time.Time) {
+	t.Helper()
+	depth, next, err := r.b.Count(rule, key, capacity, now, nil).Wait()
+	if err != nil {
+		t.Fatalf("count %s/%s: %v", rule, key, err)
+	}
+	return depth, next
+}
+
+// prodOptions are the client settings of the ingress (app.RedisOptions): an unreachable
+// Redis must cost one quick failure, not go-redis's default retries.
+func prodOptions(o *redis.Options) *redis.Options {
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
+	o.ContextTimeoutEnabled = true
+	o.MaxRetries = 1
+	o.DialerRetries, o.DialerRetryTimeout = 1, 10*time.Millisecond
+	return o
+}
+
+// Many admissions of one key from many goroutines at once: the pipelines never overlap and
+// the counter is atomic, so the depths handed out are exactly 1..N, each once; the
+// counter ends at N and the key is due once.
+func TestConcurrentCountsOfOneKey(t *testing.T) {
+	t.Parallel()
+	r := sharedRig(t)
+	ctx := context.Background()
+	const goroutines, each = 64, 50
+	const n = goroutines * each
+	depths := make(chan int64, n)
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				depth, next, err := r.b.Count("orders", "merchant 7", 1_000_000, t0, nil).Wait()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !next.Equal(t0) {
+					t.Errorf("next %v, want %v (every mark was at t0)", next, t0)
+				}
+				depths <- depth
+				r.b.Mark("orders", "merchant 7", t0)
+			}
+		}()
+	}
+	wg.Wait()
+	close(depths)
+	seen := make([]int, n+1)
+	for d := range depths {
+		if d < 1 || d > n {
+			t.Fatalf("depth %d out of 1..%d", d, n)
+		}
+		seen[d]++
+	}
+	for d := 1; d <= n; d++ {
+		if seen[d] != 1 {
+			t.Fatalf("depth %d handed out %d times, want once", d, seen[d])
+		}
+	}
+	// The counter is at n: the next admission is the (n+1)-th. It also waits for every
+	// Mark above, which was asked for before it.
+	if depth, _ := r.count(t, "orders", "merchant 7", 1_000_000, t0); depth != n+1 {
+		t.Fatalf("depth after %d counts: %d, want %d", n, depth-1, n)
+	}
+	due, claimed, err := r.sched.Counts(ctx, "orders")
+	if err != nil || due != 1 || claimed != 0 {
+		t.Fatalf("Counts: due %d, claimed %d, %v; want 1 due", due, claimed, err)
+	}
+	if slot, ok, err := r.sched.NextSlot(ctx, "orders", "merchant 7"); err != nil || !ok || !slot.Equal(t0) {
+		t.Fatalf("NextSlot: %v %v %v, want %v", slot, ok, err, t0)
+	}
+	c, err := r.sched.Claim(ctx, "orders", t0, queue.ClaimRequest{Owner: "d1", Max: 10, Lease: time.Minute})
+	if err != nil || len(c.Claims) != 1 || c.Claims[0].Key != "merchant 7" || !c.Claims[0].Slot.Equal(t0) {
+		t.Fatalf("Claim: %+v, %v; want merchant 7 at %v", c, err, t0)
+	}
+}
+
+// Counts of several rules and many keys (the same key names in every rule) share batches;
+// each answer belongs to its own (rule, key): its depth is the number of counts of that
+// (rule, key) so far (clamped to the rule's capacity), its next the slot that (rule, key)
+// alone was given.
+func TestCountsOfManyRulesAndKeysInOneBatch(t *testing.T) {
+	t.Parallel()
+	r := sharedRig(t)
+	ctx := context.Background()
+	rules := []struct {
+		name     string
+		capacity int64
+	}{{"orders", 1000}, {"sms.eu", 7}, {"mail/{x}", 1000}}
+	const keys, each = 16, 20
+	slot := func(ri, k int) time.Time {
+		return t0.Add(time.Hour + time.Duration(ri*keys+k)*time.Second)
+	}
+	for ri, rule := range rules {
+		for k := 0; k < keys; k++ {
+			if _, err := r.sched.MarkDueAt(ctx, rule.name, slot(ri, k), "k"+strconv.Itoa(k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for ri, rule := range rules {
+		for k := 0; k < keys; k++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				key := "k" + strconv.Itoa(k)
+				for i := int64(1); i <= each; i++ {
+					depth, next, err := r.b.Count(rule.name, key, rule.capacity, t0, nil).Wait()
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if want := min(i, rule.capacity); depth != want {
+						t.Errorf("%s/%s count %d: depth %d, want %d", rule.name, key, i, depth, want)
+					}
+					if !next.Equal(slot(ri, k)) {
+						t.Errorf("%s/%s count %d: next %v, want its own slot %v", rule.name, key, i, next, slot(ri, k))
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+// The depth is clamped to [1, capacity], in the answer and in the stored counter.
+func TestDepthIsClampedToCapacity(t *testing.T) {
+	t.Parallel()
+	r := sharedRig(t)
+	for i, want := range []int64{1, 2, 3, 3, 3} {
+		if depth, _ := r.count(t, "r", "full", 3, t0); depth != want {
+			t.Fatalf("count %d: depth %d, want %d", i+1, depth, want)
+		}
+	}
+	// Stored as 3, not 5: two messages out leave 1, so the next admission is the 2nd.
+	r.b.Undo("r", "full", "", true)
+	r.b.Undo("r", "full", "", true)
+	if depth, _ := r.count(t, "r", "full", 3, t0); depth != 2 {
+		t.Fatalf("after 5 counts at capacity 3 and 2 out: depth %d, want 2", depth)
+	}
+	// A capacity lowered between admissions clamps at once.
+	if depth, _ := r.count(t, "r", "full", 1, t0); depth != 1 {
+		t.Fatalf("capacity 1: depth %d, want 1", depth)
+	}
+	// More counted out than in (lost counts) never answers below 1.
+	for i := 0; i < 3; i++ {
+		r.b.Undo("r", "lost", "", true)
+	}
+	for i, want := range []int64{1, 2} {
+		if depth, _ := r.count(t, "r", "lost", 10, t0); depth != want {
+			t.Fatalf("count %d after 3 out: depth %d, want %d", i+1, depth, want)
+		}
+	}
+
+	// Many concurrent counts at a small capacity: 1..capacity-1 once each, the rest at capacity.
+	const n, capacity = 500, 10
+	depths := make(chan int64, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, _, err := r.b.Count("r", "flood", capacity, t0, nil).Wait()
+			if err != nil {
+				t.Error(err)
+			}
+			depths <- d
+		}()
+	}
+	wg.Wait()
+	close(depths)
+	seen := map[int64]int{}
+	for d := range depths {
+		seen[d]++
+	}
+	for d := int64(1); d < capacity; d++ {
+		if seen[d] != 1 {
+			t.Errorf("depth %d handed out %d times, want once", d, seen[d])
+		}
+	}
+	if seen[capacity] != n-capacity+1 || len(seen) != capacity {
+		t.Errorf("depths %v: want %d at capacity and nothing else", seen, n-capacity+1)
+	}
+}
+
+// Undo counts a message out (uncount) and removes its status record (id); an Undo asked
+// for before a Count is seen by it, whether or not they share a batch.
+func TestUndo(t *testing.T) {
+	t.Parallel()
+	r := sharedRig(t)
+	ctx := context.Background()
+	rec := func(id string) *status.Status {
+		return &status.Status{ID: id, Domain: "d", Rule: "r", Key: "u", State: status.Queued, CreatedAt: t0}
+	}
+	wait := func(p admit.Pending) int64 {
+		t.Helper()
+		d, _, err := p.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for i := 0; i < 3; i++ {
+		r.count(t, "r", "u", 100, t0)
+	}
+	r.b.Undo("r", "u", "", true)
+	if d := wait(r.b.Count("r", "u", 100, t0, nil)); d != 3 {
+		t.Fatalf("3 in, 1 out, 1 in: depth %d, want 3", d)
+	}
+
+	// uncount=false keeps the count and still removes the record.
+	if d := wait(r.b.Count("r", "u", 100, t0, rec("m1"))); d != 4 {
+		t.Fatalf("depth %d, want 4", d)
+	}
+	if _, err := r.st.Get(ctx, "m1"); err != nil {
+		t.Fatalf("record of m1 before Undo: %v", err)
+	}
+	r.b.Undo("r", "u", "m1", false)
+	if d := wait(r.b.Count("r", "u", 100, t0, nil)); d != 5 {
+		t.Fatalf("after Undo without uncount: depth %d, want 5", d)
+	}
+	if _, err := r.st.Get(ctx, "m1"); !errors.Is(err, status.ErrNotFound) {
+		t.Fatalf("record of m1 after Undo: %v, want ErrNotFound", err)
+	}
+
+	// Both at once; other keys and records are untouched.
+	if d := wait(r.b.Count("r", "u", 100, t0, rec("m2"))); d != 6 {
+		t.Fatalf("depth %d, want 6", d)
+	}
+	wait(r.b.Count("r", "other", 100, t0, rec("m3")))
+	r.b.Undo("r", "u", "m2", true)
+	if d := wait(r.b.Count("r", "u", 100, t0, nil)); d != 6 {
+		t.Fatalf("after Undo with uncount: depth %d, want 6", d)
+	}
+	if _, err := r.st.Get(ctx, "m2"); !errors.Is(err, status.ErrNotFound) {
+		t.Fatalf("record of m2 after Undo: %v, want ErrNotFound", err)
+	}
+	if _, err := r.st.Get(ctx, "m3"); err != nil {
+		t.Fatalf("record of m3 (never undone): %v", err)
+	}
+	if d := wait(r.b.Count("r", "other", 100, t0, nil)); d != 2 {
+		t.Fatalf("other key: depth %d, want 2", d)
+	}
+}
+
+// A Count with a status record writes a queued record; a later state change wins over a
+// late re-write of the same record, and so does one that landed before the first write.
+func TestCountWritesQueuedStatusRecord(t *testing.T) {
+	t.Parallel()
+	r := sharedRig(t)
+	ctx := context.Background()
+	created := time.Date(2030, 1, 2, 3, 4, 5, 678901000, time.UTC) // µs precision, as stored
+	rec := status.Status{ID: "m-1", Domain: "shop", Rule: "orders", Key: "merchant 7 *>", State: status.Queued, CreatedAt: created}
+	p := r.b.Count("orders", rec.Key, 10, t0, &rec)
+	rec.Key = "changed after Count" // the batch has its own copy: the caller's may change at once
+	if _, _, err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.st.Get(ctx, "m-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := status.Status{ID: "m-1", Domain: "shop", Rule: "orders", Key: "merchant 7 *>", State: status.Queued, CreatedAt: created, UpdatedAt: created}
+	if got != want {
+		t.Fatalf("record\n got %+v\nwant %+v", got, want)
+	}
+	// The record expires (Config.TTL), like every status record (key layout: status's doc).
+	if ttl, err := r.rdb.PTTL(ctx, r.prefix+"sl:m:{m-1}").Result(); err != nil || ttl <= 0 || ttl > time.Hour {
+		t.Fatalf("record TTL %v, %v; want (0, 1h]", ttl, err)
+	}
+
+	// A drainer reports a state; the admission's record is written again late (a retried
+	// batch, a duplicate): the state and updated_at stay.
+	if err := r.st.SetState(ctx, "m-1", status.Delivering, 1, "", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	rec.Key = "merchant 7 *>"
+	if _, _, err := r.b.Count("orders", rec.Key, 10, t0, &rec).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = r.st.Get(ctx, "m-1")
+	if got.State != status.Delivering || got.Attempts != 1 || !got.UpdatedAt.Equal(t0.Add(time.Minute)) || !got.CreatedAt.Equal(created) || got.Domain != "shop" {
+		t.Fatalf("after a state change and a late re-put: %+v", got)
+	}
+
+	// The state change landed first: the admission fills in the rest and keeps the state.
+	if err := r.st.SetState(ctx, "m-2", status.Delivered, 1, "", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	rec2 := status.Status{ID: "m-2", Domain: "shop", Rule: "orders", Key: "k2", State: status.Queued, CreatedAt: created}
+	if _, _, err := r.b.Count("orders", "k2", 10, t0, &rec2).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = r.st.Get(ctx, "m-2")
+	if got.State != status.Delivered || got.Rule != "orders" || got.Key != "k2" || !got.CreatedAt.Equal(created) || !got.UpdatedAt.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("state change before the admission's write: %+v", got)
+	}
+
+	// Without a Store, no record.
+	nb := &admit.Batcher{RDB: r.rdb, Scheduler: r.sched}
+	rec3 := status.Status{ID: "m-3", Domain: "shop", Rule: "orders", Key: "k3", State: status.Queued, CreatedAt: created}
+	if _, _, err := nb.Count("orders", "k3", 10, t0, &rec3).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.st.Get(ctx, "m-3"); !errors.Is(err, status.ErrNotFound) {
+		t.Fatalf("record written by a Batcher without a Store: %v", err)
+	}
+}
+
+// Causal order: a Count asked for after a Mark of the same key (Mark does not wait) sees
+// the key due — its next is the key's slot, as the scheduler reports it — even when both
+// land in one batch: marks are sent before counts.
+func TestCountAfterMarkSeesTheKeyDue(t *testing.T) {
+	t.Parallel()
+	r := sharedRig(t)
+	ctx := context.Background()
+	slot := t0.Add(5 * time.Second) // later than the counts' now: a key not yet due would answer t0
+	const goroutines, each = 32, 20
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				key := fmt.Sprintf("g%d-%d", g, i)
+				if d, next, err := r.b.Count("r", key, 100, t0, nil).Wait(); err != nil || d != 1 || !next.Equal(t0) {
+					t.Errorf("%s first count: %d %v %v; want 1 at %v", key, d, next, err, t0)
+					return
+				}
+				r.b.Mark("r", key, slot)
+				d, next, err := r.b.Count("r", key, 100, t0, nil).Wait()
+				if err != nil || d != 2 {
+					t.Errorf("%s second count: %d %v; want 2", key, d, err)
+					return
+				}
+				if !next.Equal(slot) {
+					t.Errorf("%s: count after mark answered next %v, want the key's slot %v", key, next, slot)
+				}
+				if s, ok, err := r.sched.NextSlot(ctx, "r", key); err != nil || !ok || !s.Equal(next) {
+					t.Errorf("%s: NextSlot %v %v %v, count answered %v", key, s, ok, err, next)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+
+	// A claimed key answers the slot after the claimed one, as NextSlot does.
+	if _, err := r.sched.Claim(ctx, "r", slot, queue.ClaimRequest{Outflow: queue.Outflow{Every: time.Second}, Owner: "d1", Max: 1000, Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	_, next := r.count(t, "r", "g0-0", 100, t0)
+	if s, ok, err := r.sched.NextSlot(ctx, "r", "g0-0"); err != nil || !ok || !s.Equal(next) || !next.Equal(slot.Add(time.Second)) {
+		t.Fatalf("claimed key: count answered %v, NextSlot %v %v %v; want %v", next, s, ok, err, slot.Add(time.Second))
+	}
+}
+
+// A Redis that accepts connections and never answers costs one Timeout, not the client's
+// read timeout; then Redis is known down and Counts fail at once.
+func TestTimeoutBoundsASilentRedis(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	held := make(chan net.Conn, 16)
+	conns.Add(1)
+	go func() {
+		defer conns.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			held <- c // never read, never answered
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		conns.Wait()
+		close(held)
+		for c := range held {
+			c.Close()
+		}
+	})
+	rdb := redis.NewClient(prodOptions(&redis.Options{Addr: l.Addr().String()}))
+	t.Cleanup(func() { rdb.Close() })
+	r := newRig(t, rdb)
+	r.b.Timeout = 100 * time.Millisecond
+
+	start := time.Now()
+	_, _, err = r.b.Count("r", "k", 10, t0, nil).Wait()
+	took := time.Since(start)
+	if err == nil || errors.Is(err, admit.ErrRedisDown) {
+		t.Fatalf("first count against a silent Redis: %v, want the pipeline's error", err)
+	}
+	if took > 400*time.Millisecond { // the client alone would wait 500 ms
+		t.Fatalf("first count took %v with Timeout %v", took, r.b.Timeout)
+	}
+	if !r.b.Down() {
+		t.Fatal("Down() false after a timed-out pipeline")
+	}
+	if _, _, err := r.b.Count("r", "k", 10, t0, nil).Wait(); !errors.Is(err, admit.ErrRedisDown) {
+		t.Fatalf("count while down: %v, want ErrRedisDown", err)
+	}
+}
+
+// Redis stops: the first Count fails within the Timeout and Redis is known down; later
+// Counts fail at once with ErrRedisDown, marks and undos are dropped without blocking.
+// Redis comes back empty (no AOF: no data, no scripts cached): once the down window has
+// passed, Counts, status records and marks work again (scripts reloaded on NOSCRIPT).
+func TestRedisDownFailsFastAndRecovers(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{TCP: true})
+	rdb := redis.NewClient(prodOptions(srv.Options()))
+	t.Cleanup(func() { rdb.Close() })
+	r := newRig(t, rdb)
+	r.b.Timeout = 300 * time.Millisecond
+	ctx := context.Background()
+
+	for i := int64(1); i <= 2; i++ {
+		if d, _ := r.count(t, "r", "k", 10, t0); d != i {
+			t.Fatalf("before the outage: depth %d, want %d", d, i)
+		}
+	}
+	if r.b.Down() {
+		t.Fatal("Down() with Redis up")
+	}
+	srv.Stop()
+
+	start := time.Now()
+	_, _, err := r.b.Count("r", "k", 10, t0, nil).Wait()
+	if took := time.Since(start); took > r.b.Timeout+200*time.Millisecond {
+		t.Fatalf("first count with Redis stopped took %v (Timeout %v)", took, r.b.Timeout)
+	}
+	if err == nil || errors.Is(err, admit.ErrRedisDown) {
+		t.Fatalf("first count with Redis stopped: %v, want the pipeline's error", err)
+	}
+	if !r.b.Down() {
+		t.Fatal("Down() false after Redis was found unreachable")
+	}
+	for i := 0; i < 100; i++ {
+		r.b.Mark("r", "k", t0)
+		r.b.Undo("r", "k", "m", true)
+		if _, _, err := r.b.Count("r", "k", 10, t0, nil).Wait(); !errors.Is(err, admit.ErrRedisDown) {
+			t.Fatalf("count %d while down: %v, want ErrRedisDown", i, err)
+		}
+	}
+
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for r.b.Down() {
+		if time.Now().After(deadline) {
+			t.Fatal("still down 3s after the outage")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rec := status.Status{ID: "after", Domain: "d", Rule: "r", Key: "k", State: status.Queued, CreatedAt: t0}
+	d, next, err := r.b.Count("r", "k", 10, t0, &rec).Wait()
+	if err != nil {
+		t.Fatalf("first count once Redis is back: %v", err)
+	}
+	if d != 1 || !next.Equal(t0) { // restarted without persistence: nothing counted, nothing due
+		t.Fatalf("first count once Redis is back: depth %d next %v, want 1 at %v", d, next, t0)
+	}
+	r.b.Mark("r", "k", t0)
+	if d, _ := r.count(t, "r", "k", 10, t0); d != 2 {
+		t.Fatalf("second count once Redis is back: depth %d, want 2", d)
+	}
+	if s, ok, err := r.sched.NextSlot(ctx, "r", "k"); err != nil || !ok || !s.Equal(t0) {
+		t.Fatalf("mark once Redis is back: NextSlot %v %v %v", s, ok, err)
+	}
+	if got, err := r.st.Get(ctx, "after"); err != nil || got.State != status.Queued {
+		t.Fatalf("record once Redis is back: %+v, %v", got, err)
+	}
+	if r.b.Down() {
+		t.Fatal("Down() after successful pipelines")
+	}
+}
+
+// A batch that finds the scripts gone (NOSCRIPT) is sent again after loading them: its
+// scripts run once more, its plain commands (undos, status records) do not run twice.
+func TestScriptsReloadedWithoutRepeatingUndos(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{}) // private: SCRIPT FLUSH and CLIENT PAUSE touch no other test
+	rdb := srv.Client(t)
+	r := newRig(t, rdb)
+	ctx := context.Background()
+	const keys = 40
+	for k := 0; k < keys; k++ {
+		key := "k" + strconv.Itoa(k)
+		for i := int64(1); i <= 2; i++ {
+			if d, _ := r.count(t, "r", key, 100, t0); d != i {
+				t.Fatalf("%s: depth %d, want %d", key, d, i)
+			}
+		}
+	}
+	noscript := func() int {
+		info, err := rdb.Info(ctx, "errorstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "errorstat_NOSCRIPT:count="); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+		return 0
+	}
+	before := noscript()
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Hold the batch goroutine on a plain write while every admission below is queued, so
+	// they go to Redis together, in the batch that meets NOSCRIPT.
+	if err := rdb.Do(ctx, "CLIENT", "PAUSE", "100", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r.b.Undo("r", "stall", "", true)
+	pending := make([]admit.Pending, keys)
+	for k := 0; k < keys; k++ {
+		key := "k" + strconv.Itoa(k)
+		r.b.Undo("r", key, "", true)
+		r.b.Mark("r", key, t0)
+		pending[k] = r.b.Count("r", key, 100, t0, &status.Status{ID: key, Domain: "d", Rule: "r", Key: key, State: status.Queued, CreatedAt: t0})
+	}
+	for k, p := range pending {
+		d, next, err := p.Wait()
+		if err != nil || d != 2 || !next.Equal(t0) {
+			t.Fatalf("k%d: depth %d next %v, %v; want 2 (2 in, 1 out, 1 in) at %v", k, d, next, err, t0)
+		}
+	}
+	if after := noscript(); after <= before {
+		t.Fatalf("NOSCRIPT errors %d → %d: the reload path was not taken", before, after)
+	}
+	for k := 0; k < keys; k++ {
+		key := "k" + strconv.Itoa(k)
+		if s, ok, err := r.sched.NextSlot(ctx, "r", key); err != nil || !ok || !s.Equal(t0) {
+			t.Fatalf("%s not due after the reloaded batch: %v %v %v", key, s, ok, err)
+		}
+		if got, err := r.st.Get(ctx, key); err != nil || got.State != status.Queued {
+			t.Fatalf("%s record: %+v, %v", key, got, err)
+		}
+	}
+	if r.b.Down() {
+		t.Fatal("Down() after NOSCRIPT: a command error is not an outage")
+	}
+}
