@@ -78,10 +78,11 @@ type op struct {
 	uncount   bool
 
 	// results of opCount
-	depth int64
-	next  time.Time
-	err   error
-	done  chan struct{} // buffered (1): receives one value when the result is in
+	answered bool // its count script answered
+	depth    int64
+	next     time.Time
+	err      error
+	done     chan struct{} // buffered (1): receives one value when the result is in
 }
 
 var opPool = sync.Pool{New: func() any { return &op{done: make(chan struct{}, 1)} }}
@@ -176,7 +177,14 @@ func (b *Batcher) run() {
 				break collect
 			}
 		}
-		err := b.flush(batch)
+		var err error
+		if b.down() {
+			// Redis was found unreachable while this batch waited behind the failed one:
+			// answer at once instead of each queued batch waiting out its own Timeout.
+			err = ErrRedisDown
+		} else {
+			err = b.flush(batch)
+		}
 		for i, o := range batch {
 			batch[i] = nil
 			if o.kind != opCount {
@@ -184,8 +192,8 @@ func (b *Batcher) run() {
 				opPool.Put(o)
 				continue
 			}
-			if o.err == nil {
-				o.err = err
+			if !o.answered && o.err == nil {
+				o.err = err // its own command got no answer (another rule's error does not count)
 			}
 			o.done <- struct{}{} // o belongs to its Wait from here on
 		}
@@ -203,7 +211,7 @@ func (b *Batcher) flush(batch []*op) error {
 			s.Load(ctx, b.RDB)
 		}
 		for _, o := range batch {
-			o.err = nil
+			o.err = nil // an answered count keeps its answer: exec does not send it again
 		}
 		err = b.exec(ctx, batch, true)
 	}
@@ -268,6 +276,9 @@ func (b *Batcher) exec(ctx context.Context, batch []*op, scriptsOnly bool) error
 				b.Status.DeletePipe(ctx, pipe, o.id)
 			}
 		case opCount:
+			if o.answered { // scriptsOnly: its count ran, only another script failed
+				continue
+			}
 			if o.hasSt && b.Status != nil && !scriptsOnly {
 				b.Status.PutPipe(ctx, pipe, o.st)
 			}
@@ -296,7 +307,7 @@ func (b *Batcher) exec(ctx context.Context, batch []*op, scriptsOnly bool) error
 		b.results, rerr = queue.AdmittedResults(g.cmd, len(g.counts), b.results)
 		for i, o := range g.countOp {
 			if o.err = rerr; rerr == nil {
-				o.depth, o.next = b.results[i].Depth, b.results[i].Next
+				o.answered, o.depth, o.next = true, b.results[i].Depth, b.results[i].Next
 			}
 		}
 	}

@@ -603,3 +603,76 @@ func TestScriptsReloadedWithoutRepeatingUndos(t *testing.T) {
 		t.Fatal("Down() after NOSCRIPT: a command error is not an outage")
 	}
 }
+
+// Counts queued behind a batch that found Redis unreachable answer at once, not each
+// after a Timeout of its own.
+func TestCountsQueuedBehindATimeoutFailFast(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		var held []net.Conn
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				for _, c := range held {
+					c.Close()
+				}
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	rdb := redis.NewClient(prodOptions(&redis.Options{Addr: l.Addr().String()}))
+	defer rdb.Close()
+	r := newRig(t, rdb)
+	r.b.Timeout = 200 * time.Millisecond
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var worst time.Duration
+	down := 0
+	for i := 0; i < 2048; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			_, _, err := r.b.Count("r", "k", 10, t0, nil).Wait()
+			mu.Lock()
+			worst = max(worst, time.Since(start))
+			if errors.Is(err, admit.ErrRedisDown) {
+				down++
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if worst > 3*r.b.Timeout {
+		t.Errorf("a Count waited %v, want within ~Timeout (%v)", worst, r.b.Timeout)
+	}
+	if down == 0 {
+		t.Errorf("no Count was answered ErrRedisDown")
+	}
+}
+
+// A command error of one rule's script does not fail the counts of another rule sent in
+// the same batch.
+func TestOneRulesErrorDoesNotFailOtherRules(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	r := newRig(t, rdb)
+	ctx := context.Background()
+	r.count(t, "good", "k", 10, t0)
+	rdb.Set(ctx, r.prefix+"sl:{"+queue.RuleToken("broken")+"}:depth", "x", 0) // not a hash
+	rdb.Do(ctx, "CLIENT", "PAUSE", "100", "WRITE")                            // both Counts in one batch
+	r.b.Undo("r", "stall", "", false)
+	pb := r.b.Count("broken", "k", 10, t0, nil)
+	pg := r.b.Count("good", "k", 10, t0, nil)
+	if _, _, err := pb.Wait(); err == nil {
+		t.Errorf("broken rule: no error")
+	}
+	if d, _, err := pg.Wait(); err != nil || d != 2 {
+		t.Errorf("good rule: depth %d, err %v; want 2, nil", d, err)
+	}
+}
