@@ -11,8 +11,9 @@
 -- ARGV: one triple per message, in admission order: key, capacity of its queue, now (µs
 -- since the Unix epoch). A key may appear more than once: each message counts.
 --
--- Returns {depth1, next1, depth2, next2, ...}: each key's depth counting its message, and
--- the µs at which the key's next message may leave (now when nothing holds it back).
+-- Returns {depth1, next1, depth2, next2, ...} (integers): each key's depth counting its
+-- message, and the µs at which the key's next message may leave (now when nothing holds it
+-- back).
 --
 -- One call counts a whole batch of admissions: a script's fixed cost is several times that
 -- of the commands it runs, so the ingress pays it once per round trip, not per message.
@@ -23,9 +24,14 @@
 -- [1, capacity], the range the queue is in whenever the message is stored.
 
 local due, held, depth, idle = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local ks = {}
+for i = 1, #ARGV, 3 do ks[#ks + 1] = ARGV[i] end
+-- Every key's due score in one call: a redis.call costs several times the command it runs.
+local dues = redis.call('ZMSCORE', due, unpack(ks))
 local out = {}
-for i = 1, #ARGV, 3 do
-  local k, cap, now = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+for j = 1, #ks do
+  local i = 3 * j - 2
+  local k, cap, now = ks[j], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local n = redis.call('HINCRBY', depth, k, 1)
   if n > cap then
     n = cap
@@ -34,7 +40,7 @@ for i = 1, #ARGV, 3 do
     n = 1
     redis.call('HSET', depth, k, n)
   end
-  local nxt = redis.call('ZSCORE', due, k) or redis.call('ZSCORE', idle, k)
+  local nxt = dues[j] or redis.call('ZSCORE', idle, k)
   if not nxt then
     local h = redis.call('HGET', held, k)
     if h then nxt = string.match(h, '^%S+ (%S+)$') end
@@ -42,6 +48,6 @@ for i = 1, #ARGV, 3 do
   nxt = tonumber(nxt or now)
   if nxt < now then nxt = now end
   out[#out + 1] = n
-  out[#out + 1] = string.format('%.0f', nxt)
+  out[#out + 1] = nxt -- µs below 2^53: exact as a Lua number, an integer reply
 end
 return out

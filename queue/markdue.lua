@@ -24,11 +24,17 @@ local added = 0
 -- arriving before then is due at that slot, not now, so the key never goes faster than its
 -- outflow. Slots in the past are forgotten here.
 redis.call('ZREMRANGEBYSCORE', idle, '-inf', now)
-for i = 2, #ARGV do
-  local k = ARGV[i]
-  if redis.call('ZSCORE', due, k) then
-    -- Already due (the common case under a flood): it keeps its score. A due key is never
-    -- leased (a claim moves it out of `due`), and a stale `idle` slot is swept above.
+local ks = {}
+for i = 2, #ARGV do ks[#ks + 1] = ARGV[i] end
+if #ks == 0 then return 0 end
+-- Every key's due score in one call: a redis.call costs several times the command it runs,
+-- and under a flood most keys are already due.
+local dues = redis.call('ZMSCORE', due, unpack(ks))
+for j = 1, #ks do
+  local k = ks[j]
+  if dues[j] then
+    -- Already due: it keeps its score. A due key is never leased (a claim moves it out of
+    -- `due`), and a stale `idle` slot is swept above.
   elseif redis.call('ZSCORE', lease, k) then
     redis.call('HSET', dirty, k, '1')
   else

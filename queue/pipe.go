@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -80,11 +79,10 @@ func AdmittedResults(cmd *redis.Cmd, n int, out []Admitted) ([]Admitted, error) 
 	}
 	out = out[:0]
 	for i := 0; i < len(vals); i += 2 {
-		depth, _ := vals[i].(int64)
-		s, _ := vals[i+1].(string)
-		next, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return out, fmt.Errorf("queue: admitcount next slot %q: %w", s, err)
+		depth, ok1 := vals[i].(int64)
+		next, ok2 := vals[i+1].(int64)
+		if !ok1 || !ok2 {
+			return out, fmt.Errorf("queue: admitcount returned %T %T, want integers", vals[i], vals[i+1])
 		}
 		out = append(out, Admitted{Depth: depth, Next: time.UnixMicro(next)})
 	}
