@@ -14,7 +14,7 @@ import (
 )
 
 // Batcher sends the Redis side of admissions for many concurrent admissions in one
-// pipelined round trip, in the order they were asked for.
+// pipelined round trip.
 //
 // An admission needs Redis twice: before its publish is acknowledged, to count the message
 // into the key's depth and write its status record (Count — the answer's depth and eta come
@@ -24,9 +24,12 @@ import (
 // its own round trip and syscalls on both ends, which was most of its CPU.
 //
 // One goroutine collects whatever is waiting (up to MaxBatch), sends one pipeline, waits for
-// it and answers the waiters; pipelines never overlap, so Redis sees every admission's
-// writes in the order they were asked for (a sequential client's second Count sees its
-// first Mark).
+// it and answers the waiters. In a pipeline, each rule's marks are one markdue.lua call and
+// its counts one admitcount.lua call (a script call costs several times the commands it
+// runs), marks and undos before counts; pipelines never overlap. That order keeps every
+// cause before its effect: a mark or an undo is only asked for after its own count was
+// answered, in an earlier pipeline, so a sequential client's second Count sees its first
+// Mark.
 type Batcher struct {
 	RDB       redis.UniversalClient
 	Scheduler *queue.Scheduler
