@@ -58,12 +58,24 @@ func unitOf(d time.Duration) string {
 	return "UNKNOWN"
 }
 
-// protoDuration renders d like protobuf's JSON Duration ("43s", "0.250s").
+// protoDuration renders d like protobuf's JSON Duration ("43s", "3.353s"): whole seconds,
+// then up to nine fractional digits without trailing zeros, from integers (formatting
+// d.Seconds() gave "3.3529999999999998s", which protojson rejects).
 func protoDuration(d time.Duration) string {
-	if d%time.Second == 0 {
-		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
+	b := make([]byte, 0, 24)
+	if d < 0 {
+		b = append(b, '-')
+		d = -d // time.Duration's minimum is not a whole number of seconds: no overflow here
 	}
-	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
+	b = strconv.AppendInt(b, int64(d/time.Second), 10)
+	if frac := int64(d % time.Second); frac != 0 {
+		digits := strconv.AppendInt(nil, 1e9+frac, 10)[1:] // nine digits, leading zeros kept
+		for digits[len(digits)-1] == '0' {
+			digits = digits[:len(digits)-1]
+		}
+		b = append(append(b, '.'), digits...)
+	}
+	return string(append(b, 's'))
 }
 
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
