@@ -11,9 +11,10 @@
 -- ARGV: one triple per message, in admission order: key, capacity of its queue, now (µs
 -- since the Unix epoch). A key may appear more than once: each message counts.
 --
--- Returns {depth1, next1, depth2, next2, ...} (integers): each key's depth counting its
--- message, and the µs at which the key's next message may leave (now when nothing holds it
--- back).
+-- Returns {depth1, next1, held1, depth2, next2, held2, ...} (integers): each key's depth
+-- counting its message, the µs at which the key's next message may leave (now when nothing
+-- holds it back), and 1 if a drainer holds the key: then its head is being delivered, is
+-- still counted in depth, and next is the slot after that head's.
 --
 -- One call counts a whole batch of admissions: a script's fixed cost is several times that
 -- of the commands it runs, so the ingress pays it once per round trip, not per message.
@@ -41,13 +42,18 @@ for j = 1, #ks do
     redis.call('HSET', depth, k, n)
   end
   local nxt = dues[j] or redis.call('ZSCORE', idle, k)
+  local isheld = 0
   if not nxt then
     local h = redis.call('HGET', held, k)
-    if h then nxt = string.match(h, '^%S+ (%S+)$') end
+    if h then
+      nxt = string.match(h, '^%S+ (%S+)$')
+      isheld = 1
+    end
   end
   nxt = tonumber(nxt or now)
   if nxt < now then nxt = now end
   out[#out + 1] = n
   out[#out + 1] = nxt -- µs below 2^53: exact as a Lua number, an integer reply
+  out[#out + 1] = isheld
 end
 return out

@@ -65,7 +65,11 @@ func (s *Scheduler) MarkDuePipe(ctx context.Context, pipe redis.Pipeliner, rule 
 type Admitted struct {
 	Depth int64     // the key's depth, counting the message
 	Next  time.Time // when the key's next message may leave
+	// Held: a drainer holds the key — its head is being delivered, still counted in Depth,
+	// and Next is the slot after it (so Depth-2 messages wait ahead of this one from Next).
+	Held bool
 }
+
 
 // AdmittedResults reads the results of a CountAdmittedPipe command of n admissions into
 // out (reused; grown as needed).
@@ -74,17 +78,18 @@ func AdmittedResults(cmd *redis.Cmd, n int, out []Admitted) ([]Admitted, error) 
 	if err != nil {
 		return out, err
 	}
-	if len(vals) != 2*n {
+	if len(vals) != 3*n {
 		return out, fmt.Errorf("queue: admitcount returned %d values for %d admissions", len(vals), n)
 	}
 	out = out[:0]
-	for i := 0; i < len(vals); i += 2 {
+	for i := 0; i < len(vals); i += 3 {
 		depth, ok1 := vals[i].(int64)
 		next, ok2 := vals[i+1].(int64)
-		if !ok1 || !ok2 {
-			return out, fmt.Errorf("queue: admitcount returned %T %T, want integers", vals[i], vals[i+1])
+		held, ok3 := vals[i+2].(int64)
+		if !ok1 || !ok2 || !ok3 {
+			return out, fmt.Errorf("queue: admitcount returned %T %T %T, want integers", vals[i], vals[i+1], vals[i+2])
 		}
-		out = append(out, Admitted{Depth: depth, Next: time.UnixMicro(next)})
+		out = append(out, Admitted{Depth: depth, Next: time.UnixMicro(next), Held: held == 1})
 	}
 	return out, nil
 }

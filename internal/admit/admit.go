@@ -199,7 +199,8 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 
 	// 3. Enqueue: JetStream enforces the capacity atomically.
 	enq, err := a.Queues.EnqueueAs(ctx, r.Name, m, msgID)
-	depth, next, werr := counted.Wait()
+	cres, werr := counted.Result()
+	depth, next := cres.Depth, cres.Next
 	full := errors.Is(err, queue.ErrFull)
 	if err != nil && werr == nil {
 		// Nothing was stored: take the status record back, and the count — unless the
@@ -239,6 +240,7 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 	if enq.Duplicate && werr == nil {
 		a.Redis.Undo(r.Name, m.Key, "", true) // already counted when it was first stored
 		depth--
+		cres.Depth--
 	}
 	a.Redis.Mark(r.Name, m.Key, now)
 	if o.Readmission && a.Status != nil {
@@ -261,12 +263,18 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 	if next.Before(now) {
 		next = now
 	}
+	// The messages that leave before this one, from next on: depth−1, less the head a
+	// drainer is delivering right now (still counted, but next is already the slot after it).
+	ahead := depth - 1
+	if werr == nil && cres.Held && ahead > 0 {
+		ahead--
+	}
 	out := Result{
 		Decision: Queued, Duplicate: enq.Duplicate,
 		Depth: depth, Capacity: capacity,
-		// This message leaves after the depth−1 ahead of it, one outflow interval apart,
-		// starting at the key's next slot (retries of the head can only delay it).
-		ETA:    next.Add(time.Duration(depth-1) * every),
+		// This message leaves after those ahead of it, one outflow interval apart, starting
+		// at the key's next slot (retries of the head can only delay it).
+		ETA:    next.Add(time.Duration(ahead) * every),
 		Policy: r.Name, Limit: capacity, Remaining: capacity - depth,
 		Reset: next.Sub(now), Window: time.Duration(capacity) * every,
 	}

@@ -82,8 +82,7 @@ type op struct {
 
 	// results of opCount
 	answered bool // its count script answered
-	depth    int64
-	next     time.Time
+	res      queue.Admitted
 	err      error
 	done     chan struct{} // buffered (1): receives one value when the result is in
 }
@@ -101,14 +100,20 @@ func newOp(kind opKind, rule, key string) *op {
 type Pending struct{ op *op }
 
 // Wait returns the key's depth (counting this message) and next slot. The batch always
-// answers within the Batcher's Timeout. Call it exactly once.
+// answers within the Batcher's Timeout. Call it (or Result) exactly once.
 func (p Pending) Wait() (depth int64, next time.Time, err error) {
+	r, err := p.Result()
+	return r.Depth, r.Next, err
+}
+
+// Result is Wait with everything the count answered (see queue.Admitted).
+func (p Pending) Result() (queue.Admitted, error) {
 	o := p.op
 	<-o.done
-	depth, next, err = o.depth, o.next, o.err
+	res, err := o.res, o.err
 	*o = op{done: o.done} // drop references before recycling
 	opPool.Put(o)
-	return depth, next, err
+	return res, err
 }
 
 func (b *Batcher) start() {
@@ -310,7 +315,7 @@ func (b *Batcher) exec(ctx context.Context, batch []*op, scriptsOnly bool) error
 		b.results, rerr = queue.AdmittedResults(g.cmd, len(g.counts), b.results)
 		for i, o := range g.countOp {
 			if o.err = rerr; rerr == nil {
-				o.answered, o.depth, o.next = true, b.results[i].Depth, b.results[i].Next
+				o.answered, o.res = true, b.results[i]
 			}
 		}
 	}

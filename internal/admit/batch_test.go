@@ -402,9 +402,18 @@ func TestCountAfterMarkSeesTheKeyDue(t *testing.T) {
 	if _, err := r.sched.Claim(ctx, "r", slot, queue.ClaimRequest{Outflow: queue.Outflow{Every: time.Second}, Owner: "d1", Max: 1000, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	_, next := r.count(t, "r", "g0-0", 100, t0)
+	res, err := r.b.Count("r", "g0-0", 100, t0, nil).Result()
+	if err != nil || !res.Held {
+		t.Fatalf("claimed key: count answered %+v, %v; want Held", res, err)
+	}
+	next := res.Next
 	if s, ok, err := r.sched.NextSlot(ctx, "r", "g0-0"); err != nil || !ok || !s.Equal(next) || !next.Equal(slot.Add(time.Second)) {
 		t.Fatalf("claimed key: count answered %v, NextSlot %v %v %v; want %v", next, s, ok, err, slot.Add(time.Second))
+	}
+	r.count(t, "r", "fresh", 100, t0)
+	r.b.Mark("r", "fresh", slot)
+	if res, err := r.b.Count("r", "fresh", 100, t0, nil).Result(); err != nil || res.Held || !res.Next.Equal(slot) {
+		t.Fatalf("due key: count answered %+v, %v; want not Held, next %v", res, err, slot)
 	}
 }
 
