@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"net/http"
 	"os"
 	"strings"
@@ -248,9 +249,27 @@ func (m *Main) printBanner(set *rules.Set) {
 	fmt.Fprintf(m.Stdout, "  API:       http://localhost:%d   (metrics: /metrics)\n", port)
 	fmt.Fprintf(m.Stdout, "  demo sink: %s (logs every delivery)\n", m.SinkURL)
 	fmt.Fprintf(m.Stdout, "  rules:     %d from %s\n\n", len(set.Rules()), strings.Join(m.Config.Rules, ","))
+	// The example rules deliver to the demo sink's default address; moved elsewhere with
+	// -dev-sink-addr, their deliveries would fail and be retried with nothing said.
+	if sink, err := url.Parse(m.SinkURL); err == nil {
+		for _, r := range set.QueueRules() {
+			u, err := url.Parse(r.Sink.URL)
+			if err == nil && r.Sink.URL != "" && u.Port() == "8090" && isLoopback(u.Hostname()) && u.Host != sink.Host {
+				fmt.Fprintf(m.Stdout, "  note: rule %q delivers to %s, but the demo sink listens on %s: edit its sink url\n\n", r.Name, r.Sink.URL, sink.Host)
+			}
+		}
+	}
 	fmt.Fprintf(m.Stdout, "Try it — 30 orders for one merchant, delivered at its outflow:\n")
 	fmt.Fprintf(m.Stdout, "  for i in $(seq 30); do curl -s localhost:%d/v1/messages -H 'Content-Type: application/json' \\\n", port)
 	fmt.Fprintf(m.Stdout, "    -d '{\"domain\":\"orders\",\"descriptor\":[{\"key\":\"merchant_id\",\"value\":\"m-42\"}],\"payload\":{\"order_id\":'$i'}}'; echo; done\n\n")
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Close stops the process: HTTP first (stop admitting, finish in-flight requests within
