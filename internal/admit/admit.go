@@ -206,8 +206,11 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		// Nothing was stored: take the status record back, and the count — unless the
 		// queue is full, when the refusal itself proves the key holds capacity messages:
 		// the count is then set to that (if it was not already), which is the truth.
+		// A message about to be parked keeps its record: the park's own write (state
+		// parked) takes it over. Deleting it here would race that write — the undo goes
+		// through the batch, the park's write does not — and could delete the parked record.
 		id := ""
-		if st != nil {
+		if st != nil && !(full && a.willPark(r, allowPark)) {
 			id = m.ID
 		}
 		a.Redis.Undo(r.Name, m.Key, id, !full)
@@ -229,7 +232,11 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		if werr == nil && next.After(now) {
 			out.Reset = next.Sub(now) // one place frees when the head leaves at its slot
 		}
-		return a.refuse(ctx, r, m, o, out, now.Add(drain), allowPark)
+		res, err := a.refuse(ctx, r, m, o, out, now.Add(drain), allowPark)
+		if st != nil && werr == nil && a.willPark(r, allowPark) && (err != nil || res.Decision != Parked) {
+			a.Redis.Undo(r.Name, m.Key, m.ID, false) // parking failed: nothing of it is stored
+		}
+		return res, err
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
@@ -266,7 +273,9 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 	// The messages that leave before this one, from next on: depth−1, less the head a
 	// drainer is delivering right now (still counted, but next is already the slot after it).
 	ahead := depth - 1
-	if werr == nil && cres.Held && ahead > 0 {
+	if werr == nil && cres.Held {
+		// Also when the held key is empty (re-claimed ahead of its slot after its last
+		// message left): this message then takes the held slot, one interval before next.
 		ahead--
 	}
 	out := Result{
@@ -274,7 +283,7 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		Depth: depth, Capacity: capacity,
 		// This message leaves after those ahead of it, one outflow interval apart, starting
 		// at the key's next slot (retries of the head can only delay it).
-		ETA:    next.Add(time.Duration(ahead) * every),
+		ETA:    later(now, next.Add(time.Duration(ahead)*every)),
 		Policy: r.Name, Limit: capacity, Remaining: capacity - depth,
 		Reset: next.Sub(now), Window: time.Duration(capacity) * every,
 	}
@@ -289,6 +298,18 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		}
 	}
 	return out, nil
+}
+
+// willPark reports whether a refusal of a message for r will be parked (refuse).
+func (a *Admitter) willPark(r *rules.Rule, allowPark bool) bool {
+	return allowPark && r.Overflow == rules.OverflowPark && a.Parking != nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // refuse parks m (overflow: park) or rejects it.

@@ -34,7 +34,7 @@ type Batcher struct {
 	RDB       redis.UniversalClient
 	Scheduler *queue.Scheduler
 	Status    *status.Store // nil: no status records
-	// MaxBatch bounds one pipeline. Default 512.
+	// MaxBatch bounds one pipeline. Default 512, at most 4096.
 	MaxBatch int
 	// Timeout bounds one pipeline's round trip. Default 1s.
 	Timeout time.Duration
@@ -87,6 +87,8 @@ type op struct {
 	done     chan struct{} // buffered (1): receives one value when the result is in
 }
 
+const maxBatch = 4096
+
 var opPool = sync.Pool{New: func() any { return &op{done: make(chan struct{}, 1)} }}
 
 func newOp(kind opKind, rule, key string) *op {
@@ -121,6 +123,9 @@ func (b *Batcher) start() {
 		if b.MaxBatch <= 0 {
 			b.MaxBatch = 512
 		}
+		// A rule's counts are one script call whose keys Lua unpacks onto its stack, which
+		// holds under 8,000 values.
+		b.MaxBatch = min(b.MaxBatch, maxBatch)
 		if b.Timeout <= 0 {
 			b.Timeout = time.Second
 		}
@@ -313,9 +318,11 @@ func (b *Batcher) exec(ctx context.Context, batch []*op, scriptsOnly bool) error
 		}
 		var rerr error
 		b.results, rerr = queue.AdmittedResults(g.cmd, len(g.counts), b.results)
+		ran := g.cmd.Err() == nil // the script ran (even if its answer did not parse): never resend it
 		for i, o := range g.countOp {
+			o.answered = ran
 			if o.err = rerr; rerr == nil {
-				o.answered, o.res = true, b.results[i]
+				o.res = b.results[i]
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -469,5 +470,42 @@ func TestPayloadReachesTheQueueByteForByte(t *testing.T) {
 	}
 	if !bytes.Equal(msg.Data, []byte(payload)) {
 		t.Fatalf("stored %q, submitted %q", msg.Data, payload)
+	}
+}
+
+// Under a flood of a full key whose rule parks, every message answered "202 parked" can be
+// looked up as parked: the record its admission wrote is taken over by the park, never
+// deleted after it (a count's undo used to race the park's write).
+func TestParkedUnderFloodKeepTheirStatus(t *testing.T) {
+	t.Parallel()
+	e := start(t, nil)
+	const goroutines, each = 32, 8
+	var mu sync.Mutex
+	var parked []string
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				key := merchant(fmt.Sprintf("flood-%d", i%2))
+				r := e.do("POST", "/v1/messages", submit("parking", key, `{"n":1}`))
+				if r.code == 202 && r.body["state"] == "parked" {
+					mu.Lock()
+					parked = append(parked, r.body["id"].(string))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(parked) < goroutines*each/2 {
+		t.Fatalf("only %d of %d parked", len(parked), goroutines*each)
+	}
+	time.Sleep(50 * time.Millisecond) // let the batch goroutine flush everything queued
+	for _, id := range parked {
+		if st := e.do("GET", "/v1/messages/"+id, ""); st.code != 200 || st.body["state"] != "parked" {
+			t.Errorf("parked %s: GET %d %s", id, st.code, st.raw)
+		}
 	}
 }
