@@ -46,9 +46,10 @@ type Batcher struct {
 	downUntil atomic.Int64
 
 	// scratch of the run goroutine
-	groups  map[string]*group
-	order   []string
-	results []queue.Admitted
+	groups   map[string]*group
+	deferred []*op // undos held while Redis is down
+	order    []string
+	results  []queue.Admitted
 }
 
 // ErrRedisDown is the result of a Count while Redis is known to be unreachable.
@@ -88,6 +89,10 @@ type op struct {
 }
 
 const maxBatch = 4096
+
+// maxDeferred bounds the undos kept while Redis is down; beyond it they are dropped (a count
+// heals when its key empties; a record left behind expires with its TTL).
+const maxDeferred = 4096
 
 var opPool = sync.Pool{New: func() any { return &op{done: make(chan struct{}, 1)} }}
 
@@ -167,11 +172,12 @@ func (b *Batcher) Mark(rule, key string, now time.Time) {
 // Undo takes back what Count wrote for a message whose publish failed or was a
 // duplicate: its count (if uncount) and its status record (if id is not empty). It does
 // not wait.
+//
+// Unlike Count and Mark it is queued while Redis is down too, and sent once Redis answers
+// again (up to maxDeferred of them): a status record left behind would say "queued" for a
+// message that was never stored.
 func (b *Batcher) Undo(rule, key, id string, uncount bool) {
 	b.start()
-	if b.down() {
-		return
-	}
 	o := newOp(opUndo, rule, key)
 	o.id, o.uncount = id, uncount
 	b.ch <- o
@@ -194,12 +200,26 @@ func (b *Batcher) run() {
 		if b.down() {
 			// Redis was found unreachable while this batch waited behind the failed one:
 			// answer at once instead of each queued batch waiting out its own Timeout.
+			// Undos wait for Redis to come back.
 			err = ErrRedisDown
+			for i, o := range batch {
+				if o.kind == opUndo && len(b.deferred) < maxDeferred {
+					b.deferred = append(b.deferred, o)
+					batch[i] = nil
+				}
+			}
 		} else {
+			if len(b.deferred) > 0 {
+				batch = append(b.deferred, batch...) // undos first: their counts were earlier
+				b.deferred = nil
+			}
 			err = b.flush(batch)
 		}
 		for i, o := range batch {
 			batch[i] = nil
+			if o == nil {
+				continue
+			}
 			if o.kind != opCount {
 				*o = op{done: o.done}
 				opPool.Put(o)

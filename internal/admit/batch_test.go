@@ -685,3 +685,42 @@ func TestOneRulesErrorDoesNotFailOtherRules(t *testing.T) {
 		t.Errorf("good rule: depth %d, err %v; want 2, nil", d, err)
 	}
 }
+
+// An undo asked for while Redis is down is sent once Redis answers again: the status
+// record of a message that was never stored must not stay behind, reading "queued".
+func TestUndoWhileRedisIsDownIsSentLater(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{TCP: true, AppendOnly: true})
+	rdb := redis.NewClient(prodOptions(srv.Options()))
+	t.Cleanup(func() { rdb.Close() })
+	r := newRig(t, rdb)
+	r.b.Timeout = 300 * time.Millisecond
+	ctx := context.Background()
+	st := status.Status{ID: "never-stored", Domain: "d", Rule: "r", Key: "k", State: status.Queued, CreatedAt: t0}
+	if _, _, err := r.b.Count("r", "k", 10, t0, &st).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.Do(ctx, "BGREWRITEAOF")
+	time.Sleep(1500 * time.Millisecond) // the AOF fsyncs every second
+	srv.Stop()
+	if _, _, err := r.b.Count("r", "k", 10, t0, nil).Wait(); err == nil || !r.b.Down() {
+		t.Fatalf("count with Redis stopped: %v, Down %v", err, r.b.Down())
+	}
+	r.b.Undo("r", "k", "never-stored", true) // its publish failed
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.st.Get(ctx, "never-stored"); err != nil {
+		t.Fatalf("the record did not survive the restart (AOF): %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for r.b.Down() && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, _, err := r.b.Count("r", "other", 10, t0, nil).Wait(); err != nil { // sends what waited
+		t.Fatalf("count after Redis came back: %v", err)
+	}
+	if _, err := r.st.Get(ctx, "never-stored"); !errors.Is(err, status.ErrNotFound) {
+		t.Errorf("record of a message never stored still there after Redis came back: %v", err)
+	}
+}
