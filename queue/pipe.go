@@ -70,7 +70,6 @@ type Admitted struct {
 	Held bool
 }
 
-
 // AdmittedResults reads the results of a CountAdmittedPipe command of n admissions into
 // out (reused; grown as needed).
 func AdmittedResults(cmd *redis.Cmd, n int, out []Admitted) ([]Admitted, error) {
