@@ -39,7 +39,11 @@ const keyTokenPrefix = "k"
 // that length cost nothing special in NATS (measured: publish, per-subject GetMsg and
 // subject-filtered Info behave the same as for short subjects).
 func KeyToken(key string) string {
-	return string(appendKeyToken(make([]byte, 0, len(keyTokenPrefix)+base64.RawURLEncoding.EncodedLen(len(key))), key))
+	return string(appendKeyToken(make([]byte, 0, keyTokenLen(key)), key))
+}
+
+func keyTokenLen(key string) int {
+	return len(keyTokenPrefix) + base64.RawURLEncoding.EncodedLen(len(key))
 }
 
 func appendKeyToken(b []byte, key string) []byte {

@@ -13,9 +13,6 @@ import (
 // duplicate within its window and store nothing); the retry stream gives it a
 // generation-specific id instead (retry.AdmitMsgID). The sink still sees m.ID.
 func (q *Queues) EnqueueAs(ctx context.Context, rule string, m Message, msgID string) (Enqueued, error) {
-	if msgID == "" || msgID == m.ID {
-		return q.Enqueue(ctx, rule, m)
-	}
 	if err := CheckKey(m.Key); err != nil {
 		return Enqueued{}, err
 	}
@@ -26,8 +23,10 @@ func (q *Queues) EnqueueAs(ctx context.Context, rule string, m Message, msgID st
 		m.Rule = rule
 	}
 	msg := EncodeMessage(q.Subject(rule, m.Key), m)
-	msg.Header.Set(HeaderID, m.ID)
-	msg.Header.Set(HeaderMsgID, msgID)
+	if msgID != "" && msgID != m.ID {
+		msg.Header.Set(HeaderID, m.ID)
+		msg.Header.Set(HeaderMsgID, msgID)
+	}
 	ack, err := q.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(q.StreamName(rule)))
 	if err != nil {
 		var apiErr *jetstream.APIError

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"sync"
@@ -106,7 +105,7 @@ func (q *Queues) StreamName(rule string) string { return q.cfg.StreamPrefix + Ru
 // Subject is the subject of one key's queue: <prefix>.<RuleToken(rule)>.<KeyToken(key)>.
 func (q *Queues) Subject(rule, key string) string {
 	rt := RuleToken(rule)
-	b := make([]byte, 0, len(q.cfg.SubjectPrefix)+len(rt)+3+len(keyTokenPrefix)+base64.RawURLEncoding.EncodedLen(len(key)))
+	b := make([]byte, 0, len(q.cfg.SubjectPrefix)+len(rt)+2+keyTokenLen(key))
 	b = append(append(append(append(b, q.cfg.SubjectPrefix...), '.'), rt...), '.')
 	return string(appendKeyToken(b, key))
 }
@@ -203,25 +202,7 @@ type Enqueued struct {
 // from stream) — indistinguishable from a stream that is electing a leader, so the caller
 // should treat it as "NATS unavailable".
 func (q *Queues) Enqueue(ctx context.Context, rule string, m Message) (Enqueued, error) {
-	if err := CheckKey(m.Key); err != nil {
-		return Enqueued{}, err
-	}
-	if m.ID == "" {
-		return Enqueued{}, errors.New("queue: message without id")
-	}
-	if m.Rule == "" {
-		m.Rule = rule
-	}
-	msg := EncodeMessage(q.Subject(rule, m.Key), m)
-	ack, err := q.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(q.StreamName(rule)))
-	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrMaxMsgsPerSubject {
-			return Enqueued{}, fmt.Errorf("%w (rule %q)", ErrFull, rule)
-		}
-		return Enqueued{}, fmt.Errorf("queue: enqueue to rule %q: %w", rule, err)
-	}
-	return Enqueued{Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+	return q.EnqueueAs(ctx, rule, m, "")
 }
 
 // Depth is the number of messages queued for one key. It asks the server for exactly that

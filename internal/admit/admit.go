@@ -202,25 +202,21 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 	cres, werr := counted.Result()
 	depth, next := cres.Depth, cres.Next
 	full := errors.Is(err, queue.ErrFull)
-	if err != nil && werr == nil {
-		// Nothing was stored: take the status record back, and the count — unless the
-		// queue is full, when the refusal itself proves the key holds capacity messages:
-		// the count is then set to that (if it was not already), which is the truth.
-		// A message about to be parked keeps its record: the park's own write (state
-		// parked) takes it over. Deleting it here would race that write — the undo goes
-		// through the batch, the park's write does not — and could delete the parked record.
+	if err != nil && !full && werr == nil {
+		// Nothing was stored: take the count and the status record back.
 		id := ""
-		if st != nil && !(full && a.willPark(r, allowPark)) {
+		if st != nil {
 			id = m.ID
 		}
-		a.Redis.Undo(r.Name, m.Key, id, !full)
-		if full && depth < capacity {
-			a.Scheduler.SetDepth(ctx, r.Name, m.Key, capacity)
-		}
+		a.Redis.Undo(r.Name, m.Key, id, true)
 	}
 	if full {
-		// No stream request here: under a flood this is the hot path, and the refusal says
-		// the key holds (at least) capacity messages.
+		// The refusal itself proves the key holds capacity messages: the count is set to
+		// that (if it was not already), which is the truth. No stream request here: under a
+		// flood this is the hot path.
+		if werr == nil && depth < capacity {
+			a.Scheduler.SetDepth(ctx, r.Name, m.Key, capacity)
+		}
 		every := outflow.Every()
 		drain := time.Duration(capacity) * every // the honest wait: the queue ahead drains at the outflow
 		out := Result{
@@ -233,8 +229,12 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 			out.Reset = next.Sub(now) // one place frees when the head leaves at its slot
 		}
 		res, err := a.refuse(ctx, r, m, o, out, now.Add(drain), allowPark)
-		if st != nil && werr == nil && a.willPark(r, allowPark) && (err != nil || res.Decision != Parked) {
-			a.Redis.Undo(r.Name, m.Key, m.ID, false) // parking failed: nothing of it is stored
+		// The status record written with the count: a parked message's was taken over by
+		// the park's own write (state parked); any other refusal stored nothing. Taken back
+		// only now — the undo goes through the batch, the park's write does not, so an undo
+		// sent before could land after it and delete the parked record.
+		if st != nil && werr == nil && (err != nil || res.Decision != Parked) {
+			a.Redis.Undo(r.Name, m.Key, m.ID, false)
 		}
 		return res, err
 	}
@@ -247,7 +247,6 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 	if enq.Duplicate && werr == nil {
 		a.Redis.Undo(r.Name, m.Key, "", true) // already counted when it was first stored
 		depth--
-		cres.Depth--
 	}
 	a.Redis.Mark(r.Name, m.Key, now)
 	if o.Readmission && a.Status != nil {
@@ -298,11 +297,6 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		}
 	}
 	return out, nil
-}
-
-// willPark reports whether a refusal of a message for r will be parked (refuse).
-func (a *Admitter) willPark(r *rules.Rule, allowPark bool) bool {
-	return allowPark && r.Overflow == rules.OverflowPark && a.Parking != nil
 }
 
 func later(a, b time.Time) time.Time {
