@@ -5,6 +5,8 @@
 package tools
 
 import (
+	_ "github.com/chromedp/chromedp"
+	_ "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	_ "github.com/go-redis/redis_rate/v10"
 	_ "github.com/google/uuid"
 	_ "github.com/nats-io/nats-server/v2/server"
@@ -12,5 +14,8 @@ import (
 	_ "github.com/prometheus/client_golang/prometheus"
 	_ "github.com/redis/go-redis/v9"
 	_ "golang.org/x/time/rate"
+	_ "google.golang.org/grpc"
+	_ "google.golang.org/grpc/health"
+	_ "google.golang.org/grpc/reflection"
 	_ "gopkg.in/yaml.v3"
 )
