@@ -129,7 +129,7 @@ descriptors:
     queue: {capacity: 10000, outflow: {unit: second, requests_per_unit: 10}}
     sink: {url: "http://127.0.0.1:1/unused"}
 `), 0o644)
-	cfg, err := ingress.ParseFlags([]string{"-rules", rulesPath, "-http", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL()}, func(string) string { return "" }, io.Discard)
+	cfg, err := ingress.ParseFlags([]string{"-rules", rulesPath, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL()}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

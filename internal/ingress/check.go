@@ -2,12 +2,11 @@ package ingress
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
 
-	"github.com/sluice-io/sluice/bucket"
-	"github.com/sluice-io/sluice/internal/admit"
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/rules"
 )
@@ -26,6 +25,7 @@ type currentLimit struct {
 	Name            string `json:"name,omitempty"`
 	RequestsPerUnit int64  `json:"requests_per_unit"`
 	Unit            string `json:"unit"`
+	UnitMultiplier  uint32 `json:"unit_multiplier,omitempty"` // omitted when 1, as envoy's
 }
 
 type checkResponse struct {
@@ -34,28 +34,60 @@ type checkResponse struct {
 }
 
 const (
-	codeOK        = "OK"
-	codeOverLimit = "OVER_LIMIT"
+	codeOK              = "OK"
+	codeOverLimit       = "OVER_LIMIT"
+	codeShadowOverLimit = "SHADOW_OVER_LIMIT" // metrics only: answered OK
 )
 
-func unitOf(d time.Duration) string {
-	switch d {
-	case time.Second:
-		return "SECOND"
-	case time.Minute:
-		return "MINUTE"
-	case time.Hour:
-		return "HOUR"
-	case 24 * time.Hour:
-		return "DAY"
-	case 7 * 24 * time.Hour:
-		return "WEEK"
-	case 30 * 24 * time.Hour:
-		return "MONTH"
-	case 365 * 24 * time.Hour:
-		return "YEAR"
+// units are envoy's RateLimitResponse.RateLimit.Unit values (MONTH and YEAR as envoyproxy/
+// ratelimit counts them), longest first.
+var units = []struct {
+	name string
+	d    time.Duration
+}{
+	{"YEAR", 365 * 24 * time.Hour}, {"MONTH", 30 * 24 * time.Hour}, {"WEEK", 7 * 24 * time.Hour},
+	{"DAY", 24 * time.Hour}, {"HOUR", time.Hour}, {"MINUTE", time.Minute}, {"SECOND", time.Second},
+}
+
+// unitOf expresses a limit's interval as envoy does: a unit and a unit_multiplier (1 for a
+// whole unit, 30 for `interval: 30s`). An interval that is not a whole number of seconds
+// has no envoy unit: "UNKNOWN", 1.
+func unitOf(d time.Duration) (string, uint32) {
+	for _, u := range units {
+		if d >= u.d && d%u.d == 0 && d/u.d <= math.MaxUint32 {
+			return u.name, uint32(d / u.d)
+		}
 	}
-	return "UNKNOWN"
+	return "UNKNOWN", 1
+}
+
+// unitDuration is the length of one envoy unit; false for UNKNOWN or a name it does not know.
+func unitDuration(name string) (time.Duration, bool) {
+	for _, u := range units {
+		if u.name == name {
+			return u.d, true
+		}
+	}
+	return 0, false
+}
+
+// overrideLimit builds the limit of a descriptor's RateLimitOverride: a fixed window, as
+// envoyproxy/ratelimit counts it. field names the override in errors.
+func overrideLimit(field string, requests uint64, unit string, multiplier uint64) (*rules.RateLimit, *httpx.Problem) {
+	d, ok := unitDuration(unit)
+	switch {
+	case requests == 0 || requests > math.MaxUint32:
+		p := httpx.BadRequest(field+".requests_per_unit", "must be 1 to 4294967295")
+		return nil, &p
+	case !ok:
+		p := httpx.BadRequest(field+".unit", "must be one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR")
+		return nil, &p
+	case multiplier > 1<<20:
+		p := httpx.BadRequest(field+".unit_multiplier", "must be at most 1048576")
+		return nil, &p
+	}
+	return &rules.RateLimit{Rate: rules.Rate{Requests: int64(requests), Interval: d * time.Duration(max(multiplier, 1))},
+		Algorithm: rules.FixedWindow}, nil
 }
 
 // protoDuration renders d like protobuf's JSON Duration ("43s", "3.353s"): whole seconds,
@@ -102,86 +134,71 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, httpx.BadRequest("descriptors", "has more than "+strconv.Itoa(MaxCheckDescriptors)+" descriptors"))
 		return
 	}
-	descs := make([][]rules.Entry, len(req.Descriptors))
-	for i, d := range req.Descriptors {
-		if p := validateEntries("descriptors["+strconv.Itoa(i)+"].entries", d.Entries); p != nil {
-			httpx.WriteProblem(w, *p)
-			return
-		}
-		descs[i] = toRuleEntries(d.Entries)
-	}
 	hits := int64(1)
 	if req.HitsAddend != nil {
-		if *req.HitsAddend < 0 {
-			httpx.WriteProblem(w, httpx.BadRequest("hits_addend", "must not be negative"))
+		if *req.HitsAddend < 0 || *req.HitsAddend > MaxHitsAddend {
+			httpx.WriteProblem(w, httpx.BadRequest("hits_addend", "must be 0 to "+strconv.FormatInt(MaxHitsAddend, 10)))
 			return
 		}
 		if *req.HitsAddend > 0 { // envoy: 0 counts as 1
 			hits = *req.HitsAddend
 		}
 	}
-
-	now := s.cfg.Now()
-	ctx := r.Context()
-	resp := checkResponse{OverallCode: codeOK, Statuses: make([]checkStatus, len(descs))}
-	var headers *httpx.RateLimit
-	for i, cr := range s.cfg.Rules().Check(req.Domain, descs) {
-		st := checkStatus{Code: codeOK}
-		if !cr.Applies() || len(cr.Rule.RateLimits) == 0 || s.cfg.Limits == nil {
-			resp.Statuses[i] = st
-			if cr.Rule != nil {
-				s.metrics.checks.WithLabelValues(cr.Rule.Name, codeOK).Inc()
-			}
-			continue
-		}
-		rule := cr.Rule
-		res, err := s.cfg.Limits.Allow(ctx, admit.LimitKey(rule.Name, cr.Key), admit.Limits(rule), hits, now)
-		if err != nil {
-			if errors.Is(err, bucket.ErrInvalid) {
-				s.internalError(w, rule.Name, err)
-				return
-			}
-			httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
-				Detail: "the limiter store is unreachable", RetryAfter: 1})
+	descs := make([]checkDescriptor, len(req.Descriptors))
+	for i, d := range req.Descriptors {
+		at := "descriptors[" + strconv.Itoa(i) + "]"
+		if p := validateEntries(at+".entries", d.Entries); p != nil {
+			httpx.WriteProblem(w, *p)
 			return
 		}
-		d := res.Decision()
-		lim := rule.RateLimits[0]
-		if res.Index >= 0 && res.Index < len(rule.RateLimits) {
-			lim = rule.RateLimits[res.Index]
+		descs[i] = checkDescriptor{Entries: toRuleEntries(d.Entries), Hits: hits}
+		if d.HitsAddend != nil { // envoy: a descriptor's own hits_addend overrides the request's
+			if *d.HitsAddend > MaxHitsAddend {
+				httpx.WriteProblem(w, httpx.BadRequest(at+".hits_addend", "must be 0 to "+strconv.FormatInt(MaxHitsAddend, 10)))
+				return
+			}
+			descs[i].Hits = max(int64(*d.HitsAddend), 1)
 		}
-		st.CurrentLimit = &currentLimit{Name: lim.Name, RequestsPerUnit: lim.Rate.Requests, Unit: unitOf(lim.Rate.Interval)}
-		st.LimitRemaining = d.Remaining
-		st.DurationUntilReset = protoDuration(d.ResetAfter.Truncate(time.Millisecond))
-		code := codeOK
-		if !res.Allowed {
-			st.Code = codeOverLimit
-			code = codeOverLimit
-			resp.OverallCode = codeOverLimit
-		} else if res.ShadowDenied {
-			code = "SHADOW_OVER_LIMIT"
-		}
-		s.metrics.checks.WithLabelValues(rule.Name, code).Inc()
-		resp.Statuses[i] = st
-		name := lim.Name
-		if name == "" {
-			name = rule.Name
-		}
-		rl := httpx.RateLimit{Policy: name, Limit: d.Limit, Remaining: d.Remaining, Reset: d.ResetAfter, Window: d.Window}
-		if !res.Allowed {
-			rl.RetryAfter = res.RetryAfter()
-			if rl.RetryAfter == bucket.Never {
-				rl.RetryAfter = d.Window
+		if o := d.Limit; o != nil {
+			var p *httpx.Problem
+			if descs[i].Override, p = overrideLimit(at+".limit", o.RequestsPerUnit, o.Unit, o.UnitMultiplier); p != nil {
+				httpx.WriteProblem(w, *p)
+				return
 			}
 		}
-		// The headers describe the tightest policy: a refusal first (the longest wait),
-		// else the one with the fewest requests left.
-		if headers == nil || (rl.RetryAfter > headers.RetryAfter) || (headers.RetryAfter == 0 && rl.RetryAfter == 0 && rl.Remaining < headers.Remaining) {
-			headers = &rl
+	}
+
+	v, err := s.decide(r.Context(), transportHTTP, req.Domain, descs)
+	switch {
+	case errors.Is(err, errLimitsInvalid):
+		s.internalError(w, "", err)
+		return
+	case err != nil:
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
+			Detail: "the limiter store is unreachable", RetryAfter: 1})
+		return
+	}
+	resp := checkResponse{OverallCode: codeOK, Statuses: make([]checkStatus, len(v.Statuses))}
+	if v.Over {
+		resp.OverallCode = codeOverLimit
+	}
+	for i, st := range v.Statuses {
+		resp.Statuses[i] = checkStatus{Code: codeOK}
+		if st.Over {
+			resp.Statuses[i].Code = codeOverLimit
+		}
+		if st.Limit != nil {
+			unit, mult := unitOf(st.Limit.Rate.Interval)
+			if mult == 1 {
+				mult = 0
+			}
+			resp.Statuses[i].CurrentLimit = &currentLimit{Name: st.Limit.Name, RequestsPerUnit: st.Limit.Rate.Requests, Unit: unit, UnitMultiplier: mult}
+			resp.Statuses[i].LimitRemaining = st.Remaining
+			resp.Statuses[i].DurationUntilReset = protoDuration(st.ResetAfter)
 		}
 	}
-	if headers != nil {
-		httpx.SetRateLimitHeaders(w.Header(), *headers)
+	if v.RateLimit != nil {
+		httpx.SetRateLimitHeaders(w.Header(), *v.RateLimit)
 	}
 	code := http.StatusOK
 	if resp.OverallCode == codeOverLimit {

@@ -19,6 +19,15 @@ type Config struct {
 	NATSURL    string   // -nats / SLUICE_NATS_URL: NATS server URL(s), comma-separated. Default "nats://127.0.0.1:4222"; ignored with -dev.
 	RedisURL   string   // -redis / SLUICE_REDIS_URL: redis:// or unix:// URL. Default "redis://127.0.0.1:6379"; ignored with -dev.
 	AdminToken string   // -admin-token / SLUICE_ADMIN_TOKEN: bearer token of /v1/admin; empty disables the admin API (401).
+	// GRPCAddr is where the envoy rate limit service (RLS v3 gRPC), gRPC health and
+	// reflection listen. -grpc / SLUICE_GRPC_ADDR; default ":8081" (envoyproxy/ratelimit's
+	// port); empty disables.
+	GRPCAddr string
+	// GRPCResponseHeaders adds the rate-limit headers to every gRPC answer (Envoy passes
+	// them to the client), not only for rules with response_headers: true.
+	// -grpc-response-headers / SLUICE_GRPC_RESPONSE_HEADERS; default false, as envoy's
+	// LIMIT_RESPONSE_HEADERS_ENABLED.
+	GRPCResponseHeaders bool
 
 	Dev         bool   // -dev: embedded NATS, in-process drainer, in-process Redis-compatible store, demo sink.
 	DataDir     string // -data / SLUICE_DATA: JetStream store of -dev. Default "./data".
@@ -62,6 +71,8 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.StringVar(&c.HTTPAddr, "http", env("SLUICE_HTTP_ADDR", ":8080"), "HTTP listen address (env SLUICE_HTTP_ADDR)")
 	fs.StringVar(&c.NATSURL, "nats", env("SLUICE_NATS_URL", "nats://127.0.0.1:4222"), "NATS URL(s) (env SLUICE_NATS_URL)")
 	fs.StringVar(&c.RedisURL, "redis", env("SLUICE_REDIS_URL", "redis://127.0.0.1:6379"), "Redis URL (env SLUICE_REDIS_URL)")
+	fs.StringVar(&c.GRPCAddr, "grpc", env("SLUICE_GRPC_ADDR", ":8081"), "envoy rate limit service (gRPC) listen address; empty disables (env SLUICE_GRPC_ADDR)")
+	grpcHeaders := fs.String("grpc-response-headers", env("SLUICE_GRPC_RESPONSE_HEADERS", "false"), "add rate-limit headers to every gRPC answer, not only for rules with response_headers (env SLUICE_GRPC_RESPONSE_HEADERS)")
 	fs.StringVar(&c.AdminToken, "admin-token", env("SLUICE_ADMIN_TOKEN", ""), "bearer token of the admin API (env SLUICE_ADMIN_TOKEN)")
 	fs.BoolVar(&c.Dev, "dev", false, "one process: embedded NATS, in-process drainer and store, demo sink")
 	fs.StringVar(&c.DataDir, "data", env("SLUICE_DATA", "./data"), "JetStream store directory of -dev (env SLUICE_DATA)")
@@ -100,6 +111,9 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	}
 	if c.RulesPoll, err = time.ParseDuration(*poll); err != nil || c.RulesPoll <= 0 {
 		return c, fmt.Errorf("-rules-poll: want a positive duration, got %q", *poll)
+	}
+	if c.GRPCResponseHeaders, err = strconv.ParseBool(*grpcHeaders); err != nil {
+		return c, fmt.Errorf("-grpc-response-headers: want true or false, got %q", *grpcHeaders)
 	}
 	switch *drainFlag {
 	case "":

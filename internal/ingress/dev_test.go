@@ -65,7 +65,7 @@ func TestDevStack(t *testing.T) {
 
 	logs := newDevLog()
 	cfg, err := ingress.ParseFlags([]string{"-dev", "-rules", current, "-data", t.TempDir(),
-		"-http", "127.0.0.1:0", "-dev-nats-addr", "127.0.0.1:0", "-dev-sink-addr", "127.0.0.1:0",
+		"-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-dev-nats-addr", "127.0.0.1:0", "-dev-sink-addr", "127.0.0.1:0",
 		"-rules-poll", "20ms", "-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)

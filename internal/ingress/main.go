@@ -36,6 +36,7 @@ type Main struct {
 	// Set by Run.
 	Server   *Server
 	Addr     net.Addr // the HTTP listener's address (useful with -http :0)
+	GRPCAddr net.Addr // the gRPC listener's address; nil when -grpc is empty
 	NATSURL  string
 	RedisURL string
 	SinkURL  string           // -dev demo sink
@@ -44,6 +45,7 @@ type Main struct {
 
 	closers []func()
 	httpSrv *http.Server
+	grpcSrv *GRPCServer
 	done    chan struct{}
 	once    sync.Once
 }
@@ -163,7 +165,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	srv = NewServer(ServerConfig{
 		Rules: watcher.Current, Admitter: st.Admitter, Status: st.Status, Limits: st.Limits,
 		Admin: admin, AdminToken: c.AdminToken, MaxBody: c.MaxBody, Registry: reg, Logger: log,
-		Ready: st.Ready,
+		Ready: st.Ready, GRPCResponseHeaders: c.GRPCResponseHeaders,
 	})
 	m.Server = srv
 	srv.RulesReloaded(watcher.Current(), nil)
@@ -236,6 +238,20 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			log.Error("ingress: HTTP server stopped", "err", err)
 		}
 	}()
+	if c.GRPCAddr != "" {
+		gln, err := net.Listen("tcp", c.GRPCAddr)
+		if err != nil {
+			return fmt.Errorf("ingress: listen -grpc %s: %w", c.GRPCAddr, err)
+		}
+		m.GRPCAddr = gln.Addr()
+		m.grpcSrv = srv.NewGRPCServer(GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log})
+		go func() {
+			if err := m.grpcSrv.Serve(gln); err != nil {
+				log.Error("ingress: gRPC server stopped", "err", err)
+			}
+		}()
+		log.Info("ingress: envoy rate limit service listening (gRPC)", "addr", m.GRPCAddr.String())
+	}
 	log.Info("ingress: listening", "addr", m.Addr.String(), "nats", m.NATSURL, "rules", len(watcher.Current().Rules()), "dev", c.Dev)
 	if c.Dev {
 		m.printBanner(watcher.Current())
@@ -247,6 +263,9 @@ func (m *Main) printBanner(set *rules.Set) {
 	port := m.Addr.(*net.TCPAddr).Port
 	fmt.Fprintf(m.Stdout, "\nsluice is running (dev mode: embedded NATS at %s, data in %s)\n", m.NATSURL, m.Config.DataDir)
 	fmt.Fprintf(m.Stdout, "  API:       http://localhost:%d   (metrics: /metrics)\n", port)
+	if m.GRPCAddr != nil {
+		fmt.Fprintf(m.Stdout, "  envoy RLS: localhost:%d (gRPC, envoy.service.ratelimit.v3.RateLimitService)\n", m.GRPCAddr.(*net.TCPAddr).Port)
+	}
 	fmt.Fprintf(m.Stdout, "  demo sink: %s (logs every delivery)\n", m.SinkURL)
 	fmt.Fprintf(m.Stdout, "  rules:     %d from %s\n\n", len(set.Rules()), strings.Join(m.Config.Rules, ","))
 	// The example rules deliver to the demo sink's default address; moved elsewhere with
@@ -276,11 +295,17 @@ func isLoopback(host string) bool {
 // the shutdown timeout), then everything else in reverse start order. Safe to call twice.
 func (m *Main) Close() {
 	m.once.Do(func() {
+		// Both listeners stop taking new work at once and share the shutdown timeout.
+		var wg sync.WaitGroup
+		if m.grpcSrv != nil {
+			wg.Go(func() { m.grpcSrv.Stop(m.Config.ShutdownTimeout) })
+		}
 		if m.httpSrv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
 			m.httpSrv.Shutdown(ctx)
 			cancel()
 		}
+		wg.Wait()
 		for i := len(m.closers) - 1; i >= 0; i-- {
 			m.closers[i]()
 		}

@@ -22,6 +22,9 @@ const (
 	MaxDescriptorEntries   = 16
 	MaxIdempotencyKeyBytes = 256
 	MaxCheckDescriptors    = 64
+	// MaxHitsAddend is the largest hits_addend of a check: envoy's request-level field is a
+	// uint32, and no limit counts more than that in one request.
+	MaxHitsAddend = 1<<32 - 1
 )
 
 // submitRequest is the body of POST /v1/messages.
@@ -41,7 +44,13 @@ type entry struct {
 type checkRequest struct {
 	Domain      string `json:"domain"`
 	Descriptors []struct {
-		Entries []entry `json:"entries"`
+		Entries    []entry   `json:"entries"`
+		HitsAddend *uint64   `json:"hits_addend"` // overrides the request's, as envoy's
+		Limit      *struct { // envoy's RateLimitOverride
+			RequestsPerUnit uint64 `json:"requests_per_unit"`
+			Unit            string `json:"unit"`
+			UnitMultiplier  uint64 `json:"unit_multiplier"`
+		} `json:"limit"`
 	} `json:"descriptors"`
 	HitsAddend *int64 `json:"hits_addend"`
 }

@@ -39,6 +39,9 @@ type ServerConfig struct {
 	Admitter *admit.Admitter
 	Status   *status.Store
 	Limits   bucket.Store // for /v1/check; nil answers every check OK
+	// GRPCResponseHeaders makes every gRPC check answer carry the rate-limit headers, as
+	// envoy's LIMIT_RESPONSE_HEADERS_ENABLED; otherwise only rules with response_headers.
+	GRPCResponseHeaders bool
 	// Ready reports whether NATS and Redis are reachable (GET /readyz); nil = always ready.
 	Ready func(ctx context.Context) error
 	// Admin serves /v1/admin/; nil = 404. It is wrapped in bearer-token authentication.

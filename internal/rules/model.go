@@ -112,6 +112,10 @@ type Rule struct {
 	Unlimited  bool        // envoy `unlimited: true`: always OK, never counted
 	ShadowMode bool        // envoy `shadow_mode`: decide and report, never deny
 	Replaces   []string    // envoy `replaces`: names of rules this one replaces when both match
+	// ResponseHeaders asks the envoy RLS gRPC answer to carry the rate-limit headers
+	// (response_headers_to_add), as envoy's LIMIT_RESPONSE_HEADERS_ENABLED does for every
+	// limit. POST /v1/check and POST /v1/messages always send them. Default false.
+	ResponseHeaders bool
 
 	Queue    *Queue // nil for check-only rules
 	Overflow Overflow

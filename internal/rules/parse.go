@@ -65,7 +65,7 @@ var (
 	descriptorFields = []string{
 		"key", "value", "descriptors", "rate_limit", "shadow_mode", "detailed_metric",
 		"value_to_metric", "share_threshold", "name", "queue", "overflow", "park", "sink",
-		"delivery", "ordering",
+		"delivery", "ordering", "response_headers",
 	}
 	envoyLimitFields = []string{
 		"unit", "interval", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst",
@@ -568,6 +568,13 @@ func (p *fileParser) descriptor(itemNode *yaml.Node, field, domain string, paren
 		rule.Queue = p.queue(n, f("queue"))
 		if rule.Queue == nil {
 			rule.Queue = &Queue{} // keep "this is a queue rule" for the checks below
+		}
+	}
+	if n, has := m["response_headers"]; has {
+		if on, ok := p.bool(n, f("response_headers")); ok && on && !hasLimit {
+			p.errorf(n, f("response_headers"), "only applies to a descriptor with rate_limit")
+		} else {
+			rule.ResponseHeaders = on
 		}
 	}
 	isRule := hasLimit || rule.Queue != nil

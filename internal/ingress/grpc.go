@@ -1,0 +1,269 @@
+package ingress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-io/sluice/internal/httpx"
+)
+
+// The envoy rate limit service (envoy.service.ratelimit.v3.RateLimitService) over gRPC:
+// what Envoy and Istio proxies call. ShouldRateLimit goes through the same decide as
+// POST /v1/check, so both answer alike for the same rules, store and descriptors.
+//
+// A rule that queues or parks (POST /v1/messages) answers like a check: its admission limit
+// is counted and decides; its queue is not consulted and nothing is queued or parked. A
+// queue rule without a rate_limit answers OK with no current_limit.
+
+// rlsService implements rlsv3.RateLimitServiceServer on a Server.
+type rlsService struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	s *Server
+}
+
+// ShouldRateLimit decides every descriptor of req. Bad input is InvalidArgument naming the
+// field; an unknown domain or descriptor is OK with no limit (as envoyproxy/ratelimit); a
+// limiter store that cannot decide is Unavailable (Envoy then applies its
+// failure_mode_deny).
+func (g *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	descs, p := rlsDescriptors(req)
+	if p != nil {
+		return nil, status.Error(codes.InvalidArgument, problemText(p))
+	}
+	v, err := g.s.decide(ctx, transportGRPC, req.GetDomain(), descs)
+	switch {
+	case errors.Is(err, errLimitsInvalid):
+		g.s.cfg.Logger.Error("ingress: a rule's limits were refused by the limiter", "err", err)
+		return nil, status.Error(codes.Internal, "the rule's limits could not be evaluated")
+	case err != nil:
+		return nil, status.Error(codes.Unavailable, "the limiter store is unreachable")
+	}
+	return rlsResponse(v), nil
+}
+
+// problemText renders a validation problem as one line: "field: detail".
+func problemText(p *httpx.Problem) string {
+	if p.Field == "" {
+		return p.Detail
+	}
+	return p.Field + ": " + p.Detail
+}
+
+// rlsDescriptors validates req with exactly the rules of POST /v1/check (same limits, same
+// field names) and converts it. The envoy proto's own rules hold too: a descriptor entry's
+// key must not be empty; its value may be (envoy uses a blank value as a wildcard in local
+// rate limiting; here it is one more distinct value).
+func rlsDescriptors(req *rlsv3.RateLimitRequest) ([]checkDescriptor, *httpx.Problem) {
+	if p := validateDomain(req.GetDomain()); p != nil {
+		return nil, p
+	}
+	ds := req.GetDescriptors()
+	if len(ds) == 0 {
+		p := httpx.BadRequest("descriptors", "is required: a list of {entries: [{key, value}]}")
+		return nil, &p
+	}
+	if len(ds) > MaxCheckDescriptors {
+		p := httpx.BadRequest("descriptors", "has more than "+strconv.Itoa(MaxCheckDescriptors)+" descriptors")
+		return nil, &p
+	}
+	hits := int64(max(req.GetHitsAddend(), 1)) // envoy: 0 counts as 1
+	out := make([]checkDescriptor, len(ds))
+	es := make([]entry, 0, 4)
+	for i, d := range ds {
+		at := "descriptors[" + strconv.Itoa(i) + "]"
+		es = es[:0]
+		for _, e := range d.GetEntries() {
+			es = append(es, entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		if p := validateEntries(at+".entries", es); p != nil {
+			return nil, p
+		}
+		out[i] = checkDescriptor{Entries: toRuleEntries(es), Hits: hits}
+		if h := d.GetHitsAddend(); h != nil { // a descriptor's own hits_addend overrides the request's
+			if h.GetValue() > MaxHitsAddend {
+				p := httpx.BadRequest(at+".hits_addend", "must be 0 to "+strconv.FormatInt(MaxHitsAddend, 10))
+				return nil, &p
+			}
+			out[i].Hits = max(int64(h.GetValue()), 1)
+		}
+		if d.GetIsNegativeHits() {
+			p := httpx.BadRequest(at+".is_negative_hits", "is not supported: hits can only be counted, not given back")
+			return nil, &p
+		}
+		if o := d.GetLimit(); o != nil {
+			mult := uint64(1)
+			if o.GetUnitMultiplier() != nil {
+				mult = uint64(o.GetUnitMultiplier().GetValue())
+			}
+			var p *httpx.Problem
+			if out[i].Override, p = overrideLimit(at+".limit", uint64(o.GetRequestsPerUnit()), o.GetUnit().String(), mult); p != nil {
+				return nil, p
+			}
+		}
+	}
+	return out, nil
+}
+
+// rlsResponse encodes a verdict as envoy's RateLimitResponse.
+func rlsResponse(v checkVerdict) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(v.Statuses))}
+	if v.Over {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	for i, st := range v.Statuses {
+		ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		if st.Over {
+			ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if st.Limit != nil {
+			unit, mult := unitOf(st.Limit.Rate.Interval)
+			cl := &rlsv3.RateLimitResponse_RateLimit{
+				Name:            st.Limit.Name,
+				RequestsPerUnit: clampUint32(st.Limit.Rate.Requests),
+				Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[unit]),
+			}
+			if mult != 1 {
+				cl.UnitMultiplier = wrapperspb.UInt32(mult)
+			}
+			ds.CurrentLimit = cl
+			ds.LimitRemaining = clampUint32(st.Remaining)
+			ds.DurationUntilReset = durationpb.New(st.ResetAfter)
+		}
+		resp.Statuses[i] = ds
+	}
+	if v.HeaderRule && v.RateLimit != nil {
+		h := make(http.Header, 8)
+		httpx.SetRateLimitHeaders(h, *v.RateLimit)
+		resp.ResponseHeadersToAdd = make([]*corev3.HeaderValue, 0, len(h))
+		for _, name := range rlsHeaderNames {
+			if vals := h[http.CanonicalHeaderKey(name)]; len(vals) > 0 {
+				resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: name, Value: vals[0]})
+			}
+		}
+	}
+	return resp
+}
+
+// rlsHeaderNames are the rate-limit headers a gRPC answer can carry, in a fixed order and
+// spelled as POST /v1/check spells them (HTTP/2 lowercases them on the wire anyway).
+var rlsHeaderNames = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
+	"RateLimit-Policy", "RateLimit", "Retry-After", "X-RateLimit-Retry-After"}
+
+func clampUint32(n int64) uint32 {
+	return uint32(min(max(n, 0), math.MaxUint32))
+}
+
+// GRPCConfig configures the gRPC listener of the ingress.
+type GRPCConfig struct {
+	// MaxRecvMsgSize is the largest request message in bytes. Default 1 MiB (as -max-body).
+	MaxRecvMsgSize int
+	// Keepalive: the server pings an idle connection after Time and closes it when no
+	// answer comes within Timeout; clients may ping no more often than MinPing. Defaults
+	// 30s, 10s, 10s (Envoy's gRPC clients ping only when told to).
+	KeepaliveTime, KeepaliveTimeout, KeepaliveMinPing time.Duration
+	// MaxConcurrentStreams per connection. Default 1024 (Envoy multiplexes every RLS call
+	// of a worker over one HTTP/2 connection).
+	MaxConcurrentStreams uint32
+	Logger               *slog.Logger
+}
+
+func (c GRPCConfig) withDefaults() GRPCConfig {
+	if c.MaxRecvMsgSize <= 0 {
+		c.MaxRecvMsgSize = 1 << 20
+	}
+	if c.KeepaliveTime <= 0 {
+		c.KeepaliveTime = 30 * time.Second
+	}
+	if c.KeepaliveTimeout <= 0 {
+		c.KeepaliveTimeout = 10 * time.Second
+	}
+	if c.KeepaliveMinPing <= 0 {
+		c.KeepaliveMinPing = 10 * time.Second
+	}
+	if c.MaxConcurrentStreams == 0 {
+		c.MaxConcurrentStreams = 1024
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// GRPCServer is the ingress's gRPC server: the envoy RLS v3 service, grpc.health.v1 and
+// server reflection.
+type GRPCServer struct {
+	*grpc.Server
+	Health *health.Server
+}
+
+// NewGRPCServer builds the gRPC server of s. Serve it with Serve(listener); stop it with
+// Stop (graceful within a deadline).
+func (s *Server) NewGRPCServer(c GRPCConfig) *GRPCServer {
+	c = c.withDefaults()
+	gs := grpc.NewServer(
+		grpc.MaxRecvMsgSize(c.MaxRecvMsgSize),
+		grpc.MaxConcurrentStreams(c.MaxConcurrentStreams),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: c.KeepaliveTime, Timeout: c.KeepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.KeepaliveMinPing, PermitWithoutStream: true}),
+		grpc.ChainUnaryInterceptor(s.grpcObserve(c.Logger)),
+	)
+	rlsv3.RegisterRateLimitServiceServer(gs, &rlsService{s: s})
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	return &GRPCServer{Server: gs, Health: hs}
+}
+
+// Stop answers NOT_SERVING to health checks, then stops gracefully: no new calls, calls in
+// flight finish. Whatever is still running at the deadline is cut off.
+func (g *GRPCServer) Stop(timeout time.Duration) {
+	g.Health.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		g.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		g.Server.Stop()
+		<-done
+	}
+}
+
+// grpcObserve records sluice_grpc_request_duration_seconds{method,code} and turns a panic
+// into Internal (grpc-go would let it kill the process), logging it once with its stack.
+func (s *Server) grpcObserve(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		start := time.Now()
+		defer func() {
+			if r := recover(); r != nil {
+				log.Error("ingress: gRPC handler panicked", "method", info.FullMethod, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				resp, err = nil, status.Error(codes.Internal, "internal error")
+			}
+			s.metrics.grpcDuration.WithLabelValues(info.FullMethod, status.Code(err).String()).Observe(time.Since(start).Seconds())
+		}()
+		return handler(ctx, req)
+	}
+}
