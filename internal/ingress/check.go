@@ -187,13 +187,13 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		if st.Over {
 			resp.Statuses[i].Code = codeOverLimit
 		}
+		resp.Statuses[i].LimitRemaining = st.Remaining
 		if st.Limit != nil {
 			unit, mult := unitOf(st.Limit.Rate.Interval)
 			if mult == 1 {
 				mult = 0
 			}
 			resp.Statuses[i].CurrentLimit = &currentLimit{Name: st.Limit.Name, RequestsPerUnit: st.Limit.Rate.Requests, Unit: unit, UnitMultiplier: mult}
-			resp.Statuses[i].LimitRemaining = st.Remaining
 			resp.Statuses[i].DurationUntilReset = protoDuration(st.ResetAfter)
 		}
 	}

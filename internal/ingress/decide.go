@@ -3,6 +3,7 @@ package ingress
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"time"
 
@@ -102,6 +103,11 @@ func (s *Server) decide(ctx context.Context, transport, domain string, descs []c
 			rule = &rules.Rule{Name: overrideRule, RateLimits: []rules.RateLimit{*descs[i].Override}}
 			key = overrideKey(domain, descs[i].Entries)
 		case !cr.Applies() || len(cr.Rule.RateLimits) == 0 || s.cfg.Limits == nil:
+			if cr.Rule != nil && cr.Rule.Unlimited {
+				// envoy: an unlimited descriptor is OK with limit_remaining at MaxUint32,
+				// so a client can tell it from a descriptor no rule knows.
+				v.Statuses[i].Remaining = math.MaxUint32
+			}
 			if cr.Rule != nil {
 				s.metrics.checks.WithLabelValues(cr.Rule.Name, codeOK, transport).Inc()
 			}
@@ -109,7 +115,11 @@ func (s *Server) decide(ctx context.Context, transport, domain string, descs []c
 		default:
 			key = admit.LimitKey(rule.Name, cr.Key)
 		}
-		res, err := s.cfg.Limits.Allow(ctx, key, admit.Limits(rule), descs[i].Hits, now)
+		res, blocked := blockedResult(rule, now)
+		var err error
+		if !blocked {
+			res, err = s.cfg.Limits.Allow(ctx, key, admit.Limits(rule), descs[i].Hits, now)
+		}
 		if err != nil {
 			if errors.Is(err, bucket.ErrInvalid) {
 				return v, errors.Join(errLimitsInvalid, err)
@@ -150,4 +160,23 @@ func (s *Server) decide(ctx context.Context, transport, domain string, descs []c
 		}
 	}
 	return v, nil
+}
+
+// blockedResult answers for a rule with envoy's `requests_per_unit: 0` (a limit that
+// refuses everything, such as a blocked address) without asking the store, which has no
+// such limit: refused (or, in shadow mode, allowed and reported), nothing left, and the
+// time to the end of the fixed window envoy would count it in. false when the rule has no
+// zero limit.
+func blockedResult(rule *rules.Rule, now time.Time) (bucket.Result, bool) {
+	for i, l := range rule.RateLimits {
+		if l.Rate.Requests != 0 || l.Rate.Interval <= 0 {
+			continue
+		}
+		ivl := l.Rate.Interval
+		rest := ivl - time.Duration(now.UnixNano()%int64(ivl))
+		res := bucket.Result{Allowed: rule.ShadowMode, ShadowDenied: rule.ShadowMode, Index: i, N: min(len(rule.RateLimits), bucket.MaxLimits)}
+		res.Decisions[i] = bucket.Decision{ResetAfter: rest, RetryAfter: bucket.Never, Window: ivl}
+		return res, true
+	}
+	return bucket.Result{}, false
 }

@@ -130,7 +130,7 @@ func rlsResponse(v checkVerdict) *rlsv3.RateLimitResponse {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	for i, st := range v.Statuses {
-		ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: clampUint32(st.Remaining)}
 		if st.Over {
 			ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
@@ -145,7 +145,6 @@ func rlsResponse(v checkVerdict) *rlsv3.RateLimitResponse {
 				cl.UnitMultiplier = wrapperspb.UInt32(mult)
 			}
 			ds.CurrentLimit = cl
-			ds.LimitRemaining = clampUint32(st.Remaining)
 			ds.DurationUntilReset = durationpb.New(st.ResetAfter)
 		}
 		resp.Statuses[i] = ds

@@ -32,6 +32,9 @@ type Main struct {
 	Config Config
 	Stdout io.Writer // where -dev prints its banner; default os.Stdout
 	Logger *slog.Logger
+	// Now is the clock of admissions and checks; default time.Now. Tests freeze it to
+	// compare answers that depend on time.
+	Now func() time.Time
 
 	// Set by Run.
 	Server   *Server
@@ -165,7 +168,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	srv = NewServer(ServerConfig{
 		Rules: watcher.Current, Admitter: st.Admitter, Status: st.Status, Limits: st.Limits,
 		Admin: admin, AdminToken: c.AdminToken, MaxBody: c.MaxBody, Registry: reg, Logger: log,
-		Ready: st.Ready, GRPCResponseHeaders: c.GRPCResponseHeaders,
+		Ready: st.Ready, GRPCResponseHeaders: c.GRPCResponseHeaders, Now: m.Now,
 	})
 	m.Server = srv
 	srv.RulesReloaded(watcher.Current(), nil)

@@ -68,9 +68,9 @@ var (
 		"delivery", "ordering", "response_headers",
 	}
 	envoyLimitFields = []string{
-		"unit", "interval", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst",
+		"unit", "interval", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "unit_multiplier",
 	}
-	listLimitFields = []string{"unit", "interval", "requests_per_unit", "name", "algorithm", "burst"}
+	listLimitFields = []string{"unit", "interval", "requests_per_unit", "name", "algorithm", "burst", "unit_multiplier"}
 	rateFields      = []string{"unit", "interval", "requests_per_unit"}
 	queueFields     = []string{"capacity", "outflow", "total_outflow"}
 	parkFields      = []string{"max_age"}
@@ -729,7 +729,7 @@ func (p *fileParser) rateLimits(n *yaml.Node, field string, rule *Rule) bool {
 		rule.Unlimited = true
 		// envoy: "should not specify rate limit unit when unlimited". requests_per_unit
 		// is tolerated (and ignored) as envoy does, so envoy files load unchanged.
-		for _, k := range []string{"unit", "interval", "algorithm", "burst"} {
+		for _, k := range []string{"unit", "interval", "algorithm", "burst", "unit_multiplier"} {
 			if v, has := m[k]; has {
 				p.errorf(v, joinField(field, k), "must not be set when unlimited is true")
 			}
@@ -845,6 +845,23 @@ func (p *fileParser) rate(m map[string]*yaml.Node, field string, at *yaml.Node, 
 	default:
 		p.errorf(at, joinField(field, "unit"), "required (or interval)")
 		ok = false
+	}
+	// envoy's unit_multiplier: the window is that many units (unit: minute,
+	// unit_multiplier: 5 is a five-minute window). Only with unit; at least 1.
+	if mn, has := m["unit_multiplier"]; has {
+		mult, mok := p.int64(mn, joinField(field, "unit_multiplier"))
+		switch {
+		case !mok:
+			ok = false
+		case !hasUnit:
+			p.errorf(mn, joinField(field, "unit_multiplier"), "only applies with unit (interval is already a duration)")
+			ok = false
+		case mult < 1 || mult > 1<<20:
+			p.errorf(mn, joinField(field, "unit_multiplier"), "must be 1 to %d (got %d)", 1<<20, mult)
+			ok = false
+		default:
+			r.Interval *= time.Duration(mult)
+		}
 	}
 	rpu, has := m["requests_per_unit"]
 	if !has {

@@ -223,7 +223,7 @@ func TestParseErrors(t *testing.T) {
 		{"empty limit list", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: []\n",
 			[]string{"f.yaml:4: descriptors[0].rate_limit: must list at least one limit"}},
 		{"unlimited in list", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: [{unlimited: true}]\n",
-			[]string{`f.yaml:4: descriptors[0].rate_limit[0].unlimited: unknown field (allowed: unit, interval, requests_per_unit, name, algorithm, burst)`,
+			[]string{`f.yaml:4: descriptors[0].rate_limit[0].unlimited: unknown field (allowed: unit, interval, requests_per_unit, name, algorithm, burst, unit_multiplier)`,
 				"f.yaml:4: descriptors[0].rate_limit[0].unit: required (or interval)",
 				"f.yaml:4: descriptors[0].rate_limit[0].requests_per_unit: required"}},
 		{"capacity zero", "domain: x\ndescriptors:\n  - key: a\n    queue:\n      capacity: 0\n      outflow: {unit: second, requests_per_unit: 1}\n    sink: {url: 'http://h/'}\n",
