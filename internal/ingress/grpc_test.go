@@ -612,3 +612,46 @@ func grep(s, words string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestGRPCDev: `make run` (ingress -dev, the in-process memory store) serves the same
+// gRPC service on the example rules, including the envoy file among them.
+func TestGRPCDev(t *testing.T) {
+	t.Parallel()
+	examples, _ := filepath.Abs("../../deploy/examples")
+	cfg, err := ingress.ParseFlags([]string{"-dev", "-rules", examples, "-data", t.TempDir(),
+		"-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-dev-nats-addr", "127.0.0.1:0", "-dev-sink-addr", "127.0.0.1:0",
+		"-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var banner strings.Builder
+	m := &ingress.Main{Config: cfg, Stdout: &banner, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	if !strings.Contains(banner.String(), "envoy RLS: localhost:") {
+		t.Fatalf("the banner does not say where the gRPC service is:\n%s", banner.String())
+	}
+	conn, err := grpc.NewClient(m.GRPCAddr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	g := &grpcEnv{rls: rlsv3.NewRateLimitServiceClient(conn), conn: conn}
+	for i := 0; i < 5; i++ { // auth.yaml: 5 logins a minute
+		if got := codesOf(g.call(t, "auth", 1, desc("auth_type", "login"))); got != ok1 {
+			t.Fatalf("login %d: %s", i+1, got)
+		}
+	}
+	if got := codesOf(g.call(t, "auth", 1, desc("auth_type", "login"))); got != over1 {
+		t.Fatalf("sixth login: %s", got)
+	}
+	// envoy-compat.yaml: an internal address is unlimited, a banned client refused outright.
+	r := g.call(t, "edge_proxy", 1, desc("remote_address", "10.0.0.1"), desc("client_id", "scraper-9", "banned", "true"))
+	if codesOf(r) != "OVER_LIMIT: OK OVER_LIMIT" || r.Statuses[0].LimitRemaining != math.MaxUint32 {
+		t.Fatalf("edge_proxy: %s %v", codesOf(r), r.Statuses)
+	}
+}

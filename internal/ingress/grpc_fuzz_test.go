@@ -1,0 +1,71 @@
+package ingress
+
+import (
+	"testing"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// FuzzRLSDescriptors feeds arbitrary wire bytes, decoded as a RateLimitRequest, to the
+// request-to-descriptor conversion: it never panics, and what it accepts is within every
+// limit and passes the envoy proto's own validation rules.
+func FuzzRLSDescriptors(f *testing.F) {
+	seeds := []*rlsv3.RateLimitRequest{
+		{Domain: "rls", Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}},
+		{Domain: "d", HitsAddend: 7, Descriptors: []*commonv3.RateLimitDescriptor{
+			{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "a", Value: ""}, {Key: "b", Value: "✓"}}, HitsAddend: wrapperspb.UInt64(1 << 40)},
+			{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "x", Value: "y"}}, Limit: &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_DAY, UnitMultiplier: wrapperspb.UInt32(2)}},
+			{IsNegativeHits: true},
+		}},
+		{},
+	}
+	for _, s := range seeds {
+		b, err := proto.Marshal(s)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, wire []byte) {
+		var req rlsv3.RateLimitRequest
+		if proto.Unmarshal(wire, &req) != nil {
+			return
+		}
+		descs, p := rlsDescriptors(&req)
+		if p != nil {
+			if p.Detail == "" || p.Status != 400 {
+				t.Fatalf("a refusal without a reason: %+v", p)
+			}
+			return
+		}
+		if req.Domain == "" || len(req.Domain) > MaxDomainBytes {
+			t.Fatalf("accepted domain of %d bytes", len(req.Domain))
+		}
+		if len(descs) != len(req.Descriptors) || len(descs) == 0 || len(descs) > MaxCheckDescriptors {
+			t.Fatalf("%d descriptors from %d", len(descs), len(req.Descriptors))
+		}
+		for i, d := range descs {
+			if d.Hits < 1 || d.Hits > MaxHitsAddend {
+				t.Fatalf("descriptor %d: hits %d", i, d.Hits)
+			}
+			if len(d.Entries) == 0 || len(d.Entries) > MaxDescriptorEntries {
+				t.Fatalf("descriptor %d: %d entries", i, len(d.Entries))
+			}
+			for _, e := range d.Entries {
+				if e.Key == "" || len(e.Key) > MaxKeyBytes || len(e.Value) > MaxKeyBytes {
+					t.Fatalf("descriptor %d: entry %q=%q accepted", i, e.Key, e.Value)
+				}
+			}
+			if o := d.Override; o != nil && (o.Rate.Requests < 1 || o.Rate.Interval <= 0) {
+				t.Fatalf("descriptor %d: override %+v", i, o)
+			}
+		}
+		if err := req.ValidateAll(); err != nil {
+			t.Fatalf("accepted what envoy's proto rules refuse: %v", err)
+		}
+	})
+}
