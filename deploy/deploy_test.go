@@ -33,6 +33,10 @@ var sluiceEnv = []string{
 	"SLUICE_ADMIN_TOKEN", "SLUICE_REPLICAS", "SLUICE_LOG_FORMAT", "SLUICE_SHUTDOWN_TIMEOUT",
 }
 
+// ingressEnv is read by the ingress only; its manifests must set it (issue #12: the gRPC
+// port is exposed wherever the ingress runs).
+var ingressEnv = []string{"SLUICE_GRPC_ADDR"}
+
 // ingressExtras are metrics the ingress, drainer and re-admitter export beyond API.md's list.
 var ingressExtras = []string{
 	"sluice_limiter_degraded", "sluice_rules_reload_total", "sluice_rules_loaded",
@@ -475,12 +479,20 @@ func TestCompose(t *testing.T) {
 			if env["SLUICE_RULES"] == "" || !slices.ContainsFunc(s.Volumes, func(v string) bool { return strings.HasPrefix(v, mount) }) {
 				t.Errorf("%s: rules %q not mounted from deploy/examples (%v)", name, env["SLUICE_RULES"], s.Volumes)
 			}
+			known := sluiceEnv
+			if kind.target == "ingress" {
+				known = append(slices.Clone(sluiceEnv), ingressEnv...)
+				// The envoy rate limit service listens and is published on the host.
+				if env["SLUICE_GRPC_ADDR"] != ":8081" || !slices.ContainsFunc(s.Ports, func(p string) bool { return strings.HasSuffix(p, ":8081") }) {
+					t.Errorf("%s: gRPC not exposed: SLUICE_GRPC_ADDR %q, ports %v", name, env["SLUICE_GRPC_ADDR"], s.Ports)
+				}
+			}
 			for k := range env {
-				if !slices.Contains(sluiceEnv, k) {
+				if !slices.Contains(known, k) {
 					t.Errorf("%s: unknown environment variable %s", name, k)
 				}
 			}
-			for _, k := range sluiceEnv {
+			for _, k := range known {
 				if _, ok := env[k]; !ok {
 					t.Errorf("%s: %s not set", name, k)
 				}
@@ -636,9 +648,22 @@ type k8sObject struct {
 		} `yaml:"template"`
 		// Service selector is a plain map; PDB selector uses matchLabels (above).
 		ServiceSelector map[string]string `yaml:"-"`
+		Ports           []servicePort     `yaml:"ports"`
 		MinAvailable    any               `yaml:"minAvailable"`
 		MaxUnavailable  any               `yaml:"maxUnavailable"`
 	} `yaml:"spec"`
+}
+
+type servicePort struct {
+	Name        string `yaml:"name"`
+	Port        int    `yaml:"port"`
+	TargetPort  string `yaml:"targetPort"`
+	AppProtocol string `yaml:"appProtocol"`
+}
+
+type k8sPort struct {
+	Name          string `yaml:"name"`
+	ContainerPort int    `yaml:"containerPort"`
 }
 
 type podSpec struct {
@@ -665,13 +690,10 @@ type probe struct {
 }
 
 type container struct {
-	Name  string `yaml:"name"`
-	Image string `yaml:"image"`
-	Ports []struct {
-		Name          string `yaml:"name"`
-		ContainerPort int    `yaml:"containerPort"`
-	} `yaml:"ports"`
-	Env []struct {
+	Name  string    `yaml:"name"`
+	Image string    `yaml:"image"`
+	Ports []k8sPort `yaml:"ports"`
+	Env   []struct {
 		Name      string `yaml:"name"`
 		Value     string `yaml:"value"`
 		ValueFrom *struct {
@@ -782,9 +804,13 @@ func TestK8s(t *testing.T) {
 				t.Fatalf("want one container, got %d", len(pod.Containers))
 			}
 			c := pod.Containers[0]
+			known := sluiceEnv
+			if name == "sluice-ingress" {
+				known = append(slices.Clone(sluiceEnv), ingressEnv...)
+			}
 			env := map[string]string{}
 			for _, e := range c.Env {
-				if !slices.Contains(sluiceEnv, e.Name) {
+				if !slices.Contains(known, e.Name) {
 					t.Errorf("unknown environment variable %s", e.Name)
 				}
 				env[e.Name] = e.Value
@@ -794,7 +820,7 @@ func TestK8s(t *testing.T) {
 					}
 				}
 			}
-			for _, k := range sluiceEnv {
+			for _, k := range known {
 				if _, ok := env[k]; !ok {
 					t.Errorf("%s not set", k)
 				}
@@ -813,6 +839,24 @@ func TestK8s(t *testing.T) {
 			}
 			if len(portNames) == 0 {
 				t.Errorf("no containerPort %d", wantPort[name])
+			}
+			if name == "sluice-ingress" {
+				// The envoy rate limit service: a named container port and a Service port
+				// that a mesh recognises as gRPC.
+				if env["SLUICE_GRPC_ADDR"] != ":8081" || !slices.ContainsFunc(c.Ports, func(p k8sPort) bool { return p.Name == "grpc" && p.ContainerPort == 8081 }) {
+					t.Errorf("gRPC not exposed: SLUICE_GRPC_ADDR %q, ports %+v", env["SLUICE_GRPC_ADDR"], c.Ports)
+				}
+				exposed := false
+				for _, o := range byKind["Service"] {
+					if matches(o.Spec.ServiceSelector, labels) {
+						for _, p := range o.Spec.Ports {
+							exposed = exposed || (p.Name == "grpc" && p.TargetPort == "grpc" && p.AppProtocol == "grpc")
+						}
+					}
+				}
+				if !exposed {
+					t.Error("no Service port grpc (targetPort grpc, appProtocol grpc) for the envoy rate limit service")
+				}
 			}
 			okPort := func(p any) bool {
 				s := fmt.Sprint(p)
