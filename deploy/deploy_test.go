@@ -40,7 +40,7 @@ var ingressEnv = []string{"SLUICE_GRPC_ADDR"}
 // ingressExtras are metrics the ingress, drainer and re-admitter export beyond API.md's list.
 var ingressExtras = []string{
 	"sluice_limiter_degraded", "sluice_rules_reload_total", "sluice_rules_loaded",
-	"sluice_checks_total", "sluice_readmissions_total",
+	"sluice_checks_total", "sluice_readmissions_total", "sluice_grpc_request_duration_seconds",
 }
 
 // dashboardMust are the metrics the dashboard has to show (issue #6).
