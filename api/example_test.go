@@ -22,10 +22,12 @@ func ExampleRoutes() {
 	// GET /v1/admin/queues/{name} (admin token)
 	// PATCH /v1/admin/queues/{name} (admin token)
 	// POST /v1/admin/queues/{name}/purge (admin token)
+	// GET /v1/admin/queues/{name}/keys (admin token)
 	// GET /v1/admin/queues/{name}/keys/{key} (admin token)
 	// DELETE /v1/admin/queues/{name}/keys/{key} (admin token)
 	// GET /v1/admin/dead (admin token)
 	// POST /v1/admin/dead/{id}/replay (admin token)
+	// POST /v1/admin/dead/replay (admin token)
 	// GET /metrics
 	// GET /healthz
 	// GET /readyz

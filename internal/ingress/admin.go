@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,10 +49,12 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.HandleFunc("GET /v1/admin/queues/{name}", a.getQueue)
 		m.HandleFunc("PATCH /v1/admin/queues/{name}", a.patchQueue)
 		m.HandleFunc("POST /v1/admin/queues/{name}/purge", a.purgeQueue)
+		m.HandleFunc("GET /v1/admin/queues/{name}/keys", a.hotKeys)
 		m.HandleFunc("GET /v1/admin/queues/{name}/keys/{key}", a.getKey)
 		m.HandleFunc("DELETE /v1/admin/queues/{name}/keys/{key}", a.purgeKey)
 		m.HandleFunc("GET /v1/admin/dead", a.listDead)
 		m.HandleFunc("POST /v1/admin/dead/{id}/replay", a.replayDead)
+		m.HandleFunc("POST /v1/admin/dead/replay", a.replayAllDead)
 		m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 			httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no such admin endpoint: " + r.Method + " " + r.URL.Path})
 		})
@@ -72,6 +75,12 @@ type queueView struct {
 	Parked           uint64              `json:"parked"`
 	Dead             uint64              `json:"dead"`
 	DrainedPerSecond float64             `json:"drained_per_second"`
+	// RefusedPerSecond is 429s of POST /v1/messages per second over the last minute, all
+	// ingress processes together (counted in Redis, see queue.Scheduler.RefusedRate).
+	RefusedPerSecond float64 `json:"refused_per_second"`
+	// OldestAgeSeconds is how long the oldest message waiting (any key) has waited; null
+	// when the queue is empty. It is the queue's lag: what was admitted then leaves now.
+	OldestAgeSeconds *float64 `json:"oldest_age_seconds"`
 	Overridden       []string            `json:"overridden"`
 	RulesFile        ruleQueueView       `json:"rules_file"`
 	UpdatedAt        string              `json:"override_updated_at,omitempty"`
@@ -135,7 +144,14 @@ func (a *Admin) view(ctx context.Context, r *rules.Rule) queueView {
 		if info, err := s.Info(ctx); err == nil {
 			v.Depth, v.ActiveKeys = info.State.Msgs, info.State.NumSubjects
 			v.DrainedPerSecond = a.drained.rate(r.Name, info.State.LastSeq-info.State.Msgs, time.Now())
+			if info.State.Msgs > 0 && !info.State.FirstTime.IsZero() {
+				age := max(time.Since(info.State.FirstTime).Seconds(), 0)
+				v.OldestAgeSeconds = &age
+			}
 		}
+	}
+	if a.Scheduler != nil {
+		v.RefusedPerSecond, _ = a.Scheduler.RefusedRate(ctx, r.Name, time.Now())
 	}
 	if a.Parking != nil {
 		v.Parked, _ = a.Parking.Parked(ctx, r.Name)
@@ -165,10 +181,20 @@ func (a *Admin) listQueues(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{"queues": out})
 }
 
+// getQueue answers one queue with its overrides' revision as the ETag, for a PATCH with
+// If-Match: "0" when nothing is overridden (read from the store, not the watcher, so a
+// write of a moment ago is not missed).
 func (a *Admin) getQueue(w http.ResponseWriter, r *http.Request) {
-	if rule := a.queueRule(w, r); rule != nil {
-		httpx.WriteJSON(w, http.StatusOK, a.view(r.Context(), rule))
+	rule := a.queueRule(w, r)
+	if rule == nil {
+		return
 	}
+	if a.Overrides != nil {
+		if o, _, err := a.Overrides.Get(r.Context(), rule.Name); err == nil {
+			w.Header().Set("ETag", strconv.FormatUint(o.Revision, 10))
+		}
+	}
+	httpx.WriteJSON(w, http.StatusOK, a.view(r.Context(), rule))
 }
 
 func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
@@ -187,10 +213,11 @@ func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if v := r.Header.Get("If-Match"); v != "" {
-		if patch.IfRevision, err = strconv.ParseUint(v, 10, 64); err != nil {
-			httpx.WriteProblem(w, httpx.BadRequest("If-Match", "must be an override revision number"))
+		if patch.IfRevision, err = strconv.ParseUint(strings.Trim(v, `"`), 10, 64); err != nil {
+			httpx.WriteProblem(w, httpx.BadRequest("If-Match", "must be an override revision number (the ETag of a GET or PATCH)"))
 			return
 		}
+		patch.IfMatch = true
 	}
 	ctx := r.Context()
 	var o overrides.Override
@@ -218,9 +245,7 @@ func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
 	v.Outflow = overrides.EncodeRate(eff.Queue.Outflow)
 	v.TotalOutflow = rateView(eff.Queue.TotalOutflow)
 	v.Paused = o.IsPaused()
-	if o.Revision > 0 {
-		w.Header().Set("ETag", strconv.FormatUint(o.Revision, 10))
-	}
+	w.Header().Set("ETag", strconv.FormatUint(o.Revision, 10)) // 0 after a reset: nothing stored
 	httpx.WriteJSON(w, http.StatusOK, v)
 }
 
@@ -373,6 +398,95 @@ func (a *Admin) replayDead(w http.ResponseWriter, r *http.Request) {
 	a.Logger.Info("admin: dead letter replayed", "id", id)
 	w.Header().Set("Location", "/v1/messages/"+id)
 	httpx.WriteJSON(w, http.StatusAccepted, map[string]any{"id": id, "state": "queued"})
+}
+
+// hotKeys answers a queue's keys with the most messages waiting (?top=N, default 20, at
+// most 100), each with its next dispatch time. See queue.Scheduler.HotKeys for the cost.
+func (a *Admin) hotKeys(w http.ResponseWriter, r *http.Request) {
+	rule := a.queueRule(w, r)
+	if rule == nil {
+		return
+	}
+	top := 20
+	if v := r.URL.Query().Get("top"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			httpx.WriteProblem(w, httpx.BadRequest("top", "must be 1 to 100"))
+			return
+		}
+		top = n
+	}
+	ctx := r.Context()
+	keys, complete, err := a.Scheduler.HotKeys(ctx, rule.Name, top)
+	if err != nil {
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
+		return
+	}
+	type keyView struct {
+		Key            string  `json:"key"`
+		Depth          int64   `json:"depth"`
+		NextDispatchAt *string `json:"next_dispatch_at"`
+	}
+	out := make([]keyView, 0, len(keys))
+	for _, k := range keys {
+		kv := keyView{Key: k.Key, Depth: k.Depth}
+		if next, ok, err := a.Scheduler.NextSlot(ctx, rule.Name, k.Key); err == nil && ok {
+			s := next.UTC().Format(time.RFC3339Nano)
+			kv.NextDispatchAt = &s
+		}
+		out = append(out, kv)
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"queue": rule.Name, "keys": out, "complete": complete})
+}
+
+// replayAllDead re-admits the dead letters of one queue (?queue=NAME, required), oldest
+// first, up to ?limit (default 1000, at most 10000). A letter whose key has no room is kept
+// and counted as kept; the call stops early once that happens ten times in a row.
+func (a *Admin) replayAllDead(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	name := q.Get("queue")
+	if rule := a.Rules().Rule(name); rule == nil || !rule.HasQueue() {
+		httpx.WriteProblem(w, httpx.BadRequest("queue", "must name a queue rule (got "+strconv.Quote(name)+")"))
+		return
+	}
+	limit := 1000
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			httpx.WriteProblem(w, httpx.BadRequest("limit", "must be 1 to 10000"))
+			return
+		}
+		limit = n
+	}
+	ctx := r.Context()
+	var replayed, kept, failed, keptInRow int
+	var after uint64
+	for replayed+kept+failed < limit && keptInRow < 10 {
+		page, next, err := a.Dead.List(ctx, name, min(100, limit-replayed-kept-failed), after)
+		if err != nil {
+			httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
+			return
+		}
+		for _, d := range page {
+			res, err := a.Dead.Replay(ctx, d.Message.ID, a.Admitter.Readmit)
+			switch {
+			case err != nil:
+				failed++
+			case res.Outcome != retry.Admitted:
+				kept++
+				keptInRow++
+			default:
+				replayed++
+				keptInRow = 0
+			}
+		}
+		if len(page) == 0 || next == 0 {
+			break
+		}
+		after = next
+	}
+	a.Logger.Info("admin: dead letters replayed", "rule", name, "replayed", replayed, "kept", kept, "failed", failed)
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"queue": name, "replayed": replayed, "kept": kept, "failed": failed})
 }
 
 // drainedMeter turns samples of a rule's "messages that ever left the queue" (stream

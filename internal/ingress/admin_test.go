@@ -149,3 +149,108 @@ func TestAdminDeadLettersListAndReplay(t *testing.T) {
 		t.Fatalf("status after replay: %d %s", st.code, st.raw)
 	}
 }
+
+// TestAdminConsoleAPI covers what the console reads beyond the first admin API: hottest
+// keys, oldest age, refusals per second, the ETag of a GET and an If-Match of 0, and
+// replaying every dead letter of a queue.
+func TestAdminConsoleAPI(t *testing.T) {
+	t.Parallel()
+	e := start(t, nil)
+	for i, key := range []string{"hot", "hot", "hot", "warm", "warm", "cold"} {
+		r := e.do("POST", "/v1/messages", submit("orders", [][2]string{{"merchant_id", key}}, `{"n":`+string(rune('0'+i))+`}`))
+		if r.code != 202 {
+			t.Fatalf("submit %d: %d %s", i, r.code, r.raw)
+		}
+	}
+	// The fourth to "hot" is refused (capacity 3) and counted.
+	if r := e.do("POST", "/v1/messages", submit("orders", [][2]string{{"merchant_id", "hot"}}, `1`)); r.code != 429 {
+		t.Fatalf("over capacity: %d %s", r.code, r.raw)
+	}
+	h := e.admin("GET", "/v1/admin/queues/orders/keys?top=2", "")
+	keys, _ := h.body["keys"].([]any)
+	if h.code != 200 || len(keys) != 2 || h.body["complete"] != true {
+		t.Fatalf("hot keys: %d %s", h.code, h.raw)
+	}
+	if k := keys[0].(map[string]any); k["key"] != "hot" || k["depth"] != float64(3) || k["next_dispatch_at"] == nil {
+		t.Fatalf("hottest: %v", k)
+	}
+	if k := keys[1].(map[string]any); k["key"] != "warm" || k["depth"] != float64(2) {
+		t.Fatalf("second: %v", k)
+	}
+	if r := e.admin("GET", "/v1/admin/queues/orders/keys?top=0", ""); r.code != 400 || r.body["field"] != "top" {
+		t.Fatalf("top=0: %d %s", r.code, r.raw)
+	}
+
+	q := e.admin("GET", "/v1/admin/queues/orders", "")
+	if age, ok := q.body["oldest_age_seconds"].(float64); !ok || age < 0 || age > 60 {
+		t.Fatalf("oldest_age_seconds: %s", q.raw)
+	}
+	if q.header.Get("ETag") != "0" {
+		t.Fatalf("ETag of an untuned queue: %q", q.header.Get("ETag"))
+	}
+	// Refusals reach Redis within a second and count for the minute after their bucket.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		q = e.admin("GET", "/v1/admin/queues/orders", "")
+		if rate, _ := q.body["refused_per_second"].(float64); rate > 0 {
+			if rate != 1.0/60 {
+				t.Fatalf("refused_per_second %v, want one refusal over a minute", rate)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the refusal never showed: %s", q.raw)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if r := e.admin("GET", "/v1/admin/queues/parking", ""); r.body["oldest_age_seconds"] != nil {
+		t.Fatalf("an empty queue has an oldest age: %s", r.raw)
+	}
+
+	// If-Match: 0 (nothing overridden) applies once; the second writer with the same view
+	// gets 412 and nothing changes.
+	first := e.do("PATCH", "/v1/admin/queues/orders", `{"outflow":{"unit":"second","requests_per_unit":5}}`, "Authorization", "Bearer "+e.token, "If-Match", "0")
+	if first.code != 200 || first.header.Get("ETag") == "0" || first.header.Get("ETag") == "" {
+		t.Fatalf("first PATCH: %d %s %v", first.code, first.raw, first.header)
+	}
+	second := e.do("PATCH", "/v1/admin/queues/orders", `{"outflow":{"unit":"second","requests_per_unit":7}}`, "Authorization", "Bearer "+e.token, "If-Match", `"0"`)
+	if second.code != 412 {
+		t.Fatalf("second PATCH with a stale If-Match: %d %s", second.code, second.raw)
+	}
+	now := e.admin("GET", "/v1/admin/queues/orders", "")
+	if now.header.Get("ETag") != first.header.Get("ETag") || now.raw == "" {
+		t.Fatalf("ETag after the PATCH: %q, want %q", now.header.Get("ETag"), first.header.Get("ETag"))
+	}
+	if o := now.body["outflow"].(map[string]any); o["requests_per_unit"] != float64(5) {
+		t.Fatalf("outflow after a refused PATCH: %v", o)
+	}
+
+	// Replay every dead letter of a queue.
+	_, js := natstest.Connect(t, e.nats.URL())
+	set, _ := rules.Parse("t.yaml", []byte(testRules))
+	dead, err := retry.NewDeadLetters(js, retry.DeadConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		m := queue.Message{ID: "0190c3a2-0000-7000-8000-00000000aa0" + string(rune('0'+i)), Rule: "orders", Key: "dead-" + string(rune('a'+i)),
+			Payload: []byte(`1`), CreatedAt: time.Now(), Attempt: 8, LastError: "sink answered 500"}
+		if err := dead.Dead(ctx, set.Rule("orders"), m, "max attempts reached"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := e.admin("POST", "/v1/admin/dead/replay", ""); r.code != 400 || r.body["field"] != "queue" {
+		t.Fatalf("replay all without a queue: %d %s", r.code, r.raw)
+	}
+	r := e.admin("POST", "/v1/admin/dead/replay?queue=orders", "")
+	if r.code != 200 || r.body["replayed"] != float64(3) || r.body["kept"] != float64(0) {
+		t.Fatalf("replay all: %d %s", r.code, r.raw)
+	}
+	if l := e.admin("GET", "/v1/admin/dead?queue=orders", ""); len(l.body["messages"].([]any)) != 0 {
+		t.Fatalf("dead letters left: %s", l.raw)
+	}
+	if k := e.admin("GET", "/v1/admin/queues/orders/keys/dead-b", ""); k.body["depth"] != float64(1) {
+		t.Fatalf("a replayed letter is not queued: %s", k.raw)
+	}
+}

@@ -216,6 +216,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}
 	}()
 
+	go srv.FlushRefusals(wctx, st.Scheduler, time.Second)
+
 	if st.Degraded != nil {
 		peers := &peerCounter{nc: st.NATS, log: log, onChange: st.Degraded.SetProcesses}
 		if err := peers.Start(wctx); err != nil {

@@ -47,10 +47,12 @@ var serverRoutes = []string{
 	"GET /v1/admin/queues/{name}",
 	"PATCH /v1/admin/queues/{name}",
 	"POST /v1/admin/queues/{name}/purge",
+	"GET /v1/admin/queues/{name}/keys",
 	"GET /v1/admin/queues/{name}/keys/{key}",
 	"DELETE /v1/admin/queues/{name}/keys/{key}",
 	"GET /v1/admin/dead",
 	"POST /v1/admin/dead/{id}/replay",
+	"POST /v1/admin/dead/replay",
 }
 
 const routesToken = "routes-token"

@@ -31,6 +31,56 @@ type Server struct {
 	metrics *metrics
 	mux     *http.ServeMux
 	bufs    sync.Pool
+	refused refusals
+}
+
+// refusals counts this process's 429s per rule between two flushes to Redis (see
+// FlushRefusals), where every ingress's counts add up for the admin API's refused/s.
+type refusals struct {
+	mu     sync.Mutex
+	counts map[string]int64
+}
+
+func (r *refusals) add(rule string) {
+	r.mu.Lock()
+	if r.counts == nil {
+		r.counts = map[string]int64{}
+	}
+	r.counts[rule]++
+	r.mu.Unlock()
+}
+
+func (r *refusals) take() map[string]int64 {
+	r.mu.Lock()
+	c := r.counts
+	r.counts = nil
+	r.mu.Unlock()
+	return c
+}
+
+// FlushRefusals writes the refusals counted since the last flush to Redis every interval
+// until ctx ends. Counts that cannot be written are dropped (they only feed a rate shown
+// to operators) and the failure is logged once per minute at most.
+func (s *Server) FlushRefusals(ctx context.Context, sched *queue.Scheduler, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var lastLog time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if c := s.refused.take(); len(c) > 0 {
+			wctx, cancel := context.WithTimeout(ctx, every)
+			err := sched.AddRefused(wctx, c, s.cfg.Now())
+			cancel()
+			if err != nil && time.Since(lastLog) > time.Minute {
+				lastLog = time.Now()
+				s.cfg.Logger.Warn("ingress: refusal counts not written (admin refused/s undercounts)", "err", err)
+			}
+		}
+	}
 }
 
 // ServerConfig holds what the server needs. Rules, Admitter and Status are required.
@@ -321,6 +371,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			s.cfg.Status.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, req.IdempotencyKey, msg.ID)
 		}
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
+		s.refused.add(rule.Name)
 		detail := "the queue of this key is full"
 		if res.Reason == admit.ReasonLimit {
 			detail = "the admission limit of this key is exhausted"

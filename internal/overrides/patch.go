@@ -51,6 +51,9 @@ type Patch struct {
 	// IfRevision, when not 0, makes Store.Apply fail with ErrConflict unless the stored
 	// override is still at this revision (HTTP If-Match). Not read from the body.
 	IfRevision uint64
+	// IfMatch makes the revision check apply even when IfRevision is 0, which then means
+	// "no override is stored" (an If-Match: 0 read from a GET of an untuned queue).
+	IfMatch bool
 }
 
 // IsZero reports whether p changes nothing.

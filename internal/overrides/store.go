@@ -167,7 +167,7 @@ func (s *Store) Apply(ctx context.Context, r *rules.Rule, p Patch) (Override, er
 		if err != nil {
 			return Override{}, err
 		}
-		if p.IfRevision != 0 && p.IfRevision != rev {
+		if (p.IfMatch || p.IfRevision != 0) && p.IfRevision != rev {
 			return Override{}, fmt.Errorf("%w: %s is at revision %d, not %d", ErrConflict, name, rev, p.IfRevision)
 		}
 		next := cur.Merge(p)
@@ -197,7 +197,7 @@ func (s *Store) Apply(ctx context.Context, r *rules.Rule, p Patch) (Override, er
 			}
 		}
 		if isConflict(err) {
-			if p.IfRevision != 0 {
+			if p.IfMatch || p.IfRevision != 0 {
 				return Override{}, fmt.Errorf("%w: %s changed while writing", ErrConflict, name)
 			}
 			// Jitter so that writers that collided do not collide again in lock step.

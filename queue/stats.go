@@ -1,0 +1,121 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Statistics for operators (the admin API and the console): a queue's hottest keys and
+// the refusals of all ingress processes, both read from the scheduler's Redis keys.
+
+// KeyDepth is one key of a queue and the messages waiting in it (the ingress's counter,
+// see SetDepth).
+type KeyDepth struct {
+	Key   string
+	Depth int64
+}
+
+// HotKeysScan is the most keys HotKeys reads from a queue's depth counters per call.
+const HotKeysScan = 10000
+
+// HotKeys returns up to n keys of rule with the most messages waiting, deepest first
+// (ties by key). It reads the depth counters with HSCAN, at most HotKeysScan of them:
+// complete is false when the queue has more non-empty keys than that, and the answer is
+// then the deepest of the keys read. Cost: O(keys read) in Redis and here, no stream access.
+func (s *Scheduler) HotKeys(ctx context.Context, rule string, n int) (keys []KeyDepth, complete bool, err error) {
+	dk := s.keys(rule).depth
+	var cursor uint64
+	read := 0
+	for {
+		var page []string
+		page, cursor, err = s.rdb.HScan(ctx, dk, cursor, "", 1000).Result()
+		if err != nil {
+			return nil, false, fmt.Errorf("queue: hot keys of rule %q: %w", rule, err)
+		}
+		for i := 0; i+1 < len(page); i += 2 {
+			d, _ := strconv.ParseInt(page[i+1], 10, 64)
+			if d > 0 {
+				keys = append(keys, KeyDepth{Key: page[i], Depth: d})
+			}
+		}
+		read += len(page) / 2
+		if cursor == 0 || read >= HotKeysScan {
+			break
+		}
+		// Keep memory bounded by n while scanning.
+		if len(keys) > 4*n+1000 {
+			keys = topKeys(keys, n)
+		}
+	}
+	return topKeys(keys, n), cursor == 0, nil
+}
+
+func topKeys(keys []KeyDepth, n int) []KeyDepth {
+	slices.SortFunc(keys, func(a, b KeyDepth) int {
+		if a.Depth != b.Depth {
+			return int(b.Depth - a.Depth)
+		}
+		if a.Key < b.Key {
+			return -1
+		}
+		return 1
+	})
+	if len(keys) > n {
+		keys = keys[:n]
+	}
+	return keys
+}
+
+// Refusals are counted in ten-second buckets (one Redis string per rule and bucket, kept
+// two minutes), written by every ingress once a second and summed by readers.
+const (
+	refusalBucket = 10 * time.Second
+	refusalKeep   = 2 * time.Minute
+)
+
+func (s *Scheduler) refusedKey(rule string, bucket int64) string {
+	return s.prefix + "sl:{" + RuleToken(rule) + "}:refused:" + strconv.FormatInt(bucket, 10)
+}
+
+// AddRefused counts n refusals (429s) of rule at now, for RefusedRate.
+func (s *Scheduler) AddRefused(ctx context.Context, counts map[string]int64, now time.Time) error {
+	if len(counts) == 0 {
+		return nil
+	}
+	b := now.UnixNano() / int64(refusalBucket)
+	pipe := s.rdb.Pipeline()
+	for rule, n := range counts {
+		k := s.refusedKey(rule, b)
+		pipe.IncrBy(ctx, k, n)
+		pipe.Expire(ctx, k, refusalKeep)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("queue: count refusals: %w", err)
+	}
+	return nil
+}
+
+// RefusedRate is rule's refusals per second over the last minute (the six ten-second
+// buckets before the current one), counted by every ingress process.
+func (s *Scheduler) RefusedRate(ctx context.Context, rule string, now time.Time) (float64, error) {
+	b := now.UnixNano() / int64(refusalBucket)
+	keys := make([]string, 0, 6)
+	for i := int64(1); i <= 6; i++ {
+		keys = append(keys, s.refusedKey(rule, b-i))
+	}
+	vals, err := s.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return 0, fmt.Errorf("queue: refusals of rule %q: %w", rule, err)
+	}
+	var sum int64
+	for _, v := range vals {
+		if str, ok := v.(string); ok {
+			n, _ := strconv.ParseInt(str, 10, 64)
+			sum += n
+		}
+	}
+	return float64(sum) / (6 * refusalBucket).Seconds(), nil
+}

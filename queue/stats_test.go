@@ -1,0 +1,66 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-io/sluice/queue"
+)
+
+func TestHotKeys(t *testing.T) {
+	t.Parallel()
+	s := newSchedulers(t, 1)[0]
+	ctx := context.Background()
+	// 2,500 keys of depth 1..5 and three deep ones, one with a key that is syntax elsewhere.
+	for i := 0; i < 2500; i++ {
+		if err := s.SetDepth(ctx, "r", fmt.Sprintf("k-%d", i), int64(1+i%5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, d := range map[string]int64{"deep.*>": 90, "deeper 🚀": 120, "deepest": 300} {
+		s.SetDepth(ctx, "r", k, d)
+	}
+	s.SetDepth(ctx, "other", "elsewhere", 1000) // another rule's key never shows
+	got, complete, err := s.HotKeys(ctx, "r", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []queue.KeyDepth{{"deepest", 300}, {"deeper 🚀", 120}, {"deep.*>", 90}, {"k-1004", 5}}
+	if !complete || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("HotKeys = %v (complete %v), want %v", got, complete, want)
+	}
+	if got, complete, _ := s.HotKeys(ctx, "empty", 4); len(got) != 0 || !complete {
+		t.Fatalf("empty rule: %v %v", got, complete)
+	}
+}
+
+func TestRefusedRate(t *testing.T) {
+	t.Parallel()
+	a := newSchedulers(t, 1)[0]
+	ctx := context.Background()
+	now := time.Date(2026, 11, 25, 12, 0, 5, 0, time.UTC)
+	// Two ingresses count refusals over the last minute; the current bucket is not read yet.
+	for i := 0; i < 6; i++ {
+		at := now.Add(-time.Duration(i+1) * 10 * time.Second)
+		if err := a.AddRefused(ctx, map[string]int64{"r": 20, "q": 1}, at); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.AddRefused(ctx, map[string]int64{"r": 10}, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.AddRefused(ctx, map[string]int64{"r": 1000}, now)                    // this bucket: not complete yet
+	a.AddRefused(ctx, map[string]int64{"r": 1000}, now.Add(-2*time.Minute)) // older than a minute
+	rate, err := a.RefusedRate(ctx, "r", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rate != 3 { // 6 × 30 refusals over 60 s
+		t.Fatalf("RefusedRate = %v, want 3/s", rate)
+	}
+	if rate, _ := a.RefusedRate(ctx, "none", now); rate != 0 {
+		t.Fatalf("a rule without refusals: %v", rate)
+	}
+}
