@@ -51,7 +51,7 @@ func TestRefusedRate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a.AddRefused(ctx, map[string]int64{"r": 1000}, now)                    // this bucket: not complete yet
+	a.AddRefused(ctx, map[string]int64{"r": 1000}, now)                     // this bucket: not complete yet
 	a.AddRefused(ctx, map[string]int64{"r": 1000}, now.Add(-2*time.Minute)) // older than a minute
 	rate, err := a.RefusedRate(ctx, "r", now)
 	if err != nil {

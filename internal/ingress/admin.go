@@ -80,10 +80,10 @@ type queueView struct {
 	RefusedPerSecond float64 `json:"refused_per_second"`
 	// OldestAgeSeconds is how long the oldest message waiting (any key) has waited; null
 	// when the queue is empty. It is the queue's lag: what was admitted then leaves now.
-	OldestAgeSeconds *float64 `json:"oldest_age_seconds"`
-	Overridden       []string            `json:"overridden"`
-	RulesFile        ruleQueueView       `json:"rules_file"`
-	UpdatedAt        string              `json:"override_updated_at,omitempty"`
+	OldestAgeSeconds *float64      `json:"oldest_age_seconds"`
+	Overridden       []string      `json:"overridden"`
+	RulesFile        ruleQueueView `json:"rules_file"`
+	UpdatedAt        string        `json:"override_updated_at,omitempty"`
 }
 
 type ruleQueueView struct {
