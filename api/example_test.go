@@ -28,6 +28,7 @@ func ExampleRoutes() {
 	// GET /v1/admin/dead (admin token)
 	// POST /v1/admin/dead/{id}/replay (admin token)
 	// POST /v1/admin/dead/replay (admin token)
+	// GET /ui/
 	// GET /metrics
 	// GET /healthz
 	// GET /readyz

@@ -43,6 +43,7 @@ var serverRoutes = []string{
 	"GET /healthz",
 	"GET /readyz",
 	"GET /metrics",
+	"GET /ui/",
 	"GET /v1/admin/queues",
 	"GET /v1/admin/queues/{name}",
 	"PATCH /v1/admin/queues/{name}",

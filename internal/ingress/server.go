@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/admit"
+	"github.com/sluice-io/sluice/internal/console"
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
@@ -133,6 +134,10 @@ func NewServer(cfg ServerConfig) *Server {
 	})
 	s.route("GET /readyz", s.handleReady)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
+	// The operator console: static files, public (they hold no data); the page signs in
+	// to the admin API with the admin token.
+	// ServeMux redirects /ui to /ui/.
+	s.mux.Handle("GET /ui/", s.instrument("/ui/", console.Handler()))
 	if cfg.Admin != nil {
 		s.mux.Handle("/v1/admin/", s.instrument("/v1/admin/", s.authenticate(cfg.Admin)))
 	} else {
