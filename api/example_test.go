@@ -28,8 +28,8 @@ func ExampleRoutes() {
 	// GET /v1/admin/dead (admin token)
 	// POST /v1/admin/dead/{id}/replay (admin token)
 	// POST /v1/admin/dead/replay (admin token)
-	// GET /ui/
 	// GET /metrics
+	// GET /ui/
 	// GET /healthz
 	// GET /readyz
 }

@@ -269,8 +269,8 @@ var documented = []api.Route{
 	{Method: "GET", Path: "/v1/admin/dead", OperationID: "listDead", Admin: true},
 	{Method: "POST", Path: "/v1/admin/dead/{id}/replay", OperationID: "replayDead", Admin: true},
 	{Method: "POST", Path: "/v1/admin/dead/replay", OperationID: "replayAllDead", Admin: true},
-	{Method: "GET", Path: "/ui/", OperationID: "console"},
 	{Method: "GET", Path: "/metrics", OperationID: "metrics"},
+	{Method: "GET", Path: "/ui/", OperationID: "console"},
 	{Method: "GET", Path: "/healthz", OperationID: "healthz"},
 	{Method: "GET", Path: "/readyz", OperationID: "readyz"},
 }
