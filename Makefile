@@ -4,7 +4,7 @@ PKGS      ?= ./...
 TEST_FLAGS ?= -count=1 -timeout 15m
 BENCH_OUT ?= bench-results.txt
 
-.PHONY: run test test-race bench faults soak lint fmt build clean redis
+.PHONY: run test test-race bench faults soak lint fmt build clean redis chromium
 
 ## run: the whole system in one process (embedded NATS, in-process drainer, demo sink, example rules)
 run:
@@ -14,13 +14,13 @@ run:
 build:
 	$(GO) build -o bin/ ./cmd/...
 
-## test: every test, against private redis-server and embedded NATS servers
-test: redis
+## test: every test, against private redis-server and embedded NATS servers (and Chromium for the console)
+test: redis chromium
 	$(GO) vet $(PKGS)
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
 ## test-race: the same with the race detector
-test-race: redis
+test-race: redis chromium
 	$(GO) test -race $(TEST_FLAGS) $(PKGS)
 
 ## bench: benchmarks and studies, printed as ratios against the named peers
@@ -46,6 +46,9 @@ fmt:
 
 redis:
 	@./scripts/ensure-redis.sh
+
+chromium:
+	@./scripts/ensure-chromium.sh
 
 clean:
 	rm -rf bin data $(BENCH_OUT)

@@ -144,15 +144,20 @@
       tr.appendChild(of);
       tr.appendChild(el("td", num(q.capacity), "num"));
       tr.appendChild(el("td", num(q.active_keys), "num"));
-      const depth = el("td", num(q.depth), "num"); depth.dataset.field = "depth"; tr.appendChild(depth);
+      // Depth and delivered/s: the number now, and under it the last 10 minutes.
+      const depth = el("td", null, "num trend"); depth.dataset.field = "depth";
+      depth.appendChild(el("span", num(q.depth), "now"));
+      depth.appendChild(spark(series(q.name, "depth"), "", "Depth of " + q.name + " over the last 10 minutes, now " + q.depth));
+      tr.appendChild(depth);
       tr.appendChild(el("td", age(q.oldest_age_seconds), "num"));
-      tr.appendChild(el("td", num(q.drained_per_second, 1), "num"));
+      const delivered = el("td", null, "num trend");
+      delivered.appendChild(el("span", num(q.drained_per_second, 1), "now"));
+      delivered.appendChild(spark(series(q.name, "rate"), "rate", "Delivered per second of " + q.name + " over the last 10 minutes, now " + num(q.drained_per_second, 1)));
+      tr.appendChild(delivered);
       tr.appendChild(el("td", num(q.refused_per_second, 1), "num"));
       tr.appendChild(el("td", num(q.parked), "num"));
       tr.appendChild(el("td", num(q.dead), "num"));
       const st = el("td"); st.appendChild(el("span", q.paused ? "Paused" : "Running", "badge " + (q.paused ? "paused" : "running"))); tr.appendChild(st);
-      const d = el("td"); d.appendChild(spark(series(q.name, "depth"), "", "Depth of " + q.name + " over the last 10 minutes, now " + q.depth)); tr.appendChild(d);
-      const r = el("td"); r.appendChild(spark(series(q.name, "rate"), "rate", "Delivered per second of " + q.name + " over the last 10 minutes, now " + num(q.drained_per_second, 1))); tr.appendChild(r);
       rows.push(tr);
     }
     body.replaceChildren(...rows);

@@ -1,0 +1,449 @@
+package ingress_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/sluice-io/sluice/internal/ingress"
+	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/sinktest"
+	"github.com/sluice-io/sluice/queue"
+	"github.com/sluice-io/sluice/retry"
+)
+
+// chromiumPath finds the browser for the console tests: $SLUICE_CHROMIUM, or Debian's
+// chromium (scripts/ensure-chromium.sh installs it for make test when it can).
+func chromiumPath() (string, bool) {
+	if p := os.Getenv("SLUICE_CHROMIUM"); p != "" {
+		return p, true
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// screenshotDir is where the console test saves its screenshots, for a reviewer:
+// $SLUICE_SCREENSHOTS, or sluice-console-screenshots in the temporary directory.
+func screenshotDir(t *testing.T) string {
+	dir := os.Getenv("SLUICE_SCREENSHOTS")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "sluice-console-screenshots")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// browser is one headless Chromium tab with everything its console said.
+type browser struct {
+	t    *testing.T
+	ctx  context.Context
+	dir  string
+	mu   sync.Mutex
+	msgs []chromedp.ConsoleMessage
+}
+
+func newBrowser(t *testing.T) *browser {
+	path, ok := chromiumPath()
+	if !ok {
+		t.Skip("SKIPPED: no chromium for the console's browser test: install it with 'sudo apt-get install chromium' (make test does as root) or set SLUICE_CHROMIUM")
+	}
+	// The flags this machine needs (its network is closed): no background networking,
+	// no component updates, no sync, a fresh profile.
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()))...)
+	ctx, cancel := chromedp.NewContext(alloc)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	b := &browser{t: t, ctx: ctx, dir: screenshotDir(t)}
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900)); err != nil {
+		t.Fatalf("starting %s: %v", path, err)
+	}
+	messages := chromedp.Console(ctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			b.mu.Lock()
+			b.msgs = append(b.msgs, m)
+			b.mu.Unlock()
+		}
+	}()
+	return b
+}
+
+func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		b.t.Fatalf("%s: %v\nconsole: %v", what, err, b.console())
+	}
+}
+
+// wait polls a JavaScript condition until it is true.
+func (b *browser) wait(what, js string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(15*time.Second))); err != nil {
+		status, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.getElementById("status").textContent`))
+		b.t.Fatalf("waiting for %s (%s): %v; status line %q; console: %v", what, js, err, status, b.console())
+	}
+}
+
+func (b *browser) eval(js string) string {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](js))
+	if err != nil {
+		b.t.Fatalf("%s: %v", js, err)
+	}
+	return v
+}
+
+func (b *browser) shot(name string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(b.dir, name+".png"), png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+func (b *browser) console() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, m := range b.msgs {
+		out = append(out, m.String())
+	}
+	return out
+}
+
+// errors are the console's exceptions and errors, less the network errors the test
+// causes on purpose (a refused token, a refused stale change).
+func (b *browser) errors(expected ...string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, m := range b.msgs {
+		if m.Type != chromedp.ConsoleError && m.Type != chromedp.ConsoleException {
+			continue
+		}
+		if m.Source == "network" && slices.ContainsFunc(expected, func(s string) bool { return strings.Contains(m.Text, s) }) {
+			continue
+		}
+		out = append(out, m.String())
+	}
+	return out
+}
+
+const consoleToken = "console-token"
+
+// TestConsoleInBrowser drives the operator console in headless Chromium against a real
+// ingress with an in-process drainer, real Redis, embedded NATS and a recording sink:
+// sign-in by keyboard, a queue with depth in the list, pause and resume, an outflow change
+// that the drainer obeys at the sink, a 412 on a concurrent change, a dead letter replayed
+// and delivered, a purge behind a typed confirmation, both colour schemes, 390 px wide,
+// and no error in the browser's console. Screenshots go to screenshotDir.
+func TestConsoleInBrowser(t *testing.T) {
+	t.Parallel()
+	b := newBrowser(t)
+	sink := sinktest.Start(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	rulesYAML := strings.ReplaceAll(`
+domain: orders
+descriptors:
+  - key: merchant_id
+    name: orders
+    queue: {capacity: 200, outflow: {unit: second, requests_per_unit: 10}}
+    sink: {url: "SINK"}
+---
+domain: messaging
+descriptors:
+  - key: user_id
+    name: marketing
+    queue: {capacity: 50, outflow: {unit: second, requests_per_unit: 1}}
+    overflow: park
+    sink: {url: "SINK"}
+`, "SINK", sink.URL)
+	if err := os.WriteFile(path, []byte(rulesYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := natstest.Start(t)
+	r := redistest.Start(t, redistest.Options{})
+	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "", "-nats", n.URL(), "-redis", r.URL(),
+		"-admin-token", consoleToken, "-drain", "true", "-drain-workers", "4", "-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	e := &env{t: t, base: "http://" + m.Addr.String(), nats: n, main: m, token: consoleToken}
+	t.Logf("screenshots in %s", b.dir)
+
+	// 60 orders of one merchant: a queue with depth, drained at 10/s.
+	for i := 0; i < 60; i++ {
+		if rep := e.do("POST", "/v1/messages", submit("orders", [][2]string{{"merchant_id", "m-42"}}, strconv.Itoa(i))); rep.code != 202 {
+			t.Fatalf("submit %d: %d %s", i, rep.code, rep.raw)
+		}
+	}
+
+	// Sign in: a wrong token is refused, then the right one, by keyboard only.
+	b.do("open the console", chromedp.Navigate(e.base+"/ui"))
+	b.wait("the sign-in form", `!document.getElementById("signin").hidden`)
+	b.shot("signin")
+	b.do("wrong token", chromedp.SendKeys(chromedp.ID("token"), "not-the-token"), chromedp.KeyEvent(kb.Enter))
+	b.wait("the refusal", `document.getElementById("signin-error").textContent.includes("refused")`)
+	if got := b.eval(`sessionStorage.getItem("sluice-admin-token") === null ? "none" : "kept"`); got != "none" {
+		t.Fatalf("a refused token is %s in session storage", got)
+	}
+	b.do("focus the page", chromedp.Evaluate[chromedp.Void](`document.activeElement.blur(); document.body.focus()`))
+	var visited []string
+	for i := 0; i < 6 && b.eval(`document.activeElement.id`) != "token"; i++ {
+		b.do("tab", chromedp.KeyEvent(kb.Tab))
+		visited = append(visited, b.eval(`document.activeElement.tagName + "#" + document.activeElement.id + "." + document.activeElement.className`))
+	}
+	t.Logf("Tab visits %v", visited)
+	if got := b.eval(`document.activeElement.id`); got != "token" {
+		t.Fatalf("Tab does not reach the token field (focus on %q)", got)
+	}
+	b.do("type the token", chromedp.KeyEvent(consoleToken), chromedp.KeyEvent(kb.Enter))
+	b.wait("the queues page", `!document.getElementById("page-queues").hidden`)
+	if got := b.eval(`document.cookie + "|" + location.href`); strings.Contains(got, consoleToken) {
+		t.Fatalf("the token is in a cookie or the URL: %s", got)
+	}
+
+	// The queue list shows the orders queue with messages waiting.
+	b.wait("orders with depth", `(() => { const c = document.querySelector('tr[data-queue="orders"] td[data-field="depth"]');
+		return c !== null && parseInt(c.textContent.replace(/\D/g, ""), 10) > 0 })()`)
+	b.shot("queues")
+
+	// One queue: pause, and nothing leaves; resume, and deliveries go on.
+	b.do("open the queue", chromedp.Click(chromedp.CSS(`tr[data-queue="orders"] a`)))
+	b.wait("the queue page", `!document.getElementById("page-queue").hidden && document.getElementById("q-title").textContent === "orders"`)
+	b.wait("hottest keys", `document.querySelector("#keys tbody td") !== null && document.querySelector("#keys tbody td").textContent === "m-42"`)
+	b.shot("queue")
+	b.do("pause", chromedp.Click(chromedp.ID("q-pause")))
+	b.wait("paused", `document.getElementById("q-state").textContent === "Paused"`)
+	time.Sleep(1500 * time.Millisecond) // overrides reach drainers within 1 s; one delivery may be under way
+	before := len(sink.Accepted())
+	time.Sleep(1500 * time.Millisecond)
+	if after := len(sink.Accepted()); after != before {
+		t.Fatalf("paused, yet %d deliveries in 1.5 s", after-before)
+	}
+	b.do("resume", chromedp.Click(chromedp.ID("q-pause")))
+	b.wait("running", `document.getElementById("q-state").textContent === "Running"`)
+	fast := gaps(sink.WaitAccepted(before+6, 10*time.Second)[before+1:])
+
+	// The outflow form: 2/s, and the drainer obeys — deliveries get slower at the sink.
+	b.do("set the outflow", chromedp.SetValue(chromedp.ID("of-rate"), "2"), chromedp.SetValue(chromedp.ID("of-unit"), "second"),
+		chromedp.Click(chromedp.CSS(`#outflow-form button[type="submit"]`)))
+	b.wait("the change applied", `document.getElementById("status").textContent.includes("Outflow is now 2/second")`)
+	changed := len(sink.Accepted())
+	time.Sleep(1500 * time.Millisecond) // within 1 s on every drainer
+	from := len(sink.Accepted())
+	slow := gaps(sink.WaitAccepted(from+4, 15*time.Second)[from:])
+	if median(fast) > 150*time.Millisecond || median(slow) < 400*time.Millisecond || median(slow) < 3*median(fast) {
+		t.Fatalf("outflow 10/s → 2/s: median gap %v before, %v after (%d deliveries since the change)", median(fast), median(slow), from-changed)
+	}
+	b.shot("queue-tuned")
+
+	// A concurrent change: someone else sets 3/s while the form still shows 2/s; applying
+	// 4/s from the form is refused (412), said so, and the form shows 3 again.
+	if rep := e.admin("PATCH", "/v1/admin/queues/orders", `{"outflow":{"unit":"second","requests_per_unit":3}}`); rep.code != 200 {
+		t.Fatalf("the other operator's change: %d %s", rep.code, rep.raw)
+	}
+	b.do("a stale change", chromedp.SetValue(chromedp.ID("of-rate"), "4"), chromedp.Click(chromedp.CSS(`#outflow-form button[type="submit"]`)))
+	b.wait("the 412 said", `document.getElementById("status").textContent.includes("Changed by someone else")`)
+	b.wait("the form reloaded", `document.getElementById("of-rate").value === "3"`)
+	if q := e.admin("GET", "/v1/admin/queues/orders", ""); q.body["outflow"].(map[string]any)["requests_per_unit"] != float64(3) {
+		t.Fatalf("the stale change was applied: %s", q.raw)
+	}
+	b.shot("queue-412")
+
+	// A dead letter, replayed from the page and delivered.
+	_, js := natstest.Connect(t, n.URL())
+	set, _ := rules.Parse("r.yaml", []byte(rulesYAML))
+	dead, err := retry.NewDeadLetters(js, retry.DeadConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadID := "0190c3a2-0000-7000-8000-0000000c0501"
+	if err := dead.Dead(context.Background(), set.Rule("orders"), queue.Message{ID: deadID, Rule: "orders", Key: "m-dead",
+		Payload: []byte(`{"order":"lost"}`), CreatedAt: time.Now(), Attempt: 8, LastError: "sink answered 500"}, "max attempts reached"); err != nil {
+		t.Fatal(err)
+	}
+	b.do("dead letters", chromedp.Navigate(e.base+"/ui/#/dead?queue=orders"))
+	b.wait("the dead letter", fmt.Sprintf(`document.querySelector('tr[data-id="%s"]') !== null`, deadID))
+	if got := b.eval(fmt.Sprintf(`document.querySelector('tr[data-id="%s"]').textContent`, deadID)); !strings.Contains(got, "max attempts reached") || !strings.Contains(got, "sink answered 500") {
+		t.Fatalf("the dead letter's row does not say why: %q", got)
+	}
+	b.shot("dead")
+	b.do("replay", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-id="%s"] button`, deadID))))
+	b.wait("replayed", `document.getElementById("status").textContent.includes("is queued again")`)
+	deadline := time.Now().Add(20 * time.Second)
+	for !slices.ContainsFunc(sink.Accepted(), func(d sinktest.Delivery) bool { return d.ID == deadID }) {
+		if time.Now().After(deadline) {
+			t.Fatal("the replayed dead letter was never delivered")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Purge only after typing the queue's name.
+	b.do("back to the queue", chromedp.Navigate(e.base+"/ui/#/queue/orders"))
+	b.wait("the queue page", `document.getElementById("q-title").textContent === "orders"`)
+	if b.eval(`String(document.getElementById("purge-button").disabled)`) != "true" {
+		t.Fatal("purge is possible without the confirmation")
+	}
+	b.do("type a wrong name", chromedp.SendKeys(chromedp.ID("purge-confirm"), "order"))
+	if b.eval(`String(document.getElementById("purge-button").disabled)`) != "true" {
+		t.Fatal("purge is possible with a wrong name typed")
+	}
+	b.do("type the name", chromedp.SendKeys(chromedp.ID("purge-confirm"), "s"), chromedp.Click(chromedp.ID("purge-button")))
+	b.wait("purged", `document.getElementById("status").textContent.includes("Purged orders")`)
+	if q := e.admin("GET", "/v1/admin/queues/orders", ""); q.body["depth"] != float64(0) {
+		t.Fatalf("after the purge: %s", q.raw)
+	}
+
+	// Readable in both colour schemes: text, muted text, links and buttons at least 4.5:1.
+	for _, scheme := range []string{"light", "dark"} {
+		b.do("colour scheme "+scheme, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
+			return err
+		}))
+		b.do("queues", chromedp.Navigate(e.base+"/ui/#/queues"))
+		b.wait("the table", `document.querySelector('tr[data-queue="orders"]') !== null`)
+		for _, c := range contrasts(t, b) {
+			if c.ratio < 4.5 {
+				t.Errorf("%s scheme: %s has contrast %.2f:1 (%s on %s), want ≥ 4.5:1", scheme, c.what, c.ratio, c.fg, c.bg)
+			}
+		}
+		b.shot("queues-" + scheme)
+	}
+
+	// 390 px wide: nothing wider than the screen but the tables, which scroll in place.
+	b.do("narrow", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)))
+	for _, page := range []string{"queues", "queue/orders", "dead?queue=orders"} {
+		b.do("open "+page, chromedp.Navigate(e.base+"/ui/#/"+page))
+		b.wait(page, `document.querySelector("main section:not([hidden])") !== null`)
+		time.Sleep(300 * time.Millisecond)
+		if w := b.eval(`String(document.documentElement.scrollWidth)`); w != "390" {
+			t.Errorf("%s at 390 px: the page is %s px wide", page, w)
+		}
+		b.shot("narrow-" + strings.NewReplacer("/", "-", "?", "-", "=", "-").Replace(page))
+	}
+
+	if errs := b.errors("401", "412"); len(errs) > 0 {
+		t.Fatalf("the browser's console has errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+func gaps(ds []sinktest.Delivery) []time.Duration {
+	var out []time.Duration
+	for i := 1; i < len(ds); i++ {
+		out = append(out, ds[i].At.Sub(ds[i-1].At))
+	}
+	return out
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+type contrast struct {
+	what, fg, bg string
+	ratio        float64
+}
+
+// contrasts reads the computed colours of the page's kinds of text and their backgrounds.
+func contrasts(t *testing.T, b *browser) []contrast {
+	t.Helper()
+	raw := b.eval(`JSON.stringify((() => {
+		const bg = (el) => { for (let e = el; e; e = e.parentElement) { const c = getComputedStyle(e).backgroundColor;
+			if (c && c !== "rgba(0, 0, 0, 0)" && c !== "transparent") return c; } return getComputedStyle(document.documentElement).backgroundColor; };
+		const pick = (what, sel) => { const el = document.querySelector(sel); return el ? [what, getComputedStyle(el).color, bg(el)] : null; };
+		return [pick("body text", "main td"), pick("muted text", ".hint"), pick("link", "main a"), pick("table header", "th"),
+			pick("button", "nav button"), pick("badge", ".badge")].filter(Boolean);
+	})())`)
+	var rows [][3]string
+	if err := jsonUnmarshal(raw, &rows); err != nil {
+		t.Fatalf("%s: %v", raw, err)
+	}
+	var out []contrast
+	for _, r := range rows {
+		out = append(out, contrast{what: r[0], fg: r[1], bg: r[2], ratio: contrastRatio(r[1], r[2])})
+	}
+	if len(out) < 5 {
+		t.Fatalf("found only %d kinds of text: %s", len(out), raw)
+	}
+	return out
+}
+
+// contrastRatio is WCAG 2's contrast of two CSS rgb()/rgba() colours.
+func contrastRatio(a, b string) float64 {
+	la, lb := luminance(a), luminance(b)
+	if la < lb {
+		la, lb = lb, la
+	}
+	return (la + 0.05) / (lb + 0.05)
+}
+
+func luminance(c string) float64 {
+	c = strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(c, "rgba("), "rgb("), ")")
+	parts := strings.Split(c, ",")
+	var l float64
+	for i, w := range []float64{0.2126, 0.7152, 0.0722} {
+		if i >= len(parts) {
+			return 0
+		}
+		v, _ := strconv.ParseFloat(strings.TrimSpace(parts[i]), 64)
+		v /= 255
+		if v <= 0.03928 {
+			v /= 12.92
+		} else {
+			v = math.Pow((v+0.055)/1.055, 2.4)
+		}
+		l += w * v
+	}
+	return l
+}
+
+func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
