@@ -7,8 +7,10 @@ BENCH_OUT ?= bench-results.txt
 .PHONY: run test test-race bench faults soak lint fmt build clean redis chromium
 
 ## run: the whole system in one process (embedded NATS, in-process drainer, demo sink, example rules)
+## The console at /ui/ signs in with SLUICE_ADMIN_TOKEN (default "dev" here).
+SLUICE_ADMIN_TOKEN ?= dev
 run:
-	$(GO) run ./cmd/ingress -dev -rules deploy/examples -data ./data
+	$(GO) run ./cmd/ingress -dev -rules deploy/examples -data ./data -admin-token '$(SLUICE_ADMIN_TOKEN)'
 
 ## build: compile the binaries into ./bin
 build:

@@ -4,7 +4,6 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
-	"strings"
 )
 
 //go:embed assets
@@ -26,7 +25,8 @@ var securityHeaders = map[string]string{
 	"Cache-Control": "no-cache",
 }
 
-// Handler serves the console's files under Prefix (GET and HEAD). /ui redirects to /ui/.
+// Handler serves the console's files under Prefix (GET and HEAD); mount it at Prefix (a
+// ServeMux then redirects /ui to /ui/).
 func Handler() http.Handler {
 	sub, err := fs.Sub(assets, "assets")
 	if err != nil {
@@ -34,10 +34,6 @@ func Handler() http.Handler {
 	}
 	files := http.StripPrefix(Prefix, http.FileServerFS(sub))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == strings.TrimSuffix(Prefix, "/") {
-			http.Redirect(w, r, Prefix, http.StatusMovedPermanently)
-			return
-		}
 		for k, v := range securityHeaders {
 			w.Header().Set(k, v)
 		}

@@ -268,6 +268,11 @@ func (m *Main) printBanner(set *rules.Set) {
 	port := m.Addr.(*net.TCPAddr).Port
 	fmt.Fprintf(m.Stdout, "\nsluice is running (dev mode: embedded NATS at %s, data in %s)\n", m.NATSURL, m.Config.DataDir)
 	fmt.Fprintf(m.Stdout, "  API:       http://localhost:%d   (metrics: /metrics)\n", port)
+	if m.Config.AdminToken != "" {
+		fmt.Fprintf(m.Stdout, "  console:   http://localhost:%d/ui/   (sign in with the -admin-token value)\n", port)
+	} else {
+		fmt.Fprintf(m.Stdout, "  console:   http://localhost:%d/ui/   (start with -admin-token to sign in)\n", port)
+	}
 	if m.GRPCAddr != nil {
 		fmt.Fprintf(m.Stdout, "  envoy RLS: localhost:%d (gRPC, envoy.service.ratelimit.v3.RateLimitService)\n", m.GRPCAddr.(*net.TCPAddr).Port)
 	}
