@@ -338,14 +338,9 @@ func (a *Admin) listDead(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, httpx.BadRequest("queue", "no rule named "+strconv.Quote(name)))
 		return
 	}
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			httpx.WriteProblem(w, httpx.BadRequest("limit", "must be 1 to 1000"))
-			return
-		}
-		limit = n
+	limit, ok := queryInt(w, q, "limit", 100, 1000)
+	if !ok {
+		return
 	}
 	var after uint64
 	if v := q.Get("after"); v != "" {
@@ -407,14 +402,9 @@ func (a *Admin) hotKeys(w http.ResponseWriter, r *http.Request) {
 	if rule == nil {
 		return
 	}
-	top := 20
-	if v := r.URL.Query().Get("top"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			httpx.WriteProblem(w, httpx.BadRequest("top", "must be 1 to 100"))
-			return
-		}
-		top = n
+	top, ok := queryInt(w, r.URL.Query(), "top", 20, 100)
+	if !ok {
+		return
 	}
 	ctx := r.Context()
 	keys, complete, err := a.Scheduler.HotKeys(ctx, rule.Name, top)
@@ -449,14 +439,9 @@ func (a *Admin) replayAllDead(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, httpx.BadRequest("queue", "must name a queue rule (got "+strconv.Quote(name)+")"))
 		return
 	}
-	limit := 1000
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 10000 {
-			httpx.WriteProblem(w, httpx.BadRequest("limit", "must be 1 to 10000"))
-			return
-		}
-		limit = n
+	limit, ok := queryInt(w, q, "limit", 1000, 10000)
+	if !ok {
+		return
 	}
 	ctx := r.Context()
 	var replayed, kept, failed, keptInRow int
@@ -487,6 +472,21 @@ func (a *Admin) replayAllDead(w http.ResponseWriter, r *http.Request) {
 	}
 	a.Logger.Info("admin: dead letters replayed", "rule", name, "replayed", replayed, "kept", kept, "failed", failed)
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{"queue": name, "replayed": replayed, "kept": kept, "failed": failed})
+}
+
+// queryInt reads the query parameter name as a whole number from 1 to most (def when
+// absent); otherwise it answers 400 naming the parameter and reports false.
+func queryInt(w http.ResponseWriter, q url.Values, name string, def, most int) (int, bool) {
+	v := q.Get(name)
+	if v == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > most {
+		httpx.WriteProblem(w, httpx.BadRequest(name, "must be 1 to "+strconv.Itoa(most)))
+		return 0, false
+	}
+	return n, true
 }
 
 // drainedMeter turns samples of a rule's "messages that ever left the queue" (stream

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"math"
 	"os"
 	"os/exec"
@@ -22,9 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
-	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sinktest"
 	"github.com/sluice-io/sluice/queue"
@@ -198,19 +194,8 @@ descriptors:
 	if err := os.WriteFile(path, []byte(rulesYAML), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n := natstest.Start(t)
-	r := redistest.Start(t, redistest.Options{})
-	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "", "-nats", n.URL(), "-redis", r.URL(),
-		"-admin-token", consoleToken, "-drain", "true", "-drain-workers", "4", "-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	if err := m.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	e := &env{t: t, base: "http://" + m.Addr.String(), nats: n, main: m, token: consoleToken}
+	e := launch(t, path, nil, nil, "-admin-token", consoleToken, "-drain", "true", "-drain-workers", "4")
+	n := e.nats
 	t.Logf("screenshots in %s", b.dir)
 
 	// 60 orders of one merchant: a queue with depth, drained at 10/s.

@@ -24,8 +24,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-io/sluice/internal/ingress"
-	"github.com/sluice-io/sluice/internal/natstest"
-	"github.com/sluice-io/sluice/internal/redistest"
 )
 
 // Rules of the gRPC tests: one rule per algorithm and feature, a queue-only rule and a
@@ -109,33 +107,18 @@ type grpcEnv struct {
 // envoy documentation examples of testdata/envoy, and a gRPC client of it.
 func startGRPC(t *testing.T, clock func() time.Time, args ...string) *grpcEnv {
 	t.Helper()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "rules.yaml")
+	path := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(path, []byte(grpcRules), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	examples, _ := filepath.Abs("testdata/envoy")
-	n := natstest.Start(t)
-	r := redistest.Start(t, redistest.Options{})
-	cfg, err := ingress.ParseFlags(append([]string{"-rules", path + "," + examples, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0",
-		"-nats", n.URL(), "-redis", r.URL(), "-admin-token", "s3cret", "-shutdown-timeout", "2s"}, args...), func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := m.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	conn, err := grpc.NewClient(m.GRPCAddr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	e := launch(t, path+","+examples, clock, nil, args...)
+	conn, err := grpc.NewClient(e.main.GRPCAddr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &grpcEnv{env: &env{t: t, base: "http://" + m.Addr.String(), nats: n, main: m, token: "s3cret"},
-		rls: rlsv3.NewRateLimitServiceClient(conn), conn: conn}
+	return &grpcEnv{env: e, rls: rlsv3.NewRateLimitServiceClient(conn), conn: conn}
 }
 
 // desc builds a descriptor from key, value pairs.

@@ -69,29 +69,36 @@ type env struct {
 
 func start(t *testing.T, mutate func(*ingress.Config)) *env {
 	t.Helper()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "rules.yaml")
+	path := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(path, []byte(testRules), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return launch(t, path, nil, mutate)
+}
+
+// launch runs an ingress (Main, as cmd/ingress does) on rulesPaths with a private embedded
+// NATS and Redis, the admin token s3cret, a gRPC listener on a free port and the given
+// extra flags; clock (nil = time.Now) decides admissions and checks.
+func launch(t *testing.T, rulesPaths string, clock func() time.Time, mutate func(*ingress.Config), args ...string) *env {
+	t.Helper()
 	n := natstest.Start(t)
 	r := redistest.Start(t, redistest.Options{})
-	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
-		"-admin-token", "s3cret", "-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
+	cfg, err := ingress.ParseFlags(append([]string{"-rules", rulesPaths, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
+		"-admin-token", "s3cret", "-shutdown-timeout", "2s"}, args...), func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := m.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Close)
-	return &env{t: t, base: "http://" + m.Addr.String(), nats: n, main: m, token: "s3cret"}
+	return &env{t: t, base: "http://" + m.Addr.String(), nats: n, main: m, token: cfg.AdminToken}
 }
 
 type reply struct {
