@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-io/sluice/bucket"
+	"github.com/sluice-io/sluice/internal/loadtest"
 	"github.com/sluice-io/sluice/internal/redistest"
 )
 
@@ -77,46 +76,7 @@ func redisPeers(tb testing.TB) (*redis.Client, []redisPeer) {
 // decisions are done (ops > 0) or until the deadline; it returns decisions/s and p99.
 func load(allow func(context.Context, string) error, g int, keys []string, ops int, until time.Time) (float64, time.Duration, error) {
 	ctx := context.Background()
-	lat := make([][]time.Duration, g)
-	errs := make([]error, g)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for w := 0; w < g; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			mine := make([]time.Duration, 0, max(ops/g, 1024))
-			for i := 0; ; i++ {
-				if ops > 0 && i >= (ops+g-1-w)/g {
-					break
-				}
-				t := time.Now()
-				if ops == 0 && !t.Before(until) {
-					break
-				}
-				if err := allow(ctx, keys[(i*g+w)%len(keys)]); err != nil {
-					errs[w] = err
-					break
-				}
-				mine = append(mine, time.Since(t))
-			}
-			lat[w] = mine
-		}()
-	}
-	wg.Wait()
-	el := time.Since(start)
-	var all []time.Duration
-	for w := range lat {
-		if errs[w] != nil {
-			return 0, 0, errs[w]
-		}
-		all = append(all, lat[w]...)
-	}
-	if len(all) == 0 {
-		return 0, 0, nil
-	}
-	slices.Sort(all)
-	return float64(len(all)) / el.Seconds(), all[len(all)*99/100], nil
+	return loadtest.Run(g, ops, until, func(w, i int) error { return allow(ctx, keys[(i*g+w)%len(keys)]) })
 }
 
 var benchKeyCounts = []int{1, 100_000}

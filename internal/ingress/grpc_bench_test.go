@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,50 +22,15 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
+	"github.com/sluice-io/sluice/internal/loadtest"
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/proctest"
 	"github.com/sluice-io/sluice/internal/redistest"
 )
 
-// drive runs call from conc goroutines for d and returns calls/s, the p99 latency and the
-// first error.
+// drive runs call from conc goroutines for d.
 func drive(conc int, d time.Duration, call func(w, i int) error) (float64, time.Duration, error) {
-	lat := make([][]time.Duration, conc)
-	errs := make([]error, conc)
-	deadline := time.Now().Add(d)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := 0; w < conc; w++ {
-		wg.Go(func() {
-			mine := make([]time.Duration, 0, 4096)
-			for i := 0; ; i++ {
-				t0 := time.Now()
-				if !t0.Before(deadline) {
-					break
-				}
-				if err := call(w, i); err != nil {
-					errs[w] = err
-					return
-				}
-				mine = append(mine, time.Since(t0))
-			}
-			lat[w] = mine
-		})
-	}
-	wg.Wait()
-	el := time.Since(start)
-	var all []time.Duration
-	for w := range lat {
-		if errs[w] != nil {
-			return 0, 0, errs[w]
-		}
-		all = append(all, lat[w]...)
-	}
-	if len(all) == 0 {
-		return 0, 0, fmt.Errorf("no call completed")
-	}
-	slices.Sort(all)
-	return float64(len(all)) / el.Seconds(), all[len(all)*99/100], nil
+	return loadtest.Run(conc, 0, time.Now().Add(d), call)
 }
 
 // TestCheckTransportReport measures decisions through the envoy RLS gRPC service against
