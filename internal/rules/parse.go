@@ -570,6 +570,14 @@ func (p *fileParser) descriptor(itemNode *yaml.Node, field, domain string, paren
 			rule.Queue = &Queue{} // keep "this is a queue rule" for the checks below
 		}
 	}
+	if rule.Queue != nil {
+		for _, l := range rule.RateLimits {
+			if l.Rate.Requests == 0 {
+				p.errorf(m["rate_limit"], f("rate_limit"), "requests_per_unit: 0 would refuse every message of a queue rule (block with a check-only rule instead)")
+				break
+			}
+		}
+	}
 	if n, has := m["response_headers"]; has {
 		if on, ok := p.bool(n, f("response_headers")); ok && on && !hasLimit {
 			p.errorf(n, f("response_headers"), "only applies to a descriptor with rate_limit")

@@ -202,6 +202,8 @@ func TestParseErrors(t *testing.T) {
 			[]string{`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: must be an integer (got "lots")`}},
 		{"unlimited with unit", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}\n",
 			[]string{"f.yaml:4: descriptors[0].rate_limit.unit: must not be set when unlimited is true"}},
+		{"zero limit on a queue rule", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 0}\n    queue: {capacity: 1, outflow: {unit: second, requests_per_unit: 1}}\n    sink: {url: 'http://h/'}\n",
+			[]string{"f.yaml:4: descriptors[0].rate_limit: requests_per_unit: 0 would refuse every message of a queue rule (block with a check-only rule instead)"}},
 		{"unit_multiplier zero", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1, unit_multiplier: 0}\n",
 			[]string{"f.yaml:4: descriptors[0].rate_limit.unit_multiplier: must be 1 to 1048576 (got 0)"}},
 		{"unit_multiplier with interval", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: {interval: 30s, requests_per_unit: 1, unit_multiplier: 2}\n",
