@@ -82,7 +82,8 @@ type DescriptorStatus struct {
 	Code string `json:"code"` // CodeOK or CodeOverLimit
 	// CurrentLimit is the limit that applied; nil when none did (no rule, or unlimited).
 	CurrentLimit *CurrentLimit `json:"current_limit,omitempty"`
-	// LimitRemaining is the requests left in the window after this check.
+	// LimitRemaining is the requests left in the window after this check; 4294967295 for
+	// an unlimited descriptor (as envoy), 0 for one no rule knows.
 	LimitRemaining int64 `json:"limit_remaining"`
 	// DurationUntilReset is until the window resets.
 	DurationUntilReset time.Duration `json:"duration_until_reset"`
@@ -92,7 +93,10 @@ type DescriptorStatus struct {
 type CurrentLimit struct {
 	RequestsPerUnit int64  `json:"requests_per_unit"`
 	Unit            string `json:"unit"` // SECOND, MINUTE, HOUR, DAY (envoy's enum), WEEK, …
-	Name            string `json:"name,omitempty"`
+	// UnitMultiplier is how many units make the window (30 for a 30-second window with
+	// Unit SECOND); 1 when the server sends none.
+	UnitMultiplier int64  `json:"unit_multiplier,omitempty"`
+	Name           string `json:"name,omitempty"`
 }
 
 // UnmarshalJSON reads a status in the snake_case fields of API.md and, so the client also
@@ -135,15 +139,24 @@ func (s *DescriptorStatus) UnmarshalJSON(b []byte) error {
 // UnmarshalJSON accepts snake_case and lowerCamelCase field names (see DescriptorStatus).
 func (l *CurrentLimit) UnmarshalJSON(b []byte) error {
 	var v struct {
-		RPU  json.Number `json:"requests_per_unit"`
-		RPUC json.Number `json:"requestsPerUnit"`
-		Unit string      `json:"unit"`
-		Name string      `json:"name"`
+		RPU   json.Number `json:"requests_per_unit"`
+		RPUC  json.Number `json:"requestsPerUnit"`
+		Unit  string      `json:"unit"`
+		Name  string      `json:"name"`
+		Mult  json.Number `json:"unit_multiplier"`
+		MultC json.Number `json:"unitMultiplier"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
-	*l = CurrentLimit{Unit: v.Unit, Name: v.Name}
+	*l = CurrentLimit{Unit: v.Unit, Name: v.Name, UnitMultiplier: 1}
+	if n := firstNonZero(v.Mult, v.MultC); n != "" {
+		m, err := strconv.ParseInt(string(n), 10, 64)
+		if err != nil || m < 1 {
+			return fmt.Errorf("client: unit_multiplier %q: want a whole number ≥ 1", n)
+		}
+		l.UnitMultiplier = m
+	}
 	if n := firstNonZero(v.RPU, v.RPUC); n != "" {
 		var err error
 		if l.RequestsPerUnit, err = strconv.ParseInt(string(n), 10, 64); err != nil {

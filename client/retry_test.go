@@ -459,7 +459,7 @@ func TestCheck(t *testing.T) {
 	ok := `{"overall_code":"OK","statuses":[{"code":"OK","current_limit":{"requests_per_unit":5,"unit":"MINUTE","name":"login"},"limit_remaining":4,"duration_until_reset":"60s"}]}`
 	over := `{"overall_code":"OVER_LIMIT","statuses":[{"code":"OVER_LIMIT","current_limit":{"requests_per_unit":5,"unit":"MINUTE"},"limit_remaining":0,"duration_until_reset":12}]}`
 	// envoy's own /json endpoint speaks protojson's lowerCamelCase.
-	envoy := `{"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"requestsPerUnit":5,"unit":"MINUTE"},"limitRemaining":3,"durationUntilReset":"1.5s"}]}`
+	envoy := `{"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"requestsPerUnit":5,"unit":"SECOND","unitMultiplier":30},"limitRemaining":3,"durationUntilReset":"1.5s"}]}`
 	s := newScript(t,
 		answer{status: 200, header: map[string]string{"X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "4"}, body: ok},
 		answer{status: 429, header: map[string]string{"Retry-After": "12"}, body: over},
@@ -474,7 +474,7 @@ func TestCheck(t *testing.T) {
 	}
 	st := r.Statuses[0]
 	if !r.OK() || st.Code != client.CodeOK || st.CurrentLimit == nil || st.CurrentLimit.RequestsPerUnit != 5 || st.CurrentLimit.Unit != "MINUTE" ||
-		st.CurrentLimit.Name != "login" || st.LimitRemaining != 4 || st.DurationUntilReset != time.Minute || r.RateLimit.Limit != 5 {
+		st.CurrentLimit.Name != "login" || st.CurrentLimit.UnitMultiplier != 1 || st.LimitRemaining != 4 || st.DurationUntilReset != time.Minute || r.RateLimit.Limit != 5 {
 		t.Fatalf("%+v %+v", r, st)
 	}
 	body := decodeBody(t, s.requests()[0].Body)
@@ -500,7 +500,7 @@ func TestCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := r.Statuses[0]; !r.OK() || st.LimitRemaining != 3 || st.DurationUntilReset != 1500*time.Millisecond || st.CurrentLimit.RequestsPerUnit != 5 {
+	if st := r.Statuses[0]; !r.OK() || st.LimitRemaining != 3 || st.DurationUntilReset != 1500*time.Millisecond || st.CurrentLimit.RequestsPerUnit != 5 || st.CurrentLimit.UnitMultiplier != 30 {
 		t.Fatalf("%+v", st)
 	}
 }
