@@ -28,6 +28,10 @@ type Config struct {
 	// -grpc-response-headers / SLUICE_GRPC_RESPONSE_HEADERS; default false, as envoy's
 	// LIMIT_RESPONSE_HEADERS_ENABLED.
 	GRPCResponseHeaders bool
+	// DebugAddr serves Go's pprof profiles (/debug/pprof/) on a listener of its own, for
+	// profiling a live process; keep it off public networks. -debug-addr /
+	// SLUICE_DEBUG_ADDR; default empty (off). envoyproxy/ratelimit's debug port is 6070.
+	DebugAddr string
 
 	Dev         bool   // -dev: embedded NATS, in-process drainer, in-process Redis-compatible store, demo sink.
 	DataDir     string // -data / SLUICE_DATA: JetStream store of -dev. Default "./data".
@@ -72,6 +76,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.StringVar(&c.NATSURL, "nats", env("SLUICE_NATS_URL", "nats://127.0.0.1:4222"), "NATS URL(s) (env SLUICE_NATS_URL)")
 	fs.StringVar(&c.RedisURL, "redis", env("SLUICE_REDIS_URL", "redis://127.0.0.1:6379"), "Redis URL (env SLUICE_REDIS_URL)")
 	fs.StringVar(&c.GRPCAddr, "grpc", env("SLUICE_GRPC_ADDR", ":8081"), "envoy rate limit service (gRPC) listen address; empty disables (env SLUICE_GRPC_ADDR)")
+	fs.StringVar(&c.DebugAddr, "debug-addr", env("SLUICE_DEBUG_ADDR", ""), "pprof listen address, e.g. 127.0.0.1:6070; empty disables (env SLUICE_DEBUG_ADDR)")
 	grpcHeaders := fs.String("grpc-response-headers", env("SLUICE_GRPC_RESPONSE_HEADERS", "false"), "add rate-limit headers to every gRPC answer, not only for rules with response_headers (env SLUICE_GRPC_RESPONSE_HEADERS)")
 	fs.StringVar(&c.AdminToken, "admin-token", env("SLUICE_ADMIN_TOKEN", ""), "bearer token of the admin API (env SLUICE_ADMIN_TOKEN)")
 	fs.BoolVar(&c.Dev, "dev", false, "one process: embedded NATS, in-process drainer and store, demo sink")

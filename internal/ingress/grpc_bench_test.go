@@ -66,8 +66,11 @@ descriptors:
 		t.Fatal(err)
 	}
 	grpcAddr := freeAddr(t)
-	proc := proctest.Start(t, proctest.Spec{Name: "ingress", Bin: filepath.Join(dir, "ingress"), ReadyMsg: "ingress: listening", Args: []string{
-		"-rules", rulesPath, "-http", "127.0.0.1:0", "-grpc", grpcAddr, "-nats", n.URL(), "-redis", r.URL(), "-log-format", "json"}})
+	args := []string{"-rules", rulesPath, "-http", "127.0.0.1:0", "-grpc", grpcAddr, "-nats", n.URL(), "-redis", r.URL(), "-log-format", "json"}
+	if a := os.Getenv("SLUICE_BENCH_DEBUG_ADDR"); a != "" { // profile the ingress: go tool pprof http://$a/debug/pprof/profile
+		args = append(args, "-debug-addr", a)
+	}
+	proc := proctest.Start(t, proctest.Spec{Name: "ingress", Bin: filepath.Join(dir, "ingress"), ReadyMsg: "ingress: listening", Args: args})
 	ctx := context.Background()
 	ingressCPU := func() time.Duration {
 		m, err := proc.Metrics(ctx)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -636,5 +637,22 @@ func TestGRPCDev(t *testing.T) {
 	r := g.call(t, "edge_proxy", 1, desc("remote_address", "10.0.0.1"), desc("client_id", "scraper-9", "banned", "true"))
 	if codesOf(r) != "OVER_LIMIT: OK OVER_LIMIT" || r.Statuses[0].LimitRemaining != math.MaxUint32 {
 		t.Fatalf("edge_proxy: %s %v", codesOf(r), r.Statuses)
+	}
+}
+
+// TestDebugAddr: -debug-addr serves pprof on its own listener, and only there.
+func TestDebugAddr(t *testing.T) {
+	t.Parallel()
+	e := start(t, func(c *ingress.Config) { c.DebugAddr = "127.0.0.1:0" })
+	resp, err := http.Get("http://" + e.main.DebugAddr.String() + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("pprof on -debug-addr: %d", resp.StatusCode)
+	}
+	if r := e.do("GET", "/debug/pprof/cmdline", ""); r.code != 404 {
+		t.Fatalf("pprof on the API listener: %d", r.code)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"os"
 	"strings"
@@ -37,14 +38,15 @@ type Main struct {
 	Now func() time.Time
 
 	// Set by Run.
-	Server   *Server
-	Addr     net.Addr // the HTTP listener's address (useful with -http :0)
-	GRPCAddr net.Addr // the gRPC listener's address; nil when -grpc is empty
-	NATSURL  string
-	RedisURL string
-	SinkURL  string           // -dev demo sink
-	Drainer  *drainer.Process // the in-process drainer (-drain), or nil
-	Stack    *app.Stack       // connections, streams, admission
+	Server    *Server
+	Addr      net.Addr // the HTTP listener's address (useful with -http :0)
+	GRPCAddr  net.Addr // the gRPC listener's address; nil when -grpc is empty
+	DebugAddr net.Addr // the pprof listener's address; nil without -debug-addr
+	NATSURL   string
+	RedisURL  string
+	SinkURL   string           // -dev demo sink
+	Drainer   *drainer.Process // the in-process drainer (-drain), or nil
+	Stack     *app.Stack       // connections, streams, admission
 
 	closers []func()
 	httpSrv *http.Server
@@ -257,6 +259,17 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}()
 		log.Info("ingress: envoy rate limit service listening (gRPC)", "addr", m.GRPCAddr.String())
 	}
+	if c.DebugAddr != "" {
+		dln, err := net.Listen("tcp", c.DebugAddr)
+		if err != nil {
+			return fmt.Errorf("ingress: listen -debug-addr %s: %w", c.DebugAddr, err)
+		}
+		m.DebugAddr = dln.Addr()
+		dbg := &http.Server{Handler: debugMux(), ReadHeaderTimeout: 5 * time.Second}
+		m.closers = append(m.closers, func() { dbg.Close() })
+		go dbg.Serve(dln)
+		log.Info("ingress: pprof listening", "addr", dln.Addr().String())
+	}
 	log.Info("ingress: listening", "addr", m.Addr.String(), "nats", m.NATSURL, "rules", len(watcher.Current().Rules()), "dev", c.Dev)
 	if c.Dev {
 		m.printBanner(watcher.Current())
@@ -334,4 +347,16 @@ func ensureStreams(ctx context.Context, q *queue.Queues, set *rules.Set, effecti
 		}
 	}
 	return nil
+}
+
+// debugMux serves net/http/pprof's handlers (not on the default mux, which this process
+// never serves).
+func debugMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }
