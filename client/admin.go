@@ -49,6 +49,11 @@ type Queue struct {
 	Dead   int64 `json:"dead"`
 	// DrainedPerSecond is the deliveries per second over the last minute.
 	DrainedPerSecond float64 `json:"drained_per_second"`
+	// RefusedPerSecond is the 429s of every ingress per second over the last minute.
+	RefusedPerSecond float64 `json:"refused_per_second"`
+	// OldestAge is how long the oldest waiting message (any key) has waited; nil when the
+	// queue is empty (or the server predates it).
+	OldestAge *time.Duration `json:"-"`
 	// Overridden names the fields changed live (Tune) and not yet restored: "outflow",
 	// "total_outflow", "capacity", "paused". Empty when the queue is as the rules file says.
 	Overridden []string `json:"overridden,omitempty"`
@@ -56,6 +61,24 @@ type Queue struct {
 	RulesFile *QueueConfig `json:"rules_file,omitempty"`
 	// OverrideUpdatedAt is when the live changes were last written; zero without any.
 	OverrideUpdatedAt time.Time `json:"override_updated_at,omitzero"`
+}
+
+// UnmarshalJSON reads a queue, turning oldest_age_seconds into OldestAge.
+func (q *Queue) UnmarshalJSON(b []byte) error {
+	type plain Queue
+	var v struct {
+		plain
+		OldestAgeSeconds *float64 `json:"oldest_age_seconds"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*q = Queue(v.plain)
+	if v.OldestAgeSeconds != nil {
+		d := time.Duration(*v.OldestAgeSeconds * float64(time.Second))
+		q.OldestAge = &d
+	}
+	return nil
 }
 
 // QueueConfig is a queue's configuration in the rules file.
@@ -144,6 +167,73 @@ func (a *Admin) Key(ctx context.Context, name, key string) (*QueueKey, error) {
 		return nil, fmt.Errorf("sluice: GET %s: %w", path, err)
 	}
 	return &k, nil
+}
+
+// HotKeys returns up to top keys of a queue with the most messages waiting, deepest
+// first (top 0 means the server's default, 20; at most 100). complete is false when the
+// queue has more than 10,000 non-empty keys and the answer is the deepest of those read.
+func (a *Admin) HotKeys(ctx context.Context, name string, top int) (keys []QueueKey, complete bool, err error) {
+	if name == "" {
+		return nil, false, errors.New("client: HotKeys: empty queue name")
+	}
+	path := "/v1/admin/queues/" + escapeSegment(name) + "/keys"
+	if top > 0 {
+		path += "?top=" + strconv.Itoa(top)
+	}
+	resp, err := a.c.do(ctx, a.call(http.MethodGet, path, nil, anyTransient))
+	if err != nil {
+		return nil, false, err
+	}
+	var v struct {
+		Queue    string `json:"queue"`
+		Complete bool   `json:"complete"`
+		Keys     []struct {
+			Key            string     `json:"key"`
+			Depth          int64      `json:"depth"`
+			NextDispatchAt *time.Time `json:"next_dispatch_at"`
+		} `json:"keys"`
+	}
+	if err := json.Unmarshal(resp.body, &v); err != nil {
+		return nil, false, fmt.Errorf("sluice: GET %s: %w", path, err)
+	}
+	for _, k := range v.Keys {
+		qk := QueueKey{Queue: v.Queue, Key: k.Key, Depth: k.Depth}
+		if k.NextDispatchAt != nil {
+			qk.NextDispatchAt = *k.NextDispatchAt
+		}
+		keys = append(keys, qk)
+	}
+	return keys, v.Complete, nil
+}
+
+// ReplayReport is what ReplayAll did.
+type ReplayReport struct {
+	Replayed int `json:"replayed"` // back in their key's queue
+	Kept     int `json:"kept"`     // still dead: their key had no room
+	Failed   int `json:"failed"`   // not replayed because of an error
+}
+
+// ReplayAll puts the dead messages of one queue back into their keys' queues, oldest
+// first, up to limit (0: the server's default, 1,000). Each keeps its id. It enqueues, so
+// it is retried only when the connection could not be made, or on 503.
+func (a *Admin) ReplayAll(ctx context.Context, queue string, limit int) (*ReplayReport, error) {
+	if queue == "" {
+		return nil, errors.New("client: ReplayAll: empty queue name")
+	}
+	q := url.Values{"queue": {queue}}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	path := "/v1/admin/dead/replay?" + q.Encode()
+	resp, err := a.c.do(ctx, a.call(http.MethodPost, path, nil, neverSent))
+	if err != nil {
+		return nil, err
+	}
+	var r ReplayReport
+	if err := json.Unmarshal(resp.body, &r); err != nil {
+		return nil, fmt.Errorf("sluice: POST %s: %w", path, err)
+	}
+	return &r, nil
 }
 
 // Tune changes a queue live and returns it as it is now. Setting the same patch twice is

@@ -326,6 +326,13 @@ func TestSystem(t *testing.T) {
 		if k, err := a.Key(ctx, "even", "p/1"); err != nil || k.Depth != 0 {
 			t.Fatalf("after PurgeKey: %+v %v", k, err)
 		}
+		hot, complete, err := a.HotKeys(ctx, "even", 5)
+		if err != nil || !complete || len(hot) != 1 || hot[0].Key != "p 2" || hot[0].Depth != 2 || hot[0].Queue != "even" {
+			t.Fatalf("HotKeys after PurgeKey: %+v %v %v", hot, complete, err)
+		}
+		if q, err := a.Queue(ctx, "even"); err != nil || q.OldestAge == nil || *q.OldestAge < 0 {
+			t.Fatalf("oldest age of a paused queue with messages: %+v %v", q, err)
+		}
 		if k, err := a.Key(ctx, "even", "p 2"); err != nil || k.Depth != 2 {
 			t.Fatalf("another key after PurgeKey: %+v %v", k, err)
 		}
@@ -439,6 +446,16 @@ func TestSystem(t *testing.T) {
 		waitState(ctx, t, c, ids[0], client.StateDelivered)
 		if _, err := a.Replay(ctx, "0193a1b2-0000-7000-8000-000000000000"); !errors.Is(err, client.ErrNotFound) {
 			t.Fatalf("replay of an unknown id: %v", err)
+		}
+		// The other two at once.
+		rep, err := a.ReplayAll(ctx, "fragile", 0)
+		if err != nil || rep.Replayed != 2 || rep.Kept != 0 || rep.Failed != 0 {
+			t.Fatalf("ReplayAll: %+v %v", rep, err)
+		}
+		waitState(ctx, t, c, ids[1], client.StateDelivered)
+		waitState(ctx, t, c, ids[2], client.StateDelivered)
+		if _, err := a.ReplayAll(ctx, "", 0); err == nil {
+			t.Fatal("ReplayAll without a queue")
 		}
 	})
 }
