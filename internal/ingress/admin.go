@@ -45,6 +45,7 @@ type Admin struct {
 func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.once.Do(func() {
 		m := http.NewServeMux()
+		m.HandleFunc("GET /v1/admin/rules", a.listRules)
 		m.HandleFunc("GET /v1/admin/queues", a.listQueues)
 		m.HandleFunc("GET /v1/admin/queues/{name}", a.getQueue)
 		m.HandleFunc("PATCH /v1/admin/queues/{name}", a.patchQueue)
@@ -171,6 +172,55 @@ func (a *Admin) queueRule(w http.ResponseWriter, r *http.Request) *rules.Rule {
 		return nil
 	}
 	return rule
+}
+
+// ruleView is one rule as the rules file in force defines it (GET /v1/admin/rules).
+type ruleView struct {
+	Name       string          `json:"name"`
+	Domain     string          `json:"domain"`
+	Descriptor []rules.Entry   `json:"descriptor"` // the path; an empty value is one bucket per value
+	Kind       string          `json:"kind"`       // "queue" (POST /v1/messages) or "check" (check only)
+	RateLimits []rateLimitView `json:"rate_limits"`
+	Unlimited  bool            `json:"unlimited,omitempty"`
+	ShadowMode bool            `json:"shadow_mode,omitempty"`
+	Replaces   []string        `json:"replaces,omitempty"`
+	Queue      *ruleQueueView  `json:"queue,omitempty"` // as the rules file says; live values in GET /v1/admin/queues
+	Overflow   string          `json:"overflow,omitempty"`
+	Source     string          `json:"source"` // file:line
+}
+
+type rateLimitView struct {
+	Name      string `json:"name,omitempty"`
+	Algorithm string `json:"algorithm"`
+	Burst     int64  `json:"burst,omitempty"`
+	overrides.RateJSON
+}
+
+// listRules answers every rule in force, in definition order: what a check or an
+// admission is decided by.
+func (a *Admin) listRules(w http.ResponseWriter, r *http.Request) {
+	out := []ruleView{}
+	for _, rule := range a.Rules().Rules() {
+		v := ruleView{Name: rule.Name, Domain: rule.Domain, Kind: "check", RateLimits: []rateLimitView{},
+			Unlimited: rule.Unlimited, ShadowMode: rule.ShadowMode, Replaces: rule.Replaces,
+			Source: rule.File + ":" + strconv.Itoa(rule.Line)}
+		for _, e := range rule.Path {
+			v.Descriptor = append(v.Descriptor, rules.Entry{Key: e.Key, Value: e.Value})
+		}
+		for _, l := range rule.RateLimits {
+			lv := rateLimitView{Name: l.Name, Algorithm: string(l.Algorithm), RateJSON: overrides.EncodeRate(l.Rate)}
+			if l.Algorithm == rules.TokenBucket || l.Algorithm == rules.LeakyBucket {
+				lv.Burst = l.Burst // the windows have none
+			}
+			v.RateLimits = append(v.RateLimits, lv)
+		}
+		if rule.HasQueue() {
+			v.Kind, v.Overflow = "queue", string(rule.Overflow)
+			v.Queue = &ruleQueueView{Capacity: rule.Queue.Capacity, Outflow: overrides.EncodeRate(rule.Queue.Outflow), TotalOutflow: rateView(rule.Queue.TotalOutflow)}
+		}
+		out = append(out, v)
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"rules": out})
 }
 
 func (a *Admin) listQueues(w http.ResponseWriter, r *http.Request) {

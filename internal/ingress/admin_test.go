@@ -3,6 +3,7 @@ package ingress_test
 import (
 	"context"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -252,5 +253,40 @@ func TestAdminConsoleAPI(t *testing.T) {
 	}
 	if k := e.admin("GET", "/v1/admin/queues/orders/keys/dead-b", ""); k.body["depth"] != float64(1) {
 		t.Fatalf("a replayed letter is not queued: %s", k.raw)
+	}
+}
+
+func TestAdminRules(t *testing.T) {
+	t.Parallel()
+	e := start(t, nil)
+	if r := e.do("GET", "/v1/admin/rules", ""); r.code != 401 {
+		t.Fatalf("without the token: %d", r.code)
+	}
+	r := e.admin("GET", "/v1/admin/rules", "")
+	list, _ := r.body["rules"].([]any)
+	if r.code != 200 || len(list) != 5 {
+		t.Fatalf("rules: %d %s", r.code, r.raw)
+	}
+	byName := map[string]map[string]any{}
+	for _, x := range list {
+		m := x.(map[string]any)
+		byName[m["name"].(string)] = m
+	}
+	login := byName["auth_auth_type_login"]
+	if login == nil || login["kind"] != "check" || login["domain"] != "auth" || !strings.Contains(login["source"].(string), "rules.yaml:") {
+		t.Fatalf("login rule: %v", login)
+	}
+	if l := login["rate_limits"].([]any)[0].(map[string]any); l["algorithm"] != "fixed_window" || l["unit"] != "minute" || l["requests_per_unit"] != float64(2) || l["burst"] != nil {
+		t.Fatalf("login limit: %v", l)
+	}
+	if h := byName["auth_auth_type_health"]; h == nil || h["unlimited"] != true {
+		t.Fatalf("unlimited rule: %v", h)
+	}
+	m := byName["marketing"]
+	if m["kind"] != "queue" || m["overflow"] != "park" || m["queue"].(map[string]any)["capacity"] != float64(50) {
+		t.Fatalf("marketing: %v", m)
+	}
+	if d := m["descriptor"].([]any); len(d) != 2 || d[1].(map[string]any)["key"] != "user_id" || d[1].(map[string]any)["value"] != "" {
+		t.Fatalf("marketing path: %v", d)
 	}
 }

@@ -190,6 +190,13 @@ descriptors:
     queue: {capacity: 50, outflow: {unit: second, requests_per_unit: 1}}
     overflow: park
     sink: {url: "SINK"}
+---
+domain: auth
+descriptors:
+  - key: auth_type
+    value: login
+    name: auth-login
+    rate_limit: {unit: minute, requests_per_unit: 5}
 `, "SINK", sink.URL)
 	if err := os.WriteFile(path, []byte(rulesYAML), 0o644); err != nil {
 		t.Fatal(err)
@@ -233,6 +240,13 @@ descriptors:
 	// The queue list shows the orders queue with messages waiting.
 	b.wait("orders with depth", `(() => { const c = document.querySelector('tr[data-queue="orders"] td[data-field="depth"]');
 		return c !== null && parseInt(c.textContent.replace(/\D/g, ""), 10) > 0 })()`)
+	b.wait("the rules", `document.querySelector('#rules tr[data-rule="marketing"]') !== null`)
+	if got := b.eval(`document.querySelector('#rules tr[data-rule="marketing"]').textContent`); !strings.Contains(got, "user_id=(each value)") || !strings.Contains(got, "overflow park") {
+		t.Fatalf("the marketing rule reads %q", got)
+	}
+	if got := b.eval(`document.querySelector('#rules tr[data-rule="auth-login"]').textContent`); !strings.Contains(got, "check") || !strings.Contains(got, "5/minute fixed window") {
+		t.Fatalf("the check rule reads %q", got)
+	}
 	b.shot("queues")
 
 	// One queue: pause, and nothing leaves; resume, and deliveries go on.

@@ -44,6 +44,7 @@ var serverRoutes = []string{
 	"GET /readyz",
 	"GET /metrics",
 	"GET /ui/",
+	"GET /v1/admin/rules",
 	"GET /v1/admin/queues",
 	"GET /v1/admin/queues/{name}",
 	"PATCH /v1/admin/queues/{name}",

@@ -166,6 +166,33 @@
     fillQueueSelect(queues);
   }
 
+  // The rules change only with the rules files: read once per visit of the page.
+  async function refreshRules() {
+    const { data } = await api("GET", "/v1/admin/rules");
+    const rows = (data.rules || []).map((r) => {
+      const tr = el("tr");
+      tr.dataset.rule = r.name;
+      const name = el("td");
+      if (r.kind === "queue") { const a = el("a", r.name); a.href = "#/queue/" + encodeURIComponent(r.name); name.appendChild(a); }
+      else name.textContent = r.name;
+      tr.appendChild(name);
+      tr.appendChild(el("td", r.domain));
+      tr.appendChild(el("td", (r.descriptor || []).map((e) => e.key + "=" + (e.value === "" ? "(each value)" : e.value)).join(", "), "wrap"));
+      tr.appendChild(el("td", r.kind));
+      let limits = (r.rate_limits || []).map((l) => rate(l) + " " + l.algorithm.replace(/_/g, " ") + (l.burst ? ", burst " + l.burst : "") + (l.name ? " (" + l.name + ")" : "")).join("; ");
+      if (r.unlimited) limits = "unlimited";
+      if (r.shadow_mode) limits += " · shadow mode";
+      if (r.replaces && r.replaces.length) limits += " · replaces " + r.replaces.join(", ");
+      tr.appendChild(el("td", limits || "—", "wrap"));
+      tr.appendChild(el("td", r.queue ? "capacity " + r.queue.capacity + ", " + rate(r.queue.outflow) + " per key" + (r.queue.total_outflow ? ", total " + rate(r.queue.total_outflow) : "") + ", overflow " + r.overflow : "—", "wrap"));
+      const src = el("td", (r.source || "").split("/").pop());
+      src.title = r.source; // the whole path on hover
+      tr.appendChild(src);
+      return tr;
+    });
+    $("rules").tBodies[0].replaceChildren(...rows);
+  }
+
   function fillQueueSelect(queues) {
     const sel = $("dead-queue");
     const have = new Set([...sel.options].map((o) => o.value));
@@ -289,7 +316,10 @@
   async function tick(first) {
     const r = route();
     try {
-      if (r.page === "page-queues") await refreshQueues();
+      if (r.page === "page-queues") {
+        await refreshQueues();
+        if (first) await refreshRules();
+      }
       else if (r.page === "page-queue") await refreshQueue(r.name, first);
       else if (first) {
         await refreshQueues();
