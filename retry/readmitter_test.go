@@ -340,6 +340,14 @@ func TestReadmitterSurvivesRestarts(t *testing.T) {
 	if err := e.node.Restart(); err != nil { // …and so does NATS
 		t.Fatal(err)
 	}
+	// As a restarted drainer would, start once this client is back and JetStream answers
+	// (creating the consumer at once timed out now and then on a loaded machine).
+	eventually(t, 30*time.Second, "JetStream answers after the restart", func() bool {
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err := e.js.AccountInfo(c)
+		return err == nil
+	})
 	startReadmitter(t, e, q.Admit, nil)
 	eventually(t, 30*time.Second, "all re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) == n })
 	eventually(t, 10*time.Second, "the retry stream is empty", func() bool {
