@@ -115,8 +115,8 @@ func (a *Admin) override(ctx context.Context, name string) overrides.Override {
 	return overrides.Override{}
 }
 
-func (a *Admin) view(ctx context.Context, r *rules.Rule) queueView {
-	o := a.override(ctx, r.Name)
+// view shows queue r with its live override o (what the caller read or just wrote).
+func (a *Admin) view(ctx context.Context, r *rules.Rule, o overrides.Override) queueView {
 	eff, _ := overrides.Effective(r, o)
 	v := queueView{
 		Name: r.Name, Domain: r.Domain, Capacity: eff.Queue.Capacity,
@@ -226,25 +226,28 @@ func (a *Admin) listRules(w http.ResponseWriter, r *http.Request) {
 func (a *Admin) listQueues(w http.ResponseWriter, r *http.Request) {
 	out := []queueView{}
 	for _, rule := range a.Rules().QueueRules() {
-		out = append(out, a.view(r.Context(), rule))
+		out = append(out, a.view(r.Context(), rule, a.override(r.Context(), rule.Name)))
 	}
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{"queues": out})
 }
 
 // getQueue answers one queue with its overrides' revision as the ETag, for a PATCH with
-// If-Match: "0" when nothing is overridden (read from the store, not the watcher, so a
-// write of a moment ago is not missed).
+// If-Match ("0" when nothing is overridden). Values and ETag come from one read of the
+// store, not the watcher, so a write of a moment ago is neither missed nor mismatched.
 func (a *Admin) getQueue(w http.ResponseWriter, r *http.Request) {
 	rule := a.queueRule(w, r)
 	if rule == nil {
 		return
 	}
+	o := a.override(r.Context(), rule.Name)
 	if a.Overrides != nil {
-		if o, _, err := a.Overrides.Get(r.Context(), rule.Name); err == nil {
+		stored, _, err := a.Overrides.Get(r.Context(), rule.Name)
+		if err == nil {
+			o = stored
 			w.Header().Set("ETag", strconv.FormatUint(o.Revision, 10))
 		}
 	}
-	httpx.WriteJSON(w, http.StatusOK, a.view(r.Context(), rule))
+	httpx.WriteJSON(w, http.StatusOK, a.view(r.Context(), rule, o))
 }
 
 func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
@@ -289,14 +292,9 @@ func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.Logger.Info("admin: queue tuned", "rule", rule.Name, "override", o, "reset", patch.Reset)
-	v := a.view(ctx, rule)
-	// The watcher may not have seen our own write yet: show what was written.
-	v.Capacity = eff.Queue.Capacity
-	v.Outflow = overrides.EncodeRate(eff.Queue.Outflow)
-	v.TotalOutflow = rateView(eff.Queue.TotalOutflow)
-	v.Paused = o.IsPaused()
+	// Show what was written: the watcher may not have seen it yet.
 	w.Header().Set("ETag", strconv.FormatUint(o.Revision, 10)) // 0 after a reset: nothing stored
-	httpx.WriteJSON(w, http.StatusOK, v)
+	httpx.WriteJSON(w, http.StatusOK, a.view(ctx, rule, o))
 }
 
 func writePatchError(w http.ResponseWriter, err error) {
