@@ -266,11 +266,12 @@ func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if v := r.Header.Get("If-Match"); v != "" {
-		if patch.IfRevision, err = strconv.ParseUint(strings.Trim(v, `"`), 10, 64); err != nil {
+		rev, err := strconv.ParseUint(strings.Trim(v, `"`), 10, 64)
+		if err != nil {
 			httpx.WriteProblem(w, httpx.BadRequest("If-Match", "must be an override revision number (the ETag of a GET or PATCH)"))
 			return
 		}
-		patch.IfMatch = true
+		patch.IfRevision = &rev
 	}
 	ctx := r.Context()
 	var o overrides.Override

@@ -48,12 +48,10 @@ type Patch struct {
 	Unset Fields
 	// Reset drops the whole override. ParsePatch refuses it together with other fields.
 	Reset bool
-	// IfRevision, when not 0, makes Store.Apply fail with ErrConflict unless the stored
-	// override is still at this revision (HTTP If-Match). Not read from the body.
-	IfRevision uint64
-	// IfMatch makes the revision check apply even when IfRevision is 0, which then means
-	// "no override is stored" (an If-Match: 0 read from a GET of an untuned queue).
-	IfMatch bool
+	// IfRevision, when set, makes Store.Apply fail with ErrConflict unless the stored
+	// override is still at this revision (HTTP If-Match); 0 means "no override is stored".
+	// nil applies whatever is stored. Not read from the body.
+	IfRevision *uint64
 }
 
 // IsZero reports whether p changes nothing.

@@ -167,8 +167,8 @@ func (s *Store) Apply(ctx context.Context, r *rules.Rule, p Patch) (Override, er
 		if err != nil {
 			return Override{}, err
 		}
-		if (p.IfMatch || p.IfRevision != 0) && p.IfRevision != rev {
-			return Override{}, fmt.Errorf("%w: %s is at revision %d, not %d", ErrConflict, name, rev, p.IfRevision)
+		if p.IfRevision != nil && *p.IfRevision != rev {
+			return Override{}, fmt.Errorf("%w: %s is at revision %d, not %d", ErrConflict, name, rev, *p.IfRevision)
 		}
 		next := cur.Merge(p)
 		if !p.Reset {
@@ -197,7 +197,7 @@ func (s *Store) Apply(ctx context.Context, r *rules.Rule, p Patch) (Override, er
 			}
 		}
 		if isConflict(err) {
-			if p.IfMatch || p.IfRevision != 0 {
+			if p.IfRevision != nil {
 				return Override{}, fmt.Errorf("%w: %s changed while writing", ErrConflict, name)
 			}
 			// Jitter so that writers that collided do not collide again in lock step.

@@ -184,7 +184,7 @@ func TestStoreIfRevisionConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Admin A's conditional write is refused: nothing is lost silently.
-	_, err = s.Apply(ctx, r, overrides.Patch{Capacity: i64(50), IfRevision: first.Revision})
+	_, err = s.Apply(ctx, r, overrides.Patch{Capacity: i64(50), IfRevision: &first.Revision})
 	if !errors.Is(err, overrides.ErrConflict) {
 		t.Fatalf("stale IfRevision: %v, want ErrConflict", err)
 	}
@@ -193,11 +193,11 @@ func TestStoreIfRevisionConflict(t *testing.T) {
 		t.Fatalf("capacity = %d, want 6", *cur.Capacity)
 	}
 	// With the current revision it goes through.
-	if _, err := s.Apply(ctx, r, overrides.Patch{Capacity: i64(50), IfRevision: cur.Revision}); err != nil {
+	if _, err := s.Apply(ctx, r, overrides.Patch{Capacity: i64(50), IfRevision: &cur.Revision}); err != nil {
 		t.Fatal(err)
 	}
 	// A conditional reset with a stale revision is refused too.
-	if _, err := s.Apply(ctx, r, overrides.Patch{Reset: true, IfRevision: cur.Revision}); !errors.Is(err, overrides.ErrConflict) {
+	if _, err := s.Apply(ctx, r, overrides.Patch{Reset: true, IfRevision: &cur.Revision}); !errors.Is(err, overrides.ErrConflict) {
 		t.Fatalf("stale conditional reset: %v", err)
 	}
 }
