@@ -38,7 +38,9 @@ type Config struct {
 	OnOverride func(rule string)
 	// RedisPoolSize is the least Redis connection pool size. Default 256.
 	RedisPoolSize int
-	Logger        *slog.Logger
+	// IdempotencyTTL is how long an idempotency key maps to its first message (0: 24 h).
+	IdempotencyTTL time.Duration
+	Logger         *slog.Logger
 }
 
 // Stack is the opened machinery. Close releases it.
@@ -50,7 +52,7 @@ type Stack struct {
 	Scheduler *queue.Scheduler
 	Parking   *retry.Store
 	Dead      *retry.DeadLetters
-	Status    *status.Store
+	Status    *status.Locator
 	Overrides *overrides.Store
 	Current   *overrides.Watcher
 	Limits    bucket.Store
@@ -113,9 +115,7 @@ func Open(ctx context.Context, c Config) (s *Stack, err error) {
 		Rules: func(name string) *rules.Rule { return c.Rules().Rule(name) }}); err != nil {
 		return s, err
 	}
-	s.Status = status.New(s.Redis, status.Config{Logger: log})
-	s.Status.Start(context.WithoutCancel(ctx))
-	s.closers = append(s.closers, s.Status.Stop)
+	s.Status = &status.Locator{Rules: c.Rules, Queues: s.Queues, Scheduler: s.Scheduler, Parking: s.Parking, Dead: s.Dead}
 
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -160,8 +160,8 @@ func Open(ctx context.Context, c Config) (s *Stack, err error) {
 		s.Limits = s.Degraded
 	}
 	s.Admitter = &admit.Admitter{
-		Queues: s.Queues, Scheduler: s.Scheduler, Limits: s.Limits, Parking: s.Parking, Status: s.Status, Logger: log,
-		Redis: &admit.Batcher{RDB: s.Redis, Scheduler: s.Scheduler, Status: s.Status},
+		Queues: s.Queues, Scheduler: s.Scheduler, Limits: s.Limits, Parking: s.Parking, Logger: log,
+		Redis: &admit.Batcher{RDB: s.Redis, Scheduler: s.Scheduler, IdempotencyTTL: c.IdempotencyTTL},
 		OutflowOf: func(r *rules.Rule) (rules.Rate, rules.Rate) {
 			q := s.Effective(r).Queue
 			return q.Outflow, q.TotalOutflow

@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/queue"
 )
 
 const testRules = `
@@ -167,7 +168,7 @@ func TestSubmitQueuedCountsDownThenRejects(t *testing.T) {
 			t.Fatalf("submit %d: body %s", i, r.raw)
 		}
 		id, _ := r.body["id"].(string)
-		if r.header.Get("Location") != "/v1/messages/"+id || len(id) != 36 {
+		if ref, ok := queue.ParseID(id); r.header.Get("Location") != "/v1/messages/"+id || !ok || ref.Key != "m-42" || ref.RuleToken != "orders" {
 			t.Fatalf("Location %q for id %q", r.header.Get("Location"), id)
 		}
 		wantHeaderInt(t, r.header, "X-RateLimit-Limit", 3)
