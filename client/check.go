@@ -11,8 +11,10 @@ import (
 	"time"
 )
 
-// MessageStatus is GET /v1/messages/{id}: where one message is. Records are kept at least
-// 24 h after the final state (delivered or dead).
+// MessageStatus is GET /v1/messages/{id}: where one message is, read from where it is (its
+// key's queue, the retry stream, the dead letters). Once delivered, a message is answered
+// as delivered only where the ingress keeps delivered records (-status-keep), for that
+// long; otherwise Status returns an error matching ErrNoLongerTracked.
 type MessageStatus struct {
 	ID       string `json:"id"`
 	Domain   string `json:"domain"`
@@ -27,6 +29,8 @@ type MessageStatus struct {
 	LastError string `json:"last_error"`
 	// RetryAt is when a parked message is next tried (parked only).
 	RetryAt time.Time `json:"retry_at,omitzero"`
+	// Position is how many messages of its key are ahead of it (queued only).
+	Position int `json:"position,omitempty"`
 	// Reason is why the message died, in the listings of Admin.Dead only (free text such
 	// as "max_attempts (8) reached"; LastError has the last delivery failure).
 	Reason string `json:"reason,omitempty"`
@@ -36,7 +40,8 @@ type MessageStatus struct {
 func (s *MessageStatus) Final() bool { return s.State == StateDelivered || s.State == StateDead }
 
 // Status returns the status of message id, or an error matching ErrNotFound when the
-// server does not know it (never existed, or expired).
+// server does not know it: ErrNoLongerTracked too when the message has left sluice
+// (delivered or purged, with no delivered record kept).
 func (c *Client) Status(ctx context.Context, id string) (*MessageStatus, error) {
 	if id == "" {
 		return nil, errors.New("client: Status: empty message id")

@@ -56,3 +56,29 @@ func (s *Store) Find(ctx context.Context, rule, id string) (Scheduled, error) {
 	}
 	return Scheduled{Message: f.Message, Kind: decodeMeta(f.Header).Kind, Fired: true, StoredAt: f.StoredAt}, nil
 }
+
+// Cancel removes the pending schedule (park or delivery retry) of message id of rule, so it
+// is never re-admitted. It reports whether there was one. A schedule that already fired is
+// the re-admitter's and is not removed.
+func (s *Store) Cancel(ctx context.Context, rule, id string) (bool, error) {
+	st, err := s.handle(ctx)
+	if err != nil {
+		return false, err
+	}
+	removed := false
+	for _, kind := range []string{KindPark, KindRetry} {
+		subj := s.ScheduleSubject(kind, rule, id)
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(subj))
+		if err != nil {
+			return removed, fmt.Errorf("retry: cancel %s: %w", id, err)
+		}
+		if info.State.Subjects[subj] == 0 {
+			continue
+		}
+		if err := st.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+			return removed, fmt.Errorf("retry: cancel %s: %w", id, err)
+		}
+		removed = true
+	}
+	return removed, nil
+}

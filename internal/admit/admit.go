@@ -81,9 +81,9 @@ type Admitter struct {
 	Queues    *queue.Queues
 	Scheduler *queue.Scheduler
 	Redis     *Batcher     // depth counts, due marks and idempotency keys, batched
-	Limits    bucket.Store  // nil: admission limits are not enforced (no rule has one)
-	Parking   *retry.Store  // nil: overflow park is refused as unavailable
-	OutflowOf Outflow       // nil: the rule's own outflow
+	Limits    bucket.Store // nil: admission limits are not enforced (no rule has one)
+	Parking   *retry.Store // nil: overflow park is refused as unavailable
+	OutflowOf Outflow      // nil: the rule's own outflow
 	// CapacityOf returns the capacity in force (a live override); nil: the rule's own.
 	CapacityOf func(r *rules.Rule) int64
 	Logger     *slog.Logger

@@ -40,7 +40,11 @@ type Config struct {
 	RedisPoolSize int
 	// IdempotencyTTL is how long an idempotency key maps to its first message (0: 24 h).
 	IdempotencyTTL time.Duration
-	Logger         *slog.Logger
+	// StatusKeep > 0 keeps records of delivered messages that long, at most StatusKeepMax
+	// (0: a million) of them (status.DeliveredRecords).
+	StatusKeep    time.Duration
+	StatusKeepMax int64
+	Logger        *slog.Logger
 }
 
 // Stack is the opened machinery. Close releases it.
@@ -53,6 +57,7 @@ type Stack struct {
 	Parking   *retry.Store
 	Dead      *retry.DeadLetters
 	Status    *status.Locator
+	Delivered *status.DeliveredRecords // nil unless Config.StatusKeep > 0
 	Overrides *overrides.Store
 	Current   *overrides.Watcher
 	Limits    bucket.Store
@@ -124,6 +129,15 @@ func Open(ctx context.Context, c Config) (s *Stack, err error) {
 	}
 	if err := Retry(startCtx, s.Dead.Ensure); err != nil {
 		return s, fmt.Errorf("%s: dead-letter stream: %w", c.Name, err)
+	}
+	if c.StatusKeep > 0 {
+		if s.Delivered, err = status.NewDeliveredRecords(nc, status.DeliveredConfig{Keep: c.StatusKeep, Max: c.StatusKeepMax, Replicas: c.Replicas}); err != nil {
+			return s, err
+		}
+		if err := Retry(startCtx, s.Delivered.Ensure); err != nil {
+			return s, fmt.Errorf("%s: delivered records (-status-keep): %w", c.Name, err)
+		}
+		s.Status.Delivered = s.Delivered
 	}
 	// Live overrides (PATCH /v1/admin/queues/{name}), pushed by a KV watch.
 	err = Retry(startCtx, func(ctx context.Context) (err error) {

@@ -56,6 +56,9 @@ func Start(ctx context.Context, d Deps) (*Process, error) {
 	cfg.Rules = func() []*rules.Rule { return d.Rules().QueueRules() }
 	cfg.Sink = sink.Multi{HTTP: httpSink, NATS: natsSink}
 	cfg.Retrier, cfg.DeadLetters = st.Parking, st.Dead
+	if st.Delivered != nil {
+		cfg.States = st.Delivered // opt-in records of delivered messages (-status-keep)
+	}
 	var logMu sync.Mutex
 	logged := map[string]time.Time{}
 	cfg.Policy = func(r *rules.Rule) drain.Policy {

@@ -55,6 +55,44 @@ type Config struct {
 	LogFormat       string        // -log-format / SLUICE_LOG_FORMAT: json or text. Default json (text with -dev).
 	LogLevel        string        // -log-level / SLUICE_LOG_LEVEL: debug, info, warn, error. Default info.
 	RulesPoll       time.Duration // -rules-poll / SLUICE_RULES_POLL: how often rules files are checked for changes. Default 1s.
+
+	// IdempotencyTTL is how long an idempotency key maps to its first message.
+	// -idempotency-ttl / SLUICE_IDEMPOTENCY_TTL; default 24h.
+	IdempotencyTTL time.Duration
+	// StatusKeep keeps a record of each delivered message this long, so GET
+	// /v1/messages/{id} answers "delivered" instead of "no longer tracked" (a JetStream
+	// stream bounded by age and StatusKeepMax; nothing in Redis). Set the same on drainers:
+	// they write the records. -status-keep / SLUICE_STATUS_KEEP; default 0 (off), 1h with -dev.
+	StatusKeep time.Duration
+	// StatusKeepMax bounds the delivered records kept (oldest dropped first).
+	// -status-keep-max / SLUICE_STATUS_KEEP_MAX; default 1000000.
+	StatusKeepMax int64
+}
+
+// envDuration reads a duration default from the environment.
+func envDuration(getenv func(string) string, name string, def time.Duration) (time.Duration, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s: want a duration such as 90s or 24h, got %q", name, v)
+	}
+	return d, nil
+}
+
+// envInt reads an integer default from the environment.
+func envInt(getenv func(string) string, name string, def int64) (int64, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%s: want a whole number ≥ 0, got %q", name, v)
+	}
+	return n, nil
 }
 
 // ParseFlags reads args (without the program name) and the environment into a Config.
@@ -93,6 +131,21 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.StringVar(&c.LogFormat, "log-format", env("SLUICE_LOG_FORMAT", ""), "json or text; default json, text with -dev (env SLUICE_LOG_FORMAT)")
 	fs.StringVar(&c.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (env SLUICE_LOG_LEVEL)")
 	poll := fs.String("rules-poll", env("SLUICE_RULES_POLL", "1s"), "how often rules files are checked for changes (env SLUICE_RULES_POLL)")
+	idemTTL, err := envDuration(getenv, "SLUICE_IDEMPOTENCY_TTL", 24*time.Hour)
+	if err != nil {
+		return c, err
+	}
+	fs.DurationVar(&c.IdempotencyTTL, "idempotency-ttl", idemTTL, "how long an idempotency key maps to its first message (env SLUICE_IDEMPOTENCY_TTL)")
+	keep, err := envDuration(getenv, "SLUICE_STATUS_KEEP", 0)
+	if err != nil {
+		return c, err
+	}
+	fs.DurationVar(&c.StatusKeep, "status-keep", keep, "keep a record of each delivered message this long; 0 = off (default off, 1h with -dev) (env SLUICE_STATUS_KEEP)")
+	keepMax, err := envInt(getenv, "SLUICE_STATUS_KEEP_MAX", 1_000_000)
+	if err != nil {
+		return c, err
+	}
+	fs.Int64Var(&c.StatusKeepMax, "status-keep-max", keepMax, "most delivered records kept, oldest dropped first (env SLUICE_STATUS_KEEP_MAX)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -104,7 +157,17 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 			c.Rules = append(c.Rules, p)
 		}
 	}
-	var err error
+	keepSet := getenv("SLUICE_STATUS_KEEP") != ""
+	fs.Visit(func(f *flag.Flag) { keepSet = keepSet || f.Name == "status-keep" })
+	if c.Dev && !keepSet {
+		c.StatusKeep = time.Hour // the dev stack answers "delivered" out of the box
+	}
+	if c.IdempotencyTTL <= 0 {
+		return c, fmt.Errorf("-idempotency-ttl: want a positive duration, got %s", c.IdempotencyTTL)
+	}
+	if c.StatusKeepMax <= 0 {
+		return c, fmt.Errorf("-status-keep-max: want a positive number of records, got %d", c.StatusKeepMax)
+	}
 	if c.MaxBody, err = strconv.ParseInt(*maxBody, 10, 64); err != nil || c.MaxBody <= 0 {
 		return c, fmt.Errorf("-max-body: want a positive number of bytes, got %q", *maxBody)
 	}

@@ -138,6 +138,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	st, err := app.Open(ctx, app.Config{
 		Name: "ingress", NATSURL: m.NATSURL, RedisURL: m.RedisURL, Replicas: c.Replicas,
 		Rules: watcher.Current, Limits: limits, Logger: log,
+		IdempotencyTTL: c.IdempotencyTTL, StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
 		OnDegraded: func(on bool) {
 			if srv != nil {
 				srv.SetDegraded(on)

@@ -14,8 +14,9 @@
 //   - the dead letters (retry.DeadLetters.Get): dead, with the reason and when.
 //
 // A message in none of them has left: it was delivered, or removed by a purge. Those two
-// cannot be told apart without a per-message record, so the answer is ErrNotTracked — an
-// honest "no longer tracked" — with what the id itself says (rule, key, when it was
+// cannot be told apart without a per-message record. Such records are opt-in and bounded
+// (Delivered: by age and count, in JetStream); without one the answer is ErrNotTracked —
+// an honest "no longer tracked" — with what the id itself says (rule, key, when it was
 // issued). An id that is not sluice's, or names a rule that does not exist, is ErrNeverSeen.
 //
 // A message moving between places (re-admitted from the retry stream, replayed from the
@@ -89,6 +90,8 @@ type Locator struct {
 	Scheduler *queue.Scheduler
 	Parking   *retry.Store
 	Dead      *retry.DeadLetters
+	// Delivered, when set, holds the opt-in records of delivered messages.
+	Delivered *DeliveredRecords
 }
 
 // Get returns where message id is: ErrNeverSeen for an id that is not sluice's, a *Gone
@@ -127,6 +130,16 @@ func (l *Locator) Get(ctx context.Context, id string) (Status, error) {
 	// Last, the queue again: a message re-admitted or replayed while we looked elsewhere.
 	if st, err := l.inQueue(ctx, r, ref.Key, id); !errors.Is(err, queue.ErrNotQueued) {
 		return st, err
+	}
+	if l.Delivered != nil {
+		attempts, at, ok, err := l.Delivered.Get(ctx, id)
+		if err != nil {
+			return Status{}, err
+		}
+		if ok {
+			return Status{ID: id, Domain: r.Domain, Rule: r.Name, Key: ref.Key, State: Delivered, Attempts: attempts,
+				CreatedAt: issued, UpdatedAt: at}, nil
+		}
 	}
 	return Status{}, &Gone{ID: id, Rule: r.Name, Key: ref.Key, IssuedAt: issued}
 }
