@@ -339,7 +339,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			s.cfg.Logger.Warn("ingress: idempotency key not checked (Redis unreachable)", "rule", rule.Name, "err", err)
 		case !claimed:
 			if s.replayOwner(w, r, &msg, owner) {
-				s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
+				s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc() // or a 503: counted with the repeats
 				return
 			}
 			// The owner is not stored and may never be (its ingress died between claiming the
@@ -428,24 +428,31 @@ func writeQueued(w http.ResponseWriter, id string, depth, capacity int64, eta ti
 // where it is now, or without a state once it has left sluice (delivered or purged; it is
 // no longer tracked). It answers false, writing nothing, when the owner was issued within
 // the stream's duplicate window but is nowhere to be found: its admission may still be in
-// flight, or its ingress died before storing it. The caller then admits m under the owner's
-// id (when the owner is of m's key), and the stream's duplicate window stores it once.
+// flight, or failed (503), or its ingress died before storing it. The caller then admits m
+// under the owner's id (when the owner is of m's key), and the stream's duplicate window
+// stores it once. When the stores cannot be read it answers 503: a 200 then could
+// acknowledge a message that was never stored.
 func (s *Server) replayOwner(w http.ResponseWriter, r *http.Request, m *queue.Message, owner string) bool {
 	st, err := s.cfg.Status.Get(r.Context(), owner)
 	var gone *status.Gone
 	switch {
 	case err == nil:
 		s.writeReplay(w, st)
-		return true
 	case errors.As(err, &gone) && !gone.Legacy && gone.Key == m.Key && s.cfg.Now().Sub(gone.IssuedAt) < queue.DefaultDuplicates:
 		m.ID = owner
 		return false
-	default:
-		// Gone for longer (delivered or purged), not sluice's, or the stores are unreachable:
-		// the owner's id is all there is to say.
+	case errors.As(err, &gone) || errors.Is(err, status.ErrNeverSeen):
+		// Gone for longer (delivered or purged), or not locatable: its id is all there is.
 		s.writeReplay(w, status.Status{ID: owner})
-		return true
+	default:
+		s.cfg.Logger.Warn("ingress: the message owning an idempotency key cannot be looked up", "id", owner, "err", err)
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
+			Title: "Cannot check the idempotency key now",
+			Detail: "an earlier request used this idempotency key, and the queue store (NATS JetStream) cannot say now " +
+				"whether its message was stored; nothing was stored by this request",
+			RetryAfter: httpx.Seconds(s.cfg.Unavailable, 1)})
 	}
+	return true
 }
 
 // writeReplay answers a repeated idempotency key: 200 with the original message.
