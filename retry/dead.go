@@ -140,7 +140,9 @@ func (d *DeadLetters) subject(parts ...string) string {
 }
 
 // Subject is the subject of the dead letter of message id of rule.
-func (d *DeadLetters) Subject(rule, id string) string { return d.subject(token(rule), queue.IDToken(id)) }
+func (d *DeadLetters) Subject(rule, id string) string {
+	return d.subject(token(rule), queue.IDToken(id))
+}
 
 // ruleFilter matches the dead letters of rule, or of every rule when rule is "".
 func (d *DeadLetters) ruleFilter(rule string) string {
