@@ -317,6 +317,17 @@ func TestClaimIdempotency(t *testing.T) {
 	if ttl := r.rdb.PTTL(ctx, keys[0]).Val(); ttl <= 59*time.Minute || ttl > time.Hour {
 		t.Fatalf("TTL %v, want the configured hour", ttl)
 	}
+	// What one key costs, as the README states it: a 36-byte idempotency key (a uuid) mapped
+	// to a typical ~55-byte message id.
+	uuidKey := "6f1c2a9e-0b7d-4c52-9a51-3e2f1d0c8b7a"
+	if _, _, err := r.b.Claim("orders", uuidKey, "01a211f7-9526-7ce1-a644-b40d2e146e5f.orders.kbS00Mg").Claimed(); err != nil {
+		t.Fatal(err)
+	}
+	size := r.rdb.MemoryUsage(ctx, r.prefix+"sl:{orders}:idem:"+uuidKey).Val()
+	t.Logf("one idempotency key: %d bytes of Redis memory (MEMORY USAGE)", size)
+	if size <= 0 || size > 256 {
+		t.Errorf("an idempotency key takes %d bytes, want at most 256", size)
+	}
 	if err := r.sched.ReleaseIdempotency(ctx, "r", "order 991 {x}", "not-the-owner"); err != nil {
 		t.Fatal(err)
 	}

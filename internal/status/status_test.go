@@ -192,6 +192,15 @@ func TestLocatorAnswersEveryStateFromWhereTheMessageIs(t *testing.T) {
 	if w.rec.Dropped() != 0 {
 		t.Fatalf("%d records dropped", w.rec.Dropped())
 	}
+	// What a record costs on disk, as the README states it.
+	info, err := w.rec.Info(w.ctx)
+	if err != nil || info.State.Msgs != 1 {
+		t.Fatalf("records stream: %+v %v", info, err)
+	}
+	t.Logf("one delivered record: %d bytes in the stream", info.State.Bytes)
+	if info.State.Bytes > 300 {
+		t.Errorf("a delivered record takes %d bytes, want at most 300", info.State.Bytes)
+	}
 
 	// Never seen: not an id, or an id of a rule that is not in force.
 	for _, id := range []string{"nonsense", uuid.Must(uuid.NewV7()).String() + ".nosuchrule.kbQ", ""} {
