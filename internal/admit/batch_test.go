@@ -452,7 +452,7 @@ func TestTimeoutBoundsASilentRedis(t *testing.T) {
 // Redis stops: the first Count fails within the Timeout and Redis is known down; later
 // Counts fail at once with ErrRedisDown, marks and undos are dropped without blocking.
 // Redis comes back empty (no AOF: no data, no scripts cached): once the down window has
-// passed, Counts, status records and marks work again (scripts reloaded on NOSCRIPT).
+// passed, Counts and marks work again (scripts reloaded on NOSCRIPT).
 func TestRedisDownFailsFastAndRecovers(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{TCP: true})
@@ -521,7 +521,7 @@ func TestRedisDownFailsFastAndRecovers(t *testing.T) {
 }
 
 // A batch that finds the scripts gone (NOSCRIPT) is sent again after loading them: its
-// scripts run once more, its plain commands (undos, status records) do not run twice.
+// scripts run once more, its plain commands (undos) do not run twice.
 func TestScriptsReloadedWithoutRepeatingUndos(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{}) // private: SCRIPT FLUSH and CLIENT PAUSE touch no other test

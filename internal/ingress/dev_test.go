@@ -21,7 +21,7 @@ import (
 
 // TestDevStack is `make run` in-process: `ingress -dev -rules deploy/examples` with its
 // embedded NATS, its miniredis store, its in-process drainer and its demo sink, driven
-// through real HTTP. It is the only test in which the queue scripts, the status records
+// through real HTTP. It is the only test in which the queue scripts, the idempotency keys
 // and the park path run on miniredis rather than on a real Redis, and it checks make
 // run's promise: one merchant's orders reach the demo sink once each, in admission
 // order, no faster than the rule's outflow. (-dev decides admission limits and
