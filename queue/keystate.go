@@ -32,3 +32,9 @@ func (s *Scheduler) KeyState(ctx context.Context, rule, key string) (KeyState, e
 	}
 	return st, nil
 }
+
+// Uncount counts one message of (rule, key) out of the depth estimate (a message removed
+// other than by delivery, e.g. cancelled). Best effort: a miss heals when the key empties.
+func (s *Scheduler) Uncount(ctx context.Context, rule, key string) error {
+	return s.rdb.HIncrBy(ctx, s.keys(rule).depth, key, -1).Err()
+}

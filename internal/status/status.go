@@ -80,6 +80,9 @@ type Status struct {
 	LastError string
 	RetryAt   time.Time // parked or retrying from the retry stream: when it goes back to its queue
 	Position  int       // queued: messages ahead of it in its key's queue
+
+	seq   uint64 // in its key's queue: its stream sequence (Cancel)
+	fired bool   // in the retry stream: its schedule fired (Cancel)
 }
 
 // Locator finds messages. Rules and Queues are required; a nil Scheduler reads every
@@ -115,7 +118,7 @@ func (l *Locator) Get(ctx context.Context, id string) (Status, error) {
 		switch {
 		case err == nil:
 			st := l.base(r, sc.Message)
-			st.State, st.UpdatedAt, st.RetryAt = Parked, sc.StoredAt, sc.RetryAt
+			st.State, st.UpdatedAt, st.RetryAt, st.fired = Parked, sc.StoredAt, sc.RetryAt, sc.Fired
 			if sc.Kind == retry.KindRetry {
 				st.State = Retrying
 			}
@@ -168,7 +171,7 @@ func (l *Locator) inQueue(ctx context.Context, r *rules.Rule, key, id string) (S
 		return Status{}, err
 	}
 	st := l.base(r, f.Message)
-	st.Key, st.State, st.UpdatedAt, st.Position = key, Queued, f.StoredAt, f.Position
+	st.Key, st.State, st.UpdatedAt, st.Position, st.seq = key, Queued, f.StoredAt, f.Position, f.Seq
 	if f.Position > 0 || l.Scheduler == nil {
 		return st, nil
 	}
