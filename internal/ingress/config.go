@@ -38,7 +38,38 @@ type Config struct {
 	DevNATSAddr string // -dev-nats-addr: where the embedded NATS server listens. Default "127.0.0.1:4222" (":0" = any free port).
 	DevSinkAddr string // -dev-sink-addr: where the demo sink listens. Default "127.0.0.1:8090".
 
-	CheckConfig string // -check-config FILE: validate a rules file (or directory) and exit.
+	// CheckConfig validates rules files or directories, comma-separated as -rules, and
+	// exits. -check-config; default empty (run the ingress).
+	CheckConfig []string
+
+	// Envoy parity knobs (README "Envoy / Istio"). Each defaults to envoyproxy/ratelimit's
+	// default (off).
+	//
+	// MergeDomainConfig lets several rules documents define one domain, merged (envoy's
+	// MERGE_DOMAIN_CONFIG). -merge-domain-config / SLUICE_MERGE_DOMAIN_CONFIG; default false.
+	MergeDomainConfig bool
+	// ShadowMode answers every check OK overall, whatever its descriptors say (envoy's
+	// SHADOW_MODE); descriptor statuses, counting and metrics are unchanged.
+	// -shadow-mode / SLUICE_SHADOW_MODE; default false.
+	ShadowMode bool
+	// QuotaMode puts every descriptor in quota mode (envoy's QUOTA_MODE; see a rule's
+	// quota_mode). -quota-mode / SLUICE_QUOTA_MODE; default false.
+	QuotaMode bool
+	// ResponseDynamicMetadata adds envoy's dynamic_metadata to answers: domain,
+	// descriptors, hits_addend and the merged metadata of the passing descriptors' rules
+	// (envoy's RESPONSE_DYNAMIC_METADATA). -response-dynamic-metadata /
+	// SLUICE_RESPONSE_DYNAMIC_METADATA; default false.
+	ResponseDynamicMetadata bool
+	// LocalCacheBytes bounds a local cache of over-limit keys (envoy's
+	// LOCAL_CACHE_SIZE_IN_BYTES): a key found over its fixed window is answered
+	// OVER_LIMIT without the store until the window ends. -local-cache-bytes /
+	// SLUICE_LOCAL_CACHE_SIZE_IN_BYTES; default 0 (off).
+	LocalCacheBytes int64
+	// DetailedMetricValues bounds sluice_checks_detailed_total (rules with
+	// detailed_metric): at most this many distinct descriptor values per rule get their
+	// own series, the rest count under "_other". -detailed-metric-values /
+	// SLUICE_DETAILED_METRIC_VALUES; default 100.
+	DetailedMetricValues int
 
 	// Drain runs a drainer (and re-admitter) inside this process. -drain; default true with
 	// -dev, false otherwise (production runs separate drainer processes).
@@ -83,7 +114,13 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.StringVar(&c.DataDir, "data", env("SLUICE_DATA", "./data"), "JetStream store directory of -dev (env SLUICE_DATA)")
 	fs.StringVar(&c.DevNATSAddr, "dev-nats-addr", "127.0.0.1:4222", "listen address of the embedded NATS server of -dev (port 0: any)")
 	fs.StringVar(&c.DevSinkAddr, "dev-sink-addr", "127.0.0.1:8090", "listen address of the demo sink of -dev")
-	fs.StringVar(&c.CheckConfig, "check-config", "", "validate this rules file or directory and exit")
+	checkConfig := fs.String("check-config", "", "validate these rules files or directories (comma-separated, as -rules) and exit")
+	mergeDomains := fs.String("merge-domain-config", env("SLUICE_MERGE_DOMAIN_CONFIG", "false"), "merge rules documents of one domain instead of refusing them (env SLUICE_MERGE_DOMAIN_CONFIG)")
+	shadowMode := fs.String("shadow-mode", env("SLUICE_SHADOW_MODE", "false"), "answer every check OK overall, as envoy's SHADOW_MODE (env SLUICE_SHADOW_MODE)")
+	quotaMode := fs.String("quota-mode", env("SLUICE_QUOTA_MODE", "false"), "every descriptor in quota mode, as envoy's QUOTA_MODE (env SLUICE_QUOTA_MODE)")
+	dynMeta := fs.String("response-dynamic-metadata", env("SLUICE_RESPONSE_DYNAMIC_METADATA", "false"), "add envoy's dynamic_metadata to answers (env SLUICE_RESPONSE_DYNAMIC_METADATA)")
+	localCache := fs.String("local-cache-bytes", env("SLUICE_LOCAL_CACHE_SIZE_IN_BYTES", "0"), "bytes of the local over-limit cache; 0 disables (env SLUICE_LOCAL_CACHE_SIZE_IN_BYTES)")
+	detailedValues := fs.String("detailed-metric-values", env("SLUICE_DETAILED_METRIC_VALUES", "100"), "distinct values per detailed_metric rule in sluice_checks_detailed_total (env SLUICE_DETAILED_METRIC_VALUES)")
 	drainFlag := fs.String("drain", "", "run a drainer in this process: true or false (default true with -dev)")
 	fs.IntVar(&c.DrainWorkers, "drain-workers", 32, "concurrent deliveries of the in-process drainer")
 	fs.DurationVar(&c.ReadmitMaxBackoff, "readmit-max-backoff", 5*time.Minute, "longest wait between re-admission attempts of a parked message")
@@ -104,7 +141,32 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 			c.Rules = append(c.Rules, p)
 		}
 	}
+	for _, p := range strings.Split(*checkConfig, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			c.CheckConfig = append(c.CheckConfig, p)
+		}
+	}
 	var err error
+	for _, b := range []struct {
+		name string
+		raw  string
+		dst  *bool
+	}{
+		{"-merge-domain-config", *mergeDomains, &c.MergeDomainConfig},
+		{"-shadow-mode", *shadowMode, &c.ShadowMode},
+		{"-quota-mode", *quotaMode, &c.QuotaMode},
+		{"-response-dynamic-metadata", *dynMeta, &c.ResponseDynamicMetadata},
+	} {
+		if *b.dst, err = strconv.ParseBool(b.raw); err != nil {
+			return c, fmt.Errorf("%s: want true or false, got %q", b.name, b.raw)
+		}
+	}
+	if c.LocalCacheBytes, err = strconv.ParseInt(*localCache, 10, 64); err != nil || c.LocalCacheBytes < 0 {
+		return c, fmt.Errorf("-local-cache-bytes: want 0 (off) or a positive number of bytes, got %q", *localCache)
+	}
+	if c.DetailedMetricValues, err = strconv.Atoi(*detailedValues); err != nil || c.DetailedMetricValues < 0 {
+		return c, fmt.Errorf("-detailed-metric-values: want 0 or more, got %q", *detailedValues)
+	}
 	if c.MaxBody, err = strconv.ParseInt(*maxBody, 10, 64); err != nil || c.MaxBody <= 0 {
 		return c, fmt.Errorf("-max-body: want a positive number of bytes, got %q", *maxBody)
 	}
@@ -139,7 +201,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		return c, fmt.Errorf("-log-format: want json or text, got %q", c.LogFormat)
 	}
-	if c.CheckConfig == "" && len(c.Rules) == 0 {
+	if len(c.CheckConfig) == 0 && len(c.Rules) == 0 {
 		return c, errors.New("-rules is required (a rules file or directory; see deploy/examples)")
 	}
 	return c, nil
