@@ -583,3 +583,35 @@ func dialGRPC(t *testing.T, e *env) *grpc.ClientConn {
 	t.Cleanup(func() { conn.Close() })
 	return conn
 }
+
+// TestEnvoyParityDetailedMetric: detailed_metric counts a rule's checks per descriptor
+// value — the first -detailed-metric-values values, then "_other" — so a value per user
+// cannot grow the series without bound; sluice_checks_total stays per rule.
+func TestEnvoyParityDetailedMetric(t *testing.T) {
+	t.Parallel()
+	e := startParityEnv(t, parityRules(t), newFrozen().clock(), "-detailed-metric-values", "3")
+	for i := 0; i < 10; i++ {
+		e.call(t, "modes", 1, desc("api_key", fmt.Sprintf("k%d", i)))
+	}
+	for i := 0; i < 3; i++ { // k0 over its 2 per minute on the third
+		e.call(t, "modes", 1, desc("api_key", "k0"))
+	}
+	e.call(t, "modes", 1, desc("tenant", "t")) // no detailed_metric: no detailed series
+	m := e.do("GET", "/metrics", "")
+	var series []string
+	for _, line := range strings.Split(m.raw, "\n") {
+		if strings.HasPrefix(line, "sluice_checks_detailed_total{") {
+			series = append(series, line)
+		}
+	}
+	want := []string{
+		`sluice_checks_detailed_total{code="OK",rule="modes_api_key",value="_other"} 7`,
+		`sluice_checks_detailed_total{code="OK",rule="modes_api_key",value="api_key_k0"} 2`,
+		`sluice_checks_detailed_total{code="OK",rule="modes_api_key",value="api_key_k1"} 1`,
+		`sluice_checks_detailed_total{code="OK",rule="modes_api_key",value="api_key_k2"} 1`,
+		`sluice_checks_detailed_total{code="OVER_LIMIT",rule="modes_api_key",value="api_key_k0"} 2`,
+	}
+	if strings.Join(series, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("series:\n%s\nwant:\n%s", strings.Join(series, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -274,3 +274,19 @@ descriptors:
 		t.Errorf("all_or_nothing without a limit: %v", err)
 	}
 }
+
+// -check-config takes the same list as -rules, and -merge-domain-config.
+func TestCheckConfigListAndMerge(t *testing.T) {
+	t.Parallel()
+	a := filepath.Join("testdata", "envoyparity", "merge_a.yaml")
+	b := filepath.Join("testdata", "envoyparity", "merge_b.yaml")
+	var out strings.Builder
+	if err := CheckConfigWith(&out, Options{MergeDomains: true}, a, b); err != nil ||
+		!strings.Contains(out.String(), "rules: OK: 2 rules (0 queue rules, 2 check-only rules) in 1 domains from 2 files") {
+		t.Fatalf("merged: %v\n%s", err, out.String())
+	}
+	out.Reset()
+	if err := CheckConfigWith(&out, Options{}, a, b); err == nil || !strings.Contains(out.String(), `duplicate domain "split"`) {
+		t.Fatalf("not merged: %v\n%s", err, out.String())
+	}
+}

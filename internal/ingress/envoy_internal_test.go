@@ -1,0 +1,57 @@
+package ingress
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// The over-limit cache never holds more bytes than it is given: the oldest entries go
+// first, an entry larger than the cache is not kept, and entries end with their window.
+func TestOverLimitCacheBounded(t *testing.T) {
+	t.Parallel()
+	const max = 10 * (overLimitEntryBytes + 8) // room for ten 8-byte keys
+	c := newOverLimitCache(max)
+	now := time.Unix(1_700_000_000, 0)
+	for i := 0; i < 5000; i++ {
+		c.put(fmt.Sprintf("key%05d", i), overLimitEntry{until: now.Add(time.Minute), ivl: time.Minute})
+		if c.size > max {
+			t.Fatalf("after %d puts: %d bytes, more than %d", i+1, c.size, max)
+		}
+	}
+	if c.len() != 10 {
+		t.Fatalf("%d entries, want the 10 newest", c.len())
+	}
+	if _, ok := c.get("key04999", now); !ok {
+		t.Fatal("the newest entry was dropped")
+	}
+	if _, ok := c.get("key00000", now); ok {
+		t.Fatal("the oldest entry was kept")
+	}
+	if _, ok := c.get("key04999", now.Add(time.Minute)); ok {
+		t.Fatal("an entry outlived its window")
+	}
+	if c.len() != 9 || c.size != 9*(overLimitEntryBytes+8) {
+		t.Fatalf("after expiry: %d entries, %d bytes", c.len(), c.size)
+	}
+	big := make([]byte, max)
+	c.put(string(big), overLimitEntry{until: now.Add(time.Minute)})
+	if c.len() != 9 {
+		t.Fatal("an entry larger than the cache was kept (or evicted the others)")
+	}
+	if len(c.order)-c.head > 4*c.len()+1100 {
+		t.Fatalf("the order list grows without bound: %d slots for %d entries", len(c.order)-c.head, c.len())
+	}
+}
+
+func TestWholeSeconds(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[time.Duration]time.Duration{
+		0: 0, time.Millisecond: time.Second, time.Second: time.Second, 39600 * time.Millisecond: 40 * time.Second,
+		time.Minute: time.Minute, time.Minute + 1: time.Minute + time.Second,
+	} {
+		if got := wholeSeconds(in); got != want {
+			t.Errorf("wholeSeconds(%v) = %v, want %v", in, got, want)
+		}
+	}
+}
