@@ -241,6 +241,13 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 		v.Over = false // envoy's SHADOW_MODE: the statuses still say what was over
 		s.metrics.checks.WithLabelValues("_global", codeShadowOverLimit, transport).Inc()
 	}
+	if !v.Over && v.RateLimit != nil && v.RateLimit.RetryAfter > 0 {
+		// An answer that lets the request through (quota or shadow mode) sends no
+		// Retry-After, whatever one descriptor said.
+		rl := *v.RateLimit
+		rl.RetryAfter = 0
+		v.RateLimit = &rl
+	}
 	if env.cfg.ResponseDynamicMetadata {
 		v.DynamicMetadata = dynamicMetadata(domain, reqHits, descs, &v)
 	}

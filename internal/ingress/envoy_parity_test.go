@@ -415,8 +415,9 @@ func TestEnvoyParityGlobalModes(t *testing.T) {
 		pstep{domain: "api", descs: []pdesc{pd("user", "s"), pd("org", "s")}, want: []pwant{over("20/MINUTE", toMinute), ok("10/HOUR", 9, toHour)}},
 		pstep{domain: "api", descs: []pdesc{pd("user", "s").withHits(0)}, want: []pwant{over("20/MINUTE", toMinute)}},
 	)
-	if r := shadow.envs[1].do("POST", "/v1/check", `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"s"}]}]}`); r.code != 200 {
-		t.Fatalf("/v1/check under -shadow-mode answered %d %s", r.code, r.raw)
+	if r := shadow.envs[1].do("POST", "/v1/check", `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"s"}]}]}`); r.code != 200 ||
+		r.header.Get("Retry-After") != "" || r.header.Get("X-RateLimit-Remaining") != "0" {
+		t.Fatalf("/v1/check under -shadow-mode answered %d %v %s (want 200, no Retry-After)", r.code, r.header, r.raw)
 	}
 	quota := startTrio(t, func(int) string { return rulesPath }, "-quota-mode", "true")
 	quota.run(t,
