@@ -616,3 +616,23 @@ func TestEnvoyParityDetailedMetric(t *testing.T) {
 		t.Fatalf("series:\n%s\nwant:\n%s", strings.Join(series, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestEnvoyParityMergeDomains: with -merge-domain-config, two files of one domain are
+// served as one (envoy's MERGE_DOMAIN_CONFIG; the refusal without it is a rules test).
+func TestEnvoyParityMergeDomains(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"a.yaml": "domain: split\ndescriptors:\n  - {key: region, value: eu, rate_limit: {unit: minute, requests_per_unit: 10}}\n",
+		"b.yaml": "domain: split\ndescriptors:\n  - {key: region, value: us, rate_limit: {unit: minute, requests_per_unit: 20}}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := startParityEnv(t, dir, newFrozen().clock(), "-merge-domain-config", "true")
+	r := e.call(t, "split", 1, desc("region", "eu"), desc("region", "us"))
+	if a, b := r.Statuses[0].CurrentLimit.GetRequestsPerUnit(), r.Statuses[1].CurrentLimit.GetRequestsPerUnit(); a != 10 || b != 20 {
+		t.Fatalf("merged domain: limits %d and %d, want 10 and 20", a, b)
+	}
+}
