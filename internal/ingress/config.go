@@ -115,12 +115,38 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.StringVar(&c.DevNATSAddr, "dev-nats-addr", "127.0.0.1:4222", "listen address of the embedded NATS server of -dev (port 0: any)")
 	fs.StringVar(&c.DevSinkAddr, "dev-sink-addr", "127.0.0.1:8090", "listen address of the demo sink of -dev")
 	checkConfig := fs.String("check-config", "", "validate these rules files or directories (comma-separated, as -rules) and exit")
-	mergeDomains := fs.String("merge-domain-config", env("SLUICE_MERGE_DOMAIN_CONFIG", "false"), "merge rules documents of one domain instead of refusing them (env SLUICE_MERGE_DOMAIN_CONFIG)")
-	shadowMode := fs.String("shadow-mode", env("SLUICE_SHADOW_MODE", "false"), "answer every check OK overall, as envoy's SHADOW_MODE (env SLUICE_SHADOW_MODE)")
-	quotaMode := fs.String("quota-mode", env("SLUICE_QUOTA_MODE", "false"), "every descriptor in quota mode, as envoy's QUOTA_MODE (env SLUICE_QUOTA_MODE)")
-	dynMeta := fs.String("response-dynamic-metadata", env("SLUICE_RESPONSE_DYNAMIC_METADATA", "false"), "add envoy's dynamic_metadata to answers (env SLUICE_RESPONSE_DYNAMIC_METADATA)")
-	localCache := fs.String("local-cache-bytes", env("SLUICE_LOCAL_CACHE_SIZE_IN_BYTES", "0"), "bytes of the local over-limit cache; 0 disables (env SLUICE_LOCAL_CACHE_SIZE_IN_BYTES)")
-	detailedValues := fs.String("detailed-metric-values", env("SLUICE_DETAILED_METRIC_VALUES", "100"), "distinct values per detailed_metric rule in sluice_checks_detailed_total (env SLUICE_DETAILED_METRIC_VALUES)")
+	// The envoy parity knobs are typed flags (-shadow-mode alone means true) whose
+	// defaults come from their SLUICE_* variables.
+	var envErr error
+	envBool := func(name string) bool {
+		v := getenv(name)
+		if v == "" {
+			return false
+		}
+		on, err := strconv.ParseBool(v)
+		if err != nil && envErr == nil {
+			envErr = fmt.Errorf("%s: want true or false, got %q", name, v)
+		}
+		return on
+	}
+	envInt := func(name string, def int64) int64 {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil && envErr == nil {
+			envErr = fmt.Errorf("%s: want a whole number, got %q", name, v)
+		}
+		return n
+	}
+	fs.BoolVar(&c.MergeDomainConfig, "merge-domain-config", envBool("SLUICE_MERGE_DOMAIN_CONFIG"), "merge rules documents of one domain instead of refusing them, as envoy's MERGE_DOMAIN_CONFIG (env SLUICE_MERGE_DOMAIN_CONFIG)")
+	fs.BoolVar(&c.ShadowMode, "shadow-mode", envBool("SLUICE_SHADOW_MODE"), "answer every check OK overall, as envoy's SHADOW_MODE (env SLUICE_SHADOW_MODE)")
+	fs.BoolVar(&c.QuotaMode, "quota-mode", envBool("SLUICE_QUOTA_MODE"), "every descriptor in quota mode, as envoy's QUOTA_MODE (env SLUICE_QUOTA_MODE)")
+	fs.BoolVar(&c.ResponseDynamicMetadata, "response-dynamic-metadata", envBool("SLUICE_RESPONSE_DYNAMIC_METADATA"), "add envoy's dynamic_metadata to answers, as envoy's RESPONSE_DYNAMIC_METADATA (env SLUICE_RESPONSE_DYNAMIC_METADATA)")
+	fs.Int64Var(&c.LocalCacheBytes, "local-cache-bytes", envInt("SLUICE_LOCAL_CACHE_SIZE_IN_BYTES", 0), "bytes of the local over-limit cache, as envoy's LOCAL_CACHE_SIZE_IN_BYTES; 0 disables (env SLUICE_LOCAL_CACHE_SIZE_IN_BYTES)")
+	var detailed int64
+	fs.Int64Var(&detailed, "detailed-metric-values", envInt("SLUICE_DETAILED_METRIC_VALUES", DefaultDetailedMetricValues), "distinct values per detailed_metric rule in sluice_checks_detailed_total, the rest counted as _other (env SLUICE_DETAILED_METRIC_VALUES)")
 	drainFlag := fs.String("drain", "", "run a drainer in this process: true or false (default true with -dev)")
 	fs.IntVar(&c.DrainWorkers, "drain-workers", 32, "concurrent deliveries of the in-process drainer")
 	fs.DurationVar(&c.ReadmitMaxBackoff, "readmit-max-backoff", 5*time.Minute, "longest wait between re-admission attempts of a parked message")
@@ -147,26 +173,16 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 		}
 	}
 	var err error
-	for _, b := range []struct {
-		name string
-		raw  string
-		dst  *bool
-	}{
-		{"-merge-domain-config", *mergeDomains, &c.MergeDomainConfig},
-		{"-shadow-mode", *shadowMode, &c.ShadowMode},
-		{"-quota-mode", *quotaMode, &c.QuotaMode},
-		{"-response-dynamic-metadata", *dynMeta, &c.ResponseDynamicMetadata},
-	} {
-		if *b.dst, err = strconv.ParseBool(b.raw); err != nil {
-			return c, fmt.Errorf("%s: want true or false, got %q", b.name, b.raw)
-		}
+	if envErr != nil {
+		return c, envErr
 	}
-	if c.LocalCacheBytes, err = strconv.ParseInt(*localCache, 10, 64); err != nil || c.LocalCacheBytes < 0 {
-		return c, fmt.Errorf("-local-cache-bytes: want 0 (off) or a positive number of bytes, got %q", *localCache)
+	if c.LocalCacheBytes < 0 {
+		return c, fmt.Errorf("-local-cache-bytes: want 0 (off) or a positive number of bytes, got %d", c.LocalCacheBytes)
 	}
-	if c.DetailedMetricValues, err = strconv.Atoi(*detailedValues); err != nil || c.DetailedMetricValues < 0 {
-		return c, fmt.Errorf("-detailed-metric-values: want 0 or more, got %q", *detailedValues)
+	if detailed < 0 || detailed > 1<<20 {
+		return c, fmt.Errorf("-detailed-metric-values: want 0 to %d, got %d", 1<<20, detailed)
 	}
+	c.DetailedMetricValues = int(detailed)
 	if c.MaxBody, err = strconv.ParseInt(*maxBody, 10, 64); err != nil || c.MaxBody <= 0 {
 		return c, fmt.Errorf("-max-body: want a positive number of bytes, got %q", *maxBody)
 	}

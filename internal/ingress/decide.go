@@ -185,7 +185,7 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 		}
 		st := descriptorVerdict{Limit: lim, Remaining: d.Remaining, ResetAfter: wholeSeconds(reset),
 			Headers: rule.ResponseHeaders || s.cfg.GRPCResponseHeaders, Quota: env.cfg.QuotaMode || rule.QuotaMode}
-		if rule.Name != overrideRule {
+		if descs[i].Override == nil { // envoy: an override's limit carries no metadata
 			st.Metadata = rule.Metadata
 		}
 		v.HeaderRule = v.HeaderRule || st.Headers

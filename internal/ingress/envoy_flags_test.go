@@ -23,12 +23,7 @@ func TestEnvoyParityFlags(t *testing.T) {
 		c.DetailedMetricValues != ingress.DefaultDetailedMetricValues || len(c.CheckConfig) != 0 {
 		t.Fatalf("defaults: %+v", c)
 	}
-	c, err = parse(nil, "-merge-domain-config", "-shadow-mode=true", "-quota-mode", "1", "-response-dynamic-metadata", "true",
-		"-local-cache-bytes", "1048576", "-detailed-metric-values", "7")
-	if err == nil {
-		t.Fatal("a bool flag without a value was taken (these flags take true or false)")
-	}
-	c, err = parse(nil, "-merge-domain-config", "true", "-shadow-mode", "true", "-quota-mode", "1", "-response-dynamic-metadata", "true",
+	c, err = parse(nil, "-merge-domain-config", "-shadow-mode=true", "-quota-mode=1", "-response-dynamic-metadata",
 		"-local-cache-bytes", "1048576", "-detailed-metric-values", "7")
 	if err != nil {
 		t.Fatal(err)
@@ -44,13 +39,19 @@ func TestEnvoyParityFlags(t *testing.T) {
 	if !c.MergeDomainConfig || !c.ShadowMode || !c.QuotaMode || !c.ResponseDynamicMetadata || c.LocalCacheBytes != 4096 || c.DetailedMetricValues != 0 {
 		t.Fatalf("environment: %+v", c)
 	}
-	if c, err = parse(map[string]string{"SLUICE_SHADOW_MODE": "true"}, "-shadow-mode", "false"); err != nil || c.ShadowMode {
+	if c, err = parse(map[string]string{"SLUICE_SHADOW_MODE": "true"}, "-shadow-mode=false"); err != nil || c.ShadowMode {
 		t.Fatalf("the flag must win over the environment: %v %v", c.ShadowMode, err)
 	}
-	for _, bad := range [][]string{{"-shadow-mode", "yes please"}, {"-quota-mode", "2"}, {"-merge-domain-config", "x"},
-		{"-response-dynamic-metadata", "on"}, {"-local-cache-bytes", "-1"}, {"-local-cache-bytes", "1MB"}, {"-detailed-metric-values", "-2"}} {
-		if _, err := parse(nil, bad...); err == nil || !strings.HasPrefix(err.Error(), bad[0]+":") {
-			t.Errorf("%v: %v, want an error naming %s", bad, err, bad[0])
+	for _, bad := range [][]string{{"-shadow-mode=yes please"}, {"-quota-mode=2"}, {"-merge-domain-config=x"},
+		{"-response-dynamic-metadata=on"}, {"-local-cache-bytes", "-1"}, {"-local-cache-bytes", "1MB"}, {"-detailed-metric-values", "-2"}} {
+		name := strings.SplitN(bad[0], "=", 2)[0]
+		if _, err := parse(nil, bad...); err == nil || !strings.Contains(err.Error(), name+":") && !strings.Contains(err.Error(), "for flag "+name) {
+			t.Errorf("%v: %v, want an error naming %s", bad, err, name)
+		}
+	}
+	for name, v := range map[string]string{"SLUICE_SHADOW_MODE": "maybe", "SLUICE_LOCAL_CACHE_SIZE_IN_BYTES": "1MB", "SLUICE_DETAILED_METRIC_VALUES": "x"} {
+		if _, err := parse(map[string]string{name: v}); err == nil || !strings.HasPrefix(err.Error(), name+":") {
+			t.Errorf("%s=%s: %v, want an error naming %s", name, v, err, name)
 		}
 	}
 	c, err = ingress.ParseFlags([]string{"-check-config", "a.yaml, dir/ ,b.yml"}, func(string) string { return "" }, io.Discard)

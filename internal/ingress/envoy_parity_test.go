@@ -409,7 +409,7 @@ func (d pdesc) descriptor() *commonv3.RateLimitDescriptor {
 func TestEnvoyParityGlobalModes(t *testing.T) {
 	t.Parallel()
 	rulesPath := parityRules(t)
-	shadow := startTrio(t, func(int) string { return rulesPath }, "-shadow-mode", "true")
+	shadow := startTrio(t, func(int) string { return rulesPath }, "-shadow-mode")
 	shadow.run(t,
 		pstep{domain: "api", hits: 20, descs: []pdesc{pd("user", "s")}, want: []pwant{ok("20/MINUTE", 0, toMinute)}},
 		pstep{domain: "api", descs: []pdesc{pd("user", "s"), pd("org", "s")}, want: []pwant{over("20/MINUTE", toMinute), ok("10/HOUR", 9, toHour)}},
@@ -419,7 +419,7 @@ func TestEnvoyParityGlobalModes(t *testing.T) {
 		r.header.Get("Retry-After") != "" || r.header.Get("X-RateLimit-Remaining") != "0" {
 		t.Fatalf("/v1/check under -shadow-mode answered %d %v %s (want 200, no Retry-After)", r.code, r.header, r.raw)
 	}
-	quota := startTrio(t, func(int) string { return rulesPath }, "-quota-mode", "true")
+	quota := startTrio(t, func(int) string { return rulesPath }, "-quota-mode")
 	quota.run(t,
 		pstep{domain: "modes", descs: []pdesc{pd("calls", "c"), pd("compute", "c")}, want: []pwant{ok("1/DAY", 0, toDay), ok("1/DAY", 0, toDay)}},
 		pstep{domain: "modes", descs: []pdesc{pd("calls", "c"), pd("whatever", "c")}, want: []pwant{over("1/DAY", toDay), noLimit}},
@@ -433,7 +433,7 @@ func TestEnvoyParityDynamicMetadata(t *testing.T) {
 	t.Parallel()
 	rulesPath := parityRules(t)
 	clock := newFrozen()
-	e := startParityEnv(t, rulesPath, clock.clock(), "-response-dynamic-metadata", "true")
+	e := startParityEnv(t, rulesPath, clock.clock(), "-response-dynamic-metadata")
 	req := &rlsv3.RateLimitRequest{Domain: "modes", HitsAddend: 1, Descriptors: []*commonv3.RateLimitDescriptor{
 		desc("tenant", "t1"), pd("project", "p1").withHits(1).descriptor(),
 		{Entries: desc("own", "o").Entries, Limit: &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_HOUR}},
@@ -630,7 +630,7 @@ func TestEnvoyParityMergeDomains(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e := startParityEnv(t, dir, newFrozen().clock(), "-merge-domain-config", "true")
+	e := startParityEnv(t, dir, newFrozen().clock(), "-merge-domain-config=true")
 	r := e.call(t, "split", 1, desc("region", "eu"), desc("region", "us"))
 	if a, b := r.Statuses[0].CurrentLimit.GetRequestsPerUnit(), r.Statuses[1].CurrentLimit.GetRequestsPerUnit(); a != 10 || b != 20 {
 		t.Fatalf("merged domain: limits %d and %d, want 10 and 20", a, b)
