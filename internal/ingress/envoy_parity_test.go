@@ -322,6 +322,12 @@ func TestEnvoyParityDecisions(t *testing.T) {
 			want: []pwant{ok("2/MINUTE", 1, toMinute)}},
 		pstep{domain: "modes", hits: 2, descs: []pdesc{{kv: []string{"whatever", "w"}, override: &[2]any{2, "MINUTE"}}}, over: true,
 			want: []pwant{over("2/MINUTE", toMinute)}},
+		// TestConfigLimitOverride: another override of the same unit on the same entries
+		// counts on (3 counted, 1 more: 1 of 5 left); other entries count apart.
+		pstep{domain: "modes", descs: []pdesc{{kv: []string{"whatever", "w"}, override: &[2]any{5, "MINUTE"}}},
+			want: []pwant{ok("5/MINUTE", 1, toMinute)}},
+		pstep{domain: "modes", descs: []pdesc{{kv: []string{"whatever", "w2"}, override: &[2]any{5, "MINUTE"}}},
+			want: []pwant{ok("5/MINUTE", 4, toMinute)}},
 	)
 	// The reset counts down (the integration test's "durTest", 2 s apart), and a new
 	// window starts afresh after the over-limit hits counted in the last one.
