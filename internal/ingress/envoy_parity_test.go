@@ -642,3 +642,28 @@ func TestEnvoyParityMergeDomains(t *testing.T) {
 		t.Fatalf("merged domain: limits %d and %d, want 10 and 20", a, b)
 	}
 }
+
+// GET /v1/admin/rules shows the envoy fields a rule was given.
+func TestEnvoyParityAdminRules(t *testing.T) {
+	t.Parallel()
+	e := startParityEnv(t, parityRules(t), newFrozen().clock())
+	r := e.admin("GET", "/v1/admin/rules", "")
+	byName := map[string]map[string]any{}
+	for _, x := range r.body["rules"].([]any) {
+		m := x.(map[string]any)
+		byName[m["name"].(string)] = m
+	}
+	got := func(name, field string) string { return fmt.Sprint(byName[name][field]) }
+	for _, c := range [][3]string{
+		{"modes_storage", "quota_mode", "true"},
+		{"modes_calls", "quota_mode", "<nil>"},
+		{"hits_acct_strict", "all_or_nothing", "true"},
+		{"hits_acct", "all_or_nothing", "<nil>"},
+		{"modes_api_key", "detailed_metric", "true"},
+		{"modes_tenant", "metadata", "map[billing:map[plan:gold] owner:team_1]"},
+	} {
+		if g := got(c[0], c[1]); g != c[2] {
+			t.Errorf("%s %s: %s, want %s", c[0], c[1], g, c[2])
+		}
+	}
+}
