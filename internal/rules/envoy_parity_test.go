@@ -32,6 +32,7 @@ type parityConfigCase struct {
 	files   []string
 	merge   bool
 	refused string // a substring of the refusal; "" when the files must load
+	differs string // why sluice answers otherwise than envoy on purpose (README); "" when alike
 	field   string // the field the refusal names ("" when it names none)
 	lookups []parityLookup
 }
@@ -120,6 +121,12 @@ var parityConfigCases = []parityConfigCase{
 		{"meta", []string{"tenant", "acme", "route", "checkout"}, "10/SECOND"},
 		{"meta", []string{"client", "c"}, "20/MINUTE metadata=map[billing:map[owner:team_2 tags:[a b] tier:3]]"},
 	}},
+	{envoy: "YamlRateLimit without requests_per_unit (envoy: 0, refuse all)", files: []string{"no_requests.yaml"},
+		refused: "required", field: "descriptors[0].rate_limit.requests_per_unit",
+		differs: "a missing requests_per_unit is more likely a mistake than a block"},
+	{envoy: "validKeys: name on a descriptor (envoy: ignored)", files: []string{"descriptor_name.yaml"},
+		refused: "must be 1–128 characters", field: "descriptors[0].name",
+		differs: "a descriptor's name is sluice's rule name, used in metrics, stream names and URLs"},
 	{envoy: "validKeys: quota_mode", files: []string{"quota.yaml"}, lookups: []parityLookup{
 		{"quotas", []string{"storage", "s"}, "3/DAY quota"},
 		{"quotas", []string{"calls", "c"}, "2/DAY"},
@@ -166,7 +173,7 @@ func parityDescribe(set *Set, domain string, kv []string) string {
 
 func TestEnvoyParityConfig(t *testing.T) {
 	t.Parallel()
-	cases, lookups := 0, 0
+	cases, lookups, differs := 0, 0, 0
 	for _, c := range parityConfigCases {
 		t.Run(c.envoy, func(t *testing.T) {
 			var paths []string
@@ -195,8 +202,11 @@ func TestEnvoyParityConfig(t *testing.T) {
 		})
 		cases++
 		lookups += len(c.lookups)
+		if c.differs != "" {
+			differs++
+		}
 	}
-	t.Logf("envoy parity, configuration: %d cases, %d lookups", cases, lookups)
+	t.Logf("envoy parity, configuration: %d cases (%d as envoy, %d deliberately different), %d lookups", cases, cases-differs, differs, lookups)
 }
 
 func fieldOf(ve ValidationErrors) string {
