@@ -3,6 +3,7 @@ package ingress
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -171,9 +172,20 @@ func (c *overLimitCache) put(key string, e overLimitEntry) {
 			c.size -= int64(len(old)) + overLimitEntryBytes
 		}
 	}
-	if c.head > 1024 && c.head*2 > len(c.order) { // compact the consumed front
-		c.order = append([]string(nil), c.order[c.head:]...)
-		c.head = 0
+	if n := len(c.order) - c.head; n > 2*len(c.m)+64 {
+		// Slots of keys gone (expired, or put again later) outnumber the live ones:
+		// rebuild the order from the last put of each live key.
+		seen := make(map[string]bool, len(c.m))
+		keep := make([]string, 0, len(c.m))
+		for i := len(c.order) - 1; i >= c.head; i-- {
+			k := c.order[i]
+			if _, live := c.m[k]; live && !seen[k] {
+				seen[k] = true
+				keep = append(keep, k)
+			}
+		}
+		slices.Reverse(keep)
+		c.order, c.head = keep, 0
 	}
 }
 

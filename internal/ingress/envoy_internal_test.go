@@ -39,8 +39,21 @@ func TestOverLimitCacheBounded(t *testing.T) {
 	if c.len() != 9 {
 		t.Fatal("an entry larger than the cache was kept (or evicted the others)")
 	}
-	if len(c.order)-c.head > 4*c.len()+1100 {
-		t.Fatalf("the order list grows without bound: %d slots for %d entries", len(c.order)-c.head, c.len())
+	// The same keys over again window after window (each expiring in between): the
+	// bookkeeping stays proportional to the live entries.
+	c = newOverLimitCache(1 << 20)
+	for w := 0; w < 200; w++ {
+		at := now.Add(time.Duration(w) * time.Minute)
+		for k := 0; k < 50; k++ {
+			key := fmt.Sprintf("k%d", k)
+			if _, over := c.get(key, at); over {
+				t.Fatalf("window %d: %s still over from the last window", w, key)
+			}
+			c.put(key, overLimitEntry{until: at.Add(time.Minute), ivl: time.Minute})
+		}
+	}
+	if c.len() != 50 || len(c.order)-c.head > 2*50+64 {
+		t.Fatalf("%d entries, %d order slots: the bookkeeping grows without bound", c.len(), len(c.order)-c.head)
 	}
 }
 

@@ -568,7 +568,8 @@ func TestEnvoyParityProtojsonNames(t *testing.T) {
 		`{"domain":"hits","descriptors":[{"entries":[{"key":"a","value":"b"}],"hitsAddend":"x"}]}`:                                    "descriptors.hitsAddend",
 		`{"domain":"hits","descriptors":[{"entries":[{"key":"a","value":"b"}],"isNegativeHits":true}]}`:                               "descriptors[0].is_negative_hits",
 		`{"domain":"hits","descriptors":[{"entries":[{"key":"a","value":"b"}],"limit":{"requests_per_unit":1,"requestsPerUnit":1}}]}`: "descriptors[0].limit.requests_per_unit",
-		`{"domain":"hits","hitsAddend":4294967296,"descriptors":[{"entries":[{"key":"a","value":"b"}]}]}`:                             "hits_addend",
+		`{"domain":"hits","hitsAddend":4294967296,"descriptors":[{"entries":[{"key":"a","value":"b"}]}]}`:                             "hitsAddend",
+		`{"domain":"hits","descriptors":[{"entries":[{"key":"a","value":"b"}],"hitsAddend":"4294967296"}]}`:                           "descriptors[0].hitsAddend",
 	} {
 		r := e.do("POST", "/v1/check", body)
 		if r.code != 400 || r.body["field"] != field {

@@ -77,7 +77,7 @@ func (req *checkRequest) normalize() *httpx.Problem {
 			return both("hits_addend", "hitsAddend")
 		}
 		if c.v > MaxHitsAddend {
-			p := httpx.BadRequest("hits_addend", "must be 0 to "+strconv.FormatInt(MaxHitsAddend, 10))
+			p := httpx.BadRequest("hitsAddend", "must be 0 to "+strconv.FormatInt(MaxHitsAddend, 10))
 			return &p
 		}
 		h := int64(c.v)
@@ -89,6 +89,10 @@ func (req *checkRequest) normalize() *httpx.Problem {
 		if c := d.HitsAddendCamel; c != nil {
 			if d.HitsAddend != nil {
 				return both(at+".hits_addend", "hitsAddend")
+			}
+			if c.v > MaxHitsAddend {
+				p := httpx.BadRequest(at+".hitsAddend", "must be 0 to "+strconv.FormatInt(MaxHitsAddend, 10))
+				return &p
 			}
 			h := c.v
 			d.HitsAddend = &h
