@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,6 +41,10 @@ const DefaultDetailedMetricValues = 100
 
 // detailedOther is the value label of the checks beyond a rule's distinct values.
 const detailedOther = "_other"
+
+// maxDetailedValueBytes bounds a value label of sluice_checks_detailed_total; longer
+// values are cut (and end in "…").
+const maxDetailedValueBytes = 256
 
 // envoyState is what the parity options need at run time.
 type envoyState struct {
@@ -88,6 +93,13 @@ func (e *envoyState) countDetailed(rule string, es []rules.Entry, code string) {
 		}
 	}
 	v := b.String()
+	if len(v) > maxDetailedValueBytes { // a label value stays short: cut on a rune boundary
+		cut := maxDetailedValueBytes
+		for cut > 0 && !utf8.RuneStart(v[cut]) {
+			cut--
+		}
+		v = v[:cut] + "…"
+	}
 	e.mu.Lock()
 	seen := e.values[rule]
 	if seen == nil {

@@ -2,8 +2,12 @@ package ingress
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	"github.com/sluice-io/sluice/internal/rules"
 )
 
 // The over-limit cache never holds more bytes than it is given: the oldest entries go
@@ -65,6 +69,19 @@ func TestWholeSeconds(t *testing.T) {
 	} {
 		if got := wholeSeconds(in); got != want {
 			t.Errorf("wholeSeconds(%v) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+// A long descriptor value makes a short label, cut on a rune boundary.
+func TestDetailedValueCut(t *testing.T) {
+	t.Parallel()
+	e := newEnvoyState(EnvoyConfig{DetailedMetricValues: 10}, nil)
+	long := strings.Repeat("é", 200) // 400 bytes
+	e.countDetailed("r", []rules.Entry{{Key: "k", Value: long}}, codeOK)
+	for v := range e.values["r"] {
+		if len(v) > maxDetailedValueBytes+len("…") || !utf8.ValidString(v) || !strings.HasSuffix(v, "…") || !strings.HasPrefix(v, "k_é") {
+			t.Fatalf("label value %q (%d bytes)", v, len(v))
 		}
 	}
 }
