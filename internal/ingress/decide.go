@@ -210,7 +210,7 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 		if name == "" {
 			name = rule.Name
 		}
-		rl := httpx.RateLimit{Policy: name, Limit: d.Limit, Remaining: d.Remaining, Reset: d.ResetAfter, Window: d.Window}
+		rl := httpx.RateLimit{Policy: name, Limit: d.Limit, Remaining: d.Remaining, Reset: reset, Window: d.Window}
 		if !res.Allowed {
 			rl.RetryAfter = res.RetryAfter()
 			if rl.RetryAfter == bucket.Never {

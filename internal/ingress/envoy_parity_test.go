@@ -576,6 +576,13 @@ func TestEnvoyParityProtojsonNames(t *testing.T) {
 			t.Errorf("%s: %d %s, want a 400 naming %s", body, r.code, r.raw, field)
 		}
 	}
+	// A check of 0 hits on a fresh key: nothing counted, the window still ends in 40 s, in
+	// the body and in X-RateLimit-Reset alike (envoy's headers count to the window's end).
+	r = e.do("POST", "/v1/check", `{"domain":"hits","descriptors":[{"entries":[{"key":"acct","value":"fresh"}],"hits_addend":0}]}`)
+	if r.code != 200 || !strings.Contains(r.raw, `"limit_remaining":20,"duration_until_reset":"40s"`) ||
+		r.header.Get("X-RateLimit-Reset") != "40" || r.header.Get("X-RateLimit-Remaining") != "20" {
+		t.Errorf("peek: %d %v %s", r.code, r.header, r.raw)
+	}
 	// POST /json: not protojson is a 400.
 	if r := e.do("POST", "/json", `{"domain":"hits","descriptors":[{"entries":[{"key":"a"}]}],"bogus":1}`); r.code != 400 {
 		t.Errorf("/json with an unknown field: %d %s", r.code, r.raw)
