@@ -18,6 +18,7 @@ func ExampleRoutes() {
 	// POST /v1/messages
 	// GET /v1/messages/{id}
 	// POST /v1/check
+	// POST /json
 	// GET /v1/admin/rules (admin token)
 	// GET /v1/admin/queues (admin token)
 	// GET /v1/admin/queues/{name} (admin token)

@@ -259,6 +259,7 @@ var documented = []api.Route{
 	{Method: "POST", Path: "/v1/messages", OperationID: "submitMessage"},
 	{Method: "GET", Path: "/v1/messages/{id}", OperationID: "getMessage"},
 	{Method: "POST", Path: "/v1/check", OperationID: "check"},
+	{Method: "POST", Path: "/json", OperationID: "envoyJson"},
 	{Method: "GET", Path: "/v1/admin/rules", OperationID: "listRules", Admin: true},
 	{Method: "GET", Path: "/v1/admin/queues", OperationID: "listQueues", Admin: true},
 	{Method: "GET", Path: "/v1/admin/queues/{name}", OperationID: "getQueue", Admin: true},

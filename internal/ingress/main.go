@@ -96,7 +96,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	// Rules first: a process with bad rules must not start.
 	var srv *Server
 	watcher, err := rules.NewWatcher(rules.WatcherConfig{
-		Paths: c.Rules, Interval: c.RulesPoll, Logger: log,
+		Paths: c.Rules, Interval: c.RulesPoll, Logger: log, Options: rules.Options{MergeDomains: c.MergeDomainConfig},
 		OnReload: func(set *rules.Set, err error) {
 			if srv != nil {
 				srv.RulesReloaded(set, err)
@@ -172,6 +172,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		Rules: watcher.Current, Admitter: st.Admitter, Status: st.Status, Limits: st.Limits,
 		Admin: admin, AdminToken: c.AdminToken, MaxBody: c.MaxBody, Registry: reg, Logger: log,
 		Ready: st.Ready, GRPCResponseHeaders: c.GRPCResponseHeaders, Now: m.Now,
+		Envoy: EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,
+			LocalCacheBytes: c.LocalCacheBytes, DetailedMetricValues: c.DetailedMetricValues},
 	})
 	m.Server = srv
 	srv.RulesReloaded(watcher.Current(), nil)

@@ -40,6 +40,7 @@ var serverRoutes = []string{
 	"POST /v1/messages",
 	"GET /v1/messages/{id}",
 	"POST /v1/check",
+	"POST /json",
 	"GET /healthz",
 	"GET /readyz",
 	"GET /metrics",

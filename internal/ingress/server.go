@@ -32,6 +32,7 @@ type Server struct {
 	mux     *http.ServeMux
 	bufs    sync.Pool
 	refused refusals
+	envoy   *envoyState // envoy parity options (envoy.go)
 }
 
 // refusals counts this process's 429s per rule between two flushes to Redis (see
@@ -92,6 +93,7 @@ type ServerConfig struct {
 	// GRPCResponseHeaders makes every gRPC check answer carry the rate-limit headers, as
 	// envoy's LIMIT_RESPONSE_HEADERS_ENABLED; otherwise only rules with response_headers.
 	GRPCResponseHeaders bool
+	Envoy               EnvoyConfig // envoy parity options (envoy.go); zero = envoy's defaults
 	// Ready reports whether NATS and Redis are reachable (GET /readyz); nil = always ready.
 	Ready func(ctx context.Context) error
 	// Admin serves /v1/admin/; nil = 404. It is wrapped in bearer-token authentication.
@@ -123,10 +125,12 @@ func NewServer(cfg ServerConfig) *Server {
 		cfg.Registry = prometheus.NewRegistry()
 	}
 	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registry), mux: http.NewServeMux()}
+	s.envoy = newEnvoyState(cfg.Envoy, cfg.Registry)
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	s.route("POST /v1/messages", s.handleSubmit)
 	s.route("GET /v1/messages/{id}", s.handleStatus)
 	s.route("POST /v1/check", s.handleCheck)
+	s.route("POST /json", s.handleEnvoyJSON) // envoyproxy/ratelimit's /json (protojson)
 	s.route("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		io.WriteString(w, "ok\n")
