@@ -17,6 +17,7 @@ func ExampleRoutes() {
 	// Output:
 	// POST /v1/messages
 	// GET /v1/messages/{id}
+	// DELETE /v1/messages/{id}
 	// POST /v1/check
 	// POST /json
 	// GET /v1/admin/rules (admin token)

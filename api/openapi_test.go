@@ -258,6 +258,7 @@ func TestRefsResolveAndComponentsAreUsed(t *testing.T) {
 var documented = []api.Route{
 	{Method: "POST", Path: "/v1/messages", OperationID: "submitMessage"},
 	{Method: "GET", Path: "/v1/messages/{id}", OperationID: "getMessage"},
+	{Method: "DELETE", Path: "/v1/messages/{id}", OperationID: "cancelMessage"},
 	{Method: "POST", Path: "/v1/check", OperationID: "check"},
 	{Method: "POST", Path: "/json", OperationID: "envoyJson"},
 	{Method: "GET", Path: "/v1/admin/rules", OperationID: "listRules", Admin: true},

@@ -63,6 +63,32 @@ func (c *Client) Status(ctx context.Context, id string) (*MessageStatus, error) 
 	return &s, nil
 }
 
+// Cancel takes back message id if it has not been delivered yet — queued, parked or waiting
+// for a delivery retry — and returns its status as it was. A message being delivered,
+// delivered, dead or moving back into its queue is an error matching ErrNotCancellable
+// (409); one that has left sluice matches ErrNoLongerTracked, as for Status. A cancel whose
+// answer was lost and is retried finds the message gone (ErrNoLongerTracked).
+func (c *Client) Cancel(ctx context.Context, id string) (*MessageStatus, error) {
+	if id == "" {
+		return nil, fmt.Errorf("%w: Cancel: empty message id", ErrInvalid)
+	}
+	resp, err := c.do(ctx, call{
+		method: http.MethodDelete,
+		path:   "/v1/messages/" + escapeSegment(id),
+		conn:   anyTransient,
+		retry:  retryUnavailable,
+		ok:     is2xx,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var s MessageStatus
+	if err := json.Unmarshal(resp.body, &s); err != nil {
+		return nil, fmt.Errorf("sluice: DELETE /v1/messages/%s: %w", id, err)
+	}
+	return &s, nil
+}
+
 // Codes of a check (envoy's).
 const (
 	CodeOK        = "OK"

@@ -30,6 +30,8 @@ type Problem struct {
 	Rule     string  `json:"rule,omitempty"`
 	Key      *string `json:"key,omitempty"`
 	IssuedAt string  `json:"issued_at,omitempty"`
+	// State is a message's state, for a cancel refused with 409.
+	State string `json:"state,omitempty"`
 }
 
 // Problem types (the fragment after ProblemBase).
@@ -46,6 +48,8 @@ const (
 	TypeNeverSeen = ProblemBase + "#never-seen"
 	// A message that has left sluice: delivered, or removed by a purge.
 	TypeNotTracked = ProblemBase + "#no-longer-tracked"
+	// A message that cannot be cancelled: being delivered, delivered, dead, or moving.
+	TypeNotCancellable = ProblemBase + "#not-cancellable"
 )
 
 // WriteProblem writes p with its status code and Content-Type application/problem+json.

@@ -234,15 +234,33 @@ func TestDevStack(t *testing.T) {
 			t.Errorf("%d orders of one merchant delivered within %s, want %s", n, span, want)
 		}
 
-		// Once delivered, a message has left sluice: its id answers 404 "no longer tracked",
-		// naming the rule and key it says (nothing of it is kept to say more).
+		// The dev stack keeps delivered records (-status-keep defaults to 1h with -dev): each
+		// order answers delivered, in the order the sink got them.
+		var prevUpdated time.Time
 		for i, a := range adm {
-			r := c.do("GET", "/v1/messages/"+a.id, "")
-			var p struct{ Type, Rule, Key string }
-			json.Unmarshal([]byte(r.raw), &p)
-			if r.code != http.StatusNotFound || !strings.HasSuffix(p.Type, "#no-longer-tracked") || p.Rule != orders.Name || p.Key != "m-42" {
-				t.Errorf("GET delivered order %d: %d %s", i+1, r.code, r.raw)
+			var st struct {
+				ID, Domain, Rule, Key, State string
+				Attempts                     int
+				CreatedAt                    string `json:"created_at"`
+				UpdatedAt                    string `json:"updated_at"`
 			}
+			// The record is written after the sink answered, without waiting: allow it a moment.
+			devWaitFor(t, 5*time.Second, "order "+strconv.Itoa(i+1)+" recorded as delivered", func() bool {
+				r := c.do("GET", "/v1/messages/"+a.id, "")
+				st.State = ""
+				json.Unmarshal([]byte(r.raw), &st)
+				return r.code == http.StatusOK && st.State == "delivered"
+			})
+			created, err1 := time.Parse(time.RFC3339Nano, st.CreatedAt)
+			updated, err2 := time.Parse(time.RFC3339Nano, st.UpdatedAt)
+			if st.ID != a.id || st.Domain != "orders" || st.Rule != orders.Name || st.Key != "m-42" || st.Attempts != 1 ||
+				err1 != nil || err2 != nil || updated.Before(created) {
+				t.Errorf("GET order %d: %+v", i+1, st)
+			}
+			if i > 0 && !updated.After(prevUpdated) {
+				t.Errorf("order %d recorded delivered at %s, not after order %d (%s)", i+1, st.UpdatedAt, i, prevUpdated.Format(time.RFC3339Nano))
+			}
+			prevUpdated = updated
 		}
 		if got := logs.deliveries(orders.Name, "m-42"); len(got) != n {
 			t.Errorf("the demo sink logged %d orders in the end, want %d", len(got), n)

@@ -39,6 +39,7 @@ import (
 var serverRoutes = []string{
 	"POST /v1/messages",
 	"GET /v1/messages/{id}",
+	"DELETE /v1/messages/{id}",
 	"POST /v1/check",
 	"POST /json",
 	"GET /healthz",

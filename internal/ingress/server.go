@@ -129,6 +129,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	s.route("POST /v1/messages", s.handleSubmit)
 	s.route("GET /v1/messages/{id}", s.handleStatus)
+	s.route("DELETE /v1/messages/{id}", s.handleCancel)
 	s.route("POST /v1/check", s.handleCheck)
 	s.route("POST /json", s.handleEnvoyJSON) // envoyproxy/ratelimit's /json (protojson)
 	s.route("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -492,12 +493,33 @@ type statusResponse struct {
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	st, err := s.cfg.Status.Get(r.Context(), id)
+	if err != nil {
+		s.writeLocateError(w, id, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, newStatusResponse(st))
+}
+
+func newStatusResponse(st status.Status) statusResponse {
+	resp := statusResponse{ID: st.ID, Domain: st.Domain, Rule: st.Rule, Key: st.Key, State: st.State, Attempts: st.Attempts,
+		CreatedAt: st.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: st.UpdatedAt.UTC().Format(time.RFC3339Nano), LastError: st.LastError}
+	if !st.RetryAt.IsZero() {
+		resp.RetryAt = st.RetryAt.UTC().Format(time.RFC3339)
+	}
+	if st.State == status.Queued {
+		resp.Position = &st.Position
+	}
+	return resp
+}
+
+// writeLocateError answers an error of the Locator: 404 never seen or no longer tracked,
+// else 503.
+func (s *Server) writeLocateError(w http.ResponseWriter, id string, err error) {
 	var gone *status.Gone
 	switch {
 	case errors.Is(err, status.ErrNeverSeen):
 		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNeverSeen, Status: http.StatusNotFound, Title: "Unknown message",
 			Detail: strconv.Quote(id) + " is not the id of a message of any queue rule in force"})
-		return
 	case errors.As(err, &gone):
 		p := httpx.Problem{Type: httpx.TypeNotTracked, Status: http.StatusNotFound, Title: "Message no longer tracked",
 			Detail: "the message is in none of its key's queue, the retry stream or the dead letters: it was delivered, " +
@@ -511,22 +533,38 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 			p.IssuedAt = gone.IssuedAt.Format(time.RFC3339)
 		}
 		httpx.WriteProblem(w, p)
-		return
-	case err != nil:
-		s.cfg.Logger.Warn("ingress: message status not readable", "err", err)
+	default:
+		s.cfg.Logger.Warn("ingress: message not readable", "id", id, "err", err)
 		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
 			Detail: "the queue store (NATS JetStream) or Redis did not answer", RetryAfter: 1})
+	}
+}
+
+// cancelResponse is DELETE /v1/messages/{id}: what was removed.
+type cancelResponse struct {
+	statusResponse
+	Cancelled bool `json:"cancelled"`
+}
+
+// handleCancel removes a message that has not been delivered yet (queued, parked, waiting
+// for a delivery retry): 200 with its status as it was; 409 with its state when it is being
+// delivered, delivered, dead or moving back into its queue; 404 as GET.
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	st, err := s.cfg.Status.Cancel(r.Context(), id)
+	var nc *status.NotCancellable
+	switch {
+	case errors.As(err, &nc):
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotCancellable, Status: http.StatusConflict, Title: "Message cannot be cancelled",
+			Detail: "the message is " + nc.Status.State + ": only a message that is queued, parked or waiting for a delivery retry can be cancelled",
+			State:  nc.Status.State})
+		return
+	case err != nil:
+		s.writeLocateError(w, id, err)
 		return
 	}
-	resp := statusResponse{ID: st.ID, Domain: st.Domain, Rule: st.Rule, Key: st.Key, State: st.State, Attempts: st.Attempts,
-		CreatedAt: st.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: st.UpdatedAt.UTC().Format(time.RFC3339Nano), LastError: st.LastError}
-	if !st.RetryAt.IsZero() {
-		resp.RetryAt = st.RetryAt.UTC().Format(time.RFC3339)
-	}
-	if st.State == status.Queued {
-		resp.Position = &st.Position
-	}
-	httpx.WriteJSON(w, http.StatusOK, resp)
+	s.cfg.Logger.Info("message cancelled", "id", id, "rule", st.Rule, "state", st.State)
+	httpx.WriteJSON(w, http.StatusOK, cancelResponse{statusResponse: newStatusResponse(st), Cancelled: true})
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {

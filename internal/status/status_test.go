@@ -135,6 +135,9 @@ func TestLocatorAnswersEveryStateFromWhereTheMessageIs(t *testing.T) {
 	if st := w.get(t, ms[0].ID); st.State != status.Delivering {
 		t.Fatalf("head of a held key: %+v, want delivering", st)
 	}
+	if _, err := w.loc.Cancel(w.ctx, ms[0].ID); !errors.Is(err, status.ErrNotCancellable) {
+		t.Fatalf("cancel of a message being delivered: %v, want ErrNotCancellable", err)
+	}
 	if st := w.get(t, ms[1].ID); st.State != status.Queued || st.Position != 1 {
 		t.Fatalf("second of a held key: %+v, want queued at 1", st)
 	}
@@ -157,6 +160,14 @@ func TestLocatorAnswersEveryStateFromWhereTheMessageIs(t *testing.T) {
 		t.Fatalf("parked: %+v, want retry_at %v", st, fire)
 	}
 
+	// Cancel: a held head is being delivered and stays; a parked message is taken back.
+	if _, err := w.loc.Cancel(w.ctx, pm.ID); err != nil {
+		t.Fatalf("cancel parked: %v", err)
+	}
+	if _, err := w.loc.Get(w.ctx, pm.ID); !errors.Is(err, status.ErrNotTracked) {
+		t.Fatalf("a cancelled parked message: %v, want no longer tracked", err)
+	}
+
 	// Dead.
 	dm := queue.Message{ID: mustID(t, key), Rule: "orders", Key: key, Payload: []byte(`{}`), CreatedAt: time.Now(), Attempt: 8}
 	if err := w.dead.Dead(w.ctx, w.rule, dm, "8 attempts, last error: 500"); err != nil {
@@ -164,6 +175,10 @@ func TestLocatorAnswersEveryStateFromWhereTheMessageIs(t *testing.T) {
 	}
 	if st := w.get(t, dm.ID); st.State != status.Dead || st.LastError != "8 attempts, last error: 500" || st.Attempts != 8 || st.Domain != "shop" {
 		t.Fatalf("dead: %+v", st)
+	}
+	var nc *status.NotCancellable
+	if _, err := w.loc.Cancel(w.ctx, dm.ID); !errors.As(err, &nc) || nc.Status.State != status.Dead {
+		t.Fatalf("cancel dead: %v", err)
 	}
 
 	// Gone: delivered (or purged) with no record — an honest "no longer tracked".
