@@ -41,6 +41,9 @@ const (
 	Queued   Decision = "queued"
 	Parked   Decision = "parked"
 	Rejected Decision = "rejected"
+	// KeyTaken: the idempotency key belongs to another message (Result.Owner); nothing was
+	// stored.
+	KeyTaken Decision = "key-taken"
 )
 
 // Why a message was not queued.
@@ -53,6 +56,10 @@ const (
 type Result struct {
 	Decision  Decision
 	Duplicate bool   // the stream already had this message id (nothing new stored)
+	// Owner is the message that owns the idempotency key (KeyTaken).
+	Owner string
+	// Claimed: this admission took its idempotency key (release it if the message is refused).
+	Claimed bool
 	Reason    string // for Parked/Rejected: ReasonQueueFull or ReasonLimit
 
 	// Queue state after the admission (queue rules).
@@ -134,6 +141,10 @@ func Limits(r *rules.Rule) []bucket.Limit {
 // Options of one admission.
 type Options struct {
 	MsgID string // Nats-Msg-Id; "" = m.ID
+	// IdempotencyKey, when set, is claimed for m.ID with the admission's count, before the
+	// publish: a key that belongs to another message answers KeyTaken and stores nothing.
+	// While Redis is unreachable it is not checked (logged).
+	IdempotencyKey string
 	// Park lets a refusal be parked when the rule says overflow: park. The re-admitter
 	// passes false: it parks again itself.
 	Park bool
@@ -183,12 +194,38 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 
 	// 2. Count the message into the key's depth in Redis while it is published: the answer
 	// needs the depth, and overlapping the two round trips is what makes admission cost one
-	// of them, not both.
-	counted := a.Redis.Count(r.Name, m.Key, capacity, now)
+	// of them, not both. With an idempotency key, the count carries the key's claim and is
+	// waited for before the publish: a key that is taken stores nothing.
+	var (
+		cres    queue.Admitted
+		werr    error
+		claimed bool
+		counted Pending
+	)
+	if o.IdempotencyKey != "" {
+		var owner string
+		var cerr error
+		cres, owner, werr, cerr = a.Redis.CountClaim(r.Name, m.Key, capacity, now, o.IdempotencyKey, m.ID).Claimed()
+		switch {
+		case cerr != nil:
+			a.throttledWarn("idempotency", "admit: idempotency key not checked (Redis unreachable)", "rule", r.Name, "err", cerr)
+		case owner != m.ID:
+			if werr == nil {
+				a.Redis.Undo(r.Name, m.Key)
+			}
+			return Result{Decision: KeyTaken, Owner: owner, Capacity: capacity}, nil
+		default:
+			claimed = true
+		}
+	} else {
+		counted = a.Redis.Count(r.Name, m.Key, capacity, now)
+	}
 
 	// 3. Enqueue: JetStream enforces the capacity atomically.
 	enq, err := a.Queues.EnqueueAs(ctx, r.Name, m, msgID)
-	cres, werr := counted.Result()
+	if o.IdempotencyKey == "" {
+		cres, werr = counted.Result()
+	}
 	depth, next := cres.Depth, cres.Next
 	full := errors.Is(err, queue.ErrFull)
 	if err != nil && !full && werr == nil {
@@ -212,7 +249,9 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		if werr == nil && next.After(now) {
 			out.Reset = next.Sub(now) // one place frees when the head leaves at its slot
 		}
-		return a.refuse(ctx, r, m, o, out, now.Add(drain), allowPark)
+		res, err := a.refuse(ctx, r, m, o, out, now.Add(drain), allowPark)
+		res.Claimed = claimed
+		return res, err
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
@@ -249,7 +288,7 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		ahead--
 	}
 	out := Result{
-		Decision: Queued, Duplicate: enq.Duplicate,
+		Decision: Queued, Duplicate: enq.Duplicate, Claimed: claimed,
 		Depth: depth, Capacity: capacity,
 		// This message leaves after those ahead of it, one outflow interval apart, starting
 		// at the key's next slot (retries of the head can only delay it).

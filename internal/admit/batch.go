@@ -17,9 +17,9 @@ import (
 //
 // An admission needs Redis twice: before its publish is acknowledged, to count the message
 // into the key's depth (Count — the answer's depth and eta come back from it), and after, to
-// mark the key due (Mark). An admission with an idempotency key claims it first (Claim),
-// in the same pipelines: a SET NX among the batch's commands costs Redis ~1 µs, where a
-// round trip of its own cost as much as the rest of the admission. Count is sent at the same time as
+// mark the key due (Mark). An admission with an idempotency key claims the key with its
+// count (CountClaim), in the same pipeline: a SET NX among the batch's commands costs Redis
+// ~1 µs, where a round trip of its own cost as much as the rest of the admission. Count is sent at the same time as
 // the publish, and Mark is not waited for, so an admission costs the latency of the slower
 // of its two servers instead of their sum; without batching every admission would also pay
 // its own round trip and syscalls on both ends, which was most of its CPU.
@@ -85,7 +85,6 @@ const (
 	opCount opKind = iota // count into depth; waited for
 	opMark                // mark due; not waited for
 	opUndo                // count out; not waited for
-	opClaim               // claim an idempotency key; waited for
 )
 
 // op is one admission's request to the batch. Ops are recycled (opPool): a Count's by its
@@ -95,12 +94,14 @@ type op struct {
 	rule, key string
 	capacity  int64
 	now       time.Time
-	id        string // opClaim: the message id claiming the key (o.key is the idempotency key)
+	idemKey   string // opCount: an idempotency key to claim for id, or ""
+	id        string
 
-	// results of opCount and opClaim
-	answered bool // its command or script answered
+	// results of opCount
+	answered bool // its count script answered
 	res      queue.Admitted
-	owner    string // opClaim: the id that owns the key
+	owner    string // the id that owns idemKey (id itself when this count claimed it)
+	claimErr error  // the claim's own error
 	err      error
 	done     chan struct{} // buffered (1): receives one value when the result is in
 }
@@ -175,27 +176,29 @@ func (b *Batcher) send(o *op) Pending {
 	return Pending{o}
 }
 
-// Claim maps idempotency key k of rule to message id unless it already maps to another
-// message, for IdempotencyTTL. It returns at once; Claimed waits for the result.
-func (b *Batcher) Claim(rule, k, id string) Pending {
+// CountClaim is Count together with the claim of idempotency key k of rule for message id
+// (for IdempotencyTTL), in the same pipeline: Claimed tells who owns the key. A count whose
+// claim found another owner must be taken back (Undo): the message is not published.
+func (b *Batcher) CountClaim(rule, key string, capacity int64, now time.Time, k, id string) Pending {
 	b.start()
-	o := newOp(opClaim, rule, k)
-	o.id = id
+	o := newOp(opCount, rule, key)
+	o.capacity, o.now, o.idemKey, o.id = capacity, now, k, id
 	return b.send(o)
 }
 
-// Claimed returns the id that owns the idempotency key of a Claim (id itself when the claim
-// took it) and whether this claim took it. Call it (or Wait, Result) exactly once.
-func (p Pending) Claimed() (owner string, claimed bool, err error) {
+// Claimed returns the result of a CountClaim: the count as Result does, the id that owns
+// the idempotency key (id itself when this claim took it) and the claim's error (the count
+// may have succeeded without it). Call it (or Wait, Result) exactly once.
+func (p Pending) Claimed() (res queue.Admitted, owner string, countErr, claimErr error) {
 	o := p.op
 	<-o.done
-	owner, id, err := o.owner, o.id, o.err
+	res, owner, countErr, claimErr = o.res, o.owner, o.err, o.claimErr
+	if claimErr == nil && owner == "" {
+		claimErr = countErr // the pipeline did not run
+	}
 	*o = op{done: o.done}
 	opPool.Put(o)
-	if err != nil {
-		return "", false, err
-	}
-	return owner, owner == id, nil
+	return res, owner, countErr, claimErr
 }
 
 // Mark makes (rule, key) due; call it once the publish is acknowledged. It does not wait:
@@ -255,7 +258,7 @@ func (b *Batcher) run() {
 			if o == nil {
 				continue
 			}
-			if o.kind != opCount && o.kind != opClaim {
+			if o.kind != opCount {
 				*o = op{done: o.done}
 				opPool.Put(o)
 				continue
@@ -338,12 +341,10 @@ func (b *Batcher) exec(ctx context.Context, batch []*op, scriptsOnly bool) error
 				continue
 			}
 			b.Scheduler.UncountPipe(ctx, pipe, o.rule, o.key)
-		case opClaim:
-			if scriptsOnly {
-				continue
-			}
-			b.claims = append(b.claims, claimCmd{o, b.Scheduler.ClaimIdempotencyPipe(ctx, pipe, o.rule, o.key, o.id, b.ttl())})
 		case opCount:
+			if o.idemKey != "" && !scriptsOnly {
+				b.claims = append(b.claims, claimCmd{o, b.Scheduler.ClaimIdempotencyPipe(ctx, pipe, o.rule, o.idemKey, o.id, b.ttl())})
+			}
 			if o.answered { // scriptsOnly: its count ran, only another script failed
 				continue
 			}
@@ -362,15 +363,26 @@ func (b *Batcher) exec(ctx context.Context, batch []*op, scriptsOnly bool) error
 			g.cmd = b.Scheduler.CountAdmittedPipe(ctx, pipe, rule, g.counts)
 		}
 	}
-	_, err := pipe.Exec(ctx)
-	for i, c := range b.claims {
-		if owner, cerr := c.cmd.Result(); cerr == nil || errors.Is(cerr, redis.Nil) {
-			c.op.answered, c.op.owner = true, owner
-			if errors.Is(cerr, redis.Nil) {
-				c.op.owner = c.op.id // the key was free: this claim took it
+	// The batch's error is its first real one: a claim that found its key free answers
+	// redis.Nil, which is not an error, and must not hide a NOSCRIPT behind it.
+	cmds, err := pipe.Exec(ctx)
+	if err != nil {
+		err = nil
+		for _, c := range cmds {
+			if e := c.Err(); e != nil && !errors.Is(e, redis.Nil) {
+				err = e
+				break
 			}
-		} else {
-			c.op.err = cerr
+		}
+	}
+	for i, c := range b.claims {
+		switch owner, cerr := c.cmd.Result(); {
+		case errors.Is(cerr, redis.Nil):
+			c.op.owner = c.op.id // the key was free: this claim took it
+		case cerr == nil:
+			c.op.owner = owner
+		default:
+			c.op.claimErr = cerr
 		}
 		b.claims[i] = claimCmd{}
 	}

@@ -271,6 +271,13 @@ func TestClaimIdempotency(t *testing.T) {
 	t.Parallel()
 	r := sharedRig(t)
 	ctx := context.Background()
+	claim := func(rule, k, id string) (owner string, claimed bool, err error) {
+		_, o, countErr, err := r.b.CountClaim(rule, "a key", 1_000_000, t0, k, id).Claimed()
+		if countErr != nil {
+			return "", false, countErr
+		}
+		return o, o == id, err
+	}
 	const n = 64
 	type answer struct {
 		owner   string
@@ -282,7 +289,7 @@ func TestClaimIdempotency(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			owner, claimed, err := r.b.Claim("r", "order 991 {x}", "id-"+strconv.Itoa(i)).Claimed()
+			owner, claimed, err := claim("r", "order 991 {x}", "id-"+strconv.Itoa(i))
 			if err != nil {
 				t.Error(err)
 			}
@@ -307,7 +314,7 @@ func TestClaimIdempotency(t *testing.T) {
 			t.Fatalf("claim %d was told owner %q, the key is %q's", i, a.owner, winner)
 		}
 	}
-	if owner, claimed, err := r.b.Claim("other-rule", "order 991 {x}", "id-x").Claimed(); err != nil || !claimed || owner != "id-x" {
+	if owner, claimed, err := claim("other-rule", "order 991 {x}", "id-x"); err != nil || !claimed || owner != "id-x" {
 		t.Fatalf("same key under another rule: %q %v %v, want claimed by id-x", owner, claimed, err)
 	}
 	keys, err := r.rdb.Keys(ctx, r.prefix+"sl:{r}:idem:*").Result()
@@ -320,7 +327,7 @@ func TestClaimIdempotency(t *testing.T) {
 	// What one key costs, as the README states it: a 36-byte idempotency key (a uuid) mapped
 	// to a typical ~55-byte message id.
 	uuidKey := "6f1c2a9e-0b7d-4c52-9a51-3e2f1d0c8b7a"
-	if _, _, err := r.b.Claim("orders", uuidKey, "01a211f7-9526-7ce1-a644-b40d2e146e5f.orders.kbS00Mg").Claimed(); err != nil {
+	if _, _, err := claim("orders", uuidKey, "01a211f7-9526-7ce1-a644-b40d2e146e5f.orders.kbS00Mg"); err != nil {
 		t.Fatal(err)
 	}
 	size := r.rdb.MemoryUsage(ctx, r.prefix+"sl:{orders}:idem:"+uuidKey).Val()
@@ -331,13 +338,13 @@ func TestClaimIdempotency(t *testing.T) {
 	if err := r.sched.ReleaseIdempotency(ctx, "r", "order 991 {x}", "not-the-owner"); err != nil {
 		t.Fatal(err)
 	}
-	if owner, claimed, _ := r.b.Claim("r", "order 991 {x}", "late").Claimed(); claimed || owner != winner {
+	if owner, claimed, _ := claim("r", "order 991 {x}", "late"); claimed || owner != winner {
 		t.Fatalf("after a release by a non-owner: %q %v, want still %q's", owner, claimed, winner)
 	}
 	if err := r.sched.ReleaseIdempotency(ctx, "r", "order 991 {x}", winner); err != nil {
 		t.Fatal(err)
 	}
-	if owner, claimed, _ := r.b.Claim("r", "order 991 {x}", "late").Claimed(); !claimed || owner != "late" {
+	if owner, claimed, _ := claim("r", "order 991 {x}", "late"); !claimed || owner != "late" {
 		t.Fatalf("after the owner released it: %q %v, want taken by late", owner, claimed)
 	}
 }
@@ -697,5 +704,21 @@ func TestUndoWhileRedisIsDownIsSentLater(t *testing.T) {
 	}
 	if d, err := r.rdb.HGet(ctx, r.prefix+"sl:{r}:depth", "k").Int64(); err != nil || d != 1 {
 		t.Errorf("depth after Redis came back: %d %v, want 1 (the undo that waited was sent)", d, err)
+	}
+}
+
+// On a fresh Redis (no scripts loaded), a count sent with a claim that finds its key free
+// is still counted: the claim's nil answer does not hide the NOSCRIPT that makes the batch
+// load its scripts and send the count again.
+func TestCountClaimOnAFreshRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	r := newRig(t, srv.Client(t))
+	res, owner, countErr, claimErr := r.b.CountClaim("orders", "m-9", 3, t0, "idem-1", "id-1").Claimed()
+	if countErr != nil || claimErr != nil || owner != "id-1" || res.Depth != 1 {
+		t.Fatalf("first count and claim on a fresh Redis: %+v owner %q, %v %v", res, owner, countErr, claimErr)
+	}
+	if d, _ := r.count(t, "orders", "m-9", 3, t0); d != 2 {
+		t.Fatalf("second count: depth %d, want 2", d)
 	}
 }

@@ -330,32 +330,19 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	msg := queue.Message{ID: id, Key: match.Key, Payload: req.Payload, CreatedAt: now} // decodeSubmit copied the payload out of the pooled body
 
-	// Idempotency: the first request with a key owns it for the TTL; repeats get its answer.
-	claimedIdem := false
-	if req.IdempotencyKey != "" {
-		batch := s.cfg.Admitter.Redis
-		owner, claimed, err := "", false, admit.ErrRedisDown
-		if !batch.Down() {
-			owner, claimed, err = batch.Claim(rule.Name, req.IdempotencyKey, msg.ID).Claimed()
+	// Idempotency: the first request with a key owns it for the TTL (claimed with the
+	// admission's count, before the publish); repeats get its answer.
+	res, err := s.cfg.Admitter.Admit(ctx, rule, msg, admit.Options{Park: true, IdempotencyKey: req.IdempotencyKey})
+	if err == nil && res.Decision == admit.KeyTaken {
+		if s.replayOwner(w, r, &msg, res.Owner) {
+			s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc() // or a 503: counted with the repeats
+			return
 		}
-		switch {
-		case err != nil:
-			// Redis is down: admit anyway and say so; the key cannot be checked.
-			s.cfg.Logger.Warn("ingress: idempotency key not checked (Redis unreachable)", "rule", rule.Name, "err", err)
-		case !claimed:
-			if s.replayOwner(w, r, &msg, owner) {
-				s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc() // or a 503: counted with the repeats
-				return
-			}
-			// The owner is not stored and may never be (its ingress died between claiming the
-			// key and storing): admit under the owner's id, which the stream's duplicate
-			// window recognises if the owner's publish lands after all.
-		default:
-			claimedIdem = true
-		}
+		// The owner is not stored and may never be (its admission failed, or its ingress died
+		// between claiming the key and storing): admit under the owner's id, which the
+		// stream's duplicate window recognises if the owner's publish lands after all.
+		res, err = s.cfg.Admitter.Admit(ctx, rule, msg, admit.Options{Park: true})
 	}
-
-	res, err := s.cfg.Admitter.Admit(ctx, rule, msg, admit.Options{Park: true})
 	if err != nil {
 		// The idempotency key stays claimed: a publish that timed out may still have been
 		// stored, and a retry under the same key re-admits under the same message id, which
@@ -376,7 +363,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		Reset: res.Reset, Window: res.Window, RetryAfter: res.RetryAfter})
 	switch res.Decision {
 	case admit.Rejected:
-		if claimedIdem {
+		if res.Claimed {
 			s.cfg.Admitter.Scheduler.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, req.IdempotencyKey, msg.ID)
 		}
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
