@@ -327,7 +327,7 @@ func TestBadRequests(t *testing.T) {
 		field      string
 	}{
 		{"malformed", `{"domain":`, 400, ""},
-		{"not an object", `[1,2]`, 400, "(body)"},
+		{"not an object", `"orders"`, 400, "(body)"},
 		{"missing domain", `{"descriptor":[{"key":"merchant_id","value":"m"}],"payload":1}`, 400, "domain"},
 		{"missing descriptor", `{"domain":"orders","payload":1}`, 400, "descriptor"},
 		{"empty key", `{"domain":"orders","descriptor":[{"key":"","value":"m"}],"payload":1}`, 400, "descriptor[0].key"},

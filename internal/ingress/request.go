@@ -140,9 +140,22 @@ func (u *jsonUint) UnmarshalJSON(b []byte) error {
 func decodeJSON(r *http.Request, body []byte, v any) *httpx.Problem {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
 		p := httpx.Problem{Type: httpx.TypeInvalidRequest, Status: http.StatusUnsupportedMediaType,
-			Title: "Unsupported media type", Detail: "Content-Type must be application/json"}
+			Title: "Unsupported media type", Detail: "Content-Type must be application/json (application/x-ndjson for a batch)"}
 		return &p
 	}
+	return decodeJSONBytes(body, v)
+}
+
+// decodeSubmitBytes decodes one submission (a batch's item) from its JSON.
+func decodeSubmitBytes(body []byte, req *submitRequest) *httpx.Problem {
+	if decodeSubmitFast(body, req) {
+		return nil
+	}
+	return decodeJSONBytes(body, req)
+}
+
+// decodeJSONBytes decodes exactly one JSON value into v, refusing unknown fields.
+func decodeJSONBytes(body []byte, v any) *httpx.Problem {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

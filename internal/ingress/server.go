@@ -100,6 +100,7 @@ type ServerConfig struct {
 	Admin      http.Handler
 	AdminToken string
 	MaxBody    int64 // default 1 MiB
+	MaxBatch   int   // most messages in one batch submission; default DefaultMaxBatch
 	Registry   *prometheus.Registry
 	Logger     *slog.Logger
 	Now        func() time.Time
@@ -109,6 +110,9 @@ type ServerConfig struct {
 
 // NewServer builds the server and registers its metrics on cfg.Registry.
 func NewServer(cfg ServerConfig) *Server {
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 1 << 20
 	}
@@ -289,6 +293,10 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, *prob)
 		return
 	}
+	if isBatch(r, body) {
+		s.handleBatch(w, r, body)
+		return
+	}
 	var req submitRequest
 	if p := decodeSubmit(r, body, &req); p != nil {
 		httpx.WriteProblem(w, *p)
@@ -304,95 +312,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, *p)
 		return
 	}
-	set := s.cfg.Rules()
-	match, ok := set.Match(req.Domain, toRuleEntries(req.Descriptor))
-	if !ok {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNoRule, Status: http.StatusNotFound, Title: "No matching rule",
-			Detail: "no rule of domain " + strconv.Quote(req.Domain) + " matches this descriptor"})
-		return
-	}
-	rule := match.Rule
-	if !rule.HasQueue() {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNoRule, Status: http.StatusNotFound, Title: "No queue for this descriptor",
-			Detail: "rule " + strconv.Quote(rule.Name) + " has no queue; it answers POST /v1/check only"})
-		return
-	}
-	if len(match.Key) > queue.MaxKeyBytes {
-		httpx.WriteProblem(w, httpx.BadRequest("descriptor", "the key made of the descriptor's values is longer than 256 bytes"))
-		return
-	}
-	ctx := r.Context()
-	now := s.cfg.Now()
-	id, err := queue.NewID(rule.Name, match.Key)
-	if err != nil {
-		s.internalError(w, rule.Name, err)
-		return
-	}
-	msg := queue.Message{ID: id, Key: match.Key, Payload: req.Payload, CreatedAt: now} // decodeSubmit copied the payload out of the pooled body
-
-	// Idempotency: the first request with a key owns it for the TTL (claimed with the
-	// admission's count, before the publish); repeats get its answer.
-	res, err := s.cfg.Admitter.Admit(ctx, rule, msg, admit.Options{Park: true, IdempotencyKey: req.IdempotencyKey})
-	if err == nil && res.Decision == admit.KeyTaken {
-		if s.replayOwner(w, r, &msg, res.Owner) {
-			s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc() // or a 503: counted with the repeats
-			return
-		}
-		// The owner is not stored and may never be (its admission failed, or its ingress died
-		// between claiming the key and storing): admit under the owner's id, which the
-		// stream's duplicate window recognises if the owner's publish lands after all.
-		res, err = s.cfg.Admitter.Admit(ctx, rule, msg, admit.Options{Park: true})
-	}
-	if err != nil {
-		// The idempotency key stays claimed: a publish that timed out may still have been
-		// stored, and a retry under the same key re-admits under the same message id, which
-		// the stream's duplicate window then recognises.
-		s.metrics.admissions.WithLabelValues(rule.Name, decisionError).Inc()
-		if errors.Is(err, admit.ErrUnavailable) {
-			s.cfg.Logger.Warn("ingress: message not stored", "rule", rule.Name, "key", match.Key, "err", err)
-			httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
-				Title: "Cannot store the message now", Detail: "the queue store (NATS JetStream) is unreachable; nothing was stored",
-				RetryAfter: httpx.Seconds(s.cfg.Unavailable, 1)})
-			return
-		}
-		s.internalError(w, rule.Name, err)
-		return
-	}
-	h := w.Header()
-	httpx.SetRateLimitHeaders(h, httpx.RateLimit{Policy: res.Policy, Limit: res.Limit, Remaining: res.Remaining,
-		Reset: res.Reset, Window: res.Window, RetryAfter: res.RetryAfter})
-	switch res.Decision {
-	case admit.Rejected:
-		if res.Claimed {
-			s.cfg.Admitter.Scheduler.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, req.IdempotencyKey, msg.ID)
-		}
-		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
-		s.refused.add(rule.Name)
-		detail := "the queue of this key is full"
-		if res.Reason == admit.ReasonLimit {
-			detail = "the admission limit of this key is exhausted"
-		}
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeQuotaExceeded, Status: http.StatusTooManyRequests,
-			Title: "Quota exceeded", Detail: detail, ViolatedPolicies: res.Violated,
-			RetryAfter: httpx.Seconds(res.RetryAfter, 1)})
-		return
-	case admit.Parked:
-		s.metrics.admissions.WithLabelValues(rule.Name, decisionParked).Inc()
-		h.Set("Location", "/v1/messages/"+msg.ID)
-		httpx.WriteJSON(w, http.StatusAccepted, submitResponse{ID: msg.ID, State: status.Parked, RetryAt: res.RetryAt.UTC().Format(time.RFC3339)})
-	default:
-		if res.Duplicate {
-			// The stream already had this id (a repeat whose owner's status was lost):
-			// answer as a repeat, not as a new message.
-			s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
-			s.writeReplay(w, status.Status{ID: msg.ID, State: status.Queued})
-			return
-		}
-		decision := decisionQueued
-		s.metrics.admissions.WithLabelValues(rule.Name, decision).Inc()
-		h.Set("Location", "/v1/messages/"+msg.ID)
-		writeQueued(w, msg.ID, res.Depth, res.Capacity, res.ETA)
-	}
+	s.write(w, s.submit(r.Context(), &req))
 }
 
 // writeQueued answers 202 for a queued message: the body submitResponse would give, written
@@ -414,47 +334,6 @@ func writeQueued(w http.ResponseWriter, id string, depth, capacity int64, eta ti
 	h["Content-Length"] = []string{strconv.Itoa(len(b))}
 	w.WriteHeader(http.StatusAccepted)
 	w.Write(b)
-}
-
-// replayOwner answers a repeated idempotency key with the message that owns it: 200 and
-// where it is now, or without a state once it has left sluice (delivered or purged; it is
-// no longer tracked). It answers false, writing nothing, when the owner was issued within
-// the stream's duplicate window but is nowhere to be found: its admission may still be in
-// flight, or failed (503), or its ingress died before storing it. The caller then admits m
-// under the owner's id (when the owner is of m's key), and the stream's duplicate window
-// stores it once. When the stores cannot be read it answers 503: a 200 then could
-// acknowledge a message that was never stored.
-func (s *Server) replayOwner(w http.ResponseWriter, r *http.Request, m *queue.Message, owner string) bool {
-	st, err := s.cfg.Status.Get(r.Context(), owner)
-	var gone *status.Gone
-	switch {
-	case err == nil:
-		s.writeReplay(w, st)
-	case errors.As(err, &gone) && !gone.Legacy && gone.Key == m.Key && s.cfg.Now().Sub(gone.IssuedAt) < queue.DefaultDuplicates:
-		m.ID = owner
-		return false
-	case errors.As(err, &gone) || errors.Is(err, status.ErrNeverSeen):
-		// Gone for longer (delivered or purged), or not locatable: its id is all there is.
-		s.writeReplay(w, status.Status{ID: owner})
-	default:
-		s.cfg.Logger.Warn("ingress: the message owning an idempotency key cannot be looked up", "id", owner, "err", err)
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
-			Title: "Cannot check the idempotency key now",
-			Detail: "an earlier request used this idempotency key, and the queue store (NATS JetStream) cannot say now " +
-				"whether its message was stored; nothing was stored by this request",
-			RetryAfter: httpx.Seconds(s.cfg.Unavailable, 1)})
-	}
-	return true
-}
-
-// writeReplay answers a repeated idempotency key: 200 with the original message.
-func (s *Server) writeReplay(w http.ResponseWriter, st status.Status) {
-	resp := submitResponse{ID: st.ID, State: st.State}
-	if !st.RetryAt.IsZero() && (st.State == status.Parked || st.State == status.Retrying) {
-		resp.RetryAt = st.RetryAt.UTC().Format(time.RFC3339)
-	}
-	w.Header().Set("Location", "/v1/messages/"+st.ID)
-	httpx.WriteJSON(w, http.StatusOK, resp)
 }
 
 func (s *Server) internalError(w http.ResponseWriter, rule string, err error) {

@@ -1,0 +1,360 @@
+package ingress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluice-io/sluice/internal/admit"
+	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/status"
+	"github.com/sluice-io/sluice/queue"
+)
+
+// outcome is the answer to one submission, written alone (POST /v1/messages with one
+// object) or as one item of a batch.
+type outcome struct {
+	status  int
+	resp    submitResponse   // 2xx
+	problem *httpx.Problem   // otherwise
+	limit   *httpx.RateLimit // rate-limit headers of a 202 or 429
+	queued  bool             // a 202 queued: written by writeQueued
+	depth   int64
+	cap     int64
+	eta     time.Time
+}
+
+func problemOutcome(p httpx.Problem) outcome { return outcome{status: p.Status, problem: &p} }
+
+// write answers one submission.
+func (s *Server) write(w http.ResponseWriter, o outcome) {
+	if o.limit != nil {
+		httpx.SetRateLimitHeaders(w.Header(), *o.limit)
+	}
+	switch {
+	case o.problem != nil:
+		httpx.WriteProblem(w, *o.problem)
+	case o.queued:
+		w.Header().Set("Location", "/v1/messages/"+o.resp.ID)
+		writeQueued(w, o.resp.ID, o.depth, o.cap, o.eta)
+	default:
+		w.Header().Set("Location", "/v1/messages/"+o.resp.ID)
+		httpx.WriteJSON(w, o.status, o.resp)
+	}
+}
+
+// submit admits one decoded, validated submission.
+func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
+	set := s.cfg.Rules()
+	match, ok := set.Match(req.Domain, toRuleEntries(req.Descriptor))
+	if !ok {
+		return problemOutcome(httpx.Problem{Type: httpx.TypeNoRule, Status: http.StatusNotFound, Title: "No matching rule",
+			Detail: "no rule of domain " + strconv.Quote(req.Domain) + " matches this descriptor"})
+	}
+	rule := match.Rule
+	if !rule.HasQueue() {
+		return problemOutcome(httpx.Problem{Type: httpx.TypeNoRule, Status: http.StatusNotFound, Title: "No queue for this descriptor",
+			Detail: "rule " + strconv.Quote(rule.Name) + " has no queue; it answers POST /v1/check only"})
+	}
+	if len(match.Key) > queue.MaxKeyBytes {
+		return problemOutcome(httpx.BadRequest("descriptor", "the key made of the descriptor's values is longer than 256 bytes"))
+	}
+	now := s.cfg.Now()
+	id, err := queue.NewID(rule.Name, match.Key)
+	if err != nil {
+		return s.internalOutcome(rule.Name, err)
+	}
+	msg := queue.Message{ID: id, Key: match.Key, Payload: req.Payload, CreatedAt: now} // decodeSubmit copied the payload out of the pooled body
+
+	// Idempotency: the first request with a key owns it for the TTL (claimed with the
+	// admission's count, before the publish); repeats get its answer.
+	res, err := s.cfg.Admitter.Admit(ctx, rule, msg, admit.Options{Park: true, IdempotencyKey: req.IdempotencyKey})
+	if err == nil && res.Decision == admit.KeyTaken {
+		if o, done := s.replayOwner(ctx, &msg, res.Owner); done {
+			s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc() // or a 503: counted with the repeats
+			return o
+		}
+		// The owner is not stored and may never be (its admission failed, or its ingress died
+		// between claiming the key and storing): admit under the owner's id, which the
+		// stream's duplicate window recognises if the owner's publish lands after all.
+		res, err = s.cfg.Admitter.Admit(ctx, rule, msg, admit.Options{Park: true})
+	}
+	if err != nil {
+		// The idempotency key stays claimed: a publish that timed out may still have been
+		// stored, and a retry under the same key re-admits under the same message id, which
+		// the stream's duplicate window then recognises.
+		s.metrics.admissions.WithLabelValues(rule.Name, decisionError).Inc()
+		if errors.Is(err, admit.ErrUnavailable) {
+			s.cfg.Logger.Warn("ingress: message not stored", "rule", rule.Name, "key", match.Key, "err", err)
+			return problemOutcome(httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
+				Title: "Cannot store the message now", Detail: "the queue store (NATS JetStream) is unreachable; nothing was stored",
+				RetryAfter: httpx.Seconds(s.cfg.Unavailable, 1)})
+		}
+		return s.internalOutcome(rule.Name, err)
+	}
+	limit := &httpx.RateLimit{Policy: res.Policy, Limit: res.Limit, Remaining: res.Remaining,
+		Reset: res.Reset, Window: res.Window, RetryAfter: res.RetryAfter}
+	switch {
+	case res.Decision == admit.Rejected:
+		if res.Claimed {
+			s.cfg.Admitter.Scheduler.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, req.IdempotencyKey, msg.ID)
+		}
+		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
+		s.refused.add(rule.Name)
+		detail := "the queue of this key is full"
+		if res.Reason == admit.ReasonLimit {
+			detail = "the admission limit of this key is exhausted"
+		}
+		o := problemOutcome(httpx.Problem{Type: httpx.TypeQuotaExceeded, Status: http.StatusTooManyRequests,
+			Title: "Quota exceeded", Detail: detail, ViolatedPolicies: res.Violated,
+			RetryAfter: httpx.Seconds(res.RetryAfter, 1)})
+		o.limit = limit
+		return o
+	case res.Decision == admit.Parked:
+		s.metrics.admissions.WithLabelValues(rule.Name, decisionParked).Inc()
+		return outcome{status: http.StatusAccepted, limit: limit,
+			resp: submitResponse{ID: msg.ID, State: status.Parked, RetryAt: res.RetryAt.UTC().Format(time.RFC3339)}}
+	case res.Duplicate:
+		// The stream already had this id (a repeat whose owner was not found): answer as a
+		// repeat, not as a new message.
+		s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
+		return replayOutcome(status.Status{ID: msg.ID, State: status.Queued})
+	default:
+		s.metrics.admissions.WithLabelValues(rule.Name, decisionQueued).Inc()
+		depth, capacity := res.Depth, res.Capacity
+		return outcome{status: http.StatusAccepted, limit: limit, queued: true, depth: depth, cap: capacity, eta: res.ETA,
+			resp: submitResponse{ID: msg.ID, State: status.Queued, Depth: &depth, Capacity: &capacity,
+				ETA: res.ETA.UTC().Format(time.RFC3339Nano)}}
+	}
+}
+
+// replayOwner answers a repeated idempotency key with the message that owns it: 200 and
+// where it is now, or without a state once it has left sluice (delivered or purged; it is
+// no longer tracked). done is false when the owner was issued within the stream's
+// duplicate window but is nowhere to be found: its admission may still be in flight, or
+// failed (503), or its ingress died before storing it. The caller then admits m under the
+// owner's id (m.ID is set to it when the owner is of m's key), and the stream's duplicate
+// window stores it once. When the stores cannot be read the answer is 503: a 200 then
+// could acknowledge a message that was never stored.
+func (s *Server) replayOwner(ctx context.Context, m *queue.Message, owner string) (o outcome, done bool) {
+	st, err := s.cfg.Status.Get(ctx, owner)
+	var gone *status.Gone
+	switch {
+	case err == nil:
+		return replayOutcome(st), true
+	case errors.As(err, &gone) && !gone.Legacy && gone.Key == m.Key && s.cfg.Now().Sub(gone.IssuedAt) < queue.DefaultDuplicates:
+		m.ID = owner
+		return outcome{}, false
+	case errors.As(err, &gone) || errors.Is(err, status.ErrNeverSeen):
+		// Gone for longer (delivered or purged), or not locatable: its id is all there is.
+		return replayOutcome(status.Status{ID: owner}), true
+	default:
+		s.cfg.Logger.Warn("ingress: the message owning an idempotency key cannot be looked up", "id", owner, "err", err)
+		return problemOutcome(httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
+			Title: "Cannot check the idempotency key now",
+			Detail: "an earlier request used this idempotency key, and the queue store (NATS JetStream) cannot say now " +
+				"whether its message was stored; nothing was stored by this request",
+			RetryAfter: httpx.Seconds(s.cfg.Unavailable, 1)}), true
+	}
+}
+
+// replayOutcome is the 200 of a repeated idempotency key: the original message.
+func replayOutcome(st status.Status) outcome {
+	resp := submitResponse{ID: st.ID, State: st.State}
+	if !st.RetryAt.IsZero() && (st.State == status.Parked || st.State == status.Retrying) {
+		resp.RetryAt = st.RetryAt.UTC().Format(time.RFC3339)
+	}
+	return outcome{status: http.StatusOK, resp: resp}
+}
+
+func (s *Server) internalOutcome(rule string, err error) outcome {
+	s.cfg.Logger.Error("ingress: internal error", "rule", rule, "err", err)
+	return problemOutcome(httpx.Problem{Type: httpx.TypeInternal, Status: http.StatusInternalServerError, Detail: "internal error"})
+}
+
+// DefaultMaxBatch is the most messages one batch submission may carry.
+const DefaultMaxBatch = 500
+
+// batchConcurrency bounds the admissions of one batch in flight at once.
+const batchConcurrency = 64
+
+// batchItem is one item's answer in a batch: the submission's answer (202, 200) or its
+// problem (400, 404, 429, 503), with its status.
+type batchItem struct {
+	Status int `json:"status"`
+	submitResponse
+	*httpx.Problem
+}
+
+// MarshalJSON writes the item's status with the fields of whichever answer it has (a
+// problem carries its status already).
+func (b batchItem) MarshalJSON() ([]byte, error) {
+	if b.Problem != nil {
+		return json.Marshal(b.Problem)
+	}
+	raw, err := json.Marshal(b.submitResponse)
+	if err != nil {
+		return nil, err
+	}
+	out := append([]byte(`{"status":`), strconv.Itoa(b.Status)...)
+	if len(raw) > 2 {
+		out = append(append(out, ','), raw[1:]...)
+	} else {
+		out = append(out, '}')
+	}
+	return out, nil
+}
+
+// batchResponse answers a batch: one item per submission, in order.
+type batchResponse struct {
+	Accepted int         `json:"accepted"` // 202 and 200 (repeats)
+	Refused  int         `json:"refused"`  // any other status
+	Items    []batchItem `json:"items"`
+}
+
+// isBatch reports whether a submission body is a batch: a JSON array, or NDJSON.
+func isBatch(r *http.Request, body []byte) bool {
+	if ct := r.Header.Get("Content-Type"); len(ct) >= 20 && (ct[:20] == "application/x-ndjson" || ct[:20] == "application/jsonl") {
+		return true
+	}
+	for _, c := range body {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '[':
+			return true
+		}
+		return false
+	}
+	return false
+}
+
+// splitBatch cuts a batch body into its items: the elements of a JSON array, or the
+// non-empty lines of NDJSON.
+func splitBatch(body []byte) ([]json.RawMessage, *httpx.Problem) {
+	var items []json.RawMessage
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		if err := json.Unmarshal(body, &items); err != nil {
+			p := jsonProblem(err)
+			return nil, &p
+		}
+		return items, nil
+	}
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(make([]byte, 0, 64<<10), len(body)+1)
+	for sc.Scan() {
+		if line := bytes.TrimSpace(sc.Bytes()); len(line) > 0 {
+			items = append(items, json.RawMessage(bytes.Clone(line)))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		p := httpx.BadRequest("", "could not read the NDJSON body: "+err.Error())
+		return nil, &p
+	}
+	return items, nil
+}
+
+// handleBatch admits the items of a batch submission. Every item is answered on its own,
+// in order (one bad item never fails the others); the items of one key are admitted one
+// after the other in the order given, so they enter their queue in that order, and the
+// items of different keys concurrently. The answer is 200 once every item has its answer:
+// an item answered 202 is stored, and a client that lost the answer retries the batch
+// with the same idempotency keys to learn which (repeats answer 200).
+func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte) {
+	if r.Header.Get("Idempotency-Key") != "" {
+		httpx.WriteProblem(w, httpx.BadRequest("Idempotency-Key", "a batch takes an idempotency_key per item, not the header"))
+		return
+	}
+	raw, p := splitBatch(body)
+	if p != nil {
+		httpx.WriteProblem(w, *p)
+		return
+	}
+	if len(raw) == 0 {
+		httpx.WriteProblem(w, httpx.BadRequest("items", "the batch is empty"))
+		return
+	}
+	if max := s.cfg.MaxBatch; len(raw) > max {
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeTooLarge, Status: http.StatusRequestEntityTooLarge, Field: "items",
+			Detail: "a batch carries at most " + strconv.Itoa(max) + " messages; this one has " + strconv.Itoa(len(raw))})
+		return
+	}
+	ctx := r.Context()
+	items := make([]batchItem, len(raw))
+	reqs := make([]submitRequest, len(raw))
+	// Decode and validate every item first; group the good ones by domain and descriptor
+	// (their queue key), keeping their order.
+	groups := map[string][]int{}
+	var order []string
+	for i, b := range raw {
+		req := &reqs[i]
+		if p := decodeSubmitBytes(b, req); p != nil {
+			items[i] = problemItem(*p, i)
+			continue
+		}
+		if p := req.validate(); p != nil {
+			items[i] = problemItem(*p, i)
+			continue
+		}
+		k := groupKey(req)
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], i)
+	}
+	sem := make(chan struct{}, batchConcurrency)
+	var wg sync.WaitGroup
+	for _, k := range order {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			for _, i := range groups[k] {
+				o := s.submit(ctx, &reqs[i])
+				if o.problem != nil {
+					items[i] = problemItem(*o.problem, i)
+				} else {
+					items[i] = batchItem{Status: o.status, submitResponse: o.resp}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	resp := batchResponse{Items: items}
+	for _, it := range items {
+		if it.Status/100 == 2 {
+			resp.Accepted++
+		} else {
+			resp.Refused++
+		}
+	}
+	httpx.WriteJSON(w, http.StatusOK, resp)
+}
+
+// problemItem is an item's problem, its field prefixed with the item's index.
+func problemItem(p httpx.Problem, i int) batchItem {
+	prefix := "[" + strconv.Itoa(i) + "]"
+	if p.Field != "" {
+		p.Field = prefix + "." + p.Field
+	} else if p.Status == http.StatusBadRequest {
+		p.Field = prefix
+	}
+	return batchItem{Status: p.Status, Problem: &p}
+}
+
+// groupKey identifies an item's queue key before matching: its domain and descriptor.
+func groupKey(req *submitRequest) string {
+	var b []byte
+	b = strconv.AppendQuote(b, req.Domain)
+	for _, e := range req.Descriptor {
+		b = strconv.AppendQuote(b, e.Key)
+		b = strconv.AppendQuote(b, e.Value)
+	}
+	return string(b)
+}
