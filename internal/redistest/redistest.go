@@ -39,6 +39,11 @@ type Options struct {
 	TCP bool
 	// AppendOnly turns on AOF persistence (fsync every second), so a Restart keeps data. Default false.
 	AppendOnly bool
+
+	// args are extra redis-server arguments (cluster mode, replicaof); sentinelConf makes
+	// the process a sentinel with that configuration file (see cluster.go, sentinel.go).
+	args         []string
+	sentinelConf string
 }
 
 // Server is one redis-server process owned by a test binary.
@@ -78,7 +83,7 @@ func Shared(tb testing.TB) *Server {
 	return shared
 }
 
-// Main runs the package's tests and stops the shared server afterwards. Use it from TestMain:
+// Main runs the package's tests and stops the shared server and cluster afterwards. Use it from TestMain:
 //
 //	func TestMain(m *testing.M) { redistest.Main(m) }
 func Main(m *testing.M) {
@@ -86,6 +91,10 @@ func Main(m *testing.M) {
 	if shared != nil {
 		shared.Stop()
 		os.RemoveAll(shared.dir)
+	}
+	if cluster != nil {
+		cluster.Stop()
+		os.RemoveAll(cluster.dir)
 	}
 	os.Exit(code)
 }
@@ -151,12 +160,19 @@ func (s *Server) launch() error {
 		args[len(args)-1] = "yes"
 		args = append(args, "--appendfsync", "everysec")
 	}
+	if s.opts.sentinelConf != "" {
+		// Sentinel mode takes its configuration file first and rewrites it (it records
+		// what it learns); persistence options mean nothing to it.
+		args = []string{s.opts.sentinelConf, "--sentinel", "--daemonize", "no",
+			"--logfile", filepath.Join(s.dir, "redis.log")}
+	}
 	if s.network == "unix" {
 		args = append(args, "--port", "0", "--unixsocket", s.addr, "--unixsocketperm", "700")
 	} else {
 		host, port, _ := net.SplitHostPort(s.addr)
 		args = append(args, "--bind", host, "--port", port)
 	}
+	args = append(args, s.opts.args...)
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
