@@ -30,11 +30,11 @@ type rig struct {
 	b      *admit.Batcher
 	sched  *queue.Scheduler
 	st     *status.Store
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	prefix string
 }
 
-func newRig(t *testing.T, rdb *redis.Client) rig {
+func newRig(t *testing.T, rdb redis.UniversalClient) rig {
 	t.Helper()
 	prefix := redistest.Prefix(t)
 	sched, err := queue.NewScheduler(rdb, queue.SchedulerConfig{Prefix: prefix})
@@ -45,7 +45,7 @@ func newRig(t *testing.T, rdb *redis.Client) rig {
 	return rig{b: &admit.Batcher{RDB: rdb, Scheduler: sched, Status: st}, sched: sched, st: st, rdb: rdb, prefix: prefix}
 }
 
-func sharedRig(t *testing.T) rig { return newRig(t, redistest.Shared(t).Client(t)) }
+func sharedRig(t *testing.T) rig { return newRig(t, testRedis(t)) }
 
 // count is a Count that waits for its answer.
 func (r rig) count(t *testing.T, rule, key string, capacity int64, now time.Time) (int64, time.Time) {
