@@ -106,3 +106,18 @@ func TestSharedCluster(t *testing.T) {
 		}
 	}
 }
+
+// The sentinels see the master and its replica, and the URL names all of them.
+func TestStartSentinels(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	s := redistest.StartSentinels(t, redistest.SentinelOptions{})
+	t.Logf("master, replica and %d sentinels ready in %v: %s", len(s.Sentinels), time.Since(start), s.URL())
+	ctx := context.Background()
+	if a, err := s.MasterAddr(ctx); err != nil || a != s.Master.Addr() {
+		t.Fatalf("sentinels say the master is %q (%v), want %s", a, err, s.Master.Addr())
+	}
+	if !strings.HasPrefix(s.URL(), "redis+sentinel://"+s.Sentinels[0].Addr()+"?master_name=sluice&addr=") {
+		t.Errorf("URL %s", s.URL())
+	}
+}
