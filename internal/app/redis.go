@@ -114,6 +114,24 @@ func ParseRedisURL(raw string, pool int) (*RedisConfig, error) {
 			&o.DialerRetries, &o.DialerRetryTimeout, &o.PoolSize, &o.MinIdleConns}
 		d.fill(pool)
 		o.ContextTimeoutEnabled = true
+		// go-redis reloads the slot map on MOVED, or once it is older than this (default
+		// 60 s, and not settable from a URL). A master that dies answers no MOVED: its
+		// clients kept sending its slots' commands to the dead address for the whole
+		// minute after its replica took over (TestRedisFailover/each/ClusterMasterKilled).
+		// One CLUSTER SLOTS a second per process bounds that by a second.
+		if o.ClusterStateReloadInterval == 0 {
+			o.ClusterStateReloadInterval = ClusterStateReloadInterval
+		}
+		// A command the cluster client retries (a dead node refuses the dial; up to
+		// MaxRedirects attempts) waits 10 ms–1 s between attempts by default. A claim
+		// carries the drainer's clock: run that late, it hands out a slot already past,
+		// whose delivery then comes less than one interval before the next slot — every
+		// key got two deliveries ~8 ms apart at 20/s when the client resumed after a
+		// master's failover (3 of 4 runs; 0 of 5 without the backoff). Without it a
+		// retry is immediate and a failing claim fails fast; the drainer asks again.
+		if o.MinRetryBackoff == 0 {
+			o.MinRetryBackoff = -1
+		}
 	case RedisSentinel:
 		if c.Failover, err = redis.ParseFailoverURL(u.String()); err != nil {
 			return fail(err)
@@ -152,6 +170,10 @@ func OpenRedis(raw string, pool int) (redis.UniversalClient, error) {
 	}
 	return c.NewClient(), nil
 }
+
+// ClusterStateReloadInterval is how old a cluster client's slot map may get before it is
+// read again (go-redis's default is 60 s).
+const ClusterStateReloadInterval = time.Second
 
 // clientDefaults points at the option fields sluice sets when the URL did not. The
 // timeouts are short so that an unreachable Redis degrades admission and pauses drainers

@@ -52,7 +52,7 @@ func TestParseRedisURL(t *testing.T) {
 			addrs: []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}, client: "*redis.ClusterClient",
 			check: func(t *testing.T, c *app.RedisConfig) {
 				o := c.Cluster
-				if o.ReadTimeout != 500*time.Millisecond || o.MaxRetries != 1 || o.PoolSize != 256 || !o.ContextTimeoutEnabled {
+				if o.ReadTimeout != 500*time.Millisecond || o.MaxRetries != 1 || o.PoolSize != 256 || !o.ContextTimeoutEnabled || o.ClusterStateReloadInterval != time.Second || o.MinRetryBackoff != -1 {
 					t.Errorf("defaults not applied: %+v", o)
 				}
 			}},
