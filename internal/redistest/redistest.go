@@ -8,6 +8,11 @@
 // Fault tests that must stop and restart Redis start their own server with Start and a
 // TCP address, which survives a Restart.
 //
+// Tests of Redis Cluster and Sentinel start those from the same binary: SharedCluster (one
+// 3-master cluster with a replica each per test binary, ~2.5 s to form) or StartCluster, and
+// StartSentinels (a master, a replica and three sentinels; ~2.5 s until a failover can be
+// authorised).
+//
 // The redis-server binary is found on PATH or in $SLUICE_REDIS_SERVER. `make test`
 // installs it when missing; a test run without it fails loudly rather than skipping.
 //
