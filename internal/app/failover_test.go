@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -56,12 +57,132 @@ func TestOpenRedisCluster(t *testing.T) {
 	}
 }
 
+// writers are goroutines writing INCR key as fast as they can through one client, so
+// writes are in flight when a master dies; every answer is recorded.
+type writers struct {
+	mu      sync.Mutex
+	writes  []write
+	acked   int
+	started chan struct{} // closed at 1000 acknowledged writes
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+type write struct {
+	at  time.Time // when the answer came
+	val int64     // INCR's answer; 0: failed
+}
+
+func startWriters(t *testing.T, rdb redis.UniversalClient, key string, n int) *writers {
+	w := &writers{started: make(chan struct{}), stop: make(chan struct{})}
+	for range n {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			for {
+				select {
+				case <-w.stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				v, err := rdb.Incr(ctx, key).Result()
+				cancel()
+				w.mu.Lock()
+				w.writes = append(w.writes, write{time.Now(), v})
+				if err == nil {
+					if w.acked++; w.acked == 1000 {
+						close(w.started)
+					}
+				}
+				w.mu.Unlock()
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	t.Cleanup(w.halt)
+	select {
+	case <-w.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no 1000 writes in 10 s")
+	}
+	return w
+}
+
+func (w *writers) halt() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	w.wg.Wait()
+}
+
+// ackedAfter reports whether a write was acknowledged after t.
+func (w *writers) ackedAfter(t time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, x := range w.writes {
+		if x.val != 0 && x.at.After(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// failoverStats stops the writers and sums them up. Acknowledgements until dead (the old
+// master was gone) came from it; after promoted, from the new master, which went on from
+// what it had replicated (R): its first answer is R+1. Acknowledged and lost: the old
+// master's answers above R.
+type failoverStats struct {
+	maxOld, lost          int64
+	lastOldAt             time.Time
+	firstFail, firstNewAt time.Time
+	failed                int
+}
+
+func (w *writers) stats(t *testing.T, killed, dead, promoted time.Time) failoverStats {
+	t.Helper()
+	time.Sleep(200 * time.Millisecond) // writes on the new master for a moment
+	w.halt()
+	var st failoverStats
+	minNew := int64(-1)
+	for _, x := range w.writes {
+		switch {
+		case x.val == 0:
+			st.failed++
+			if st.firstFail.IsZero() {
+				st.firstFail = x.at
+			}
+		case !x.at.After(dead):
+			st.maxOld, st.lastOldAt = max(st.maxOld, x.val), x.at
+		case x.at.After(promoted):
+			if minNew < 0 || x.val < minNew {
+				minNew = x.val
+			}
+			if st.firstNewAt.IsZero() {
+				st.firstNewAt = x.at
+			}
+		default:
+			t.Errorf("INCR answered %d between the master's death and the promotion", x.val)
+		}
+	}
+	if minNew < 0 || st.firstFail.IsZero() {
+		t.Fatalf("no write failed, or none after the failover (%d writes)", len(w.writes))
+	}
+	if st.lost = st.maxOld - (minNew - 1); st.lost < 0 {
+		t.Errorf("the new master answered %d first, the old one %d last: it ran ahead of its master?", minNew, st.maxOld)
+	}
+	return st
+}
+
 // The master dies (SIGKILL) while writers using a client opened from the Sentinel URL
 // keep it busy; the sentinels promote the replica and the same client goes on writing to
 // it. Logs how long writes failed and how many acknowledged writes the promotion lost
 // (replication is asynchronous: a write acknowledged by the master in the instant before
-// it died may not have reached the replica). The writers are 4 goroutines writing as fast
-// as they can, so writes are in flight when the master dies.
+// it died may not have reached the replica).
 func TestSentinelFailover(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartSentinels(t, redistest.SentinelOptions{DownAfter: time.Second, FailoverTimeout: 5 * time.Second})
@@ -71,56 +192,10 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	defer rdb.Close()
 	key := redistest.Prefix(t) + "n"
-
-	type write struct {
-		at  time.Time // when the answer came
-		val int64     // INCR's answer; 0: failed
-	}
-	const writers = 4
-	var (
-		mu     sync.Mutex
-		writes []write
-		acked  int
-	)
-	started := make(chan struct{}) // 1000 writes acknowledged
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				v, err := rdb.Incr(ctx, key).Result()
-				cancel()
-				mu.Lock()
-				writes = append(writes, write{time.Now(), v})
-				if err == nil {
-					if acked++; acked == 1000 {
-						close(started)
-					}
-				}
-				mu.Unlock()
-				if err != nil {
-					time.Sleep(20 * time.Millisecond)
-				}
-			}
-		}()
-	}
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no 1000 writes through the Sentinel client in 10 s")
-	}
+	w := startWriters(t, rdb, key, 4)
 	killed := time.Now()
 	s.Master.Stop() // SIGKILL; returns once the process is gone
 	dead := time.Now()
-	t.Logf("master %s killed", s.Master.Addr())
 
 	// Wait for the sentinels to name the replica, and for the client to write again.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -136,66 +211,19 @@ func TestSentinelFailover(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	resumed := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, w := range writes {
-			if w.val != 0 && w.at.After(promoted) {
-				return true
-			}
-		}
-		return false
-	}
-	for !resumed() {
+	for !w.ackedAfter(promoted) {
 		if ctx.Err() != nil {
 			t.Fatalf("the client did not write again within 30 s of the kill (promotion after %v)", promoted.Sub(killed))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// Keep writing for a moment on the new master, then stop.
-	time.Sleep(200 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-
-	// Acknowledgements until the old master was gone came from it; after the promotion,
-	// from the new master, which went on from what it had replicated (R): its first answer
-	// is R+1. Acknowledged and lost: the old master's answers above R.
-	var maxOld, last int64
-	minNew := int64(-1)
-	var lastOldAt, firstFail, firstNewAt time.Time
-	failed := 0
-	for _, w := range writes {
-		switch {
-		case w.val == 0:
-			failed++
-			if firstFail.IsZero() {
-				firstFail = w.at
-			}
-		case !w.at.After(dead):
-			maxOld, lastOldAt = max(maxOld, w.val), w.at
-		case w.at.After(promoted):
-			if minNew < 0 || w.val < minNew {
-				minNew = w.val
-			}
-			if firstNewAt.IsZero() {
-				firstNewAt = w.at
-			}
-		default:
-			t.Errorf("INCR answered %d between the master's death and the promotion", w.val)
-		}
-		if w.val != 0 {
-			last = max(last, w.val)
-		}
-	}
-	if minNew < 0 || firstFail.IsZero() {
-		t.Fatalf("no write failed, or none after the failover (%d writes)", len(writes))
-	}
-	lost := maxOld - (minNew - 1)
-	if lost < 0 {
-		t.Errorf("the new master answered %d first, the old one %d last: it ran ahead of its master?", minNew, maxOld)
+	st := w.stats(t, killed, dead, promoted)
+	last := st.maxOld
+	for _, x := range w.writes {
+		last = max(last, x.val)
 	}
 	t.Logf("failover: sentinels promoted %s %.2fs after the master's SIGKILL; writes failed from %.3fs to %.2fs after the kill (%d failed attempts); %d of %d writes acknowledged by the old master (the last one answered %+.1f ms from the kill) lost to asynchronous replication",
-		s.Replica.Addr(), promoted.Sub(killed).Seconds(), firstFail.Sub(killed).Seconds(), firstNewAt.Sub(killed).Seconds(), failed, lost, maxOld, float64(lastOldAt.Sub(killed).Microseconds())/1000)
+		s.Replica.Addr(), promoted.Sub(killed).Seconds(), st.firstFail.Sub(killed).Seconds(), st.firstNewAt.Sub(killed).Seconds(), st.failed, st.lost, st.maxOld, float64(st.lastOldAt.Sub(killed).Microseconds())/1000)
 
 	// The writes after the failover are on the former replica, now a master.
 	rc := s.Replica.Client(t)
@@ -208,5 +236,69 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	if err := rdb.Set(context.Background(), key+":after", 1, 0).Err(); err != nil {
 		t.Fatalf("write after the failover: %v", err)
+	}
+}
+
+// A cluster master dies (SIGKILL) while writers using a client opened from the cluster URL
+// write a key of its slots; the cluster promotes its replica and the client follows within
+// about a second (reloadOnNodeFailure, ClusterStateReloadInterval) — go-redis alone keeps
+// the dead address for up to its 60 s slot-map refresh.
+func TestClusterFailover(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, Replicas: 1})
+	rdb, err := app.OpenRedis(c.URL(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	cc := rdb.(*redis.ClusterClient)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// A key on the first master, which dies; its replica is Replicas[0].
+	var key string
+	prefix := redistest.Prefix(t)
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("%sn%d", prefix, i)
+		m, err := cc.MasterForKey(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Options().Addr == c.Masters[0].Addr() {
+			key = k
+		}
+	}
+	w := startWriters(t, rdb, key, 4)
+	killed := time.Now()
+	c.Masters[0].Stop()
+	dead := time.Now()
+
+	rep := c.Replicas[0].Client(t)
+	var promoted time.Time
+	for {
+		info, err := rep.Info(ctx, "replication").Result()
+		ci, err2 := rep.ClusterInfo(ctx).Result()
+		if err == nil && err2 == nil && strings.Contains(info, "role:master") && strings.Contains(ci, "cluster_state:ok") {
+			promoted = time.Now()
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the cluster did not promote the replica within 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for !w.ackedAfter(promoted) {
+		if ctx.Err() != nil {
+			t.Fatalf("the client did not write again within 30 s of the kill (promotion after %v)", promoted.Sub(killed))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	st := w.stats(t, killed, dead, promoted)
+	t.Logf("failover: the cluster promoted %s %.2fs after its master's SIGKILL; the client wrote again %.2fs after the promotion (writes failed from %.3fs to %.2fs after the kill, %d failed attempts); %d of %d writes acknowledged by the old master lost to asynchronous replication",
+		c.Replicas[0].Addr(), promoted.Sub(killed).Seconds(), st.firstNewAt.Sub(promoted).Seconds(), st.firstFail.Sub(killed).Seconds(), st.firstNewAt.Sub(killed).Seconds(), st.failed, st.lost, st.maxOld)
+	if d := st.firstNewAt.Sub(promoted); d > 3*time.Second {
+		t.Errorf("the client wrote again %v after the promotion, want about a second (slot map reloaded on failure or every second)", d)
+	}
+	if v, err := rep.Get(context.Background(), key).Int64(); err != nil || v < st.maxOld-st.lost {
+		t.Fatalf("promoted replica holds %d (%v)", v, err)
 	}
 }

@@ -1,8 +1,11 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -153,12 +156,62 @@ func ParseRedisURL(raw string, pool int) (*RedisConfig, error) {
 func (c *RedisConfig) NewClient() redis.UniversalClient {
 	switch c.Kind {
 	case RedisCluster:
-		return redis.NewClusterClient(c.Cluster)
+		cc := redis.NewClusterClient(c.Cluster)
+		cc.AddHook(reloadOnNodeFailure{cc})
+		return cc
 	case RedisSentinel:
 		return redis.NewFailoverClient(c.Failover)
 	default:
 		return redis.NewClient(c.Single)
 	}
+}
+
+// reloadOnNodeFailure makes a cluster client read the slot map again as soon as a command
+// could not reach its node or the cluster said it is down, instead of within
+// ClusterStateReloadInterval: after a master's failover its slots' commands go to the
+// promoted replica as soon as the cluster names it. go-redis coalesces the reloads (one at
+// a time, 200 ms apart), so a dead node costs a few CLUSTER SLOTS a second, not one per
+// command.
+type reloadOnNodeFailure struct{ c *redis.ClusterClient }
+
+func (h reloadOnNodeFailure) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h reloadOnNodeFailure) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if nodeFailed(err) {
+			h.c.ReloadState(ctx)
+		}
+		return err
+	}
+}
+
+func (h reloadOnNodeFailure) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if err != nil {
+			for _, c := range cmds {
+				if nodeFailed(c.Err()) {
+					h.c.ReloadState(ctx)
+					break
+				}
+			}
+		}
+		return err
+	}
+}
+
+// nodeFailed: err says the node was unreachable (refused, reset, timed out) or the
+// cluster is down for its slot — not a command's own error, nor the caller giving up.
+func nodeFailed(err error) bool {
+	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	return redis.HasErrorPrefix(err, "CLUSTERDOWN") || redis.HasErrorPrefix(err, "TRYAGAIN")
 }
 
 // OpenRedis parses a -redis URL and returns its client (see ParseRedisURL). It does not
