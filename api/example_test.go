@@ -17,7 +17,9 @@ func ExampleRoutes() {
 	// Output:
 	// POST /v1/messages
 	// GET /v1/messages/{id}
+	// DELETE /v1/messages/{id}
 	// POST /v1/check
+	// POST /json
 	// GET /v1/admin/rules (admin token)
 	// GET /v1/admin/queues (admin token)
 	// GET /v1/admin/queues/{name} (admin token)

@@ -258,7 +258,9 @@ func TestRefsResolveAndComponentsAreUsed(t *testing.T) {
 var documented = []api.Route{
 	{Method: "POST", Path: "/v1/messages", OperationID: "submitMessage"},
 	{Method: "GET", Path: "/v1/messages/{id}", OperationID: "getMessage"},
+	{Method: "DELETE", Path: "/v1/messages/{id}", OperationID: "cancelMessage"},
 	{Method: "POST", Path: "/v1/check", OperationID: "check"},
+	{Method: "POST", Path: "/json", OperationID: "envoyJson"},
 	{Method: "GET", Path: "/v1/admin/rules", OperationID: "listRules", Admin: true},
 	{Method: "GET", Path: "/v1/admin/queues", OperationID: "listQueues", Admin: true},
 	{Method: "GET", Path: "/v1/admin/queues/{name}", OperationID: "getQueue", Admin: true},

@@ -71,6 +71,14 @@ type Limit struct {
 	// counts it only if it would itself have allowed it, so its state stays what it
 	// would be if it were enforced.
 	Shadow bool
+	// CountOver counts the hits even when they do not pass, as envoyproxy/ratelimit
+	// counts a hits_addend (an INCRBY whatever the answer): the request is allowed when
+	// the window's count plus n stays within Rate, the n hits are added either way, and
+	// Remaining is what is left after them (0 once over). FixedWindow only (the one
+	// algorithm envoy has); Validate refuses it with any other. Its refusal still keeps
+	// the other limits of the key from counting the hits (they stay all-or-nothing).
+	// Default false: all-or-nothing (a refused request counts nowhere).
+	CountOver bool
 }
 
 // params is a validated Limit in the integer units the algorithms use.
@@ -114,6 +122,9 @@ func (l *Limit) params() (params, error) {
 	}
 	if l.Interval < time.Millisecond || l.Interval%time.Millisecond != 0 {
 		return p, fmt.Errorf("%w: interval %v is not a whole number of milliseconds ≥ 1ms", ErrInvalid, l.Interval)
+	}
+	if l.CountOver && p.alg != algFixed {
+		return p, fmt.Errorf("%w: CountOver applies to fixed_window only, not %s", ErrInvalid, l.Algorithm)
 	}
 	p.rate, p.ivl, p.burst = l.Rate, l.Interval.Milliseconds(), l.Rate
 	if (p.alg == algToken || p.alg == algLeaky) && l.Burst != 0 {

@@ -181,6 +181,31 @@ var confCases = []confCase{
 		}},
 		{at: 0, n: 1, allowed: false, remaining: 0, retry: time.Second, reset: time.Second},
 	}},
+	// envoy's hits_addend: counted even when over. 20 per minute, 15 left; 16 hits are
+	// refused and counted, so the next single hit is refused too (all-or-nothing would
+	// have left 15); a peek (n = 0) sees the count over the limit; the next window is new.
+	{"count over: hits counted when refused, as envoy", []bucket.Limit{{Rate: 20, Interval: time.Minute, CountOver: true}}, []step{
+		{at: 0, n: 5, allowed: true, remaining: 15, reset: time.Minute},
+		{at: time.Second, n: 16, allowed: false, remaining: 0, retry: 59 * time.Second, reset: 59 * time.Second},
+		{at: 2 * time.Second, n: 1, allowed: false, remaining: 0, retry: 58 * time.Second, reset: 58 * time.Second},
+		{at: 3 * time.Second, n: 0, allowed: false, remaining: 0, retry: 57 * time.Second, reset: 57 * time.Second},
+		{at: time.Minute, n: 20, allowed: true, remaining: 0, reset: time.Minute},
+		{at: time.Minute, n: 0, allowed: true, remaining: 0, reset: time.Minute}, // exactly at the limit is not over
+		{at: time.Minute, n: 25, allowed: false, remaining: 0, retry: bucket.Never, reset: time.Minute},
+	}},
+	{"count over beside an all-or-nothing limit", []bucket.Limit{{Rate: 2, Interval: time.Second, CountOver: true}, lim(bucket.FixedWindow, 10, time.Minute, 0)}, []step{
+		{at: 0, n: 3, allowed: false, remaining: 0, retry: bucket.Never, reset: time.Second, check: func(t *testing.T, r bucket.Result) {
+			if r.Decisions[1].Remaining != 10 { // refused: the other limit counted nothing
+				t.Errorf("got %+v", r)
+			}
+		}},
+		{at: 0, n: 0, allowed: false, remaining: 0, retry: time.Second, reset: time.Second}, // the 3 were counted
+		{at: time.Second, n: 1, allowed: true, remaining: 1, reset: time.Second, check: func(t *testing.T, r bucket.Result) {
+			if r.Decisions[1].Remaining != 9 {
+				t.Errorf("got %+v", r)
+			}
+		}},
+	}},
 }
 
 func TestConformance(t *testing.T) {
@@ -251,13 +276,14 @@ func TestInvalidInput(t *testing.T) {
 				limits []bucket.Limit
 				n      int64
 			}{
-				"negative n":        {[]bucket.Limit{ok}, -1},
-				"zero rate":         {[]bucket.Limit{{Interval: time.Second}}, 1},
-				"sub-ms interval":   {[]bucket.Limit{{Rate: 1, Interval: 1500 * time.Microsecond}}, 1},
-				"unknown algorithm": {[]bucket.Limit{{Algorithm: "gcra", Rate: 1, Interval: time.Second}}, 1},
-				"negative burst":    {[]bucket.Limit{{Algorithm: bucket.TokenBucket, Rate: 1, Burst: -1, Interval: time.Second}}, 1},
-				"too many limits":   {[]bucket.Limit{ok, ok, ok, ok, ok}, 1},
-				"too large":         {[]bucket.Limit{{Rate: 1 << 40, Interval: 24 * time.Hour}}, 1},
+				"negative n":                     {[]bucket.Limit{ok}, -1},
+				"zero rate":                      {[]bucket.Limit{{Interval: time.Second}}, 1},
+				"sub-ms interval":                {[]bucket.Limit{{Rate: 1, Interval: 1500 * time.Microsecond}}, 1},
+				"unknown algorithm":              {[]bucket.Limit{{Algorithm: "gcra", Rate: 1, Interval: time.Second}}, 1},
+				"negative burst":                 {[]bucket.Limit{{Algorithm: bucket.TokenBucket, Rate: 1, Burst: -1, Interval: time.Second}}, 1},
+				"too many limits":                {[]bucket.Limit{ok, ok, ok, ok, ok}, 1},
+				"too large":                      {[]bucket.Limit{{Rate: 1 << 40, Interval: 24 * time.Hour}}, 1},
+				"count over, not a fixed window": {[]bucket.Limit{{Algorithm: bucket.TokenBucket, Rate: 1, Interval: time.Second, CountOver: true}}, 1},
 			}
 			for name, c := range bad {
 				if _, err := s.Allow(context.Background(), t.Name(), c.limits, c.n, t0); !errors.Is(err, bucket.ErrInvalid) {
@@ -292,6 +318,9 @@ func TestStoresAgree(t *testing.T) {
 				Burst:     int64(rng.next() % 25),
 				Shadow:    rng.next()%4 == 0,
 			})
+			if l := &limits[len(limits)-1]; l.Algorithm == bucket.FixedWindow && rng.next()%2 == 0 {
+				l.CountOver = true // envoy's counting
+			}
 		}
 		key := fmt.Sprintf("agree-%d", k)
 		now := t0.Add(time.Duration(rng.next()%1e6) * ms)

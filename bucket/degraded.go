@@ -48,7 +48,9 @@ func (c DegradedConfig) WithDefaults() DegradedConfig {
 
 // Degraded is a Store that decides with a primary store (Redis) and, while the primary
 // fails, with a local Memory store whose limits are divided by the number of live
-// processes. Errors about the caller's input (ErrInvalid) and the caller's own context
+// processes. A caller whose context has a deadline nearer than Timeout (an envoy RLS
+// call) gets an answer within it: when the primary cannot answer in time, that call is
+// decided locally, without entering degraded mode. Errors about the caller's input (ErrInvalid) and the caller's own context
 // ending are returned, not treated as an outage. Safe for concurrent use.
 //
 // The local state starts empty when an outage begins and is not copied back when it
@@ -94,9 +96,23 @@ func (d *Degraded) Allow(ctx context.Context, key string, limits []Limit, n int6
 	}
 	t := now.UnixNano()
 	if !d.degraded.Load() || d.claimProbe(t) {
-		pctx, cancel := context.WithTimeout(ctx, d.timeout)
-		r, err := d.primary.Allow(pctx, key, limits, n, now)
-		cancel()
+		// The primary gets Timeout, or less when the caller's deadline is nearer: enough
+		// of it is kept back (callerReserve) to decide locally and still answer in time.
+		budget, callerBound := d.timeout, false
+		if dl, ok := ctx.Deadline(); ok {
+			rem := time.Until(dl)
+			if b := rem - callerReserve(rem); b < budget {
+				budget, callerBound = b, true
+			}
+		}
+		var r Result
+		err, expired := error(context.DeadlineExceeded), true
+		if budget > 0 {
+			pctx, cancel := context.WithTimeout(ctx, budget)
+			r, err = d.primary.Allow(pctx, key, limits, n, now)
+			expired = pctx.Err() != nil // however the client reports it (a context error, an I/O timeout)
+			cancel()
+		}
 		switch {
 		case err == nil:
 			if d.degraded.CompareAndSwap(true, false) && d.onChange != nil {
@@ -105,12 +121,27 @@ func (d *Degraded) Allow(ctx context.Context, key string, limits []Limit, n int6
 			return r, nil
 		case errors.Is(err, ErrInvalid) || ctx.Err() != nil:
 			return r, err
+		case callerBound && expired:
+			// Slower than this caller can wait, which says nothing of an outage: this
+			// one call is decided locally, the mode does not change.
+			return d.allowLocal(ctx, key, limits, n, now)
 		}
 		d.nextProbe.Store(t + d.probe)
 		if d.degraded.CompareAndSwap(false, true) && d.onChange != nil {
 			d.onChange(true, fmt.Errorf("bucket: degraded to local limits: %w", err))
 		}
 	}
+	return d.allowLocal(ctx, key, limits, n, now)
+}
+
+// callerReserve is the part of a caller's remaining time kept back from the primary
+// store to decide locally and answer: a quarter, between 1ms and 10ms.
+func callerReserve(rem time.Duration) time.Duration {
+	return min(max(rem/4, time.Millisecond), 10*time.Millisecond)
+}
+
+// allowLocal decides with the local store, each limit divided by the live processes.
+func (d *Degraded) allowLocal(ctx context.Context, key string, limits []Limit, n int64, now time.Time) (Result, error) {
 	var local [MaxLimits]Limit
 	p := d.processes.Load()
 	for i := range limits {

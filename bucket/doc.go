@@ -16,7 +16,10 @@
 // whole seconds, at least 1).
 //
 //   - All-or-nothing: the hits are counted against every limit only when every
-//     enforced limit allows them; a denied request consumes nothing anywhere.
+//     enforced limit allows them; a denied request consumes nothing anywhere. The one
+//     exception is a fixed window with Limit.CountOver (envoy's counting of a
+//     hits_addend): it counts the hits whatever the answer, allows them while its count
+//     stays within Rate, and reports Remaining 0 once over.
 //   - n is the number of hits (envoy's hits_addend, or a weight). n == 0 peeks: it
 //     reports the state without counting. A request with n above a limit's capacity
 //     can never pass: its RetryAfter is Never.
@@ -117,7 +120,10 @@
 // Degraded decides with the primary store while it answers (each call bounded by
 // DegradedConfig.Timeout) and otherwise with a local Memory store whose limits are
 // divided by the number of live processes, rounded up: together the processes admit
-// about the global limit, at most one hit per process per limit more. It retries the
+// about the global limit, at most one hit per process per limit more. A caller whose
+// context deadline is nearer than the Timeout gets the primary for what is left of it
+// less a reserve; if the primary has not answered by then, that call alone is decided
+// locally (the mode does not change: the primary is slow for this caller, not down). It retries the
 // primary once per ProbeInterval and reports transitions through OnChange (for a
 // metric and a log line) and InDegradedMode.
 package bucket

@@ -13,7 +13,9 @@
 -- ARGV[4]   member prefix unique to this call (only read by the log)
 -- ARGV[5+4(i-1) ..]  limit i: code, rate, interval (ms), burst
 --           code = 1 token bucket, 2 leaky bucket, 3 fixed window, 4 sliding window
---           log, 5 sliding window counter; +8 for a shadow limit.
+--           log, 5 sliding window counter; +8 for a shadow limit; +16 for a
+--           limit that counts the hits even when over (Limit.CountOver, fixed
+--           window only: allowed when count + n <= rate, counted either way).
 --
 -- Returns a flat array of 4 integers per limit, in the order of KEYS:
 --   allowed (1/0, this limit's own verdict), remaining (after this call),
@@ -21,7 +23,8 @@
 --   reset_after (ms until remaining grows by one; 0 when full).
 -- The hits are counted in every limit that allowed them, and only when every
 -- non-shadow limit allowed them (all-or-nothing). A denial writes nothing but the
--- log's removal of hits that left its window.
+-- log's removal of hits that left its window. A +16 limit counts the hits whatever
+-- the answer; its refusal still keeps the other limits from counting them.
 --
 -- Numbers are doubles; every value stays below 2^53 (Limit.params checks), so the
 -- arithmetic is exact. redis.call converts number arguments with %.17g (exact for
@@ -66,14 +69,15 @@ local function wait(i, al, r, iv, bu, a, b, c, k)
 end
 
 -- describe counts the hits in limit i when ok (every enforced limit allows) and it
--- allows them itself, then writes its four reply values.
-local function describe(i, al, r, iv, bu, a, b, c, room, ok)
+-- allows them itself, or when it counts over (co), then writes its four reply values.
+local function describe(i, al, r, iv, bu, a, b, c, room, ok, co)
   local allowed = n <= room
+  if co then allowed = b + n <= r end
   local retry = 0
   if not allowed then retry = wait(i, al, r, iv, bu, a, b, c, n) end
   local rem = room
-  if ok and allowed and n > 0 then
-    rem = room - n
+  if n > 0 and ((ok and allowed) or co) then
+    rem = max(0, room - n)
     local slack = tonumber(ARGV[3])
     if al == 4 then
       local member, args = ARGV[4], {}
@@ -152,18 +156,18 @@ for i = 1, L do
     end
   end
   if L == 1 then
-    describe(1, al, r, iv, bu, a, b, c, room, true)
+    describe(1, al, r, iv, bu, a, b, c, room, true, code >= 16)
     return out
   end
   if i == 1 then S = {} end
   local o = 9 * (i - 1)
   S[o + 1], S[o + 2], S[o + 3], S[o + 4], S[o + 5], S[o + 6], S[o + 7], S[o + 8], S[o + 9] = al, r, iv, bu, a, b, c, room, code
-  if n > room and code < 8 then ok = false end
+  if n > room and code % 16 < 8 then ok = false end -- an enforced (not +8 shadow) limit refuses
 end
 
 -- Pass 2 (several limits): count the hits all-or-nothing and describe every limit.
 for i = 1, L do
   local o = 9 * (i - 1)
-  describe(i, S[o + 1], S[o + 2], S[o + 3], S[o + 4], S[o + 5], S[o + 6], S[o + 7], S[o + 8], ok)
+  describe(i, S[o + 1], S[o + 2], S[o + 3], S[o + 4], S[o + 5], S[o + 6], S[o + 7], S[o + 8], ok, S[o + 9] >= 16)
 end
 return out

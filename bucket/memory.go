@@ -169,6 +169,10 @@ func (m *Memory) decide(e *entry, res *Result, limits []Limit, ps []params, n, t
 		}
 		d := &res.Decisions[i]
 		d.Allowed = n <= rooms[i]
+		if limits[i].CountOver {
+			// envoy: over once the count passes the limit, which a peek (n = 0) sees too
+			d.Allowed = sts[i].b+n <= p.rate
+		}
 		d.Limit = p.burst
 		d.Window = s.window
 	}
@@ -182,10 +186,10 @@ func (m *Memory) decide(e *entry, res *Result, limits []Limit, ps []params, n, t
 	for i := range ps {
 		s, d := &e.slots[i], &res.Decisions[i]
 		p := &s.p
-		commit := ok && d.Allowed && n > 0
+		commit := n > 0 && ((ok && d.Allowed) || limits[i].CountOver)
 		rem := rooms[i]
 		if commit {
-			rem -= n
+			rem = max(0, rem-n)
 		}
 		d.Remaining = rem
 		if p.alg == algLog {

@@ -176,6 +176,9 @@ func (s *Redis) Allow(ctx context.Context, key string, limits []Limit, n int64, 
 		if limits[i].Shadow {
 			code += 8
 		}
+		if limits[i].CountOver {
+			code += 16
+		}
 		if p.alg == algLog && member == noMember {
 			// Members of the log must be unique across calls and processes.
 			member = s.nonce + ":" + strconv.FormatUint(s.seq.Add(1), 36) + ":"

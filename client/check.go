@@ -11,8 +11,10 @@ import (
 	"time"
 )
 
-// MessageStatus is GET /v1/messages/{id}: where one message is. Records are kept at least
-// 24 h after the final state (delivered or dead).
+// MessageStatus is GET /v1/messages/{id}: where one message is, read from where it is (its
+// key's queue, the retry stream, the dead letters). Once delivered, a message is answered
+// as delivered only where the ingress keeps delivered records (-status-keep), for that
+// long; otherwise Status returns an error matching ErrNoLongerTracked.
 type MessageStatus struct {
 	ID       string `json:"id"`
 	Domain   string `json:"domain"`
@@ -27,6 +29,8 @@ type MessageStatus struct {
 	LastError string `json:"last_error"`
 	// RetryAt is when a parked message is next tried (parked only).
 	RetryAt time.Time `json:"retry_at,omitzero"`
+	// Position is how many messages of its key are ahead of it (queued only).
+	Position int `json:"position,omitempty"`
 	// Reason is why the message died, in the listings of Admin.Dead only (free text such
 	// as "max_attempts (8) reached"; LastError has the last delivery failure).
 	Reason string `json:"reason,omitempty"`
@@ -36,7 +40,8 @@ type MessageStatus struct {
 func (s *MessageStatus) Final() bool { return s.State == StateDelivered || s.State == StateDead }
 
 // Status returns the status of message id, or an error matching ErrNotFound when the
-// server does not know it (never existed, or expired).
+// server does not know it: ErrNoLongerTracked too when the message has left sluice
+// (delivered or purged, with no delivered record kept).
 func (c *Client) Status(ctx context.Context, id string) (*MessageStatus, error) {
 	if id == "" {
 		return nil, errors.New("client: Status: empty message id")
@@ -54,6 +59,32 @@ func (c *Client) Status(ctx context.Context, id string) (*MessageStatus, error) 
 	var s MessageStatus
 	if err := json.Unmarshal(resp.body, &s); err != nil {
 		return nil, fmt.Errorf("sluice: GET /v1/messages/%s: %w", id, err)
+	}
+	return &s, nil
+}
+
+// Cancel takes back message id if it has not been delivered yet — queued, parked or waiting
+// for a delivery retry — and returns its status as it was. A message being delivered,
+// delivered, dead or moving back into its queue is an error matching ErrNotCancellable
+// (409); one that has left sluice matches ErrNoLongerTracked, as for Status. A cancel whose
+// answer was lost and is retried finds the message gone (ErrNoLongerTracked).
+func (c *Client) Cancel(ctx context.Context, id string) (*MessageStatus, error) {
+	if id == "" {
+		return nil, fmt.Errorf("%w: Cancel: empty message id", ErrInvalid)
+	}
+	resp, err := c.do(ctx, call{
+		method: http.MethodDelete,
+		path:   "/v1/messages/" + escapeSegment(id),
+		conn:   anyTransient,
+		retry:  retryUnavailable,
+		ok:     is2xx,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var s MessageStatus
+	if err := json.Unmarshal(resp.body, &s); err != nil {
+		return nil, fmt.Errorf("sluice: DELETE /v1/messages/%s: %w", id, err)
 	}
 	return &s, nil
 }

@@ -18,6 +18,13 @@ var (
 	ErrOverLimit = errors.New("sluice: over limit")
 	// ErrNotFound: the message, queue or key is unknown (404, other than ErrNoRule).
 	ErrNotFound = errors.New("sluice: not found")
+	// ErrNoLongerTracked: a message that has left sluice — delivered, or removed by a purge
+	// — and whose delivery is not on record (the ingress keeps delivered records only with
+	// -status-keep, and only that long). It matches ErrNotFound too.
+	ErrNoLongerTracked = errors.New("sluice: message no longer tracked")
+	// ErrNotCancellable: Cancel of a message being delivered, delivered, dead, or moving
+	// back into its queue (409).
+	ErrNotCancellable = errors.New("sluice: message cannot be cancelled")
 	// ErrNoRule: no rule matches the domain and descriptor of a submission (404).
 	ErrNoRule = errors.New("sluice: no matching rule")
 	// ErrInvalid: the server refused the request as malformed (400, 415); see ProblemError.Field.
@@ -42,6 +49,12 @@ const (
 	ProblemNotFound       = ProblemBase + "#not-found"
 	ProblemUnauthorized   = ProblemBase + "#unauthorized"
 	ProblemInternal       = ProblemBase + "#internal"
+	// ProblemNeverSeen: an id the ingress never issued (or whose rule is gone).
+	ProblemNeverSeen = ProblemBase + "#never-seen"
+	// ProblemNoLongerTracked: a message that has left sluice (see ErrNoLongerTracked).
+	ProblemNoLongerTracked = ProblemBase + "#no-longer-tracked"
+	// ProblemNotCancellable: a Cancel refused (see ErrNotCancellable).
+	ProblemNotCancellable = ProblemBase + "#not-cancellable"
 )
 
 // ProblemError is an error answer of the ingress: its RFC 9457 problem details, or, for an
@@ -92,6 +105,10 @@ func (e *ProblemError) Is(target error) bool {
 		return e.Type == ProblemNoRule
 	case ErrNotFound:
 		return e.Status == http.StatusNotFound && e.Type != ProblemNoRule
+	case ErrNotCancellable:
+		return e.Status == http.StatusConflict && e.Type == ProblemNotCancellable
+	case ErrNoLongerTracked:
+		return e.Status == http.StatusNotFound && e.Type == ProblemNoLongerTracked
 	case ErrInvalid:
 		return e.Status == http.StatusBadRequest || e.Status == http.StatusUnsupportedMediaType
 	case ErrTooLarge:

@@ -79,7 +79,7 @@ func startSystem(t *testing.T, rulesYAML string) *system {
 	n := natstest.Start(t)
 	r := redistest.Start(t, redistest.Options{})
 	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
-		"-drain", "true", "-readmit-max-backoff", "2s", "-shutdown-timeout", "2s", "-admin-token", systemToken},
+		"-drain", "true", "-status-keep", "1h", "-readmit-max-backoff", "2s", "-shutdown-timeout", "2s", "-admin-token", systemToken},
 		func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -344,6 +344,43 @@ func TestSystem(t *testing.T) {
 		}
 		if err := a.PurgeQueue(ctx, "no-such-queue"); !errors.Is(err, client.ErrNotFound) {
 			t.Fatalf("purge of an unknown queue: %v", err)
+		}
+	})
+
+	// Cancel takes back a queued message; a gone one matches ErrNoLongerTracked.
+	t.Run("cancel", func(t *testing.T) {
+		a := sys.client(t, client.WithAdminToken(systemToken)).Admin()
+		c := sys.client(t)
+		paused := true
+		if _, err := a.Tune(ctx, "even", client.Patch{Paused: &paused}); err != nil {
+			t.Fatal(err)
+		}
+		defer a.Reset(ctx, "even")
+		waitQueue(ctx, t, a, "even", func(q *client.Queue) bool { return q.Paused })
+		key := []client.Entry{{Key: "k", Value: "to cancel"}}
+		var subs []*client.Submission
+		for i := 0; i < 2; i++ {
+			sub, err := c.Submit(ctx, "even", key, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			subs = append(subs, sub)
+		}
+		st, err := c.Cancel(ctx, subs[1].ID)
+		if err != nil || st.State != client.StateQueued || st.ID != subs[1].ID || st.Position != 1 {
+			t.Fatalf("cancel: %+v %v", st, err)
+		}
+		if _, err := c.Status(ctx, subs[1].ID); !errors.Is(err, client.ErrNoLongerTracked) || !errors.Is(err, client.ErrNotFound) {
+			t.Fatalf("status after cancel: %v", err)
+		}
+		if _, err := c.Cancel(ctx, subs[1].ID); !errors.Is(err, client.ErrNoLongerTracked) {
+			t.Fatalf("second cancel: %v", err)
+		}
+		if k, err := a.Key(ctx, "even", "to cancel"); err != nil || k.Depth != 1 {
+			t.Fatalf("key after cancel: %+v %v", k, err)
+		}
+		if err := a.PurgeKey(ctx, "even", "to cancel"); err != nil {
+			t.Fatal(err)
 		}
 	})
 

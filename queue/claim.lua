@@ -54,6 +54,10 @@ for _, v in ipairs(release_keys(due, lease, held, dirty, totalkey, try, depth, i
   if v == 0 then lost = lost + 1 end
 end
 
+-- Forget the unused slots of emptied keys once they have passed (as markdue.lua does): no
+-- admission may come after a flood, and a slot in the past holds nothing back.
+redis.call('ZREMRANGEBYSCORE', idle, '-inf', now)
+
 -- 1. Hand back keys whose holder did not release them in time (crashed or stuck drainer).
 local expired = redis.call('ZRANGEBYSCORE', lease, '-inf', now, 'LIMIT', 0, reclaim)
 for _, k in ipairs(expired) do

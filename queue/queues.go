@@ -30,6 +30,9 @@ var (
 // the server's atomic "queue full" with DiscardNewPerSubject. nats.go has no sentinel for it.
 const jsErrMaxMsgsPerSubject = 10077
 
+// DefaultDuplicates is the queue streams' default duplicate window.
+const DefaultDuplicates = 2 * time.Minute
+
 // Config configures Queues. The zero value is usable: WithDefaults fills every field.
 type Config struct {
 	// Replicas of each queue stream: 1 on a single server, 3 on a production cluster
@@ -44,6 +47,8 @@ type Config struct {
 	// (long enough for an ingress client's retry after a timeout; the 24 h idempotency of
 	// the HTTP API is the ingress's own store).
 	Duplicates time.Duration
+	// APIPrefix of the JetStream API (a JetStream domain changes it). Default "$JS.API.".
+	APIPrefix string
 }
 
 // WithDefaults returns c with every unset field set to its default.
@@ -58,7 +63,10 @@ func (c Config) WithDefaults() Config {
 		c.SubjectPrefix = "q"
 	}
 	if c.Duplicates == 0 {
-		c.Duplicates = 2 * time.Minute
+		c.Duplicates = DefaultDuplicates
+	}
+	if c.APIPrefix == "" {
+		c.APIPrefix = "$JS.API."
 	}
 	return c
 }
@@ -120,6 +128,7 @@ func (q *Queues) ruleSubjects(rule string) string {
 // DiscardNewPerSubject rejects the (capacity+1)-th message of a key with error 10077;
 // MaxMsgsPerSubject alone would silently drop the key's oldest message (the FIFO head).
 // FileStorage: memory storage degrades to ~100 pops/s when many keys interleave.
+// AllowDirect: GET /v1/messages/{id} finds a message in its key's subject (Find).
 func (q *Queues) StreamConfig(rule string, capacity int64) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:                 q.StreamName(rule),
@@ -134,6 +143,7 @@ func (q *Queues) StreamConfig(rule string, capacity int64) jetstream.StreamConfi
 		Storage:              jetstream.FileStorage,
 		Replicas:             q.cfg.Replicas,
 		Duplicates:           q.cfg.Duplicates,
+		AllowDirect:          true, // Find reads a key's messages with batched direct gets
 	}
 }
 

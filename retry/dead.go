@@ -140,7 +140,9 @@ func (d *DeadLetters) subject(parts ...string) string {
 }
 
 // Subject is the subject of the dead letter of message id of rule.
-func (d *DeadLetters) Subject(rule, id string) string { return d.subject(token(rule), token(id)) }
+func (d *DeadLetters) Subject(rule, id string) string {
+	return d.subject(token(rule), queue.IDToken(id))
+}
 
 // ruleFilter matches the dead letters of rule, or of every rule when rule is "".
 func (d *DeadLetters) ruleFilter(rule string) string {
@@ -210,8 +212,13 @@ func (d *DeadLetters) Get(ctx context.Context, id string) (DeadLetter, error) {
 	if err != nil {
 		return DeadLetter{}, err
 	}
-	// Last message of dead.*.<id>: the id token is unique, whatever the rule.
-	raw, err := st.GetLastMsgForSubject(ctx, d.subject("*", token(id)))
+	// Last message of dead.<rule>.<id token>: an id names its rule; an id of an earlier
+	// version does not, and its token is unique whatever the rule.
+	rule := "*"
+	if ref, ok := queue.ParseID(id); ok {
+		rule = ref.RuleToken
+	}
+	raw, err := st.GetLastMsgForSubject(ctx, d.subject(rule, queue.IDToken(id)))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return DeadLetter{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}

@@ -156,6 +156,7 @@ func (s *Store) StreamConfig() jetstream.StreamConfig {
 		MaxBytes:          s.cfg.MaxBytes,
 		AllowMsgSchedules: true,
 		AllowRollup:       true, // schedules are stored with a per-subject rollup
+		AllowDirect:       true, // Find reads the ready subject with batched direct gets
 	}
 }
 
@@ -175,7 +176,7 @@ func (s *Store) subject(parts ...string) string { return joinSubject(s.cfg.Subje
 // ScheduleSubject is the subject holding the schedule of message id of rule (kind is
 // KindPark or KindRetry).
 func (s *Store) ScheduleSubject(kind, rule, id string) string {
-	return s.subject(kind, token(rule), token(id))
+	return s.subject(kind, token(rule), queue.IDToken(id))
 }
 
 // ReadySubject is where the schedules of rule fire.

@@ -76,6 +76,8 @@ type Config struct {
 	LogFormat       string        // -log-format: json (default) or text
 	LogLevel        string        // -log-level: default info
 	RulesPoll       time.Duration // -rules-poll: default 1s
+	StatusKeep      time.Duration // -status-keep: records of delivered messages kept this long; default 0 (off)
+	StatusKeepMax   int64         // -status-keep-max: most delivered records kept; default 1000000
 }
 
 // Main is the drainer process. The same Main runs in cmd/drainer and, whole, in tests.
@@ -126,6 +128,16 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&c.LogFormat, "log-format", env("SLUICE_LOG_FORMAT", "json"), "json or text (env SLUICE_LOG_FORMAT)")
 	fs.StringVar(&c.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (env SLUICE_LOG_LEVEL)")
 	poll := fs.String("rules-poll", env("SLUICE_RULES_POLL", "1s"), "how often rules files are checked for changes (env SLUICE_RULES_POLL)")
+	keep, err := time.ParseDuration(env("SLUICE_STATUS_KEEP", "0s"))
+	if err != nil || keep < 0 {
+		return fmt.Errorf("SLUICE_STATUS_KEEP: want a duration such as 1h, got %q", getenv("SLUICE_STATUS_KEEP"))
+	}
+	fs.DurationVar(&c.StatusKeep, "status-keep", keep, "keep a record of each delivered message this long, for GET /v1/messages/{id}; 0 = off (env SLUICE_STATUS_KEEP)")
+	keepMax, err := strconv.ParseInt(env("SLUICE_STATUS_KEEP_MAX", "1000000"), 10, 64)
+	if err != nil || keepMax <= 0 {
+		return fmt.Errorf("SLUICE_STATUS_KEEP_MAX: want a positive number, got %q", getenv("SLUICE_STATUS_KEEP_MAX"))
+	}
+	fs.Int64Var(&c.StatusKeepMax, "status-keep-max", keepMax, "most delivered records kept, oldest dropped first (env SLUICE_STATUS_KEEP_MAX)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -140,7 +152,9 @@ func (m *Main) ParseFlags(args []string) error {
 	if len(c.Rules) == 0 {
 		return errors.New("-rules is required (a rules file or directory; see deploy/examples)")
 	}
-	var err error
+	if c.StatusKeepMax <= 0 {
+		return fmt.Errorf("-status-keep-max: want a positive number of records, got %d", c.StatusKeepMax)
+	}
 	if c.Workers, err = strconv.Atoi(*workers); err != nil || c.Workers < 1 {
 		return fmt.Errorf("-workers: want a positive number, got %q", *workers)
 	}
@@ -216,6 +230,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 
 	st, err := app.Open(ctx, app.Config{
 		Name: "drainer", NATSURL: c.NATSURL, RedisURL: c.RedisURL, Replicas: c.Replicas,
+		StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
 		Rules: watcher.Current, Logger: log, RedisPoolSize: 2*c.Workers + 16,
 	})
 	if err != nil {

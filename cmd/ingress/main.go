@@ -32,8 +32,8 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cfg.CheckConfig != "" {
-		return rules.CheckConfig(os.Stdout, cfg.CheckConfig)
+	if len(cfg.CheckConfig) > 0 {
+		return rules.CheckConfigWith(os.Stdout, rules.Options{MergeDomains: cfg.MergeDomainConfig}, cfg.CheckConfig...)
 	}
 	m := &ingress.Main{Config: cfg}
 	if err := m.Run(ctx); err != nil {

@@ -108,6 +108,10 @@ func run(ctx context.Context, w io.Writer, c config) error {
 	for i, id := range queued {
 		for {
 			st, err := sl.Status(ctx, id)
+			if errors.Is(err, client.ErrNoLongerTracked) {
+				return fmt.Errorf("message %d was delivered, but the ingress keeps no record of deliveries to say when: "+
+					"run it with -status-keep 1h (on by default with -dev)", i+1)
+			}
 			if err != nil {
 				return err
 			}

@@ -168,6 +168,10 @@ func run(ctx context.Context, w io.Writer, c config) error {
 		var still []*order
 		for _, o := range pending {
 			st, err := sl.Status(ctx, o.id)
+			if errors.Is(err, client.ErrNoLongerTracked) {
+				return fmt.Errorf("%s order %d was delivered, but the ingress keeps no record of deliveries to say when: "+
+					"run it with -status-keep 1h (on by default with -dev) to follow orders to the sink", o.merchant, o.n)
+			}
 			if err != nil {
 				return fmt.Errorf("status of %s order %d: %w", o.merchant, o.n, err)
 			}

@@ -5,8 +5,7 @@
 // Admission of a message m under a queue rule R, key k:
 //
 //  1. R's admission limits (bucket/), if any, are decided for k. Denied → park or reject.
-//  2. m is counted into k's depth and its status record written in Redis (batched, see
-//     Batcher) while m is published to k's subject in R's stream with its id as
+//  2. m is counted into k's depth in Redis (batched, see Batcher) while m is published to k's subject in R's stream with its id as
 //     Nats-Msg-Id. JetStream itself refuses the (capacity+1)-th message of k (error 10077)
 //     → the count is healed, and m parked or rejected.
 //  3. Once the publish is acknowledged, k is marked due in the outflow scheduler (not
@@ -27,7 +26,6 @@ import (
 
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/rules"
-	"github.com/sluice-io/sluice/internal/status"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
 )
@@ -82,11 +80,10 @@ type Outflow func(r *rules.Rule) (outflow, total rules.Rate)
 type Admitter struct {
 	Queues    *queue.Queues
 	Scheduler *queue.Scheduler
-	Redis     *Batcher      // due marks and status records, batched
-	Status    *status.Store // nil: no status records
-	Limits    bucket.Store  // nil: admission limits are not enforced (no rule has one)
-	Parking   *retry.Store  // nil: overflow park is refused as unavailable
-	OutflowOf Outflow       // nil: the rule's own outflow
+	Redis     *Batcher     // depth counts, due marks and idempotency keys, batched
+	Limits    bucket.Store // nil: admission limits are not enforced (no rule has one)
+	Parking   *retry.Store // nil: overflow park is refused as unavailable
+	OutflowOf Outflow      // nil: the rule's own outflow
 	// CapacityOf returns the capacity in force (a live override); nil: the rule's own.
 	CapacityOf func(r *rules.Rule) int64
 	Logger     *slog.Logger
@@ -136,14 +133,10 @@ func Limits(r *rules.Rule) []bucket.Limit {
 
 // Options of one admission.
 type Options struct {
-	Domain string // for the status record
-	MsgID  string // Nats-Msg-Id; "" = m.ID
+	MsgID string // Nats-Msg-Id; "" = m.ID
 	// Park lets a refusal be parked when the rule says overflow: park. The re-admitter
 	// passes false: it parks again itself.
 	Park bool
-	// Readmission: the message was admitted before (parked, or a dead letter replayed); its
-	// status record moves back to queued instead of being created.
-	Readmission bool
 }
 
 // Admit admits m (m.Key, m.ID, m.Payload set) into rule r's queue.
@@ -188,14 +181,10 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		limRes = &res
 	}
 
-	// 2. Count the message into the key's depth (and write a new message's status record)
-	// in Redis while it is published: the answer needs the depth, and overlapping the two
-	// round trips is what makes admission cost one of them, not both.
-	var st *status.Status
-	if a.Status != nil && !o.Readmission {
-		st = &status.Status{ID: m.ID, Domain: o.Domain, Rule: r.Name, Key: m.Key, State: status.Queued, CreatedAt: m.CreatedAt}
-	}
-	counted := a.Redis.Count(r.Name, m.Key, capacity, now, st)
+	// 2. Count the message into the key's depth in Redis while it is published: the answer
+	// needs the depth, and overlapping the two round trips is what makes admission cost one
+	// of them, not both.
+	counted := a.Redis.Count(r.Name, m.Key, capacity, now)
 
 	// 3. Enqueue: JetStream enforces the capacity atomically.
 	enq, err := a.Queues.EnqueueAs(ctx, r.Name, m, msgID)
@@ -203,12 +192,7 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 	depth, next := cres.Depth, cres.Next
 	full := errors.Is(err, queue.ErrFull)
 	if err != nil && !full && werr == nil {
-		// Nothing was stored: take the count and the status record back.
-		id := ""
-		if st != nil {
-			id = m.ID
-		}
-		a.Redis.Undo(r.Name, m.Key, id, true)
+		a.Redis.Undo(r.Name, m.Key) // nothing was stored: take the count back
 	}
 	if full {
 		// The refusal itself proves the key holds capacity messages: the count is set to
@@ -228,15 +212,7 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		if werr == nil && next.After(now) {
 			out.Reset = next.Sub(now) // one place frees when the head leaves at its slot
 		}
-		res, err := a.refuse(ctx, r, m, o, out, now.Add(drain), allowPark)
-		// The status record written with the count: a parked message's was taken over by
-		// the park's own write (state parked); any other refusal stored nothing. Taken back
-		// only now — the undo goes through the batch, the park's write does not, so an undo
-		// sent before could land after it and delete the parked record.
-		if st != nil && werr == nil && (err != nil || res.Decision != Parked) {
-			a.Redis.Undo(r.Name, m.Key, m.ID, false)
-		}
-		return res, err
+		return a.refuse(ctx, r, m, o, out, now.Add(drain), allowPark)
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
@@ -245,15 +221,10 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 	// 4. The message is stored: make the key due. Not waited for — a mark lost to a crash
 	// or an outage is repaired by the drainers' reconciler.
 	if enq.Duplicate && werr == nil {
-		a.Redis.Undo(r.Name, m.Key, "", true) // already counted when it was first stored
+		a.Redis.Undo(r.Name, m.Key) // already counted when it was first stored
 		depth--
 	}
 	a.Redis.Mark(r.Name, m.Key, now)
-	if o.Readmission && a.Status != nil {
-		if err := a.Status.SetState(ctx, m.ID, status.Queued, m.Attempt, "", time.Time{}); err != nil {
-			a.throttledWarn("status", "admit: re-admitted message's status not recorded", "rule", r.Name, "err", err)
-		}
-	}
 	every := outflow.Every()
 	if werr != nil {
 		// Redis is unreachable: the answer is built from the stream's own count.
@@ -331,13 +302,6 @@ func (a *Admitter) refuse(ctx context.Context, r *rules.Rule, m queue.Message, o
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: park: %v", ErrUnavailable, err)
 	}
-	if a.Status != nil {
-		err := a.Status.Put(ctx, status.Status{ID: m.ID, Domain: o.Domain, Rule: r.Name, Key: m.Key, State: status.Parked,
-			CreatedAt: m.CreatedAt, RetryAt: fire, LastError: out.Reason})
-		if err != nil {
-			a.throttledWarn("status", "admit: parked message's status not recorded", "rule", r.Name, "err", err)
-		}
-	}
 	out.Decision = Parked
 	out.RetryAt = fire
 	out.RetryAfter = 0
@@ -348,7 +312,7 @@ func (a *Admitter) refuse(ctx context.Context, r *rules.Rule, m queue.Message, o
 // Readmit is a retry.AdmitFunc: it puts a parked message (or a dead letter being
 // replayed) back into its key's queue, without parking it on refusal.
 func (a *Admitter) Readmit(ctx context.Context, r *rules.Rule, m queue.Message, msgID string) (retry.AdmitResult, error) {
-	res, err := a.Admit(ctx, r, m, Options{MsgID: msgID, Readmission: true})
+	res, err := a.Admit(ctx, r, m, Options{MsgID: msgID})
 	if err != nil {
 		return retry.AdmitResult{}, err
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/sluice-io/sluice/internal/admit"
 	"github.com/sluice-io/sluice/internal/redistest"
-	"github.com/sluice-io/sluice/internal/status"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -24,12 +23,10 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // t0 is the fixed instant the tests admit at; every time is passed in, nothing sleeps on it.
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// rig is a Batcher with the real Scheduler and status Store it writes for, all under one
-// per-test prefix.
+// rig is a Batcher with the real Scheduler it writes for, under a per-test prefix.
 type rig struct {
 	b      *admit.Batcher
 	sched  *queue.Scheduler
-	st     *status.Store
 	rdb    redis.UniversalClient
 	prefix string
 }
@@ -41,8 +38,7 @@ func newRig(t *testing.T, rdb redis.UniversalClient) rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := status.New(rdb, status.Config{Prefix: prefix, TTL: time.Hour, Now: func() time.Time { return t0.Add(time.Minute) }})
-	return rig{b: &admit.Batcher{RDB: rdb, Scheduler: sched, Status: st}, sched: sched, st: st, rdb: rdb, prefix: prefix}
+	return rig{b: &admit.Batcher{RDB: rdb, Scheduler: sched, IdempotencyTTL: time.Hour}, sched: sched, rdb: rdb, prefix: prefix}
 }
 
 func sharedRig(t *testing.T) rig { return newRig(t, testRedis(t)) }
@@ -50,7 +46,7 @@ func sharedRig(t *testing.T) rig { return newRig(t, testRedis(t)) }
 // count is a Count that waits for its answer.
 func (r rig) count(t *testing.T, rule, key string, capacity int64, now time.Time) (int64, time.Time) {
 	t.Helper()
-	depth, next, err := r.b.Count(rule, key, capacity, now, nil).Wait()
+	depth, next, err := r.b.Count(rule, key, capacity, now).Wait()
 	if err != nil {
 		t.Fatalf("count %s/%s: %v", rule, key, err)
 	}
@@ -83,7 +79,7 @@ func TestConcurrentCountsOfOneKey(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
-				depth, next, err := r.b.Count("orders", "merchant 7", 1_000_000, t0, nil).Wait()
+				depth, next, err := r.b.Count("orders", "merchant 7", 1_000_000, t0).Wait()
 				if err != nil {
 					t.Error(err)
 					return
@@ -159,7 +155,7 @@ func TestCountsOfManyRulesAndKeysInOneBatch(t *testing.T) {
 				defer wg.Done()
 				key := "k" + strconv.Itoa(k)
 				for i := int64(1); i <= each; i++ {
-					depth, next, err := r.b.Count(rule.name, key, rule.capacity, t0, nil).Wait()
+					depth, next, err := r.b.Count(rule.name, key, rule.capacity, t0).Wait()
 					if err != nil {
 						t.Error(err)
 						return
@@ -187,8 +183,8 @@ func TestDepthIsClampedToCapacity(t *testing.T) {
 		}
 	}
 	// Stored as 3, not 5: two messages out leave 1, so the next admission is the 2nd.
-	r.b.Undo("r", "full", "", true)
-	r.b.Undo("r", "full", "", true)
+	r.b.Undo("r", "full")
+	r.b.Undo("r", "full")
 	if depth, _ := r.count(t, "r", "full", 3, t0); depth != 2 {
 		t.Fatalf("after 5 counts at capacity 3 and 2 out: depth %d, want 2", depth)
 	}
@@ -198,7 +194,7 @@ func TestDepthIsClampedToCapacity(t *testing.T) {
 	}
 	// More counted out than in (lost counts) never answers below 1.
 	for i := 0; i < 3; i++ {
-		r.b.Undo("r", "lost", "", true)
+		r.b.Undo("r", "lost")
 	}
 	for i, want := range []int64{1, 2} {
 		if depth, _ := r.count(t, "r", "lost", 10, t0); depth != want {
@@ -214,7 +210,7 @@ func TestDepthIsClampedToCapacity(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, _, err := r.b.Count("r", "flood", capacity, t0, nil).Wait()
+			d, _, err := r.b.Count("r", "flood", capacity, t0).Wait()
 			if err != nil {
 				t.Error(err)
 			}
@@ -237,15 +233,11 @@ func TestDepthIsClampedToCapacity(t *testing.T) {
 	}
 }
 
-// Undo counts a message out (uncount) and removes its status record (id); an Undo asked
-// for before a Count is seen by it, whether or not they share a batch.
+// Undo counts a message out; an Undo asked for before a Count is seen by it, whether or
+// not they share a batch, and other keys are untouched.
 func TestUndo(t *testing.T) {
 	t.Parallel()
 	r := sharedRig(t)
-	ctx := context.Background()
-	rec := func(id string) *status.Status {
-		return &status.Status{ID: id, Domain: "d", Rule: "r", Key: "u", State: status.Queued, CreatedAt: t0}
-	}
 	wait := func(p admit.Pending) int64 {
 		t.Helper()
 		d, _, err := p.Wait()
@@ -257,107 +249,96 @@ func TestUndo(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		r.count(t, "r", "u", 100, t0)
 	}
-	r.b.Undo("r", "u", "", true)
-	if d := wait(r.b.Count("r", "u", 100, t0, nil)); d != 3 {
+	r.b.Undo("r", "u")
+	if d := wait(r.b.Count("r", "u", 100, t0)); d != 3 {
 		t.Fatalf("3 in, 1 out, 1 in: depth %d, want 3", d)
 	}
-
-	// uncount=false keeps the count and still removes the record.
-	if d := wait(r.b.Count("r", "u", 100, t0, rec("m1"))); d != 4 {
-		t.Fatalf("depth %d, want 4", d)
+	wait(r.b.Count("r", "other", 100, t0))
+	r.b.Undo("r", "u")
+	if d := wait(r.b.Count("r", "u", 100, t0)); d != 3 {
+		t.Fatalf("after a second Undo: depth %d, want 3", d)
 	}
-	if _, err := r.st.Get(ctx, "m1"); err != nil {
-		t.Fatalf("record of m1 before Undo: %v", err)
-	}
-	r.b.Undo("r", "u", "m1", false)
-	if d := wait(r.b.Count("r", "u", 100, t0, nil)); d != 5 {
-		t.Fatalf("after Undo without uncount: depth %d, want 5", d)
-	}
-	if _, err := r.st.Get(ctx, "m1"); !errors.Is(err, status.ErrNotFound) {
-		t.Fatalf("record of m1 after Undo: %v, want ErrNotFound", err)
-	}
-
-	// Both at once; other keys and records are untouched.
-	if d := wait(r.b.Count("r", "u", 100, t0, rec("m2"))); d != 6 {
-		t.Fatalf("depth %d, want 6", d)
-	}
-	wait(r.b.Count("r", "other", 100, t0, rec("m3")))
-	r.b.Undo("r", "u", "m2", true)
-	if d := wait(r.b.Count("r", "u", 100, t0, nil)); d != 6 {
-		t.Fatalf("after Undo with uncount: depth %d, want 6", d)
-	}
-	if _, err := r.st.Get(ctx, "m2"); !errors.Is(err, status.ErrNotFound) {
-		t.Fatalf("record of m2 after Undo: %v, want ErrNotFound", err)
-	}
-	if _, err := r.st.Get(ctx, "m3"); err != nil {
-		t.Fatalf("record of m3 (never undone): %v", err)
-	}
-	if d := wait(r.b.Count("r", "other", 100, t0, nil)); d != 2 {
+	if d := wait(r.b.Count("r", "other", 100, t0)); d != 2 {
 		t.Fatalf("other key: depth %d, want 2", d)
 	}
 }
 
-// A Count with a status record writes a queued record; a later state change wins over a
-// late re-write of the same record, and so does one that landed before the first write.
-func TestCountWritesQueuedStatusRecord(t *testing.T) {
+// Claim maps an idempotency key to the first message that claims it, for the TTL: of many
+// concurrent claims of one key exactly one takes it and every other learns its owner; keys
+// of other rules are separate; a released key can be claimed again, but only its owner
+// releases it.
+func TestClaimIdempotency(t *testing.T) {
 	t.Parallel()
 	r := sharedRig(t)
 	ctx := context.Background()
-	created := time.Date(2030, 1, 2, 3, 4, 5, 678901000, time.UTC) // µs precision, as stored
-	rec := status.Status{ID: "m-1", Domain: "shop", Rule: "orders", Key: "merchant 7 *>", State: status.Queued, CreatedAt: created}
-	p := r.b.Count("orders", rec.Key, 10, t0, &rec)
-	rec.Key = "changed after Count" // the batch has its own copy: the caller's may change at once
-	if _, _, err := p.Wait(); err != nil {
+	const n = 64
+	type answer struct {
+		owner   string
+		claimed bool
+	}
+	answers := make([]answer, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			owner, claimed, err := r.b.Claim("r", "order 991 {x}", "id-"+strconv.Itoa(i)).Claimed()
+			if err != nil {
+				t.Error(err)
+			}
+			answers[i] = answer{owner, claimed}
+		}()
+	}
+	wg.Wait()
+	winner := ""
+	for i, a := range answers {
+		if a.claimed {
+			if winner != "" {
+				t.Fatalf("two claims took the key: %s and id-%d", winner, i)
+			}
+			winner = a.owner
+		}
+	}
+	if winner == "" {
+		t.Fatal("no claim took the key")
+	}
+	for i, a := range answers {
+		if a.owner != winner {
+			t.Fatalf("claim %d was told owner %q, the key is %q's", i, a.owner, winner)
+		}
+	}
+	if owner, claimed, err := r.b.Claim("other-rule", "order 991 {x}", "id-x").Claimed(); err != nil || !claimed || owner != "id-x" {
+		t.Fatalf("same key under another rule: %q %v %v, want claimed by id-x", owner, claimed, err)
+	}
+	keys, err := r.rdb.Keys(ctx, r.prefix+"sl:{r}:idem:*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("idempotency keys of rule r: %v %v, want exactly one", keys, err)
+	}
+	if ttl := r.rdb.PTTL(ctx, keys[0]).Val(); ttl <= 59*time.Minute || ttl > time.Hour {
+		t.Fatalf("TTL %v, want the configured hour", ttl)
+	}
+	// What one key costs, as the README states it: a 36-byte idempotency key (a uuid) mapped
+	// to a typical ~55-byte message id.
+	uuidKey := "6f1c2a9e-0b7d-4c52-9a51-3e2f1d0c8b7a"
+	if _, _, err := r.b.Claim("orders", uuidKey, "01a211f7-9526-7ce1-a644-b40d2e146e5f.orders.kbS00Mg").Claimed(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := r.st.Get(ctx, "m-1")
-	if err != nil {
+	size := r.rdb.MemoryUsage(ctx, r.prefix+"sl:{orders}:idem:"+uuidKey).Val()
+	t.Logf("one idempotency key: %d bytes of Redis memory (MEMORY USAGE)", size)
+	if size <= 0 || size > 256 {
+		t.Errorf("an idempotency key takes %d bytes, want at most 256", size)
+	}
+	if err := r.sched.ReleaseIdempotency(ctx, "r", "order 991 {x}", "not-the-owner"); err != nil {
 		t.Fatal(err)
 	}
-	want := status.Status{ID: "m-1", Domain: "shop", Rule: "orders", Key: "merchant 7 *>", State: status.Queued, CreatedAt: created, UpdatedAt: created}
-	if got != want {
-		t.Fatalf("record\n got %+v\nwant %+v", got, want)
+	if owner, claimed, _ := r.b.Claim("r", "order 991 {x}", "late").Claimed(); claimed || owner != winner {
+		t.Fatalf("after a release by a non-owner: %q %v, want still %q's", owner, claimed, winner)
 	}
-	// The record expires (Config.TTL), like every status record (key layout: status's doc).
-	if ttl, err := r.rdb.PTTL(ctx, r.prefix+"sl:m:{m-1}").Result(); err != nil || ttl <= 0 || ttl > time.Hour {
-		t.Fatalf("record TTL %v, %v; want (0, 1h]", ttl, err)
-	}
-
-	// A drainer reports a state; the admission's record is written again late (a retried
-	// batch, a duplicate): the state and updated_at stay.
-	if err := r.st.SetState(ctx, "m-1", status.Delivering, 1, "", time.Time{}); err != nil {
+	if err := r.sched.ReleaseIdempotency(ctx, "r", "order 991 {x}", winner); err != nil {
 		t.Fatal(err)
 	}
-	rec.Key = "merchant 7 *>"
-	if _, _, err := r.b.Count("orders", rec.Key, 10, t0, &rec).Wait(); err != nil {
-		t.Fatal(err)
-	}
-	got, _ = r.st.Get(ctx, "m-1")
-	if got.State != status.Delivering || got.Attempts != 1 || !got.UpdatedAt.Equal(t0.Add(time.Minute)) || !got.CreatedAt.Equal(created) || got.Domain != "shop" {
-		t.Fatalf("after a state change and a late re-put: %+v", got)
-	}
-
-	// The state change landed first: the admission fills in the rest and keeps the state.
-	if err := r.st.SetState(ctx, "m-2", status.Delivered, 1, "", time.Time{}); err != nil {
-		t.Fatal(err)
-	}
-	rec2 := status.Status{ID: "m-2", Domain: "shop", Rule: "orders", Key: "k2", State: status.Queued, CreatedAt: created}
-	if _, _, err := r.b.Count("orders", "k2", 10, t0, &rec2).Wait(); err != nil {
-		t.Fatal(err)
-	}
-	got, _ = r.st.Get(ctx, "m-2")
-	if got.State != status.Delivered || got.Rule != "orders" || got.Key != "k2" || !got.CreatedAt.Equal(created) || !got.UpdatedAt.Equal(t0.Add(time.Minute)) {
-		t.Fatalf("state change before the admission's write: %+v", got)
-	}
-
-	// Without a Store, no record.
-	nb := &admit.Batcher{RDB: r.rdb, Scheduler: r.sched}
-	rec3 := status.Status{ID: "m-3", Domain: "shop", Rule: "orders", Key: "k3", State: status.Queued, CreatedAt: created}
-	if _, _, err := nb.Count("orders", "k3", 10, t0, &rec3).Wait(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.st.Get(ctx, "m-3"); !errors.Is(err, status.ErrNotFound) {
-		t.Fatalf("record written by a Batcher without a Store: %v", err)
+	if owner, claimed, _ := r.b.Claim("r", "order 991 {x}", "late").Claimed(); !claimed || owner != "late" {
+		t.Fatalf("after the owner released it: %q %v, want taken by late", owner, claimed)
 	}
 }
 
@@ -377,12 +358,12 @@ func TestCountAfterMarkSeesTheKeyDue(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
 				key := fmt.Sprintf("g%d-%d", g, i)
-				if d, next, err := r.b.Count("r", key, 100, t0, nil).Wait(); err != nil || d != 1 || !next.Equal(t0) {
+				if d, next, err := r.b.Count("r", key, 100, t0).Wait(); err != nil || d != 1 || !next.Equal(t0) {
 					t.Errorf("%s first count: %d %v %v; want 1 at %v", key, d, next, err, t0)
 					return
 				}
 				r.b.Mark("r", key, slot)
-				d, next, err := r.b.Count("r", key, 100, t0, nil).Wait()
+				d, next, err := r.b.Count("r", key, 100, t0).Wait()
 				if err != nil || d != 2 {
 					t.Errorf("%s second count: %d %v; want 2", key, d, err)
 					return
@@ -402,7 +383,7 @@ func TestCountAfterMarkSeesTheKeyDue(t *testing.T) {
 	if _, err := r.sched.Claim(ctx, "r", slot, queue.ClaimRequest{Outflow: queue.Outflow{Every: time.Second}, Owner: "d1", Max: 1000, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := r.b.Count("r", "g0-0", 100, t0, nil).Result()
+	res, err := r.b.Count("r", "g0-0", 100, t0).Result()
 	if err != nil || !res.Held {
 		t.Fatalf("claimed key: count answered %+v, %v; want Held", res, err)
 	}
@@ -412,7 +393,7 @@ func TestCountAfterMarkSeesTheKeyDue(t *testing.T) {
 	}
 	r.count(t, "r", "fresh", 100, t0)
 	r.b.Mark("r", "fresh", slot)
-	if res, err := r.b.Count("r", "fresh", 100, t0, nil).Result(); err != nil || res.Held || !res.Next.Equal(slot) {
+	if res, err := r.b.Count("r", "fresh", 100, t0).Result(); err != nil || res.Held || !res.Next.Equal(slot) {
 		t.Fatalf("due key: count answered %+v, %v; want not Held, next %v", res, err, slot)
 	}
 }
@@ -452,7 +433,7 @@ func TestTimeoutBoundsASilentRedis(t *testing.T) {
 	r.b.Timeout = 100 * time.Millisecond
 
 	start := time.Now()
-	_, _, err = r.b.Count("r", "k", 10, t0, nil).Wait()
+	_, _, err = r.b.Count("r", "k", 10, t0).Wait()
 	took := time.Since(start)
 	if err == nil || errors.Is(err, admit.ErrRedisDown) {
 		t.Fatalf("first count against a silent Redis: %v, want the pipeline's error", err)
@@ -463,7 +444,7 @@ func TestTimeoutBoundsASilentRedis(t *testing.T) {
 	if !r.b.Down() {
 		t.Fatal("Down() false after a timed-out pipeline")
 	}
-	if _, _, err := r.b.Count("r", "k", 10, t0, nil).Wait(); !errors.Is(err, admit.ErrRedisDown) {
+	if _, _, err := r.b.Count("r", "k", 10, t0).Wait(); !errors.Is(err, admit.ErrRedisDown) {
 		t.Fatalf("count while down: %v, want ErrRedisDown", err)
 	}
 }
@@ -471,7 +452,7 @@ func TestTimeoutBoundsASilentRedis(t *testing.T) {
 // Redis stops: the first Count fails within the Timeout and Redis is known down; later
 // Counts fail at once with ErrRedisDown, marks and undos are dropped without blocking.
 // Redis comes back empty (no AOF: no data, no scripts cached): once the down window has
-// passed, Counts, status records and marks work again (scripts reloaded on NOSCRIPT).
+// passed, Counts and marks work again (scripts reloaded on NOSCRIPT).
 func TestRedisDownFailsFastAndRecovers(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{TCP: true})
@@ -492,7 +473,7 @@ func TestRedisDownFailsFastAndRecovers(t *testing.T) {
 	srv.Stop()
 
 	start := time.Now()
-	_, _, err := r.b.Count("r", "k", 10, t0, nil).Wait()
+	_, _, err := r.b.Count("r", "k", 10, t0).Wait()
 	if took := time.Since(start); took > r.b.Timeout+200*time.Millisecond {
 		t.Fatalf("first count with Redis stopped took %v (Timeout %v)", took, r.b.Timeout)
 	}
@@ -504,8 +485,8 @@ func TestRedisDownFailsFastAndRecovers(t *testing.T) {
 	}
 	for i := 0; i < 100; i++ {
 		r.b.Mark("r", "k", t0)
-		r.b.Undo("r", "k", "m", true)
-		if _, _, err := r.b.Count("r", "k", 10, t0, nil).Wait(); !errors.Is(err, admit.ErrRedisDown) {
+		r.b.Undo("r", "k")
+		if _, _, err := r.b.Count("r", "k", 10, t0).Wait(); !errors.Is(err, admit.ErrRedisDown) {
 			t.Fatalf("count %d while down: %v, want ErrRedisDown", i, err)
 		}
 	}
@@ -520,8 +501,7 @@ func TestRedisDownFailsFastAndRecovers(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	rec := status.Status{ID: "after", Domain: "d", Rule: "r", Key: "k", State: status.Queued, CreatedAt: t0}
-	d, next, err := r.b.Count("r", "k", 10, t0, &rec).Wait()
+	d, next, err := r.b.Count("r", "k", 10, t0).Wait()
 	if err != nil {
 		t.Fatalf("first count once Redis is back: %v", err)
 	}
@@ -535,16 +515,13 @@ func TestRedisDownFailsFastAndRecovers(t *testing.T) {
 	if s, ok, err := r.sched.NextSlot(ctx, "r", "k"); err != nil || !ok || !s.Equal(t0) {
 		t.Fatalf("mark once Redis is back: NextSlot %v %v %v", s, ok, err)
 	}
-	if got, err := r.st.Get(ctx, "after"); err != nil || got.State != status.Queued {
-		t.Fatalf("record once Redis is back: %+v, %v", got, err)
-	}
 	if r.b.Down() {
 		t.Fatal("Down() after successful pipelines")
 	}
 }
 
 // A batch that finds the scripts gone (NOSCRIPT) is sent again after loading them: its
-// scripts run once more, its plain commands (undos, status records) do not run twice.
+// scripts run once more, its plain commands (undos) do not run twice.
 func TestScriptsReloadedWithoutRepeatingUndos(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{}) // private: SCRIPT FLUSH and CLIENT PAUSE touch no other test
@@ -582,13 +559,13 @@ func TestScriptsReloadedWithoutRepeatingUndos(t *testing.T) {
 	if err := rdb.Do(ctx, "CLIENT", "PAUSE", "100", "WRITE").Err(); err != nil {
 		t.Fatal(err)
 	}
-	r.b.Undo("r", "stall", "", true)
+	r.b.Undo("r", "stall")
 	pending := make([]admit.Pending, keys)
 	for k := 0; k < keys; k++ {
 		key := "k" + strconv.Itoa(k)
-		r.b.Undo("r", key, "", true)
+		r.b.Undo("r", key)
 		r.b.Mark("r", key, t0)
-		pending[k] = r.b.Count("r", key, 100, t0, &status.Status{ID: key, Domain: "d", Rule: "r", Key: key, State: status.Queued, CreatedAt: t0})
+		pending[k] = r.b.Count("r", key, 100, t0)
 	}
 	for k, p := range pending {
 		d, next, err := p.Wait()
@@ -603,9 +580,6 @@ func TestScriptsReloadedWithoutRepeatingUndos(t *testing.T) {
 		key := "k" + strconv.Itoa(k)
 		if s, ok, err := r.sched.NextSlot(ctx, "r", key); err != nil || !ok || !s.Equal(t0) {
 			t.Fatalf("%s not due after the reloaded batch: %v %v %v", key, s, ok, err)
-		}
-		if got, err := r.st.Get(ctx, key); err != nil || got.State != status.Queued {
-			t.Fatalf("%s record: %+v, %v", key, got, err)
 		}
 	}
 	if r.b.Down() {
@@ -647,7 +621,7 @@ func TestCountsQueuedBehindATimeoutFailFast(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			start := time.Now()
-			_, _, err := r.b.Count("r", "k", 10, t0, nil).Wait()
+			_, _, err := r.b.Count("r", "k", 10, t0).Wait()
 			mu.Lock()
 			worst = max(worst, time.Since(start))
 			if errors.Is(err, admit.ErrRedisDown) {
@@ -675,9 +649,9 @@ func TestOneRulesErrorDoesNotFailOtherRules(t *testing.T) {
 	r.count(t, "good", "k", 10, t0)
 	rdb.Set(ctx, r.prefix+"sl:{"+queue.RuleToken("broken")+"}:depth", "x", 0) // not a hash
 	rdb.Do(ctx, "CLIENT", "PAUSE", "100", "WRITE")                            // both Counts in one batch
-	r.b.Undo("r", "stall", "", false)
-	pb := r.b.Count("broken", "k", 10, t0, nil)
-	pg := r.b.Count("good", "k", 10, t0, nil)
+	r.b.Undo("r", "stall")
+	pb := r.b.Count("broken", "k", 10, t0)
+	pg := r.b.Count("good", "k", 10, t0)
 	if _, _, err := pb.Wait(); err == nil {
 		t.Errorf("broken rule: no error")
 	}
@@ -686,8 +660,8 @@ func TestOneRulesErrorDoesNotFailOtherRules(t *testing.T) {
 	}
 }
 
-// An undo asked for while Redis is down is sent once Redis answers again: the status
-// record of a message that was never stored must not stay behind, reading "queued".
+// An undo asked for while Redis is down is sent once Redis answers again: the count of a
+// message that was never stored must not stay behind.
 func TestUndoWhileRedisIsDownIsSentLater(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{TCP: true, AppendOnly: true})
@@ -696,31 +670,32 @@ func TestUndoWhileRedisIsDownIsSentLater(t *testing.T) {
 	r := newRig(t, rdb)
 	r.b.Timeout = 300 * time.Millisecond
 	ctx := context.Background()
-	st := status.Status{ID: "never-stored", Domain: "d", Rule: "r", Key: "k", State: status.Queued, CreatedAt: t0}
-	if _, _, err := r.b.Count("r", "k", 10, t0, &st).Wait(); err != nil {
-		t.Fatal(err)
+	for i := 0; i < 2; i++ {
+		if _, _, err := r.b.Count("r", "k", 10, t0).Wait(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	rdb.Do(ctx, "BGREWRITEAOF")
 	time.Sleep(1500 * time.Millisecond) // the AOF fsyncs every second
 	srv.Stop()
-	if _, _, err := r.b.Count("r", "k", 10, t0, nil).Wait(); err == nil || !r.b.Down() {
+	if _, _, err := r.b.Count("r", "k", 10, t0).Wait(); err == nil || !r.b.Down() {
 		t.Fatalf("count with Redis stopped: %v, Down %v", err, r.b.Down())
 	}
-	r.b.Undo("r", "k", "never-stored", true) // its publish failed
+	r.b.Undo("r", "k") // its publish failed
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.st.Get(ctx, "never-stored"); err != nil {
-		t.Fatalf("the record did not survive the restart (AOF): %v", err)
+	if d, err := r.rdb.HGet(ctx, r.prefix+"sl:{r}:depth", "k").Int64(); err != nil || d != 2 {
+		t.Fatalf("the counts did not survive the restart (AOF): %d %v", d, err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for r.b.Down() && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if _, _, err := r.b.Count("r", "other", 10, t0, nil).Wait(); err != nil { // sends what waited
+	if _, _, err := r.b.Count("r", "other", 10, t0).Wait(); err != nil { // sends what waited
 		t.Fatalf("count after Redis came back: %v", err)
 	}
-	if _, err := r.st.Get(ctx, "never-stored"); !errors.Is(err, status.ErrNotFound) {
-		t.Errorf("record of a message never stored still there after Redis came back: %v", err)
+	if d, err := r.rdb.HGet(ctx, r.prefix+"sl:{r}:depth", "k").Int64(); err != nil || d != 1 {
+		t.Errorf("depth after Redis came back: %d %v, want 1 (the undo that waited was sent)", d, err)
 	}
 }

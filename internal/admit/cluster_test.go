@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-io/sluice/internal/redistest"
-	"github.com/sluice-io/sluice/internal/status"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -25,7 +24,7 @@ var onCluster = map[string]func(*testing.T){
 	"CountsOfManyRulesAndKeysInOneBatch": TestCountsOfManyRulesAndKeysInOneBatch,
 	"DepthIsClampedToCapacity":           TestDepthIsClampedToCapacity,
 	"Undo":                               TestUndo,
-	"CountWritesQueuedStatusRecord":      TestCountWritesQueuedStatusRecord,
+	"ClaimIdempotency":                   TestClaimIdempotency,
 	"CountAfterMarkSeesTheKeyDue":        TestCountAfterMarkSeesTheKeyDue,
 }
 
@@ -94,9 +93,13 @@ func TestScriptsReloadedOnEveryClusterNode(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				d, _, err := r.b.Count(rule, "k", 100, t0, &status.Status{ID: rule + "-" + strconv.FormatInt(want, 10), Rule: rule, Key: "k", State: status.Queued, CreatedAt: t0}).Wait()
+				d, _, err := r.b.Count(rule, "k", 100, t0).Wait()
 				if err != nil || d != want {
 					t.Errorf("%s: depth %d, %v; want %d", rule, d, err, want)
+				}
+				id := rule + "-" + strconv.FormatInt(want, 10)
+				if owner, claimed, err := r.b.Claim(rule, "idem-"+id, id).Claimed(); err != nil || !claimed || owner != id {
+					t.Errorf("%s: idempotency claim %q %v %v", rule, owner, claimed, err)
 				}
 				r.b.Mark(rule, "k", t0)
 			}()
@@ -111,9 +114,4 @@ func TestScriptsReloadedOnEveryClusterNode(t *testing.T) {
 	countAll(2)
 	t.Logf("counts after SCRIPT FLUSH: %v", time.Since(t0f))
 	countAll(3)
-	for _, rule := range rules {
-		if _, err := r.st.Get(ctx, rule+"-2"); err != nil {
-			t.Errorf("record written in the batch that met NOSCRIPT: %v", err)
-		}
-	}
 }

@@ -38,6 +38,12 @@ type Config struct {
 	OnOverride func(rule string)
 	// RedisPoolSize is the least Redis connection pool size. Default 256.
 	RedisPoolSize int
+	// IdempotencyTTL is how long an idempotency key maps to its first message (0: 24 h).
+	IdempotencyTTL time.Duration
+	// StatusKeep > 0 keeps records of delivered messages that long, at most StatusKeepMax
+	// (0: a million) of them (status.DeliveredRecords).
+	StatusKeep    time.Duration
+	StatusKeepMax int64
 	Logger        *slog.Logger
 }
 
@@ -50,7 +56,8 @@ type Stack struct {
 	Scheduler *queue.Scheduler
 	Parking   *retry.Store
 	Dead      *retry.DeadLetters
-	Status    *status.Store
+	Status    *status.Locator
+	Delivered *status.DeliveredRecords // nil unless Config.StatusKeep > 0
 	Overrides *overrides.Store
 	Current   *overrides.Watcher
 	Limits    bucket.Store
@@ -111,9 +118,7 @@ func Open(ctx context.Context, c Config) (s *Stack, err error) {
 		Rules: func(name string) *rules.Rule { return c.Rules().Rule(name) }}); err != nil {
 		return s, err
 	}
-	s.Status = status.New(s.Redis, status.Config{Logger: log})
-	s.Status.Start(context.WithoutCancel(ctx))
-	s.closers = append(s.closers, s.Status.Stop)
+	s.Status = &status.Locator{Rules: c.Rules, Queues: s.Queues, Scheduler: s.Scheduler, Parking: s.Parking, Dead: s.Dead}
 
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -122,6 +127,15 @@ func Open(ctx context.Context, c Config) (s *Stack, err error) {
 	}
 	if err := Retry(startCtx, s.Dead.Ensure); err != nil {
 		return s, fmt.Errorf("%s: dead-letter stream: %w", c.Name, err)
+	}
+	if c.StatusKeep > 0 {
+		if s.Delivered, err = status.NewDeliveredRecords(nc, status.DeliveredConfig{Keep: c.StatusKeep, Max: c.StatusKeepMax, Replicas: c.Replicas}); err != nil {
+			return s, err
+		}
+		if err := Retry(startCtx, s.Delivered.Ensure); err != nil {
+			return s, fmt.Errorf("%s: delivered records (-status-keep): %w", c.Name, err)
+		}
+		s.Status.Delivered = s.Delivered
 	}
 	// Live overrides (PATCH /v1/admin/queues/{name}), pushed by a KV watch.
 	err = Retry(startCtx, func(ctx context.Context) (err error) {
@@ -158,8 +172,8 @@ func Open(ctx context.Context, c Config) (s *Stack, err error) {
 		s.Limits = s.Degraded
 	}
 	s.Admitter = &admit.Admitter{
-		Queues: s.Queues, Scheduler: s.Scheduler, Limits: s.Limits, Parking: s.Parking, Status: s.Status, Logger: log,
-		Redis: &admit.Batcher{RDB: s.Redis, Scheduler: s.Scheduler, Status: s.Status},
+		Queues: s.Queues, Scheduler: s.Scheduler, Limits: s.Limits, Parking: s.Parking, Logger: log,
+		Redis: &admit.Batcher{RDB: s.Redis, Scheduler: s.Scheduler, IdempotencyTTL: c.IdempotencyTTL},
 		OutflowOf: func(r *rules.Rule) (rules.Rate, rules.Rate) {
 			q := s.Effective(r).Queue
 			return q.Outflow, q.TotalOutflow

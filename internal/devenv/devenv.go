@@ -5,7 +5,7 @@
 // The embedded NATS server is the real nats-server. The in-process store is miniredis
 // (github.com/alicebob/miniredis), which runs sluice's Lua scripts unchanged, so -dev uses
 // the same code paths as production for the outflow scheduler, the admission counts and the
-// status records instead of a second implementation (admission limits and /v1/check use
+// idempotency keys instead of a second implementation (admission limits and /v1/check use
 // bucket's in-memory store in -dev: one process needs no shared counters). It is never used
 // by tests or in production, where a real Redis is required.
 // miniredis does not expire keys on its own, so Redis advances its clock every second.

@@ -55,7 +55,10 @@ func Start(ctx context.Context, d Deps) (*Process, error) {
 	cfg.Queues, cfg.Scheduler = st.Queues, st.Scheduler
 	cfg.Rules = func() []*rules.Rule { return d.Rules().QueueRules() }
 	cfg.Sink = sink.Multi{HTTP: httpSink, NATS: natsSink}
-	cfg.Retrier, cfg.DeadLetters, cfg.States = st.Parking, st.Dead, st.Status
+	cfg.Retrier, cfg.DeadLetters = st.Parking, st.Dead
+	if st.Delivered != nil {
+		cfg.States = st.Delivered // opt-in records of delivered messages (-status-keep)
+	}
 	var logMu sync.Mutex
 	logged := map[string]time.Time{}
 	cfg.Policy = func(r *rules.Rule) drain.Policy {

@@ -26,6 +26,12 @@ type Problem struct {
 	ViolatedPolicies []string `json:"violated-policies,omitempty"`
 	// RetryAfter repeats the Retry-After header in seconds, for 429s and 503s.
 	RetryAfter int64 `json:"retry_after,omitempty"`
+	// Rule, Key and IssuedAt say what a message id names, for a message no longer tracked.
+	Rule     string  `json:"rule,omitempty"`
+	Key      *string `json:"key,omitempty"`
+	IssuedAt string  `json:"issued_at,omitempty"`
+	// State is a message's state, for a cancel refused with 409.
+	State string `json:"state,omitempty"`
 }
 
 // Problem types (the fragment after ProblemBase).
@@ -38,6 +44,12 @@ const (
 	TypeNotFound       = ProblemBase + "#not-found"
 	TypeUnauthorized   = ProblemBase + "#unauthorized"
 	TypeInternal       = ProblemBase + "#internal"
+	// A message id sluice never issued (or whose rule is not in force).
+	TypeNeverSeen = ProblemBase + "#never-seen"
+	// A message that has left sluice: delivered, or removed by a purge.
+	TypeNotTracked = ProblemBase + "#no-longer-tracked"
+	// A message that cannot be cancelled: being delivered, delivered, dead, or moving.
+	TypeNotCancellable = ProblemBase + "#not-cancellable"
 )
 
 // WriteProblem writes p with its status code and Content-Type application/problem+json.

@@ -183,10 +183,15 @@ type ruleView struct {
 	RateLimits []rateLimitView `json:"rate_limits"`
 	Unlimited  bool            `json:"unlimited,omitempty"`
 	ShadowMode bool            `json:"shadow_mode,omitempty"`
-	Replaces   []string        `json:"replaces,omitempty"`
-	Queue      *ruleQueueView  `json:"queue,omitempty"` // as the rules file says; live values in GET /v1/admin/queues
-	Overflow   string          `json:"overflow,omitempty"`
-	Source     string          `json:"source"` // file:line
+	// envoy's quota_mode, detailed_metric and metadata, and sluice's all_or_nothing
+	QuotaMode      bool           `json:"quota_mode,omitempty"`
+	AllOrNothing   bool           `json:"all_or_nothing,omitempty"`
+	DetailedMetric bool           `json:"detailed_metric,omitempty"`
+	Metadata       map[string]any `json:"metadata,omitempty"`
+	Replaces       []string       `json:"replaces,omitempty"`
+	Queue          *ruleQueueView `json:"queue,omitempty"` // as the rules file says; live values in GET /v1/admin/queues
+	Overflow       string         `json:"overflow,omitempty"`
+	Source         string         `json:"source"` // file:line
 }
 
 type rateLimitView struct {
@@ -203,6 +208,7 @@ func (a *Admin) listRules(w http.ResponseWriter, r *http.Request) {
 	for _, rule := range a.Rules().Rules() {
 		v := ruleView{Name: rule.Name, Domain: rule.Domain, Kind: "check", RateLimits: []rateLimitView{},
 			Unlimited: rule.Unlimited, ShadowMode: rule.ShadowMode, Replaces: rule.Replaces,
+			QuotaMode: rule.QuotaMode, AllOrNothing: rule.AllOrNothing, DetailedMetric: rule.DetailedMetric, Metadata: rule.Metadata,
 			Source: rule.File + ":" + strconv.Itoa(rule.Line)}
 		for _, e := range rule.Path {
 			v.Descriptor = append(v.Descriptor, rules.Entry{Key: e.Key, Value: e.Value})

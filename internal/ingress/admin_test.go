@@ -120,7 +120,11 @@ func TestAdminDeadLettersListAndReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	m := queue.Message{ID: "0190c3a2-0000-7000-8000-00000000dead", Rule: "orders", Key: "m-7", Payload: []byte(`{"x":1}`),
+	id, err := queue.NewID("orders", "m-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := queue.Message{ID: id, Rule: "orders", Key: "m-7", Payload: []byte(`{"x":1}`),
 		CreatedAt: time.Now(), Attempt: 8, LastError: "sink answered 500"}
 	if err := dead.Dead(ctx, rule, m, "max attempts reached"); err != nil {
 		t.Fatal(err)

@@ -1,14 +1,17 @@
 package ingress_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -20,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
@@ -30,8 +34,9 @@ import (
 )
 
 // load drives url with conns keep-alive connections for d, cycling over bodies, and
-// returns the request rate, the p99 latency and the count of non-2xx answers.
-func load(t *testing.T, url string, conns int, d time.Duration, bodies [][]byte) (rate float64, p99 time.Duration, bad int64) {
+// returns the request rate, the p99 latency and the count of non-2xx answers. With idem,
+// every request carries an Idempotency-Key of its own.
+func load(t *testing.T, url string, conns int, d time.Duration, bodies [][]byte, idem bool) (rate float64, p99 time.Duration, bad int64) {
 	t.Helper()
 	tr := &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, DisableCompression: true}
 	defer tr.CloseIdleConnections()
@@ -42,24 +47,18 @@ func load(t *testing.T, url string, conns int, d time.Duration, bodies [][]byte)
 	deadline := time.Now().Add(d)
 	var wg sync.WaitGroup
 	start := time.Now()
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	for g := 0; g < conns; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(deadline) {
-				b := bodies[next.Add(1)%int64(len(bodies))]
+				n := next.Add(1)
 				t0 := time.Now()
-				resp, err := client.Post(url, "application/json", bytes.NewReader(b))
-				if err != nil {
+				if !send(client, url, bodies[n%int64(len(bodies))], idem, run, n) {
 					failed.Add(1)
-					continue
 				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
 				lats[g] = append(lats[g], time.Since(t0))
-				if resp.StatusCode/100 != 2 {
-					failed.Add(1)
-				}
 			}
 		}()
 	}
@@ -76,15 +75,88 @@ func load(t *testing.T, url string, conns int, d time.Duration, bodies [][]byte)
 	return float64(len(all)) / elapsed.Seconds(), all[len(all)*99/100], failed.Load()
 }
 
+// send posts one request and reports whether it was answered 2xx.
+func send(client *http.Client, url string, body []byte, idem bool, run string, n int64) bool {
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if idem {
+		req.Header.Set("Idempotency-Key", run+"-"+strconv.FormatInt(n, 10))
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode/100 == 2
+}
+
+// loadAt offers rate requests a second to url for d, open loop (each request has its
+// time, whether or not earlier ones were answered), and returns the p99 latency measured
+// from each request's time and the count of failures.
+func loadAt(t *testing.T, url string, rate float64, d time.Duration, bodies [][]byte, idem bool) (p99 time.Duration, bad int64) {
+	t.Helper()
+	const workers = 256
+	tr := &http.Transport{MaxIdleConnsPerHost: workers, MaxConnsPerHost: workers, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	total := int(rate * d.Seconds())
+	due := make(chan time.Time, total)
+	lats := make([]time.Duration, total)
+	var failed atomic.Int64
+	var idx atomic.Int64
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Go(func() {
+			for at := range due {
+				if wait := time.Until(at); wait > 0 {
+					time.Sleep(wait)
+				}
+				n := idx.Add(1) - 1
+				if !send(client, url, bodies[n%int64(len(bodies))], idem, run, n) {
+					failed.Add(1)
+				}
+				lats[n] = time.Since(at)
+			}
+		})
+	}
+	start := time.Now().Add(10 * time.Millisecond)
+	every := time.Duration(float64(time.Second) / rate)
+	for i := 0; i < total; i++ {
+		due <- start.Add(time.Duration(i) * every)
+	}
+	close(due)
+	wg.Wait()
+	slices.Sort(lats)
+	return lats[len(lats)*99/100], failed.Load()
+}
+
+// contender is one admission path of the report.
+type contender struct {
+	name string
+	url  string
+	idem bool
+	pid  int // another process whose CPU counts (the Node server of BullMQ), or 0
+}
+
 // TestAdmissionReport measures the ingress's admission throughput against a bare net/http
-// handler that does one JetStream publish and waits for the ack, on the same embedded NATS
-// server, in the same run: queue rule, 10k distinct keys, 128-byte payloads, 64 connections.
+// handler that does one JetStream publish and waits for the ack, and against the task
+// queues users would pick instead on the same redis-server — hibiken/asynq's Enqueue (Go)
+// and BullMQ's queue.add (Node, if node and npm are installed) — each behind a minimal
+// HTTP server, with and without idempotency keys (asynq's TaskID, BullMQ's jobId), in the
+// same run: queue rule, 10k distinct keys, 128-byte payloads, 64 connections, alternating
+// rounds; then p99 at a fixed offered rate.
 func TestAdmissionReport(t *testing.T) {
 	if os.Getenv("SLUICE_BENCH") == "" {
 		t.Skip("set SLUICE_BENCH=1 (make bench)")
 	}
 	const conns, keys = 64, 10000
-	dur := 4 * time.Second
+	dur := 3 * time.Second
+	rounds := 5
+	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
 	payload := fmt.Sprintf(`{"order":%q}`, bytes.Repeat([]byte("x"), 128-12))
 	bodies := make([][]byte, keys)
 	for i := range bodies {
@@ -93,6 +165,9 @@ func TestAdmissionReport(t *testing.T) {
 
 	n := natstest.Start(t)
 	r := redistest.Start(t, redistest.Options{TCP: true})
+	ctx := context.Background()
+	rdb := redis.NewClient(r.Options())
+	defer rdb.Close()
 
 	// The bare ceiling: read the body, publish it to a stream, wait for the ack, answer 202.
 	nc, err := nats.Connect(n.URL())
@@ -101,23 +176,36 @@ func TestAdmissionReport(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	ctx := context.Background()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "BARE", Subjects: []string{"bare.>"}, Storage: jetstream.FileStorage,
 		Retention: jetstream.WorkQueuePolicy}); err != nil {
 		t.Fatal(err)
 	}
 	var seq atomic.Int64
-	bare := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	bareURL := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		if _, err := js.Publish(r.Context(), fmt.Sprintf("bare.k%d", seq.Add(1)%keys), b); err != nil {
 			w.WriteHeader(503)
 			return
 		}
 		w.WriteHeader(202)
-	})}
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	go bare.Serve(ln)
-	defer bare.Close()
+	}))
+
+	// asynq: Enqueue of the body as a task, TaskID from the Idempotency-Key (a repeat is
+	// ErrTaskIDConflict, answered 200 as sluice answers a repeat).
+	aq := asynq.NewClientFromRedisClient(redis.NewClient(r.Options()))
+	defer aq.Close()
+	asynqURL := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		opts := []asynq.Option{asynq.Queue("orders"), asynq.Retention(0)}
+		if k := r.Header.Get("Idempotency-Key"); k != "" {
+			opts = append(opts, asynq.TaskID(k))
+		}
+		if _, err := aq.EnqueueContext(r.Context(), asynq.NewTask("order", b), opts...); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+			w.WriteHeader(503)
+			return
+		}
+		w.WriteHeader(202)
+	}))
 
 	dir := t.TempDir()
 	rulesPath := filepath.Join(dir, "rules.yaml")
@@ -138,64 +226,184 @@ descriptors:
 		t.Fatal(err)
 	}
 	defer m.Close()
+	sluiceURL := "http://" + m.Addr.String() + "/v1/messages"
 
 	if which := os.Getenv("SLUICE_BENCH_PROFILE"); which != "" { // only one of them, for a CPU profile
-		url := "http://" + m.Addr.String() + "/v1/messages"
+		url := sluiceURL
 		if which == "bare" {
-			url = "http://" + ln.Addr().String()
+			url = bareURL
 		}
-		rate, p99, _ := load(t, url, conns, 10*time.Second, bodies)
-		t.Logf("ingress only: %.0f req/s p99 %v", rate, p99)
-		rdb := redis.NewClient(r.Options())
-		defer rdb.Close()
+		rate, p99, _ := load(t, url, conns, 10*time.Second, bodies, false)
+		t.Logf("%s only: %.0f req/s p99 %v", which, rate, p99)
 		stats, _ := rdb.Info(ctx, "commandstats").Result()
 		t.Logf("redis:\n%s", stats)
 		return
 	}
-	// Warm up both, then measure alternately so neither gets a quieter machine.
-	load(t, "http://"+ln.Addr().String(), conns, time.Second, bodies)
-	load(t, "http://"+m.Addr.String()+"/v1/messages", conns, time.Second, bodies)
-	var bareRate, oursRate float64
-	var bareP99, oursP99 time.Duration
-	var bareCPU, oursCPU, oursRedisCPU time.Duration
-	var ratios []float64
-	rdb := redis.NewClient(r.Options())
-	defer rdb.Close()
-	// Several short alternating rounds: the machine's speed drifts by ±20 % over a minute,
-	// and a ratio is only fair between runs that saw the same machine.
-	const rounds = 4
-	for round := 0; round < rounds; round++ {
-		c0, _ := cpuTime(rdb)
-		br, bp, bb := load(t, "http://"+ln.Addr().String(), conns, dur, bodies)
-		c1, r1 := cpuTime(rdb)
-		or, op, ob := load(t, "http://"+m.Addr.String()+"/v1/messages", conns, dur, bodies)
-		c2, r2 := cpuTime(rdb)
-		bareCPU += time.Duration(float64(c1-c0) / (br * dur.Seconds()) / rounds)
-		oursCPU += time.Duration(float64(c2-c1) / (or * dur.Seconds()) / rounds)
-		oursRedisCPU += time.Duration(float64(r2-r1) / (or * dur.Seconds()) / rounds)
-		if bb > 0 || ob > 0 {
-			t.Errorf("non-2xx answers: bare %d, ingress %d", bb, ob)
-		}
-		bareRate, oursRate = bareRate+br/rounds, oursRate+or/rounds
-		bareP99, oursP99 = max(bareP99, bp), max(oursP99, op)
-		ratios = append(ratios, or/br)
+
+	cs := []contender{
+		{name: "bare JetStream publish", url: bareURL},
+		{name: "sluice ingress", url: sluiceURL},
+		{name: "sluice, idempotency keys", url: sluiceURL, idem: true},
+		{name: "asynq Enqueue", url: asynqURL},
+		{name: "asynq, TaskID", url: asynqURL, idem: true},
 	}
-	slices.Sort(ratios)
-	t.Logf("admission, %d connections, %d keys, 128-byte payloads, %d cores, %d rounds of %v each:", conns, keys, runtimeCPU(), rounds, dur)
-	t.Logf("  bare publish handler: %8.0f req/s  p99 %v", bareRate, bareP99.Round(10*time.Microsecond))
-	t.Logf("  sluice ingress:       %8.0f req/s  p99 %v", oursRate, oursP99.Round(10*time.Microsecond))
-	t.Logf("  ratio ingress/bare:   %.2f× (rounds %.2f–%.2f; goal ≥ 0.80×)", oursRate/bareRate, ratios[0], ratios[len(ratios)-1])
-	// CPU per request (this process: load generator, HTTP server, NATS server; plus the
-	// redis-server process) is what the machine's load does not distort much.
-	t.Logf("  CPU per request:      bare %v, ingress %v (%.2f×)", bareCPU.Round(time.Microsecond), oursCPU.Round(time.Microsecond), float64(bareCPU)/float64(oursCPU))
-	t.Logf("  of which redis-server: %v", oursRedisCPU.Round(time.Microsecond))
+	if url, pid, err := startBullMQ(t, r.Addr()); err != nil {
+		t.Logf("BullMQ left out: %v", err)
+	} else {
+		cs = append(cs, contender{name: "BullMQ queue.add", url: url, pid: pid}, contender{name: "BullMQ, jobId", url: url, idem: true, pid: pid})
+	}
+	for i := 0; i < len(cs); i++ { // warm up every one; one that cannot admit is left out
+		if _, _, bad := load(t, cs[i].url, conns, time.Second, bodies, cs[i].idem); bad > 0 {
+			t.Errorf("%s left out: %d non-2xx answers while warming up", cs[i].name, bad)
+			cs = slices.Delete(cs, i, i+1)
+			i--
+		}
+	}
+	rates := make([][]float64, len(cs))
+	p99s := make([]time.Duration, len(cs))
+	cpu := make([]time.Duration, len(cs))
+	redisCPU := make([]time.Duration, len(cs))
+	// Short alternating rounds: the machine's speed drifts over a minute, and a ratio is
+	// only fair between runs that saw the same machine.
+	for round := 0; round < rounds; round++ {
+		for i, c := range cs {
+			c0, r0 := cpuTime(rdb, c.pid)
+			rate, p99, bad := load(t, c.url, conns, dur, bodies, c.idem)
+			c1, r1 := cpuTime(rdb, c.pid)
+			if bad > 0 {
+				t.Errorf("%s: %d non-2xx answers", c.name, bad)
+			}
+			rates[i] = append(rates[i], rate)
+			p99s[i] = max(p99s[i], p99)
+			reqs := rate * dur.Seconds() * float64(rounds)
+			cpu[i] += time.Duration(float64(c1-c0) / reqs)
+			redisCPU[i] += time.Duration(float64(r1-r0) / reqs)
+		}
+	}
+	med := func(v []float64) float64 {
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	t.Logf("admission, %d connections, %d keys, 128-byte payloads, %d cores, %d alternating rounds of %v; median (min–max) req/s:", conns, keys, runtimeCPU(), rounds, dur)
+	for i, c := range cs {
+		t.Logf("  %-26s %7.0f (%6.0f–%6.0f)  p99 %-8v CPU/request %v (redis-server %v)", c.name, med(rates[i]), slices.Min(rates[i]), slices.Max(rates[i]),
+			p99s[i].Round(10*time.Microsecond), cpu[i].Round(time.Microsecond), redisCPU[i].Round(time.Microsecond))
+	}
+	at := func(name string) int { return slices.IndexFunc(cs, func(c contender) bool { return c.name == name }) }
+	ratio := func(label, a, b, goal string) {
+		i, j := at(a), at(b)
+		if i < 0 || j < 0 {
+			return
+		}
+		var rs []float64
+		for k := range rates[i] {
+			rs = append(rs, rates[i][k]/rates[j][k])
+		}
+		t.Logf("  %-34s %.2f× (rounds %.2f–%.2f)%s", label, med(rs), slices.Min(rs), slices.Max(rs), goal)
+	}
+	ratio("sluice / bare publish:", "sluice ingress", "bare JetStream publish", "  goal ≥ 0.80×")
+	ratio("sluice idempotent / sluice:", "sluice, idempotency keys", "sluice ingress", "  goal ≥ 0.90×")
+	ratio("sluice / asynq:", "sluice ingress", "asynq Enqueue", "  goal ≥ 1.0×")
+	ratio("sluice idempotent / asynq TaskID:", "sluice, idempotency keys", "asynq, TaskID", "  goal ≥ 1.0×")
+	ratio("sluice / BullMQ:", "sluice ingress", "BullMQ queue.add", "  goal ≥ 1.5×")
+	ratio("sluice idempotent / BullMQ jobId:", "sluice, idempotency keys", "BullMQ, jobId", "  goal ≥ 1.5×")
+	// p99 at a fixed offered rate, open loop.
+	const offered = 10000.0
+	for _, c := range cs {
+		p99, bad := loadAt(t, c.url, offered, 3*time.Second, bodies, c.idem)
+		t.Logf("  p99 at %.0f req/s offered: %-26s %v (%d failed)", offered, c.name, p99.Round(10*time.Microsecond), bad)
+	}
+}
+
+// serve runs h on a loopback port and returns its URL.
+func serve(t *testing.T, h http.Handler) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+// The BullMQ release the report installs (npm), and the Redis client it needs, pinned so
+// runs compare.
+const (
+	bullmqVersion  = "6.7.0"
+	ioredisVersion = "6.0.0"
+)
+
+// startBullMQ installs BullMQ (once, in the user's cache) and runs a minimal Node server
+// whose handler calls queue.add with the body (jobId from the Idempotency-Key), with
+// removeOnComplete as its users set it. It returns the server's URL and pid.
+func startBullMQ(t *testing.T, redisAddr string) (string, int, error) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		return "", 0, fmt.Errorf("no node: %w", err)
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		return "", 0, fmt.Errorf("no npm: %w", err)
+	}
+	cache, _ := os.UserCacheDir()
+	dir := filepath.Join(cache, "sluice-bench", "bullmq-"+bullmqVersion+"-ioredis-"+ioredisVersion)
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "ioredis")); err != nil {
+		os.MkdirAll(dir, 0o755)
+		os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"name":"sluice-bench-bullmq","private":true}`), 0o644)
+		cmd := exec.Command(npm, "install", "--no-audit", "--no-fund", "bullmq@"+bullmqVersion, "ioredis@"+ioredisVersion)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", 0, fmt.Errorf("npm install bullmq@%s: %v: %s", bullmqVersion, err, out)
+		}
+	}
+	host, port, _ := net.SplitHostPort(redisAddr)
+	script := `
+const http = require('http');
+const { Queue } = require('bullmq');
+const q = new Queue('orders', { connection: { host: ` + strconv.Quote(host) + `, port: ` + port + ` },
+  defaultJobOptions: { removeOnComplete: true } });
+const srv = http.createServer(async (req, res) => {
+  const chunks = [];
+  for await (const c of req) chunks.push(c);
+  const id = req.headers['idempotency-key'];
+  try {
+    await q.add('order', JSON.parse(Buffer.concat(chunks)), id ? { jobId: id } : {});
+    res.writeHead(202); res.end();
+  } catch (e) { res.writeHead(503); res.end(String(e)); }
+});
+srv.keepAliveTimeout = 60000;
+srv.listen(0, '127.0.0.1', () => console.log('listening ' + srv.address().port));
+`
+	path := filepath.Join(dir, "server.js")
+	if err := os.WriteFile(path, []byte(script), 0o644); err != nil {
+		return "", 0, err
+	}
+	cmd := exec.Command(node, path)
+	cmd.Dir = dir
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return "", 0, err
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		return "", 0, fmt.Errorf("BullMQ server: %v", err)
+	}
+	p, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if !ok {
+		return "", 0, fmt.Errorf("BullMQ server said %q", line)
+	}
+	return "http://127.0.0.1:" + p, cmd.Process.Pid, nil
 }
 
 func runtimeCPU() int { return runtime.NumCPU() }
 
-// cpuTime is the CPU time used so far by this process and by the redis-server of rdb
-// together, and by the redis-server alone.
-func cpuTime(rdb *redis.Client) (total, redisCPU time.Duration) {
+// cpuTime is the CPU time used so far by this process, the redis-server of rdb and process
+// pid (when not 0) together, and by the redis-server alone.
+func cpuTime(rdb *redis.Client, pid int) (total, redisCPU time.Duration) {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	info, _ := rdb.Info(context.Background(), "cpu").Result()
@@ -206,5 +414,24 @@ func cpuTime(rdb *redis.Client) (total, redisCPU time.Duration) {
 			redisCPU += time.Duration(f * float64(time.Second))
 		}
 	}
-	return time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) + redisCPU, redisCPU
+	return time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) + redisCPU + procCPU(pid), redisCPU
+}
+
+// procCPU is the CPU time process pid has used (user + system), from /proc; 0 for pid 0.
+func procCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
 }

@@ -31,6 +31,8 @@ type currentLimit struct {
 type checkResponse struct {
 	OverallCode string        `json:"overall_code"`
 	Statuses    []checkStatus `json:"statuses"`
+	// DynamicMetadata is envoy's dynamic_metadata (-response-dynamic-metadata only).
+	DynamicMetadata map[string]any `json:"dynamic_metadata,omitempty"`
 }
 
 const (
@@ -122,6 +124,10 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, *p)
 		return
 	}
+	if p := req.normalize(); p != nil {
+		httpx.WriteProblem(w, *p)
+		return
+	}
 	if p := validateDomain(req.Domain); p != nil {
 		httpx.WriteProblem(w, *p)
 		return
@@ -152,12 +158,16 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		descs[i] = checkDescriptor{Entries: toRuleEntries(d.Entries), Hits: hits}
-		if d.HitsAddend != nil { // envoy: a descriptor's own hits_addend overrides the request's
+		if d.HitsAddend != nil { // envoy: a descriptor's own hits_addend overrides the request's; 0 checks without counting
 			if *d.HitsAddend > MaxHitsAddend {
 				httpx.WriteProblem(w, httpx.BadRequest(at+".hits_addend", "must be 0 to "+strconv.FormatInt(MaxHitsAddend, 10)))
 				return
 			}
-			descs[i].Hits = max(int64(*d.HitsAddend), 1)
+			descs[i].Hits, descs[i].OwnHits = int64(*d.HitsAddend), true
+		}
+		if d.IsNegativeHits {
+			httpx.WriteProblem(w, httpx.BadRequest(at+".is_negative_hits", "is not supported: hits can only be counted, not given back"))
+			return
 		}
 		if o := d.Limit; o != nil {
 			var p *httpx.Problem
@@ -165,10 +175,15 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 				httpx.WriteProblem(w, *p)
 				return
 			}
+			descs[i].LimitText = overrideText(o.RequestsPerUnit, o.Unit, o.UnitMultiplier)
 		}
 	}
+	reqHits := uint64(0)
+	if req.HitsAddend != nil {
+		reqHits = uint64(*req.HitsAddend)
+	}
 
-	v, err := s.decide(r.Context(), transportHTTP, req.Domain, descs)
+	v, err := s.decide(r.Context(), transportHTTP, req.Domain, reqHits, descs)
 	switch {
 	case errors.Is(err, errLimitsInvalid):
 		s.internalError(w, "", err)
@@ -178,7 +193,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 			Detail: "the limiter store is unreachable", RetryAfter: 1})
 		return
 	}
-	resp := checkResponse{OverallCode: codeOK, Statuses: make([]checkStatus, len(v.Statuses))}
+	resp := checkResponse{OverallCode: codeOK, Statuses: make([]checkStatus, len(v.Statuses)), DynamicMetadata: v.DynamicMetadata}
 	if v.Over {
 		resp.OverallCode = codeOverLimit
 	}

@@ -40,7 +40,38 @@ type Config struct {
 	DevNATSAddr string // -dev-nats-addr: where the embedded NATS server listens. Default "127.0.0.1:4222" (":0" = any free port).
 	DevSinkAddr string // -dev-sink-addr: where the demo sink listens. Default "127.0.0.1:8090".
 
-	CheckConfig string // -check-config FILE: validate a rules file (or directory) and exit.
+	// CheckConfig validates rules files or directories, comma-separated as -rules, and
+	// exits. -check-config; default empty (run the ingress).
+	CheckConfig []string
+
+	// Envoy parity knobs (README "Envoy / Istio"). Each defaults to envoyproxy/ratelimit's
+	// default (off).
+	//
+	// MergeDomainConfig lets several rules documents define one domain, merged (envoy's
+	// MERGE_DOMAIN_CONFIG). -merge-domain-config / SLUICE_MERGE_DOMAIN_CONFIG; default false.
+	MergeDomainConfig bool
+	// ShadowMode answers every check OK overall, whatever its descriptors say (envoy's
+	// SHADOW_MODE); descriptor statuses, counting and metrics are unchanged.
+	// -shadow-mode / SLUICE_SHADOW_MODE; default false.
+	ShadowMode bool
+	// QuotaMode puts every descriptor in quota mode (envoy's QUOTA_MODE; see a rule's
+	// quota_mode). -quota-mode / SLUICE_QUOTA_MODE; default false.
+	QuotaMode bool
+	// ResponseDynamicMetadata adds envoy's dynamic_metadata to answers: domain,
+	// descriptors, hits_addend and the merged metadata of the passing descriptors' rules
+	// (envoy's RESPONSE_DYNAMIC_METADATA). -response-dynamic-metadata /
+	// SLUICE_RESPONSE_DYNAMIC_METADATA; default false.
+	ResponseDynamicMetadata bool
+	// LocalCacheBytes bounds a local cache of over-limit keys (envoy's
+	// LOCAL_CACHE_SIZE_IN_BYTES): a key found over its fixed window is answered
+	// OVER_LIMIT without the store until the window ends. -local-cache-bytes /
+	// SLUICE_LOCAL_CACHE_SIZE_IN_BYTES; default 0 (off).
+	LocalCacheBytes int64
+	// DetailedMetricValues bounds sluice_checks_detailed_total (rules with
+	// detailed_metric): at most this many distinct descriptor values per rule get their
+	// own series, the rest count under "_other". -detailed-metric-values /
+	// SLUICE_DETAILED_METRIC_VALUES; default 100.
+	DetailedMetricValues int
 
 	// Drain runs a drainer (and re-admitter) inside this process. -drain; default true with
 	// -dev, false otherwise (production runs separate drainer processes).
@@ -57,6 +88,18 @@ type Config struct {
 	LogFormat       string        // -log-format / SLUICE_LOG_FORMAT: json or text. Default json (text with -dev).
 	LogLevel        string        // -log-level / SLUICE_LOG_LEVEL: debug, info, warn, error. Default info.
 	RulesPoll       time.Duration // -rules-poll / SLUICE_RULES_POLL: how often rules files are checked for changes. Default 1s.
+
+	// IdempotencyTTL is how long an idempotency key maps to its first message.
+	// -idempotency-ttl / SLUICE_IDEMPOTENCY_TTL; default 24h.
+	IdempotencyTTL time.Duration
+	// StatusKeep keeps a record of each delivered message this long, so GET
+	// /v1/messages/{id} answers "delivered" instead of "no longer tracked" (a JetStream
+	// stream bounded by age and StatusKeepMax; nothing in Redis). Set the same on drainers:
+	// they write the records. -status-keep / SLUICE_STATUS_KEEP; default 0 (off), 1h with -dev.
+	StatusKeep time.Duration
+	// StatusKeepMax bounds the delivered records kept (oldest dropped first).
+	// -status-keep-max / SLUICE_STATUS_KEEP_MAX; default 1000000.
+	StatusKeepMax int64
 }
 
 // ParseFlags reads args (without the program name) and the environment into a Config.
@@ -85,7 +128,39 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.StringVar(&c.DataDir, "data", env("SLUICE_DATA", "./data"), "JetStream store directory of -dev (env SLUICE_DATA)")
 	fs.StringVar(&c.DevNATSAddr, "dev-nats-addr", "127.0.0.1:4222", "listen address of the embedded NATS server of -dev (port 0: any)")
 	fs.StringVar(&c.DevSinkAddr, "dev-sink-addr", "127.0.0.1:8090", "listen address of the demo sink of -dev")
-	fs.StringVar(&c.CheckConfig, "check-config", "", "validate this rules file or directory and exit")
+	checkConfig := fs.String("check-config", "", "validate these rules files or directories (comma-separated, as -rules) and exit")
+	// The envoy parity knobs are typed flags (-shadow-mode alone means true) whose
+	// defaults come from their SLUICE_* variables.
+	var envErr error
+	envBool := func(name string) bool {
+		v := getenv(name)
+		if v == "" {
+			return false
+		}
+		on, err := strconv.ParseBool(v)
+		if err != nil && envErr == nil {
+			envErr = fmt.Errorf("%s: want true or false, got %q", name, v)
+		}
+		return on
+	}
+	envInt := func(name string, def int64) int64 {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil && envErr == nil {
+			envErr = fmt.Errorf("%s: want a whole number, got %q", name, v)
+		}
+		return n
+	}
+	fs.BoolVar(&c.MergeDomainConfig, "merge-domain-config", envBool("SLUICE_MERGE_DOMAIN_CONFIG"), "merge rules documents of one domain instead of refusing them, as envoy's MERGE_DOMAIN_CONFIG (env SLUICE_MERGE_DOMAIN_CONFIG)")
+	fs.BoolVar(&c.ShadowMode, "shadow-mode", envBool("SLUICE_SHADOW_MODE"), "answer every check OK overall, as envoy's SHADOW_MODE (env SLUICE_SHADOW_MODE)")
+	fs.BoolVar(&c.QuotaMode, "quota-mode", envBool("SLUICE_QUOTA_MODE"), "every descriptor in quota mode, as envoy's QUOTA_MODE (env SLUICE_QUOTA_MODE)")
+	fs.BoolVar(&c.ResponseDynamicMetadata, "response-dynamic-metadata", envBool("SLUICE_RESPONSE_DYNAMIC_METADATA"), "add envoy's dynamic_metadata to answers, as envoy's RESPONSE_DYNAMIC_METADATA (env SLUICE_RESPONSE_DYNAMIC_METADATA)")
+	fs.Int64Var(&c.LocalCacheBytes, "local-cache-bytes", envInt("SLUICE_LOCAL_CACHE_SIZE_IN_BYTES", 0), "bytes of the local over-limit cache, as envoy's LOCAL_CACHE_SIZE_IN_BYTES; 0 disables (env SLUICE_LOCAL_CACHE_SIZE_IN_BYTES)")
+	var detailed int64
+	fs.Int64Var(&detailed, "detailed-metric-values", envInt("SLUICE_DETAILED_METRIC_VALUES", DefaultDetailedMetricValues), "distinct values per detailed_metric rule in sluice_checks_detailed_total, the rest counted as _other (env SLUICE_DETAILED_METRIC_VALUES)")
 	drainFlag := fs.String("drain", "", "run a drainer in this process: true or false (default true with -dev)")
 	fs.IntVar(&c.DrainWorkers, "drain-workers", 32, "concurrent deliveries of the in-process drainer")
 	fs.DurationVar(&c.ReadmitMaxBackoff, "readmit-max-backoff", 5*time.Minute, "longest wait between re-admission attempts of a parked message")
@@ -95,6 +170,20 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.StringVar(&c.LogFormat, "log-format", env("SLUICE_LOG_FORMAT", ""), "json or text; default json, text with -dev (env SLUICE_LOG_FORMAT)")
 	fs.StringVar(&c.LogLevel, "log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (env SLUICE_LOG_LEVEL)")
 	poll := fs.String("rules-poll", env("SLUICE_RULES_POLL", "1s"), "how often rules files are checked for changes (env SLUICE_RULES_POLL)")
+	envDur := func(name string, def time.Duration) time.Duration {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		d, err := time.ParseDuration(v)
+		if (err != nil || d < 0) && envErr == nil {
+			envErr = fmt.Errorf("%s: want a duration such as 90s or 24h, got %q", name, v)
+		}
+		return d
+	}
+	fs.DurationVar(&c.IdempotencyTTL, "idempotency-ttl", envDur("SLUICE_IDEMPOTENCY_TTL", 24*time.Hour), "how long an idempotency key maps to its first message (env SLUICE_IDEMPOTENCY_TTL)")
+	fs.DurationVar(&c.StatusKeep, "status-keep", envDur("SLUICE_STATUS_KEEP", 0), "keep a record of each delivered message this long; 0 = off (default off, 1h with -dev) (env SLUICE_STATUS_KEEP)")
+	fs.Int64Var(&c.StatusKeepMax, "status-keep-max", envInt("SLUICE_STATUS_KEEP_MAX", 1_000_000), "most delivered records kept, oldest dropped first (env SLUICE_STATUS_KEEP_MAX)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -106,7 +195,33 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 			c.Rules = append(c.Rules, p)
 		}
 	}
+	for _, p := range strings.Split(*checkConfig, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			c.CheckConfig = append(c.CheckConfig, p)
+		}
+	}
+	if envErr != nil {
+		return c, envErr
+	}
 	var err error
+	if c.LocalCacheBytes < 0 {
+		return c, fmt.Errorf("-local-cache-bytes: want 0 (off) or a positive number of bytes, got %d", c.LocalCacheBytes)
+	}
+	if detailed < 0 || detailed > 1<<20 {
+		return c, fmt.Errorf("-detailed-metric-values: want 0 to %d, got %d", 1<<20, detailed)
+	}
+	c.DetailedMetricValues = int(detailed)
+	keepSet := getenv("SLUICE_STATUS_KEEP") != ""
+	fs.Visit(func(f *flag.Flag) { keepSet = keepSet || f.Name == "status-keep" })
+	if c.Dev && !keepSet {
+		c.StatusKeep = time.Hour // the dev stack answers "delivered" out of the box
+	}
+	if c.IdempotencyTTL <= 0 {
+		return c, fmt.Errorf("-idempotency-ttl: want a positive duration, got %s", c.IdempotencyTTL)
+	}
+	if c.StatusKeepMax <= 0 {
+		return c, fmt.Errorf("-status-keep-max: want a positive number of records, got %d", c.StatusKeepMax)
+	}
 	if c.MaxBody, err = strconv.ParseInt(*maxBody, 10, 64); err != nil || c.MaxBody <= 0 {
 		return c, fmt.Errorf("-max-body: want a positive number of bytes, got %q", *maxBody)
 	}
@@ -144,7 +259,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		return c, fmt.Errorf("-log-format: want json or text, got %q", c.LogFormat)
 	}
-	if c.CheckConfig == "" && len(c.Rules) == 0 {
+	if len(c.CheckConfig) == 0 && len(c.Rules) == 0 {
 		return c, errors.New("-rules is required (a rules file or directory; see deploy/examples)")
 	}
 	return c, nil

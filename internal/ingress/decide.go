@@ -26,10 +26,15 @@ const (
 // checkDescriptor is one descriptor of a check request, already validated.
 type checkDescriptor struct {
 	Entries []rules.Entry
-	Hits    int64 // ≥ 1: envoy counts a hits_addend of 0 as 1
+	// Hits to count: the descriptor's own hits_addend when set (0 = check without
+	// counting, as envoy), else the request's (0 counts as 1).
+	Hits    int64
+	OwnHits bool // the descriptor set its own hits_addend
 	// Override is the descriptor's own limit (envoy's RateLimitOverride): when set it is
 	// the limit, whatever the rules say, counted per domain and descriptor entries.
 	Override *rules.RateLimit
+	// LimitText renders Override for dynamic metadata ("" without one).
+	LimitText string
 }
 
 // overrideRule names the limits of descriptors that bring their own (label of
@@ -57,15 +62,23 @@ type descriptorVerdict struct {
 	// is unlimited, replaced, or has no admission limit (a queue-only rule).
 	Limit      *rules.RateLimit
 	Remaining  int64
-	ResetAfter time.Duration
+	ResetAfter time.Duration // whole seconds, as envoy's duration_until_reset
 	// Headers asks for rate-limit response headers over gRPC (the rule's
 	// response_headers, or -grpc-response-headers for every rule).
 	Headers bool
+	// Unlimited: the rule is unlimited (no part in the overall code, as envoy).
+	Unlimited bool
+	// Quota: the descriptor is in quota mode (its rule's quota_mode, or -quota-mode).
+	Quota bool
+	// Metadata is the metadata of the rule whose limit applied (nil otherwise).
+	Metadata map[string]any
 }
 
 // checkVerdict is the answer for a whole check request.
 type checkVerdict struct {
-	Over     bool // overall OVER_LIMIT: the worst of the descriptors
+	// Over is the overall OVER_LIMIT, as envoy: a descriptor not in quota mode is over,
+	// or every descriptor in quota mode is; never under -shadow-mode.
+	Over     bool
 	Statuses []descriptorVerdict
 	// RateLimit is what the rate-limit headers say: the tightest policy of the request
 	// (a refusal first, the longest wait; else the fewest requests left). nil when no
@@ -73,6 +86,8 @@ type checkVerdict struct {
 	RateLimit *httpx.RateLimit
 	// HeaderRule reports whether a descriptor whose rule asks for headers was decided.
 	HeaderRule bool
+	// DynamicMetadata is envoy's dynamic_metadata (nil unless -response-dynamic-metadata).
+	DynamicMetadata map[string]any
 }
 
 var (
@@ -83,18 +98,27 @@ var (
 	errLimiterDown = errors.New("ingress: the limiter store is unreachable")
 )
 
+// countsOver reports whether rule counts hits as envoy counts a hits_addend — whatever
+// the answer — in its fixed_window limits: every check rule (no queue) that does not ask
+// for all_or_nothing, and every limit override. Queue rules share their counter with
+// admissions, which are all-or-nothing, so they stay all-or-nothing.
+func countsOver(rule *rules.Rule) bool { return !rule.HasQueue() && !rule.AllOrNothing }
+
 // decide checks every descriptor against the rules in force and counts the hits of those
 // that pass, exactly like envoyproxy/ratelimit: each descriptor is decided on its own
-// (a refusal of one does not undo the count of another), the overall code is the worst.
-// A rule that queues (POST /v1/messages) is checked by its admission limit alone, the same
-// counter its admissions use; nothing is queued or parked. An unknown domain or a
-// descriptor no rule matches is OK with no limit.
-func (s *Server) decide(ctx context.Context, transport, domain string, descs []checkDescriptor) (checkVerdict, error) {
+// (a refusal of one does not undo the count of another), the overall code is the worst
+// (see checkVerdict.Over for quota and shadow mode). A check rule's fixed windows count
+// the hits even when refused (see countsOver). A rule that queues (POST /v1/messages) is
+// checked by its admission limit alone, the same counter its admissions use; nothing is
+// queued or parked. An unknown domain or a descriptor no rule matches is OK with no
+// limit. reqHits is the request's own hits_addend (for dynamic metadata).
+func (s *Server) decide(ctx context.Context, transport, domain string, reqHits uint64, descs []checkDescriptor) (checkVerdict, error) {
 	now := s.cfg.Now()
 	entries := make([][]rules.Entry, len(descs))
 	for i := range descs {
 		entries[i] = descs[i].Entries
 	}
+	env := s.envoyState()
 	v := checkVerdict{Statuses: make([]descriptorVerdict, len(descs))}
 	for i, cr := range s.cfg.Rules().Check(domain, entries) {
 		rule, key := cr.Rule, ""
@@ -107,7 +131,9 @@ func (s *Server) decide(ctx context.Context, transport, domain string, descs []c
 				// envoy: an unlimited descriptor is OK with limit_remaining at MaxUint32,
 				// so a client can tell it from a descriptor no rule knows.
 				v.Statuses[i].Remaining = math.MaxUint32
+				v.Statuses[i].Unlimited = true
 			}
+			v.Statuses[i].Quota = env.cfg.QuotaMode
 			if cr.Rule != nil {
 				s.metrics.checks.WithLabelValues(cr.Rule.Name, codeOK, transport).Inc()
 			}
@@ -115,10 +141,31 @@ func (s *Server) decide(ctx context.Context, transport, domain string, descs []c
 		default:
 			key = admit.LimitKey(rule.Name, cr.Key)
 		}
-		res, blocked := blockedResult(rule, now)
+		res, blocked := blockedResult(rule, descs[i].Hits, now)
 		var err error
+		cached := false
 		if !blocked {
-			res, err = s.cfg.Limits.Allow(ctx, key, admit.Limits(rule), descs[i].Hits, now)
+			var hit overLimitEntry
+			if env.cache != nil && !rule.ShadowMode {
+				hit, cached = env.cache.get(key, now)
+				cached = cached && hit.limit < len(rule.RateLimits) && rule.RateLimits[hit.limit].Rate.Interval == hit.ivl
+			}
+			if cached {
+				// envoy's local cache: over until the window ends, the store not asked
+				res = bucket.Result{Index: hit.limit, N: min(len(rule.RateLimits), bucket.MaxLimits)}
+				res.Decisions[hit.limit] = bucket.Decision{Limit: rule.RateLimits[hit.limit].Rate.Requests,
+					ResetAfter: hit.until.Sub(now), RetryAfter: hit.until.Sub(now), Window: hit.ivl}
+			} else {
+				lims := admit.Limits(rule)
+				if countsOver(rule) {
+					for j := range lims {
+						if lims[j].Algorithm == bucket.FixedWindow || lims[j].Algorithm == "" {
+							lims[j].CountOver = true
+						}
+					}
+				}
+				res, err = s.cfg.Limits.Allow(ctx, key, lims, descs[i].Hits, now)
+			}
 		}
 		if err != nil {
 			if errors.Is(err, bucket.ErrInvalid) {
@@ -131,24 +178,39 @@ func (s *Server) decide(ctx context.Context, transport, domain string, descs []c
 		if res.Index >= 0 && res.Index < len(rule.RateLimits) {
 			lim = &rule.RateLimits[res.Index]
 		}
-		st := descriptorVerdict{Limit: lim, Remaining: d.Remaining, ResetAfter: d.ResetAfter.Truncate(time.Millisecond),
-			Headers: rule.ResponseHeaders || s.cfg.GRPCResponseHeaders}
+		reset := d.ResetAfter
+		if ivl := lim.Rate.Interval; lim.Algorithm == rules.FixedWindow && ivl > 0 {
+			// envoy: the time to the end of the window, whatever is left in it
+			reset = ivl - time.Duration(now.UnixNano()%int64(ivl))
+		}
+		st := descriptorVerdict{Limit: lim, Remaining: d.Remaining, ResetAfter: wholeSeconds(reset),
+			Headers: rule.ResponseHeaders || s.cfg.GRPCResponseHeaders, Quota: env.cfg.QuotaMode || rule.QuotaMode}
+		if descs[i].Override == nil { // envoy: an override's limit carries no metadata
+			st.Metadata = rule.Metadata
+		}
 		v.HeaderRule = v.HeaderRule || st.Headers
 		code := codeOK
 		if !res.Allowed {
-			st.Over, v.Over = true, true
+			st.Over = true
 			code = codeOverLimit
+			if env.cache != nil && !cached && !rule.ShadowMode && countsOver(rule) && lim.Algorithm == rules.FixedWindow && res.Index >= 0 {
+				ivl := lim.Rate.Interval
+				env.cache.put(key, overLimitEntry{until: now.Add(ivl - time.Duration(now.UnixNano()%int64(ivl))), limit: res.Index, ivl: ivl})
+			}
 		} else if res.ShadowDenied {
 			code = codeShadowOverLimit
 		}
 		s.metrics.checks.WithLabelValues(rule.Name, code, transport).Inc()
+		if rule.DetailedMetric {
+			env.countDetailed(rule.Name, descs[i].Entries, code)
+		}
 		v.Statuses[i] = st
 
 		name := lim.Name
 		if name == "" {
 			name = rule.Name
 		}
-		rl := httpx.RateLimit{Policy: name, Limit: d.Limit, Remaining: d.Remaining, Reset: d.ResetAfter, Window: d.Window}
+		rl := httpx.RateLimit{Policy: name, Limit: d.Limit, Remaining: d.Remaining, Reset: reset, Window: d.Window}
 		if !res.Allowed {
 			rl.RetryAfter = res.RetryAfter()
 			if rl.RetryAfter == bucket.Never {
@@ -159,22 +221,54 @@ func (s *Server) decide(ctx context.Context, transport, domain string, descs []c
 			v.RateLimit = &rl
 		}
 	}
+	// The overall code, as envoy: OVER_LIMIT when a descriptor not in quota mode is over,
+	// or when every descriptor in quota mode is; unlimited descriptors take no part.
+	failed, quota, quotaFailed := 0, 0, 0
+	for _, st := range v.Statuses {
+		switch {
+		case st.Unlimited:
+		case st.Quota:
+			quota++
+			if st.Over {
+				quotaFailed++
+			}
+		case st.Over:
+			failed++
+		}
+	}
+	v.Over = failed > 0 || (quota > 0 && quota == quotaFailed)
+	if v.Over && env.cfg.ShadowMode {
+		v.Over = false // envoy's SHADOW_MODE: the statuses still say what was over
+		s.metrics.checks.WithLabelValues("_global", codeShadowOverLimit, transport).Inc()
+	}
+	if !v.Over && v.RateLimit != nil && v.RateLimit.RetryAfter > 0 {
+		// An answer that lets the request through (quota or shadow mode) sends no
+		// Retry-After, whatever one descriptor said.
+		rl := *v.RateLimit
+		rl.RetryAfter = 0
+		v.RateLimit = &rl
+	}
+	if env.cfg.ResponseDynamicMetadata {
+		v.DynamicMetadata = dynamicMetadata(domain, reqHits, descs, &v)
+	}
 	return v, nil
 }
 
 // blockedResult answers for a rule with envoy's `requests_per_unit: 0` (a limit that
 // refuses everything, such as a blocked address) without asking the store, which has no
 // such limit: refused (or, in shadow mode, allowed and reported), nothing left, and the
-// time to the end of the fixed window envoy would count it in. false when the rule has no
-// zero limit.
-func blockedResult(rule *rules.Rule, now time.Time) (bucket.Result, bool) {
+// time to the end of the fixed window envoy would count it in. A check of 0 hits passes, as
+// envoy's. false when the rule has no zero limit.
+func blockedResult(rule *rules.Rule, hits int64, now time.Time) (bucket.Result, bool) {
 	for i, l := range rule.RateLimits {
 		if l.Rate.Requests != 0 || l.Rate.Interval <= 0 {
 			continue
 		}
 		ivl := l.Rate.Interval
 		rest := ivl - time.Duration(now.UnixNano()%int64(ivl))
-		res := bucket.Result{Allowed: rule.ShadowMode, ShadowDenied: rule.ShadowMode, Index: i, N: min(len(rule.RateLimits), bucket.MaxLimits)}
+		// envoy: over when the count after the hits passes 0, so a check of 0 hits is OK
+		allowed := rule.ShadowMode || hits == 0
+		res := bucket.Result{Allowed: allowed, ShadowDenied: rule.ShadowMode && hits > 0, Index: i, N: min(len(rule.RateLimits), bucket.MaxLimits)}
 		res.Decisions[i] = bucket.Decision{ResetAfter: rest, RetryAfter: bucket.Never, Window: ivl}
 		return res, true
 	}

@@ -21,7 +21,7 @@ import (
 
 // TestDevStack is `make run` in-process: `ingress -dev -rules deploy/examples` with its
 // embedded NATS, its miniredis store, its in-process drainer and its demo sink, driven
-// through real HTTP. It is the only test in which the queue scripts, the status records
+// through real HTTP. It is the only test in which the queue scripts, the idempotency keys
 // and the park path run on miniredis rather than on a real Redis, and it checks make
 // run's promise: one merchant's orders reach the demo sink once each, in admission
 // order, no faster than the rule's outflow. (-dev decides admission limits and
@@ -234,7 +234,8 @@ func TestDevStack(t *testing.T) {
 			t.Errorf("%d orders of one merchant delivered within %s, want %s", n, span, want)
 		}
 
-		// Their status records say delivered, in the same order.
+		// The dev stack keeps delivered records (-status-keep defaults to 1h with -dev): each
+		// order answers delivered, in the order the sink got them.
 		var prevUpdated time.Time
 		for i, a := range adm {
 			var st struct {
@@ -243,17 +244,12 @@ func TestDevStack(t *testing.T) {
 				CreatedAt                    string `json:"created_at"`
 				UpdatedAt                    string `json:"updated_at"`
 			}
-			// The record is written after the sink answered: allow it a moment.
+			// The record is written after the sink answered, without waiting: allow it a moment.
 			devWaitFor(t, 5*time.Second, "order "+strconv.Itoa(i+1)+" recorded as delivered", func() bool {
 				r := c.do("GET", "/v1/messages/"+a.id, "")
-				if r.code != http.StatusOK {
-					t.Fatalf("GET order %d: %d %s", i+1, r.code, r.raw)
-				}
 				st.State = ""
-				if err := json.Unmarshal([]byte(r.raw), &st); err != nil {
-					t.Fatalf("GET order %d: %s: %v", i+1, r.raw, err)
-				}
-				return st.State == "delivered"
+				json.Unmarshal([]byte(r.raw), &st)
+				return r.code == http.StatusOK && st.State == "delivered"
 			})
 			created, err1 := time.Parse(time.RFC3339Nano, st.CreatedAt)
 			updated, err2 := time.Parse(time.RFC3339Nano, st.UpdatedAt)

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-io/sluice/internal/httpx"
@@ -50,7 +51,7 @@ func (g *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 	if p != nil {
 		return nil, status.Error(codes.InvalidArgument, problemText(p))
 	}
-	v, err := g.s.decide(ctx, transportGRPC, req.GetDomain(), descs)
+	v, err := g.s.decide(ctx, transportGRPC, req.GetDomain(), uint64(req.GetHitsAddend()), descs)
 	switch {
 	case errors.Is(err, errLimitsInvalid):
 		g.s.cfg.Logger.Error("ingress: a rule's limits were refused by the limiter", "err", err)
@@ -104,7 +105,7 @@ func rlsDescriptors(req *rlsv3.RateLimitRequest) ([]checkDescriptor, *httpx.Prob
 				p := httpx.BadRequest(at+".hits_addend", "must be 0 to "+strconv.FormatInt(MaxHitsAddend, 10))
 				return nil, &p
 			}
-			out[i].Hits = max(int64(h.GetValue()), 1)
+			out[i].Hits, out[i].OwnHits = int64(h.GetValue()), true // 0 checks without counting, as envoy
 		}
 		if d.GetIsNegativeHits() {
 			p := httpx.BadRequest(at+".is_negative_hits", "is not supported: hits can only be counted, not given back")
@@ -119,6 +120,7 @@ func rlsDescriptors(req *rlsv3.RateLimitRequest) ([]checkDescriptor, *httpx.Prob
 			if out[i].Override, p = overrideLimit(at+".limit", uint64(o.GetRequestsPerUnit()), o.GetUnit().String(), mult); p != nil {
 				return nil, p
 			}
+			out[i].LimitText = overrideText(uint64(o.GetRequestsPerUnit()), o.GetUnit().String(), mult)
 		}
 	}
 	return out, nil
@@ -149,6 +151,11 @@ func rlsResponse(v checkVerdict) *rlsv3.RateLimitResponse {
 			ds.DurationUntilReset = durationpb.New(st.ResetAfter)
 		}
 		resp.Statuses[i] = ds
+	}
+	if v.DynamicMetadata != nil {
+		if md, err := structpb.NewStruct(v.DynamicMetadata); err == nil { // rules metadata is JSON-compatible by construction
+			resp.DynamicMetadata = md
+		}
 	}
 	if v.HeaderRule && v.RateLimit != nil {
 		h := make(http.Header, 8)

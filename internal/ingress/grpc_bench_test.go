@@ -163,10 +163,10 @@ descriptors:
 		}
 		for round := 0; round < rounds; round++ {
 			for i, md := range modes {
-				c0, r0 := cpuTime(rdb)
+				c0, r0 := cpuTime(rdb, 0)
 				i0 := ingressCPU()
 				rt, p, err := md.run(conc)
-				c1, r1 := cpuTime(rdb)
+				c1, r1 := cpuTime(rdb, 0)
 				i1 := ingressCPU()
 				if err != nil {
 					t.Fatalf("%s: %v", md.name, err)

@@ -177,9 +177,10 @@ func TestGRPCShouldRateLimit(t *testing.T) {
 			if cl := st.CurrentLimit; cl == nil || cl.RequestsPerUnit != 2 || cl.Unit != rlsv3.RateLimitResponse_RateLimit_MINUTE || cl.UnitMultiplier != nil {
 				t.Fatalf("call %d: current_limit %v", i+1, cl)
 			}
-			// The frozen clock is 20.4 s into its minute: a fixed window resets in 39.6 s.
-			if d := st.DurationUntilReset.AsDuration(); d != 39600*time.Millisecond {
-				t.Fatalf("call %d: duration_until_reset %v, want 39.6s", i+1, d)
+			// The frozen clock is 20.4 s into its minute: a fixed window resets in 39.6 s,
+			// answered in whole seconds as envoy (60 − the 20 whole seconds elapsed).
+			if d := st.DurationUntilReset.AsDuration(); d != 40*time.Second {
+				t.Fatalf("call %d: duration_until_reset %v, want 40s", i+1, d)
 			}
 			if len(r.ResponseHeadersToAdd) != 0 {
 				t.Fatalf("headers for a rule that did not ask for them: %v", r.ResponseHeadersToAdd)
@@ -556,8 +557,8 @@ func TestEnvoyDocExamples(t *testing.T) {
 		if cl.Unit != rlsv3.RateLimitResponse_RateLimit_MINUTE || cl.UnitMultiplier.GetValue() != 5 {
 			t.Fatalf("current_limit %v", cl)
 		}
-		// 12:30:20.4 in a five-minute window starting 12:30:00.
-		if d := r[0].Statuses[0].DurationUntilReset.AsDuration(); d != 4*time.Minute+39600*time.Millisecond {
+		// 12:30:20.4 in a five-minute window starting 12:30:00: 4m39.6s, in whole seconds.
+		if d := r[0].Statuses[0].DurationUntilReset.AsDuration(); d != 4*time.Minute+40*time.Second {
 			t.Fatalf("duration_until_reset %v", d)
 		}
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/queue"
 )
 
 const testRules = `
@@ -167,7 +168,7 @@ func TestSubmitQueuedCountsDownThenRejects(t *testing.T) {
 			t.Fatalf("submit %d: body %s", i, r.raw)
 		}
 		id, _ := r.body["id"].(string)
-		if r.header.Get("Location") != "/v1/messages/"+id || len(id) != 36 {
+		if ref, ok := queue.ParseID(id); r.header.Get("Location") != "/v1/messages/"+id || !ok || ref.Key != "m-42" || ref.RuleToken != "orders" {
 			t.Fatalf("Location %q for id %q", r.header.Get("Location"), id)
 		}
 		wantHeaderInt(t, r.header, "X-RateLimit-Limit", 3)
@@ -514,5 +515,72 @@ func TestParkedUnderFloodKeepTheirStatus(t *testing.T) {
 		if st := e.do("GET", "/v1/messages/"+id, ""); st.code != 200 || st.body["state"] != "parked" {
 			t.Errorf("parked %s: GET %d %s", id, st.code, st.raw)
 		}
+	}
+}
+
+// GET /v1/messages/{id} over HTTP: a queued message with its position; an id of the same
+// rule and key that is nowhere (delivered or purged) is 404 no-longer-tracked naming its
+// rule and key; anything else is 404 never-seen. No drainer runs here, so nothing leaves.
+func TestMessageStatusOverHTTP(t *testing.T) {
+	e := start(t, nil)
+	var ids []string
+	for i := 0; i < 2; i++ {
+		r := e.do("POST", "/v1/messages", submit("orders", merchant("m 7/*"), `{"n":1}`))
+		if r.code != 202 {
+			t.Fatalf("submit: %d %s", r.code, r.raw)
+		}
+		ids = append(ids, r.body["id"].(string))
+	}
+	st := e.do("GET", "/v1/messages/"+ids[1], "")
+	if st.code != 200 || st.body["state"] != "queued" || st.body["position"] != float64(1) || st.body["key"] != "m 7/*" || st.body["domain"] != "orders" {
+		t.Fatalf("second queued message: %d %s", st.code, st.raw)
+	}
+	gone, err := queue.NewID("orders", "m 7/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := e.do("GET", "/v1/messages/"+gone, "")
+	if g.code != 404 || g.body["type"] != "https://sluice.dev/problems#no-longer-tracked" || g.body["rule"] != "orders" || g.body["key"] != "m 7/*" || g.body["issued_at"] == nil {
+		t.Fatalf("an id that is nowhere: %d %s", g.code, g.raw)
+	}
+	if g.header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("content type %q", g.header.Get("Content-Type"))
+	}
+	for _, id := range []string{"nonsense", strings.Replace(gone, ".orders.", ".no-such-rule.", 1)} {
+		if n := e.do("GET", "/v1/messages/"+id, ""); n.code != 404 || n.body["type"] != "https://sluice.dev/problems#never-seen" {
+			t.Fatalf("GET %s: %d %s", id, n.code, n.raw)
+		}
+	}
+}
+
+// DELETE /v1/messages/{id} takes back a queued message: 200 with what it was, and then it
+// is gone (404 no-longer-tracked, the key's depth one less); a second cancel finds nothing.
+func TestCancelQueuedMessage(t *testing.T) {
+	e := start(t, nil)
+	var ids []string
+	for i := 0; i < 3; i++ {
+		r := e.do("POST", "/v1/messages", submit("orders", merchant("m-9"), fmt.Sprintf(`{"n":%d}`, i)))
+		if r.code != 202 {
+			t.Fatalf("submit: %d %s", r.code, r.raw)
+		}
+		ids = append(ids, r.body["id"].(string))
+	}
+	c := e.do("DELETE", "/v1/messages/"+ids[1], "")
+	if c.code != 200 || c.body["cancelled"] != true || c.body["state"] != "queued" || c.body["position"] != float64(1) {
+		t.Fatalf("cancel: %d %s", c.code, c.raw)
+	}
+	if g := e.do("GET", "/v1/messages/"+ids[1], ""); g.code != 404 || g.body["type"] != "https://sluice.dev/problems#no-longer-tracked" {
+		t.Fatalf("GET after cancel: %d %s", g.code, g.raw)
+	}
+	if g := e.do("GET", "/v1/messages/"+ids[2], ""); g.code != 200 || g.body["position"] != float64(1) {
+		t.Fatalf("the message behind it moved up: %d %s", g.code, g.raw)
+	}
+	if again := e.do("DELETE", "/v1/messages/"+ids[1], ""); again.code != 404 {
+		t.Fatalf("second cancel: %d %s", again.code, again.raw)
+	}
+	// The depth estimate counts it out: the next admission sees two ahead of it, not three.
+	r := e.do("POST", "/v1/messages", submit("orders", merchant("m-9"), `{"n":9}`))
+	if r.code != 202 || r.body["depth"] != float64(3) {
+		t.Fatalf("submit after cancel: %d %s", r.code, r.raw)
 	}
 }

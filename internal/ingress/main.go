@@ -96,7 +96,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	// Rules first: a process with bad rules must not start.
 	var srv *Server
 	watcher, err := rules.NewWatcher(rules.WatcherConfig{
-		Paths: c.Rules, Interval: c.RulesPoll, Logger: log,
+		Paths: c.Rules, Interval: c.RulesPoll, Logger: log, Options: rules.Options{MergeDomains: c.MergeDomainConfig},
 		OnReload: func(set *rules.Set, err error) {
 			if srv != nil {
 				srv.RulesReloaded(set, err)
@@ -138,6 +138,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	st, err := app.Open(ctx, app.Config{
 		Name: "ingress", NATSURL: m.NATSURL, RedisURL: m.RedisURL, Replicas: c.Replicas,
 		Rules: watcher.Current, Limits: limits, Logger: log,
+		IdempotencyTTL: c.IdempotencyTTL, StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
 		OnDegraded: func(on bool) {
 			if srv != nil {
 				srv.SetDegraded(on)
@@ -171,6 +172,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		Rules: watcher.Current, Admitter: st.Admitter, Status: st.Status, Limits: st.Limits,
 		Admin: admin, AdminToken: c.AdminToken, MaxBody: c.MaxBody, Registry: reg, Logger: log,
 		Ready: st.Ready, GRPCResponseHeaders: c.GRPCResponseHeaders, Now: m.Now,
+		Envoy: EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,
+			LocalCacheBytes: c.LocalCacheBytes, DetailedMetricValues: c.DetailedMetricValues},
 	})
 	m.Server = srv
 	srv.RulesReloaded(watcher.Current(), nil)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -40,19 +41,98 @@ type entry struct {
 	Value string `json:"value"`
 }
 
-// checkRequest is the body of POST /v1/check (envoy's /json shape).
+// checkRequest is the body of POST /v1/check (envoy's /json shape). Every field may also
+// be spelled as protojson spells it (hitsAddend, requestsPerUnit, unitMultiplier,
+// isNegativeHits), as envoy's /json reads it; those take a number or a string of digits
+// (protojson writes 64-bit integers as strings). Setting both spellings is refused.
 type checkRequest struct {
 	Domain      string `json:"domain"`
 	Descriptors []struct {
-		Entries    []entry   `json:"entries"`
-		HitsAddend *uint64   `json:"hits_addend"` // overrides the request's, as envoy's
-		Limit      *struct { // envoy's RateLimitOverride
-			RequestsPerUnit uint64 `json:"requests_per_unit"`
-			Unit            string `json:"unit"`
-			UnitMultiplier  uint64 `json:"unit_multiplier"`
+		Entries         []entry   `json:"entries"`
+		HitsAddend      *uint64   `json:"hits_addend"` // overrides the request's, as envoy's
+		HitsAddendCamel *jsonUint `json:"hitsAddend"`
+		Limit           *struct { // envoy's RateLimitOverride
+			RequestsPerUnit      uint64    `json:"requests_per_unit"`
+			RequestsPerUnitCamel *jsonUint `json:"requestsPerUnit"`
+			Unit                 string    `json:"unit"`
+			UnitMultiplier       uint64    `json:"unit_multiplier"`
+			UnitMultiplierCamel  *jsonUint `json:"unitMultiplier"`
 		} `json:"limit"`
+		IsNegativeHits      bool `json:"is_negative_hits"`
+		IsNegativeHitsCamel bool `json:"isNegativeHits"`
 	} `json:"descriptors"`
-	HitsAddend *int64 `json:"hits_addend"`
+	HitsAddend      *int64    `json:"hits_addend"`
+	HitsAddendCamel *jsonUint `json:"hitsAddend"`
+}
+
+// normalize folds the protojson spellings into the snake_case fields; a field set in both
+// spellings is a problem naming both.
+func (req *checkRequest) normalize() *httpx.Problem {
+	both := func(field, camel string) *httpx.Problem {
+		p := httpx.BadRequest(field, "is set twice: use either "+field[strings.LastIndexByte(field, '.')+1:]+" or "+camel)
+		return &p
+	}
+	if c := req.HitsAddendCamel; c != nil {
+		if req.HitsAddend != nil {
+			return both("hits_addend", "hitsAddend")
+		}
+		if c.v > MaxHitsAddend {
+			p := httpx.BadRequest("hitsAddend", "must be 0 to "+strconv.FormatInt(MaxHitsAddend, 10))
+			return &p
+		}
+		h := int64(c.v)
+		req.HitsAddend = &h
+	}
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		at := "descriptors[" + strconv.Itoa(i) + "]"
+		if c := d.HitsAddendCamel; c != nil {
+			if d.HitsAddend != nil {
+				return both(at+".hits_addend", "hitsAddend")
+			}
+			if c.v > MaxHitsAddend {
+				p := httpx.BadRequest(at+".hitsAddend", "must be 0 to "+strconv.FormatInt(MaxHitsAddend, 10))
+				return &p
+			}
+			h := c.v
+			d.HitsAddend = &h
+		}
+		if d.IsNegativeHitsCamel {
+			d.IsNegativeHits = true
+		}
+		if l := d.Limit; l != nil {
+			if c := l.RequestsPerUnitCamel; c != nil {
+				if l.RequestsPerUnit != 0 {
+					return both(at+".limit.requests_per_unit", "requestsPerUnit")
+				}
+				l.RequestsPerUnit = c.v
+			}
+			if c := l.UnitMultiplierCamel; c != nil {
+				if l.UnitMultiplier != 0 {
+					return both(at+".limit.unit_multiplier", "unitMultiplier")
+				}
+				l.UnitMultiplier = c.v
+			}
+		}
+	}
+	return nil
+}
+
+// jsonUint is an unsigned integer as protojson reads one: a JSON number or a string of
+// decimal digits.
+type jsonUint struct{ v uint64 }
+
+func (u *jsonUint) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
+		s = s[1 : len(s)-1]
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return &json.UnmarshalTypeError{Value: "number " + string(b), Type: reflect.TypeOf(uint64(0))}
+	}
+	u.v = v
+	return nil
 }
 
 // decodeJSON reads a JSON body into v, refusing unknown fields and trailing data, and maps

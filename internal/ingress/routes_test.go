@@ -39,7 +39,9 @@ import (
 var serverRoutes = []string{
 	"POST /v1/messages",
 	"GET /v1/messages/{id}",
+	"DELETE /v1/messages/{id}",
 	"POST /v1/check",
+	"POST /json",
 	"GET /healthz",
 	"GET /readyz",
 	"GET /metrics",

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -33,6 +32,7 @@ type Server struct {
 	mux     *http.ServeMux
 	bufs    sync.Pool
 	refused refusals
+	envoy   *envoyState // envoy parity options (envoy.go)
 }
 
 // refusals counts this process's 429s per rule between two flushes to Redis (see
@@ -88,11 +88,12 @@ func (s *Server) FlushRefusals(ctx context.Context, sched *queue.Scheduler, ever
 type ServerConfig struct {
 	Rules    func() *rules.Set // the rules in force (hot-reloaded)
 	Admitter *admit.Admitter
-	Status   *status.Store
+	Status   *status.Locator
 	Limits   bucket.Store // for /v1/check; nil answers every check OK
 	// GRPCResponseHeaders makes every gRPC check answer carry the rate-limit headers, as
 	// envoy's LIMIT_RESPONSE_HEADERS_ENABLED; otherwise only rules with response_headers.
 	GRPCResponseHeaders bool
+	Envoy               EnvoyConfig // envoy parity options (envoy.go); zero = envoy's defaults
 	// Ready reports whether NATS and Redis are reachable (GET /readyz); nil = always ready.
 	Ready func(ctx context.Context) error
 	// Admin serves /v1/admin/; nil = 404. It is wrapped in bearer-token authentication.
@@ -124,10 +125,13 @@ func NewServer(cfg ServerConfig) *Server {
 		cfg.Registry = prometheus.NewRegistry()
 	}
 	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registry), mux: http.NewServeMux()}
+	s.envoy = newEnvoyState(cfg.Envoy, cfg.Registry)
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	s.route("POST /v1/messages", s.handleSubmit)
 	s.route("GET /v1/messages/{id}", s.handleStatus)
+	s.route("DELETE /v1/messages/{id}", s.handleCancel)
 	s.route("POST /v1/check", s.handleCheck)
+	s.route("POST /json", s.handleEnvoyJSON) // envoyproxy/ratelimit's /json (protojson)
 	s.route("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		io.WriteString(w, "ok\n")
@@ -270,7 +274,7 @@ func (s *Server) releaseBody(bp *[]byte) {
 // submitResponse is the body of 202 and 200 answers to POST /v1/messages.
 type submitResponse struct {
 	ID       string `json:"id"`
-	State    string `json:"state"`
+	State    string `json:"state,omitempty"` // empty: a repeat whose original is no longer tracked
 	Depth    *int64 `json:"depth,omitempty"`
 	Capacity *int64 `json:"capacity,omitempty"`
 	ETA      string `json:"eta,omitempty"`
@@ -319,39 +323,39 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	now := s.cfg.Now()
-	id, err := uuid.NewV7()
+	id, err := queue.NewID(rule.Name, match.Key)
 	if err != nil {
 		s.internalError(w, rule.Name, err)
 		return
 	}
-	msg := queue.Message{ID: id.String(), Key: match.Key, Payload: req.Payload, CreatedAt: now} // decodeSubmit copied the payload out of the pooled body
+	msg := queue.Message{ID: id, Key: match.Key, Payload: req.Payload, CreatedAt: now} // decodeSubmit copied the payload out of the pooled body
 
-	// Idempotency: the first request with a key owns it for 24 h; repeats get its answer.
+	// Idempotency: the first request with a key owns it for the TTL; repeats get its answer.
 	claimedIdem := false
-	if req.IdempotencyKey != "" && s.cfg.Status != nil && s.cfg.Admitter.Redis.Down() {
-		s.cfg.Logger.Warn("ingress: idempotency key not checked (Redis unreachable)", "rule", rule.Name)
-	} else if req.IdempotencyKey != "" && s.cfg.Status != nil {
-		owner, claimed, err := s.cfg.Status.ClaimIdempotency(ctx, rule.Name, req.IdempotencyKey, msg.ID)
+	if req.IdempotencyKey != "" {
+		batch := s.cfg.Admitter.Redis
+		owner, claimed, err := "", false, admit.ErrRedisDown
+		if !batch.Down() {
+			owner, claimed, err = batch.Claim(rule.Name, req.IdempotencyKey, msg.ID).Claimed()
+		}
 		switch {
 		case err != nil:
-			// Redis is down: admit anyway (JetStream's duplicate window still catches a
-			// quick retry only if the id repeats, which it does not here) and say so.
+			// Redis is down: admit anyway and say so; the key cannot be checked.
 			s.cfg.Logger.Warn("ingress: idempotency key not checked (Redis unreachable)", "rule", rule.Name, "err", err)
 		case !claimed:
-			if st, ok := s.awaitOwner(ctx, owner); ok {
-				s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
-				s.writeReplay(w, st)
+			if s.replayOwner(w, r, &msg, owner) {
+				s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc() // or a 503: counted with the repeats
 				return
 			}
-			// The owner crashed between claiming and storing: admit under the owner's id,
-			// so the stream's duplicate window protects against a double enqueue.
-			msg.ID = owner
+			// The owner is not stored and may never be (its ingress died between claiming the
+			// key and storing): admit under the owner's id, which the stream's duplicate
+			// window recognises if the owner's publish lands after all.
 		default:
 			claimedIdem = true
 		}
 	}
 
-	res, err := s.cfg.Admitter.Admit(ctx, rule, msg, admit.Options{Domain: req.Domain, Park: true})
+	res, err := s.cfg.Admitter.Admit(ctx, rule, msg, admit.Options{Park: true})
 	if err != nil {
 		// The idempotency key stays claimed: a publish that timed out may still have been
 		// stored, and a retry under the same key re-admits under the same message id, which
@@ -373,7 +377,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	switch res.Decision {
 	case admit.Rejected:
 		if claimedIdem {
-			s.cfg.Status.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, req.IdempotencyKey, msg.ID)
+			s.cfg.Admitter.Scheduler.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, req.IdempotencyKey, msg.ID)
 		}
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
 		s.refused.add(rule.Name)
@@ -425,27 +429,41 @@ func writeQueued(w http.ResponseWriter, id string, depth, capacity int64, eta ti
 	w.Write(b)
 }
 
-// awaitOwner returns the status of the message that owns an idempotency key. A repeat can
-// arrive while the owner's admission is still in flight (its record is written with the
-// publish), so a missing record is waited for briefly before the owner is presumed dead.
-func (s *Server) awaitOwner(ctx context.Context, owner string) (status.Status, bool) {
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		st, err := s.cfg.Status.Get(ctx, owner)
-		if err == nil {
-			return st, true
-		}
-		if !errors.Is(err, status.ErrNotFound) || time.Now().After(deadline) || ctx.Err() != nil {
-			return status.Status{}, false
-		}
-		time.Sleep(20 * time.Millisecond)
+// replayOwner answers a repeated idempotency key with the message that owns it: 200 and
+// where it is now, or without a state once it has left sluice (delivered or purged; it is
+// no longer tracked). It answers false, writing nothing, when the owner was issued within
+// the stream's duplicate window but is nowhere to be found: its admission may still be in
+// flight, or failed (503), or its ingress died before storing it. The caller then admits m
+// under the owner's id (when the owner is of m's key), and the stream's duplicate window
+// stores it once. When the stores cannot be read it answers 503: a 200 then could
+// acknowledge a message that was never stored.
+func (s *Server) replayOwner(w http.ResponseWriter, r *http.Request, m *queue.Message, owner string) bool {
+	st, err := s.cfg.Status.Get(r.Context(), owner)
+	var gone *status.Gone
+	switch {
+	case err == nil:
+		s.writeReplay(w, st)
+	case errors.As(err, &gone) && !gone.Legacy && gone.Key == m.Key && s.cfg.Now().Sub(gone.IssuedAt) < queue.DefaultDuplicates:
+		m.ID = owner
+		return false
+	case errors.As(err, &gone) || errors.Is(err, status.ErrNeverSeen):
+		// Gone for longer (delivered or purged), or not locatable: its id is all there is.
+		s.writeReplay(w, status.Status{ID: owner})
+	default:
+		s.cfg.Logger.Warn("ingress: the message owning an idempotency key cannot be looked up", "id", owner, "err", err)
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
+			Title: "Cannot check the idempotency key now",
+			Detail: "an earlier request used this idempotency key, and the queue store (NATS JetStream) cannot say now " +
+				"whether its message was stored; nothing was stored by this request",
+			RetryAfter: httpx.Seconds(s.cfg.Unavailable, 1)})
 	}
+	return true
 }
 
 // writeReplay answers a repeated idempotency key: 200 with the original message.
 func (s *Server) writeReplay(w http.ResponseWriter, st status.Status) {
 	resp := submitResponse{ID: st.ID, State: st.State}
-	if !st.RetryAt.IsZero() && st.State == status.Parked {
+	if !st.RetryAt.IsZero() && (st.State == status.Parked || st.State == status.Retrying) {
 		resp.RetryAt = st.RetryAt.UTC().Format(time.RFC3339)
 	}
 	w.Header().Set("Location", "/v1/messages/"+st.ID)
@@ -469,31 +487,84 @@ type statusResponse struct {
 	UpdatedAt string `json:"updated_at"`
 	LastError string `json:"last_error"`
 	RetryAt   string `json:"retry_at,omitempty"`
+	Position  *int   `json:"position,omitempty"`
 }
 
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if s.cfg.Status == nil {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no status store"})
-		return
-	}
 	st, err := s.cfg.Status.Get(r.Context(), id)
-	if errors.Is(err, status.ErrNotFound) {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Title: "Unknown message",
-			Detail: "no message with id " + strconv.Quote(id) + " (ids are kept at least 24 h after their final state)"})
-		return
-	}
 	if err != nil {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
-			Detail: "the status store (Redis) is unreachable", RetryAfter: 1})
+		s.writeLocateError(w, id, err)
 		return
 	}
+	httpx.WriteJSON(w, http.StatusOK, newStatusResponse(st))
+}
+
+func newStatusResponse(st status.Status) statusResponse {
 	resp := statusResponse{ID: st.ID, Domain: st.Domain, Rule: st.Rule, Key: st.Key, State: st.State, Attempts: st.Attempts,
 		CreatedAt: st.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: st.UpdatedAt.UTC().Format(time.RFC3339Nano), LastError: st.LastError}
-	if st.State == status.Parked && !st.RetryAt.IsZero() {
+	if !st.RetryAt.IsZero() {
 		resp.RetryAt = st.RetryAt.UTC().Format(time.RFC3339)
 	}
-	httpx.WriteJSON(w, http.StatusOK, resp)
+	if st.State == status.Queued {
+		resp.Position = &st.Position
+	}
+	return resp
+}
+
+// writeLocateError answers an error of the Locator: 404 never seen or no longer tracked,
+// else 503.
+func (s *Server) writeLocateError(w http.ResponseWriter, id string, err error) {
+	var gone *status.Gone
+	switch {
+	case errors.Is(err, status.ErrNeverSeen):
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNeverSeen, Status: http.StatusNotFound, Title: "Unknown message",
+			Detail: strconv.Quote(id) + " is not the id of a message of any queue rule in force"})
+	case errors.As(err, &gone):
+		p := httpx.Problem{Type: httpx.TypeNotTracked, Status: http.StatusNotFound, Title: "Message no longer tracked",
+			Detail: "the message is in none of its key's queue, the retry stream or the dead letters: it was delivered, " +
+				"or removed by a purge. sluice keeps no record of a message once it has left"}
+		if gone.Legacy {
+			p.Detail = "an id of an earlier version of sluice names no queue; only its dead letter could be found, and there is none"
+		} else {
+			p.Rule, p.Key = gone.Rule, &gone.Key
+		}
+		if !gone.IssuedAt.IsZero() {
+			p.IssuedAt = gone.IssuedAt.Format(time.RFC3339)
+		}
+		httpx.WriteProblem(w, p)
+	default:
+		s.cfg.Logger.Warn("ingress: message not readable", "id", id, "err", err)
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
+			Detail: "the queue store (NATS JetStream) or Redis did not answer", RetryAfter: 1})
+	}
+}
+
+// cancelResponse is DELETE /v1/messages/{id}: what was removed.
+type cancelResponse struct {
+	statusResponse
+	Cancelled bool `json:"cancelled"`
+}
+
+// handleCancel removes a message that has not been delivered yet (queued, parked, waiting
+// for a delivery retry): 200 with its status as it was; 409 with its state when it is being
+// delivered, delivered, dead or moving back into its queue; 404 as GET.
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	st, err := s.cfg.Status.Cancel(r.Context(), id)
+	var nc *status.NotCancellable
+	switch {
+	case errors.As(err, &nc):
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotCancellable, Status: http.StatusConflict, Title: "Message cannot be cancelled",
+			Detail: "the message is " + nc.Status.State + ": only a message that is queued, parked or waiting for a delivery retry can be cancelled",
+			State:  nc.Status.State})
+		return
+	case err != nil:
+		s.writeLocateError(w, id, err)
+		return
+	}
+	s.cfg.Logger.Info("message cancelled", "id", id, "rule", st.Rule, "state", st.State)
+	httpx.WriteJSON(w, http.StatusOK, cancelResponse{statusResponse: newStatusResponse(st), Cancelled: true})
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {

@@ -115,6 +115,31 @@ func Start(tb testing.TB, spec Spec) *Proc {
 	return p
 }
 
+// Pid is the running process's id, or 0.
+func (p *Proc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// RSS is the running process's resident memory in bytes (VmRSS), or 0.
+func (p *Proc) RSS() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid()))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
 // Name is the process's name from its Spec.
 func (p *Proc) Name() string { return p.spec.Name }
 

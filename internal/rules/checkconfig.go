@@ -13,7 +13,12 @@ import (
 // every problem found, one per line as "file:line: field: message". It returns the
 // load error (nil when the rules are valid), so the caller can exit non-zero.
 func CheckConfig(w io.Writer, paths ...string) error {
-	set, err := Load(paths...)
+	return CheckConfigWith(w, Options{}, paths...)
+}
+
+// CheckConfigWith is CheckConfig with load options (-merge-domain-config).
+func CheckConfigWith(w io.Writer, o Options, paths ...string) error {
+	set, err := LoadWith(o, paths...)
 	if err != nil {
 		var ve ValidationErrors
 		if errors.As(err, &ve) {
@@ -68,6 +73,12 @@ func describeRule(r *Rule) string {
 	}
 	if r.ShadowMode {
 		parts = append(parts, "shadow_mode")
+	}
+	if r.QuotaMode {
+		parts = append(parts, "quota_mode")
+	}
+	if r.AllOrNothing {
+		parts = append(parts, "all_or_nothing")
 	}
 	if r.Overflow == OverflowPark {
 		parts = append(parts, "overflow=park")

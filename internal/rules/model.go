@@ -116,6 +116,22 @@ type Rule struct {
 	// (response_headers_to_add), as envoy's LIMIT_RESPONSE_HEADERS_ENABLED does for every
 	// limit. POST /v1/check and POST /v1/messages always send them. Default false.
 	ResponseHeaders bool
+	// QuotaMode is envoy's `quota_mode`: the descriptor still answers OVER_LIMIT when over,
+	// but the overall answer is OVER_LIMIT only when a descriptor that is not in quota
+	// mode is over, or every quota-mode descriptor of the request is. Default false.
+	QuotaMode bool
+	// AllOrNothing keeps sluice's counting for a check rule: hits that do not all pass
+	// are not counted at all, and a refusal answers the untouched limit_remaining.
+	// Default false: a check rule's fixed_window limits count as envoy counts a
+	// hits_addend — whatever the answer — and answer limit_remaining 0 once over. Queue
+	// rules (and limits of the other algorithms) are always all-or-nothing.
+	AllOrNothing bool
+	// DetailedMetric is envoy's `detailed_metric`: sluice_checks_detailed_total counts
+	// this rule's checks per descriptor value (bounded, see the ingress). Default false.
+	DetailedMetric bool
+	// Metadata is envoy's descriptor `metadata` (JSON-compatible values), sent back in
+	// a passing answer's dynamic metadata when -response-dynamic-metadata is on.
+	Metadata map[string]any
 
 	Queue    *Queue // nil for check-only rules
 	Overflow Overflow

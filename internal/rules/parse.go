@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -65,7 +66,7 @@ var (
 	descriptorFields = []string{
 		"key", "value", "descriptors", "rate_limit", "shadow_mode", "detailed_metric",
 		"value_to_metric", "share_threshold", "name", "queue", "overflow", "park", "sink",
-		"delivery", "ordering", "response_headers",
+		"delivery", "ordering", "response_headers", "metadata", "quota_mode", "all_or_nothing",
 	}
 	envoyLimitFields = []string{
 		"unit", "interval", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "unit_multiplier",
@@ -82,7 +83,25 @@ var (
 // Parse reads one rules file's contents (one or more YAML documents) into a Set.
 // name is used in error messages only. It is Load for a single in-memory file.
 func Parse(name string, data []byte) (*Set, error) {
-	return build([]source{{name: name, data: data}})
+	return build([]source{{name: name, data: data}}, Options{})
+}
+
+// Options change how rules files are combined. The zero value is the default.
+type Options struct {
+	// MergeDomains lets several documents (in one file or several) define one domain,
+	// as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG: their descriptors are merged into
+	// one tree, in load order; a descriptor defined twice (same key and value at the
+	// same place) is still an error. Default false: a domain defined twice is refused.
+	MergeDomains bool
+}
+
+// LoadWith is Load with options.
+func LoadWith(o Options, paths ...string) (*Set, error) {
+	srcs, err := readSources(paths)
+	if err != nil {
+		return nil, err
+	}
+	return build(srcs, o)
 }
 
 // Load reads rules from files and directories and returns the validated Set.
@@ -95,11 +114,7 @@ func Parse(name string, data []byte) (*Set, error) {
 // Every problem found (up to MaxErrors) is reported at once as ValidationErrors,
 // each naming file, line and field.
 func Load(paths ...string) (*Set, error) {
-	srcs, err := readSources(paths)
-	if err != nil {
-		return nil, err
-	}
-	return build(srcs)
+	return LoadWith(Options{}, paths...)
 }
 
 type source struct {
@@ -166,10 +181,12 @@ type builder struct {
 	fileIdx  map[string]int
 	domainAt map[string]string // domain → "file:line" of its first document
 	nameAt   map[string]*Rule
+	opts     Options
 }
 
-func build(srcs []source) (*Set, error) {
+func build(srcs []source, opts Options) (*Set, error) {
 	b := &builder{
+		opts:     opts,
 		set:      &Set{domains: map[string]*node{}, byName: map[string]*Rule{}},
 		fileIdx:  map[string]int{},
 		domainAt: map[string]string{},
@@ -476,16 +493,19 @@ func (p *fileParser) document(doc *yaml.Node) {
 		return
 	}
 	where := fmt.Sprintf("%s:%d", p.file, domainNode.Line)
-	if first, dup := p.b.domainAt[domain]; dup {
-		// envoyproxy/ratelimit refuses a domain defined twice (unless its
-		// MERGE_DOMAIN_CONFIG is set); so do we: one domain, one document.
-		p.errorf(domainNode, "domain", "duplicate domain %q (first defined at %s)", domain, first)
+	root := p.b.set.domains[domain]
+	if first, dup := p.b.domainAt[domain]; dup && !p.b.opts.MergeDomains {
+		// envoyproxy/ratelimit refuses a domain defined twice unless its
+		// MERGE_DOMAIN_CONFIG is set; so do we, unless -merge-domain-config.
+		p.errorf(domainNode, "domain", "duplicate domain %q (first defined at %s; -merge-domain-config merges them)", domain, first)
 		return
 	}
-	p.b.domainAt[domain] = where
-	root := &node{}
-	p.b.set.domains[domain] = root
-	p.b.set.domainOrder = append(p.b.set.domainOrder, domain)
+	if root == nil {
+		p.b.domainAt[domain] = where
+		root = &node{}
+		p.b.set.domains[domain] = root
+		p.b.set.domainOrder = append(p.b.set.domainOrder, domain)
+	}
 	if d, has := m["descriptors"]; has {
 		p.descriptors(d, "descriptors", domain, nil, nil, root)
 	}
@@ -537,14 +557,26 @@ func (p *fileParser) descriptor(itemNode *yaml.Node, field, domain string, paren
 			p.errorf(n, f("share_threshold"), "only applies to a wildcard value (one containing '*')")
 		}
 	}
-	for _, name := range []string{"detailed_metric", "value_to_metric"} {
-		if n, has := m[name]; has {
-			p.bool(n, f(name)) // envoy metrics tuning: validated, otherwise ignored
-		}
+	if n, has := m["value_to_metric"]; has {
+		p.bool(n, f("value_to_metric")) // envoy metrics tuning: validated, otherwise ignored
 	}
 	shadow := false
 	if n, has := m["shadow_mode"]; has {
 		shadow, _ = p.bool(n, f("shadow_mode"))
+	}
+	quota, allOrNothing, detailed := false, false, false
+	if n, has := m["quota_mode"]; has {
+		quota, _ = p.bool(n, f("quota_mode"))
+	}
+	if n, has := m["all_or_nothing"]; has {
+		allOrNothing, _ = p.bool(n, f("all_or_nothing"))
+	}
+	if n, has := m["detailed_metric"]; has {
+		detailed, _ = p.bool(n, f("detailed_metric"))
+	}
+	var metadata map[string]any
+	if n, has := m["metadata"]; has {
+		metadata = p.metadata(n, f("metadata"))
 	}
 
 	child := &node{varying: value == "" || (strings.Contains(value, wildcard) && !shareThreshold)}
@@ -559,7 +591,8 @@ func (p *fileParser) descriptor(itemNode *yaml.Node, field, domain string, paren
 	if child.varying {
 		varying = append(append(make([]int, 0, len(parentVarying)+1), parentVarying...), len(path)-1)
 	}
-	rule := &Rule{Domain: domain, Path: path, ShadowMode: shadow, File: p.file, Line: item.Line, varying: varying}
+	rule := &Rule{Domain: domain, Path: path, ShadowMode: shadow, QuotaMode: quota, AllOrNothing: allOrNothing,
+		DetailedMetric: detailed, Metadata: metadata, File: p.file, Line: item.Line, varying: varying}
 	hasLimit := false
 	if n, has := m["rate_limit"]; has {
 		hasLimit = p.rateLimits(n, f("rate_limit"), rule)
@@ -586,6 +619,9 @@ func (p *fileParser) descriptor(itemNode *yaml.Node, field, domain string, paren
 		}
 	}
 	isRule := hasLimit || rule.Queue != nil
+	if allOrNothing && !hasLimit {
+		p.errorf(m["all_or_nothing"], f("all_or_nothing"), "only applies to a descriptor with rate_limit")
+	}
 	if n, has := m["name"]; has {
 		name, ok := p.str(n, f("name"))
 		switch {
@@ -1063,4 +1099,88 @@ func (b *builder) addRule(p *fileParser, r *Rule, item *yaml.Node, field string,
 	n.rule = r
 	b.set.rules = append(b.set.rules, r)
 	b.set.byName[r.Name] = r
+}
+
+// metadata reads envoy's descriptor `metadata`: any mapping, kept as JSON-compatible
+// values (map[string]any, []any, string, int64, float64, bool, nil) so it can travel
+// in a gRPC answer's dynamic_metadata (a protobuf Struct) and in JSON. Keys are taken
+// as their text (envoy does the same); a scalar YAML cannot express in JSON (.nan,
+// .inf) is refused, naming the field.
+func (p *fileParser) metadata(n *yaml.Node, field string) map[string]any {
+	n = resolve(n)
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, field, "must be a mapping (got %s)", describe(n))
+		return nil
+	}
+	v, ok := p.metaValue(n, field, 0)
+	if !ok {
+		return nil
+	}
+	return v.(map[string]any)
+}
+
+func (p *fileParser) metaValue(n *yaml.Node, field string, depth int) (any, bool) {
+	n = resolve(n)
+	if depth > maxDescriptorDepth {
+		p.errorf(n, field, "nested deeper than %d levels", maxDescriptorDepth)
+		return nil, false
+	}
+	switch {
+	case isNull(n):
+		return nil, true
+	case n.Kind == yaml.MappingNode:
+		out := make(map[string]any, len(n.Content)/2)
+		ok := true
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := resolve(n.Content[i])
+			if k == nil || k.Kind != yaml.ScalarNode {
+				p.errorf(n.Content[i], field, "keys must be scalars")
+				ok = false
+				continue
+			}
+			v, vok := p.metaValue(n.Content[i+1], joinField(field, k.Value), depth+1)
+			ok = ok && vok
+			out[k.Value] = v
+		}
+		return out, ok
+	case n.Kind == yaml.SequenceNode:
+		out := make([]any, 0, len(n.Content))
+		ok := true
+		for i, c := range n.Content {
+			v, vok := p.metaValue(c, fmt.Sprintf("%s[%d]", field, i), depth+1)
+			ok = ok && vok
+			out = append(out, v)
+		}
+		return out, ok
+	case n.Kind == yaml.ScalarNode:
+		switch n.Tag {
+		case "!!int":
+			var v int64
+			if n.Decode(&v) == nil {
+				return v, true
+			}
+			var f float64 // beyond int64: a number all the same
+			if n.Decode(&f) == nil {
+				return f, true
+			}
+		case "!!float":
+			var f float64
+			if n.Decode(&f) == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
+				return f, true
+			}
+			p.errorf(n, field, "must be a finite number (got %q)", n.Value)
+			return nil, false
+		case "!!bool":
+			var b bool
+			if n.Decode(&b) == nil {
+				return b, true
+			}
+		}
+		return n.Value, true
+	}
+	p.errorf(n, field, "unsupported YAML value")
+	return nil, false
 }

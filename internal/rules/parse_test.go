@@ -289,7 +289,7 @@ func TestParseErrors(t *testing.T) {
 		{"share_threshold without wildcard", "domain: x\ndescriptors:\n  - key: a\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			[]string{"f.yaml:4: descriptors[0].share_threshold: only applies to a wildcard value (one containing '*')"}},
 		{"duplicate domain", "domain: x\n---\ndomain: x\n",
-			[]string{`f.yaml:3: domain: duplicate domain "x" (first defined at f.yaml:1)`}},
+			[]string{`f.yaml:3: domain: duplicate domain "x" (first defined at f.yaml:1; -merge-domain-config merges them)`}},
 		{"merge key", "domain: x\ndescriptors:\n  - &d {key: a, rate_limit: {unit: second, requests_per_unit: 1}}\n  - <<: *d\n    key: b\n",
 			[]string{"f.yaml:4: descriptors[1].<<: YAML merge keys (<<) are not supported; write the fields out"}},
 		{"nested field path", "domain: x\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        descriptors:\n          - key: c\n            rate_limit: {unit: eon, requests_per_unit: 1}\n",
@@ -442,7 +442,7 @@ func TestLoadErrors(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	if all[0].File != a || all[0].Line != 3 || all[1].File != b || all[1].Line != 2 ||
-		all[1].Message != fmt.Sprintf(`duplicate domain "x" (first defined at %s:1)`, a) {
+		all[1].Message != fmt.Sprintf(`duplicate domain "x" (first defined at %s:1; -merge-domain-config merges them)`, a) {
 		t.Errorf("got %q", all)
 	}
 }

@@ -31,6 +31,8 @@ type WatcherConfig struct {
 	// counts sluice_rules_reload_total{result} here; tests wait on it instead of
 	// sleeping.
 	OnReload func(set *Set, err error)
+	// Options change how the files are combined (MergeDomains). Default: none.
+	Options Options
 }
 
 // WithDefaults returns c with defaults filled in.
@@ -94,7 +96,7 @@ func NewWatcher(cfg WatcherConfig) (*Watcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	set, err := build(srcs)
+	set, err := build(srcs, cfg.Options)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +177,7 @@ func (w *Watcher) Poll() (attempted bool, err error) {
 
 	var set *Set
 	if err == nil {
-		set, err = build(srcs)
+		set, err = build(srcs, w.cfg.Options)
 	}
 	if err != nil {
 		w.failures.Add(1)

@@ -3,125 +3,279 @@ package status_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
+	"github.com/sluice-io/sluice/queue"
+	"github.com/sluice-io/sluice/retry"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-func newStore(t *testing.T) (*status.Store, context.Context) {
-	t.Helper()
-	rdb := redistest.Shared(t).Client(t)
-	s := status.New(rdb, status.Config{Prefix: redistest.Prefix(t)})
-	ctx := context.Background()
-	s.Start(ctx)
-	t.Cleanup(s.Stop)
-	return s, ctx
+// world is everything a Locator reads, on a real nats-server and redis-server.
+type world struct {
+	loc    *status.Locator
+	q      *queue.Queues
+	sched  *queue.Scheduler
+	park   *retry.Store
+	dead   *retry.DeadLetters
+	rec    *status.DeliveredRecords
+	rule   *rules.Rule
+	ctx    context.Context
+	stored []queue.Message
 }
 
-func TestPutGetAndStateChanges(t *testing.T) {
-	t.Parallel()
-	s, ctx := newStore(t)
-	created := time.Date(2026, 11, 22, 10, 0, 0, 123000, time.UTC)
-	if err := s.Put(ctx, status.Status{ID: "id-1", Domain: "orders", Rule: "r", Key: "m.42 *>", State: status.Queued, CreatedAt: created, UpdatedAt: created}); err != nil {
-		t.Fatal(err)
-	}
-	st, err := s.Get(ctx, "id-1")
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	set, err := rules.Parse("orders.yaml", []byte(`
+domain: shop
+descriptors:
+  - key: merchant_id
+    name: orders
+    queue:
+      capacity: 600
+      outflow: {unit: second, requests_per_unit: 10}
+    sink: {url: "http://127.0.0.1:1/sink"}
+`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State != status.Queued || st.Key != "m.42 *>" || !st.CreatedAt.Equal(created) || st.Domain != "orders" {
-		t.Fatalf("got %+v", st)
-	}
-	if err := s.SetState(ctx, "id-1", status.Retrying, 2, "sink answered 503", time.Time{}); err != nil {
-		t.Fatal(err)
-	}
-	st, _ = s.Get(ctx, "id-1")
-	if st.State != status.Retrying || st.Attempts != 2 || st.LastError != "sink answered 503" {
-		t.Fatalf("got %+v", st)
-	}
-	if _, err := s.Get(ctx, "nope"); !errors.Is(err, status.ErrNotFound) {
-		t.Fatalf("unknown id: %v", err)
-	}
-}
-
-// A drainer can report a state before the admission's own write lands; the admission's
-// write must not turn a delivered message back into a queued one.
-func TestLateAdmissionWriteKeepsNewerState(t *testing.T) {
-	t.Parallel()
-	s, ctx := newStore(t)
-	if err := s.SetState(ctx, "id-2", status.Delivered, 1, "", time.Time{}); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	if err := s.Put(ctx, status.Status{ID: "id-2", Domain: "d", Rule: "r", Key: "k", State: status.Queued, CreatedAt: now, UpdatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
-	st, _ := s.Get(ctx, "id-2")
-	if st.State != status.Delivered || st.Rule != "r" || st.Attempts != 1 {
-		t.Fatalf("got %+v", st)
-	}
-}
-
-func TestRecordIsWrittenInOrderAndFlushedOnStop(t *testing.T) {
-	t.Parallel()
+	node := natstest.Start(t)
+	nc, js := natstest.Connect(t, node.URL())
 	rdb := redistest.Shared(t).Client(t)
-	s := status.New(rdb, status.Config{Prefix: redistest.Prefix(t)})
-	ctx := context.Background()
-	s.Start(ctx)
-	for i := 0; i < 1000; i++ {
-		s.Record(ctx, "id-3", status.Delivering, i+1, "")
-	}
-	s.Record(ctx, "id-3", status.Delivered, 1001, "")
-	s.Stop()
-	s.Stop() // twice is fine
-	st, err := s.Get(ctx, "id-3")
-	if err != nil || st.State != status.Delivered || st.Attempts != 1001 {
-		t.Fatalf("got %+v, %v", st, err)
-	}
-}
-
-func TestRecordsExpire(t *testing.T) {
-	t.Parallel()
-	rdb := redistest.Shared(t).Client(t)
-	p := redistest.Prefix(t)
-	s := status.New(rdb, status.Config{Prefix: p, TTL: time.Hour})
-	ctx := context.Background()
-	now := time.Now()
-	if err := s.Put(ctx, status.Status{ID: "id-4", State: status.Queued, CreatedAt: now, UpdatedAt: now}); err != nil {
+	w := &world{rule: set.Rule("orders"), ctx: context.Background()}
+	if w.q, err = queue.NewQueues(js, queue.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	ttl := rdb.PTTL(ctx, p+"sl:m:{id-4}").Val()
-	if ttl <= 59*time.Minute || ttl > time.Hour {
-		t.Fatalf("ttl %v", ttl)
+	if err := w.q.Ensure(w.ctx, "orders", 600); err != nil {
+		t.Fatal(err)
+	}
+	if w.sched, err = queue.NewScheduler(rdb, queue.SchedulerConfig{Prefix: redistest.Prefix(t)}); err != nil {
+		t.Fatal(err)
+	}
+	if w.park, err = retry.NewStore(js, retry.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if w.dead, err = retry.NewDeadLetters(js, retry.DeadConfig{Rules: set.Rule}); err != nil {
+		t.Fatal(err)
+	}
+	if w.rec, err = status.NewDeliveredRecords(nc, status.DeliveredConfig{Keep: time.Hour, Max: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ensure := range []func(context.Context) error{w.park.Ensure, w.dead.Ensure, w.rec.Ensure} {
+		if err := ensure(w.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.loc = &status.Locator{Rules: func() *rules.Set { return set }, Queues: w.q, Scheduler: w.sched, Parking: w.park, Dead: w.dead, Delivered: w.rec}
+	return w
+}
+
+func (w *world) enqueue(t *testing.T, key string) queue.Message {
+	t.Helper()
+	id, err := queue.NewID("orders", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := queue.Message{ID: id, Key: key, Payload: []byte(`{}`), CreatedAt: time.Now().UTC()}
+	if _, err := w.q.Enqueue(w.ctx, "orders", m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func (w *world) get(t *testing.T, id string) status.Status {
+	t.Helper()
+	st, err := w.loc.Get(w.ctx, id)
+	if err != nil {
+		t.Fatalf("Get %s: %v", id, err)
+	}
+	return st
+}
+
+// Every state is read from where the message is: its key's queue (queued with its
+// position, delivering while a drainer holds the key, retrying with the scheduler's
+// attempts), the retry stream (parked), the dead letters (dead), the opt-in delivered
+// records (delivered); a message that is nowhere is "no longer tracked", with what its id
+// says; an id sluice never issued is "never seen".
+func TestLocatorAnswersEveryStateFromWhereTheMessageIs(t *testing.T) {
+	w := newWorld(t)
+	key := "merchant 7 *.>" // keys are data: dots, wildcards and spaces are a key like any other
+	var ms []queue.Message
+	for i := 0; i < 300; i++ { // more than one direct-get batch ahead of the last
+		ms = append(ms, w.enqueue(t, key))
+	}
+	w.enqueue(t, "another merchant")
+
+	last := w.get(t, ms[299].ID)
+	if last.State != status.Queued || last.Position != 299 || last.Rule != "orders" || last.Domain != "shop" || last.Key != key {
+		t.Fatalf("last of 300: %+v, want queued at position 299", last)
+	}
+	if !last.CreatedAt.Equal(ms[299].CreatedAt) || last.UpdatedAt.IsZero() {
+		t.Fatalf("times: %+v", last)
+	}
+
+	// A drainer claims the key: its head is being delivered; the rest are still queued.
+	now := time.Now()
+	if _, err := w.sched.MarkDueAt(w.ctx, "orders", now, key); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := w.sched.Claim(w.ctx, "orders", now, queue.ClaimRequest{Owner: "d1", Max: 1, Lease: time.Minute,
+		Outflow: queue.Outflow{Every: 100 * time.Millisecond}})
+	if err != nil || len(claimed.Claims) != 1 {
+		t.Fatalf("claim: %+v %v", claimed, err)
+	}
+	if st := w.get(t, ms[0].ID); st.State != status.Delivering {
+		t.Fatalf("head of a held key: %+v, want delivering", st)
+	}
+	if _, err := w.loc.Cancel(w.ctx, ms[0].ID); !errors.Is(err, status.ErrNotCancellable) {
+		t.Fatalf("cancel of a message being delivered: %v, want ErrNotCancellable", err)
+	}
+	if st := w.get(t, ms[1].ID); st.State != status.Queued || st.Position != 1 {
+		t.Fatalf("second of a held key: %+v, want queued at 1", st)
+	}
+	// Its delivery failed twice (strict ordering: it stays at the head).
+	if _, err := w.sched.Release(w.ctx, "orders", "d1", 0, queue.Release{Key: key, Mode: queue.Retrying, At: now.Add(time.Minute),
+		State: queue.RetryState{MsgID: ms[0].ID, Attempts: 2, LastError: "sink answered 503"}}); err != nil {
+		t.Fatal(err)
+	}
+	if st := w.get(t, ms[0].ID); st.State != status.Retrying || st.Attempts != 2 || st.LastError != "sink answered 503" {
+		t.Fatalf("head being retried: %+v", st)
+	}
+
+	// Parked: found by its id in the retry stream, with its retry_at.
+	pm := queue.Message{ID: mustID(t, key), Key: key, Payload: []byte(`{}`), CreatedAt: time.Now()}
+	fire, err := w.park.Park(w.ctx, w.rule, pm, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := w.get(t, pm.ID); st.State != status.Parked || !st.RetryAt.Equal(fire) {
+		t.Fatalf("parked: %+v, want retry_at %v", st, fire)
+	}
+
+	// Cancel: a held head is being delivered and stays; a parked message is taken back.
+	if _, err := w.loc.Cancel(w.ctx, pm.ID); err != nil {
+		t.Fatalf("cancel parked: %v", err)
+	}
+	if _, err := w.loc.Get(w.ctx, pm.ID); !errors.Is(err, status.ErrNotTracked) {
+		t.Fatalf("a cancelled parked message: %v, want no longer tracked", err)
+	}
+
+	// Dead.
+	dm := queue.Message{ID: mustID(t, key), Rule: "orders", Key: key, Payload: []byte(`{}`), CreatedAt: time.Now(), Attempt: 8}
+	if err := w.dead.Dead(w.ctx, w.rule, dm, "8 attempts, last error: 500"); err != nil {
+		t.Fatal(err)
+	}
+	if st := w.get(t, dm.ID); st.State != status.Dead || st.LastError != "8 attempts, last error: 500" || st.Attempts != 8 || st.Domain != "shop" {
+		t.Fatalf("dead: %+v", st)
+	}
+	var nc *status.NotCancellable
+	if _, err := w.loc.Cancel(w.ctx, dm.ID); !errors.As(err, &nc) || nc.Status.State != status.Dead {
+		t.Fatalf("cancel dead: %v", err)
+	}
+
+	// Gone: delivered (or purged) with no record — an honest "no longer tracked".
+	goneID := mustID(t, key)
+	_, err = w.loc.Get(w.ctx, goneID)
+	var gone *status.Gone
+	if !errors.As(err, &gone) || !errors.Is(err, status.ErrNotTracked) || gone.Rule != "orders" || gone.Key != key || time.Since(gone.IssuedAt) > time.Minute {
+		t.Fatalf("an id never stored: %v (%+v)", err, gone)
+	}
+	// The same id with a delivered record (written asynchronously by the drainer).
+	w.rec.Record(w.ctx, goneID, status.Delivered, 3, "")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := w.loc.Get(w.ctx, goneID)
+		if err == nil {
+			if st.State != status.Delivered || st.Attempts != 3 || st.Key != key || st.UpdatedAt.IsZero() {
+				t.Fatalf("delivered record: %+v", st)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("delivered record never read: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if w.rec.Dropped() != 0 {
+		t.Fatalf("%d records dropped", w.rec.Dropped())
+	}
+	// What a record costs on disk, as the README states it.
+	info, err := w.rec.Info(w.ctx)
+	if err != nil || info.State.Msgs != 1 {
+		t.Fatalf("records stream: %+v %v", info, err)
+	}
+	t.Logf("one delivered record: %d bytes in the stream", info.State.Bytes)
+	if info.State.Bytes > 300 {
+		t.Errorf("a delivered record takes %d bytes, want at most 300", info.State.Bytes)
+	}
+
+	// Never seen: not an id, or an id of a rule that is not in force.
+	for _, id := range []string{"nonsense", uuid.Must(uuid.NewV7()).String() + ".nosuchrule.kbQ", ""} {
+		if _, err := w.loc.Get(w.ctx, id); !errors.Is(err, status.ErrNeverSeen) {
+			t.Errorf("Get(%q): %v, want ErrNeverSeen", id, err)
+		}
+	}
+	// An id of an earlier version (a bare uuid) names no key: only its dead letter is found.
+	legacy := uuid.Must(uuid.NewV7()).String()
+	if _, err := w.loc.Get(w.ctx, legacy); !errors.As(err, &gone) || !gone.Legacy {
+		t.Fatalf("legacy id: %v", err)
+	}
+	if err := w.dead.Dead(w.ctx, w.rule, queue.Message{ID: legacy, Rule: "orders", Key: "k", Payload: []byte(`1`)}, "refused"); err != nil {
+		t.Fatal(err)
+	}
+	if st := w.get(t, legacy); st.State != status.Dead || st.Key != "k" {
+		t.Fatalf("legacy dead letter: %+v", st)
 	}
 }
 
-func TestIdempotencyClaimAndRelease(t *testing.T) {
-	t.Parallel()
-	s, ctx := newStore(t)
-	owner, claimed, err := s.ClaimIdempotency(ctx, "orders", "order-991", "id-a")
-	if err != nil || !claimed || owner != "id-a" {
-		t.Fatalf("first claim: %v %v %v", owner, claimed, err)
+// A message moving from the retry stream back into its queue is found on one side or the
+// other while it moves: the queue is looked at again last.
+func TestLocatorFindsAMessageReadmittedWhileLooking(t *testing.T) {
+	w := newWorld(t)
+	for i := 0; i < 50; i++ {
+		m := queue.Message{ID: mustID(t, "k"), Key: "k", Payload: []byte(`{}`), CreatedAt: time.Now()}
+		if _, err := w.park.Park(w.ctx, w.rule, m, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			// The re-admitter's order: into the queue first, then out of the retry stream.
+			if _, err := w.q.Enqueue(w.ctx, "orders", m); err != nil {
+				done <- err
+				return
+			}
+			if ok, err := w.park.Cancel(w.ctx, "orders", m.ID); !ok || err != nil {
+				done <- fmt.Errorf("cancel: %v %v", ok, err)
+				return
+			}
+			done <- nil
+		}()
+		st, err := w.loc.Get(w.ctx, m.ID)
+		if err != nil || (st.State != status.Parked && st.State != status.Queued) {
+			t.Fatalf("round %d: %+v %v, want parked or queued", i, st, err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if st := w.get(t, m.ID); st.State != status.Queued {
+			t.Fatalf("round %d after the move: %+v", i, st)
+		}
 	}
-	owner, claimed, _ = s.ClaimIdempotency(ctx, "orders", "order-991", "id-b")
-	if claimed || owner != "id-a" {
-		t.Fatalf("second claim: %v %v", owner, claimed)
+}
+
+func mustID(t *testing.T, key string) string {
+	t.Helper()
+	id, err := queue.NewID("orders", key)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// The same key under another rule is another key.
-	if _, claimed, _ := s.ClaimIdempotency(ctx, "marketing", "order-991", "id-c"); !claimed {
-		t.Fatal("keys of different rules collide")
-	}
-	// Only the owner can release.
-	s.ReleaseIdempotency(ctx, "orders", "order-991", "id-b")
-	if _, claimed, _ := s.ClaimIdempotency(ctx, "orders", "order-991", "id-d"); claimed {
-		t.Fatal("a non-owner released the key")
-	}
-	s.ReleaseIdempotency(ctx, "orders", "order-991", "id-a")
-	if owner, claimed, _ := s.ClaimIdempotency(ctx, "orders", "order-991", "id-e"); !claimed || owner != "id-e" {
-		t.Fatal("released key not claimable")
-	}
+	return id
 }

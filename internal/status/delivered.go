@@ -1,0 +1,174 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-io/sluice/queue"
+)
+
+// Delivered records are opt-in (-status-keep): once a message is delivered, the drainer
+// files a small record of it — headers only, no payload — in a JetStream stream bounded by
+// age (Keep) and count (Max), so GET /v1/messages/{id} can answer "delivered" for a while
+// instead of "no longer tracked". The stream discards its oldest records when full: the
+// bound holds whatever the traffic, and an old record is the one to lose. Nothing is kept
+// in Redis.
+//
+// One record is one message with a ~60-byte subject and its headers: 195 bytes in the
+// stream (TestLocatorAnswersEveryStateFromWhereTheMessageIs measures it), plus
+// nats-server's per-subject index in memory.
+
+// DeliveredConfig configures DeliveredRecords. Keep must be positive.
+type DeliveredConfig struct {
+	// Keep is how long a record is kept after the delivery.
+	Keep time.Duration
+	// Max bounds the records kept; the oldest go first. Default 1,000,000.
+	Max int64
+	// Replicas of the stream: 1 or 3. Default 1.
+	Replicas int
+	// Stream is the stream's name. Default "SLUICE_DELIVERED".
+	Stream string
+	// SubjectPrefix is the first token of the records' subjects. Default "delivered".
+	SubjectPrefix string
+}
+
+func (c DeliveredConfig) withDefaults() DeliveredConfig {
+	if c.Max <= 0 {
+		c.Max = 1_000_000
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.Stream == "" {
+		c.Stream = "SLUICE_DELIVERED"
+	}
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = "delivered"
+	}
+	return c
+}
+
+// DeliveredRecords files and reads delivered records. Safe for concurrent use.
+type DeliveredRecords struct {
+	cfg     DeliveredConfig
+	js      jetstream.JetStream
+	dropped atomic.Int64
+}
+
+// NewDeliveredRecords returns the delivered records on nc; call Ensure before use.
+func NewDeliveredRecords(nc *nats.Conn, cfg DeliveredConfig) (*DeliveredRecords, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Keep <= 0 {
+		return nil, errors.New("status: delivered records need a positive Keep")
+	}
+	d := &DeliveredRecords{cfg: cfg}
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(4096),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { d.dropped.Add(1) }))
+	if err != nil {
+		return nil, err
+	}
+	d.js = js
+	return d, nil
+}
+
+// StreamConfig is the records' stream.
+func (d *DeliveredRecords) StreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              d.cfg.Stream,
+		Description:       "sluice: records of delivered messages (GET /v1/messages/{id}), bounded by age and count",
+		Subjects:          []string{d.cfg.SubjectPrefix + ".>"},
+		Retention:         jetstream.LimitsPolicy,
+		Discard:           jetstream.DiscardOld,
+		MaxAge:            d.cfg.Keep,
+		MaxMsgs:           d.cfg.Max,
+		MaxMsgsPerSubject: 1,
+		MaxBytes:          -1,
+		Storage:           jetstream.FileStorage,
+		Replicas:          d.cfg.Replicas,
+	}
+}
+
+// Ensure creates the stream, or updates it to StreamConfig.
+func (d *DeliveredRecords) Ensure(ctx context.Context) error {
+	if _, err := d.js.CreateOrUpdateStream(ctx, d.StreamConfig()); err != nil {
+		return fmt.Errorf("status: delivered records stream: %w", err)
+	}
+	return nil
+}
+
+func (d *DeliveredRecords) subject(id string) (string, bool) {
+	ref, ok := queue.ParseID(id)
+	if !ok {
+		return "", false
+	}
+	return d.cfg.SubjectPrefix + "." + ref.RuleToken + "." + queue.IDToken(id), true
+}
+
+// Record files a delivered message's record. It is the drainer's StateRecorder: other
+// states are not recorded (they are read from where the message is), and the publish is
+// not waited for — a record that cannot be written is counted (Dropped), never retried at
+// the cost of a delivery.
+func (d *DeliveredRecords) Record(_ context.Context, id, state string, attempt int, _ string) {
+	if state != Delivered {
+		return
+	}
+	subj, ok := d.subject(id)
+	if !ok {
+		return
+	}
+	msg := &nats.Msg{Subject: subj, Header: nats.Header{
+		queue.HeaderID:      []string{id},
+		queue.HeaderAttempt: []string{strconv.Itoa(attempt)},
+	}}
+	if _, err := d.js.PublishMsgAsync(msg); err != nil {
+		d.dropped.Add(1)
+	}
+}
+
+// Info is the records stream's info (its state: how many records, how many bytes).
+func (d *DeliveredRecords) Info(ctx context.Context) (*jetstream.StreamInfo, error) {
+	s, err := d.js.Stream(ctx, d.cfg.Stream)
+	if err != nil {
+		return nil, err
+	}
+	return s.Info(ctx)
+}
+
+// Dropped counts the records that could not be written.
+func (d *DeliveredRecords) Dropped() int64 { return d.dropped.Load() }
+
+// Get returns the record of id: its attempts and when it was delivered. ok is false when
+// there is none (never recorded, or aged out).
+func (d *DeliveredRecords) Get(ctx context.Context, id string) (attempts int, at time.Time, ok bool, err error) {
+	subj, ok := d.subject(id)
+	if !ok {
+		return 0, time.Time{}, false, nil
+	}
+	s, err := d.js.Stream(ctx, d.cfg.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, time.Time{}, false, nil
+	}
+	if err != nil {
+		return 0, time.Time{}, false, fmt.Errorf("status: delivered records: %w", err)
+	}
+	raw, err := s.GetLastMsgForSubject(ctx, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, time.Time{}, false, nil
+	}
+	if err != nil {
+		return 0, time.Time{}, false, fmt.Errorf("status: delivered record of %s: %w", id, err)
+	}
+	if raw.Header.Get(queue.HeaderID) != id {
+		return 0, time.Time{}, false, nil
+	}
+	attempts, _ = strconv.Atoi(raw.Header.Get(queue.HeaderAttempt))
+	return attempts, raw.Time, true, nil
+}

@@ -1,0 +1,40 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// KeyState is what the scheduler knows of one key: whether a drainer holds it (its head is
+// being delivered) and the retry state of its head, if the head failed before.
+type KeyState struct {
+	Held  bool
+	Retry *RetryState
+}
+
+// KeyState reads the scheduler's state of (rule, key): one round trip, nothing written.
+func (s *Scheduler) KeyState(ctx context.Context, rule, key string) (KeyState, error) {
+	k := s.keys(rule)
+	pipe := s.rdb.Pipeline()
+	held := pipe.HExists(ctx, k.held, key)
+	try := pipe.HGet(ctx, k.try, key)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return KeyState{}, fmt.Errorf("queue: state of a key of rule %q: %w", rule, err)
+	}
+	st := KeyState{Held: held.Val()}
+	if try.Err() == nil {
+		if r, ok := decodeRetryState(try.Val()); ok {
+			st.Retry = &r
+		}
+	}
+	return st, nil
+}
+
+// Uncount counts one message of (rule, key) out of the depth estimate (a message removed
+// other than by delivery, e.g. cancelled). Best effort: a miss heals when the key empties.
+func (s *Scheduler) Uncount(ctx context.Context, rule, key string) error {
+	return s.rdb.HIncrBy(ctx, s.keys(rule).depth, key, -1).Err()
+}
