@@ -25,11 +25,24 @@ var stores = []struct {
 }{
 	{"memory", func(t *testing.T) bucket.Store { return bucket.NewMemory(bucket.MemoryConfig{}) }},
 	{"redis", newRedisStore},
+	{"cluster", newClusterStore},
 }
 
 func newRedisStore(t *testing.T) bucket.Store {
 	t.Helper()
 	s, err := bucket.NewRedis(redistest.Shared(t).Client(t), bucket.RedisConfig{Prefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// newClusterStore is a Redis store on a real Redis Cluster (3 masters): every decision's
+// keys must share one hash slot, and batches of decisions on different keys are pipelines
+// that the cluster client splits by node.
+func newClusterStore(t *testing.T) bucket.Store {
+	t.Helper()
+	s, err := bucket.NewRedis(redistest.SharedCluster(t).Client(t), bucket.RedisConfig{Prefix: redistest.Prefix(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,15 +22,36 @@ var allAlgorithms = []bucket.Algorithm{bucket.TokenBucket, bucket.LeakyBucket, b
 // exactly the limit is admitted, whatever the interleaving.
 func TestRedisConcurrentNeverOverAdmits(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Shared(t)
-	opts := srv.Options()
-	opts.PoolSize = 64
-	c := redis.NewClient(opts)
-	t.Cleanup(func() { c.Close() })
-	s, err := bucket.NewRedis(c, bucket.RedisConfig{Prefix: redistest.Prefix(t)})
-	if err != nil {
-		t.Fatal(err)
+	clients := map[string]func(t *testing.T) redis.Scripter{
+		"single": func(t *testing.T) redis.Scripter {
+			opts := redistest.Shared(t).Options()
+			opts.PoolSize = 64
+			c := redis.NewClient(opts)
+			t.Cleanup(func() { c.Close() })
+			return c
+		},
+		// On a cluster the batches of different keys are pipelines split by node.
+		"cluster": func(t *testing.T) redis.Scripter {
+			opts := redistest.SharedCluster(t).Options()
+			opts.PoolSize = 64
+			c := redis.NewClusterClient(opts)
+			t.Cleanup(func() { c.Close() })
+			return c
+		},
 	}
+	for cname, newClient := range clients {
+		t.Run(cname, func(t *testing.T) {
+			t.Parallel()
+			s, err := bucket.NewRedis(newClient(t), bucket.RedisConfig{Prefix: redistest.Prefix(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			concurrentNeverOverAdmits(t, s)
+		})
+	}
+}
+
+func concurrentNeverOverAdmits(t *testing.T, s *bucket.Redis) {
 	cases := map[string][]bucket.Limit{}
 	for _, alg := range allAlgorithms {
 		cases[string(alg)] = []bucket.Limit{{Algorithm: alg, Rate: 100, Interval: time.Hour}}

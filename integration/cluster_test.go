@@ -60,6 +60,10 @@ type clusterOptions struct {
 	// natsProcesses runs the JetStream cluster as nats-server child processes (so a node
 	// can be SIGKILLed) instead of embedded servers.
 	natsProcesses bool
+	// redisSentinel runs Redis as a master, a replica and 3 sentinels (processes use the
+	// Sentinel URL); redisCluster as a Redis Cluster of 3 masters with a replica each.
+	// Default: one redis-server with AOF.
+	redisSentinel, redisCluster bool
 }
 
 // cluster is one whole sluice deployment owned by one test.
@@ -69,7 +73,10 @@ type cluster struct {
 	natsProcs *proctest.NATSCluster // nats-server processes (clusterOptions.natsProcesses)
 	natsURL   string
 	js        jetstream.JetStream
-	redis     *redistest.Server
+	redis     *redistest.Server    // one server, or
+	sentinels *redistest.Sentinels // clusterOptions.redisSentinel, or
+	redisCl   *redistest.Cluster   // clusterOptions.redisCluster
+	redisURL  string               // the -redis of every process
 	sink      *sinktest.Sink
 	rulesPath string
 	ingress   []*proctest.Proc
@@ -97,7 +104,17 @@ func startCluster(t *testing.T, o clusterOptions) *cluster {
 		c.natsURL = natstest.ClusterURL(c.nats)
 	}
 	_, c.js = natstest.Connect(t, c.natsURL)
-	c.redis = redistest.Start(t, redistest.Options{TCP: true, AppendOnly: true})
+	switch {
+	case o.redisSentinel:
+		c.sentinels = redistest.StartSentinels(t, redistest.SentinelOptions{})
+		c.redisURL = c.sentinels.URL()
+	case o.redisCluster:
+		c.redisCl = redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, Replicas: 1})
+		c.redisURL = c.redisCl.URL()
+	default:
+		c.redis = redistest.Start(t, redistest.Options{TCP: true, AppendOnly: true})
+		c.redisURL = c.redis.URL()
+	}
 	c.sink = sinktest.Start(t)
 	c.rulesPath = filepath.Join(t.TempDir(), "rules.yaml")
 	c.writeRules(o.rules)
@@ -171,7 +188,7 @@ func (g goroutineTB) Fatalf(format string, args ...any) {
 
 func (c *cluster) newIngress(name string) *proctest.Proc {
 	return c.startProc(proctest.Spec{Name: name, Bin: bins.ingress, ReadyMsg: "ingress: listening", Args: []string{
-		"-rules", c.rulesPath, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", c.natsURL, "-redis", c.redis.URL(),
+		"-rules", c.rulesPath, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", c.natsURL, "-redis", c.redisURL,
 		"-admin-token", adminToken, "-replicas", "3", "-drain", "false", "-status-keep", "1h", "-shutdown-timeout", "3s",
 		"-log-format", "json", "-rules-poll", "250ms",
 	}})
@@ -179,7 +196,7 @@ func (c *cluster) newIngress(name string) *proctest.Proc {
 
 func (c *cluster) newDrainer(name string, workers int) *proctest.Proc {
 	return c.startProc(proctest.Spec{Name: name, Bin: bins.drainer, ReadyMsg: "drainer: running", Args: []string{
-		"-rules", c.rulesPath, "-http", "127.0.0.1:0", "-nats", c.natsURL, "-redis", c.redis.URL(),
+		"-rules", c.rulesPath, "-http", "127.0.0.1:0", "-nats", c.natsURL, "-redis", c.redisURL,
 		"-workers", fmt.Sprint(workers), "-status-keep", "1h", "-replicas", "3", "-shutdown-timeout", "3s", "-log-format", "json",
 		"-rules-poll", "250ms",
 	}})

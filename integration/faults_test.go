@@ -78,20 +78,28 @@ func TestSoakFaults(t *testing.T) {
 	runFaults(t, soakFaults, "faults-soak.md")
 }
 
+// fault is one row of a fault table.
+type fault struct {
+	name string
+	run  func(*testing.T, faultParams) faultRow
+}
+
 func runFaults(t *testing.T, p faultParams, file string) {
-	var mu sync.Mutex
-	rows := map[string]faultRow{}
-	faults := []struct {
-		name string
-		run  func(*testing.T, faultParams) faultRow
-	}{
+	runFaultTable(t, p, file, []fault{
 		{"DrainerSIGKILLMidDelivery", faultDrainerKill},
 		{"IngressSIGKILLUnderLoad", faultIngressKill},
 		{"NATSStreamLeaderKilled", faultLeaderKill},
 		{"RedisRestart", faultRedisRestart},
 		{"SinkDownThenBack", faultSinkDown},
 		{"BrokenRulesFilePushed", faultBrokenRules},
-	}
+	})
+}
+
+// runFaultTable runs each fault in parallel, checks its verdict and writes the table to
+// results/file (with SLUICE_RESULTS=1).
+func runFaultTable(t *testing.T, p faultParams, file string, faults []fault) {
+	var mu sync.Mutex
+	rows := map[string]faultRow{}
 	t.Run("each", func(t *testing.T) {
 		for _, f := range faults {
 			t.Run(f.name, func(t *testing.T) {

@@ -20,7 +20,7 @@ func newSchedulers(t *testing.T, n int) []*queue.Scheduler {
 	prefix := redistest.Prefix(t)
 	out := make([]*queue.Scheduler, n)
 	for i := range out {
-		s, err := queue.NewScheduler(redistest.Shared(t).Client(t), queue.SchedulerConfig{Prefix: prefix})
+		s, err := queue.NewScheduler(testRedis(t), queue.SchedulerConfig{Prefix: prefix})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -322,7 +322,7 @@ func newBenchScheduler(b *testing.B) *queue.Scheduler {
 func TestReleaseKeepsDepthCounterAndIdleSlot(t *testing.T) {
 	t.Parallel()
 	prefix := redistest.Prefix(t)
-	rdb := redistest.Shared(t).Client(t)
+	rdb := testRedis(t)
 	s, err := queue.NewScheduler(rdb, queue.SchedulerConfig{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)

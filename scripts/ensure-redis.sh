@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Makes sure a redis-server binary exists for the tests; tests start their own private servers.
+# Makes sure a redis-server binary exists for the tests; tests start their own private servers,
+# Redis Clusters and Sentinels from it (a sentinel is `redis-server --sentinel`, so Debian's
+# separate redis-sentinel package, which only adds a service around the same binary, is not needed).
 set -euo pipefail
 if [ -n "${SLUICE_REDIS_SERVER:-}" ] || command -v redis-server >/dev/null 2>&1; then
   exit 0

@@ -8,7 +8,7 @@
 //	-rules             SLUICE_RULES             rules files or directories, comma-separated (required)
 //	-http              SLUICE_HTTP_ADDR         /metrics, /healthz, /readyz (default :8081)
 //	-nats              SLUICE_NATS_URL          NATS URL(s) (default nats://127.0.0.1:4222)
-//	-redis             SLUICE_REDIS_URL         redis:// or unix:// URL (default redis://127.0.0.1:6379)
+//	-redis             SLUICE_REDIS_URL         redis://, rediss://, unix://, Cluster or Sentinel URL (default redis://127.0.0.1:6379)
 //	-workers           SLUICE_WORKERS           deliveries in flight at once (default 32)
 //	-replicas          SLUICE_REPLICAS          replicas of the retry/dead-letter streams it ensures (default 1)
 //	-shutdown-timeout  SLUICE_SHUTDOWN_TIMEOUT  on SIGTERM: stop claiming, finish in-flight deliveries within this (default 30s)
@@ -121,7 +121,7 @@ func (m *Main) ParseFlags(args []string) error {
 	rulesFlag := fs.String("rules", env("SLUICE_RULES", ""), "rules files or directories, comma-separated (env SLUICE_RULES)")
 	fs.StringVar(&c.HTTPAddr, "http", env("SLUICE_HTTP_ADDR", ":8081"), "listen address of /metrics, /healthz, /readyz (env SLUICE_HTTP_ADDR)")
 	fs.StringVar(&c.NATSURL, "nats", env("SLUICE_NATS_URL", "nats://127.0.0.1:4222"), "NATS URL(s) (env SLUICE_NATS_URL)")
-	fs.StringVar(&c.RedisURL, "redis", env("SLUICE_REDIS_URL", "redis://127.0.0.1:6379"), "Redis URL (env SLUICE_REDIS_URL)")
+	fs.StringVar(&c.RedisURL, "redis", env("SLUICE_REDIS_URL", "redis://127.0.0.1:6379"), "Redis URL: redis://, rediss://, unix://, a cluster (redis://h1:p?addr=h2:p&addr=h3:p) or Sentinel (redis+sentinel://s1:26379?master_name=M&addr=s2:26379) (env SLUICE_REDIS_URL)")
 	workers := fs.String("workers", env("SLUICE_WORKERS", "32"), "deliveries in flight at once (env SLUICE_WORKERS)")
 	replicas := fs.String("replicas", env("SLUICE_REPLICAS", "1"), "replicas of the retry and dead-letter streams, 1 or 3 (env SLUICE_REPLICAS)")
 	shutdown := fs.String("shutdown-timeout", env("SLUICE_SHUTDOWN_TIMEOUT", "30s"), "time to finish in-flight deliveries on SIGTERM (env SLUICE_SHUTDOWN_TIMEOUT)")
@@ -166,6 +166,9 @@ func (m *Main) ParseFlags(args []string) error {
 	}
 	if c.RulesPoll, err = time.ParseDuration(*poll); err != nil || c.RulesPoll <= 0 {
 		return fmt.Errorf("-rules-poll: want a positive duration, got %q", *poll)
+	}
+	if _, err := app.ParseRedisURL(c.RedisURL, 0); err != nil {
+		return err
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		return fmt.Errorf("-log-format: want json or text, got %q", c.LogFormat)

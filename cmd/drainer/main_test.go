@@ -45,6 +45,16 @@ func TestParseFlags(t *testing.T) {
 	if err := m.ParseFlags([]string{"-rules", "x", "-workers", "0"}); err == nil {
 		t.Fatal("-workers 0 accepted")
 	}
+	// -redis is checked with the flags: a typo fails at start, naming the flag.
+	if err := m.ParseFlags([]string{"-rules", "x", "-redis", "redis://h:6379?dial_timout=1s"}); err == nil || !strings.Contains(err.Error(), "-redis") || !strings.Contains(err.Error(), "dial_timout") {
+		t.Fatalf("bad -redis: %v", err)
+	}
+	m.Getenv = func(k string) string {
+		return map[string]string{"SLUICE_REDIS_URL": "redis+sentinel://s1:26379?master_name=m&addr=s2:26379"}[k]
+	}
+	if err := m.ParseFlags([]string{"-rules", "x"}); err != nil || m.Config.RedisURL != "redis+sentinel://s1:26379?master_name=m&addr=s2:26379" {
+		t.Fatalf("Sentinel URL from SLUICE_REDIS_URL: %q, %v", m.Config.RedisURL, err)
+	}
 }
 
 // TestDrainerProcess runs the whole process in-process against embedded NATS and a private

@@ -27,11 +27,11 @@ var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 type rig struct {
 	b      *admit.Batcher
 	sched  *queue.Scheduler
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	prefix string
 }
 
-func newRig(t *testing.T, rdb *redis.Client) rig {
+func newRig(t *testing.T, rdb redis.UniversalClient) rig {
 	t.Helper()
 	prefix := redistest.Prefix(t)
 	sched, err := queue.NewScheduler(rdb, queue.SchedulerConfig{Prefix: prefix})
@@ -41,7 +41,7 @@ func newRig(t *testing.T, rdb *redis.Client) rig {
 	return rig{b: &admit.Batcher{RDB: rdb, Scheduler: sched, IdempotencyTTL: time.Hour}, sched: sched, rdb: rdb, prefix: prefix}
 }
 
-func sharedRig(t *testing.T) rig { return newRig(t, redistest.Shared(t).Client(t)) }
+func sharedRig(t *testing.T) rig { return newRig(t, testRedis(t)) }
 
 // count is a Count that waits for its answer.
 func (r rig) count(t *testing.T, rule, key string, capacity int64, now time.Time) (int64, time.Time) {

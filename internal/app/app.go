@@ -51,7 +51,7 @@ type Config struct {
 type Stack struct {
 	NATS      *nats.Conn
 	JS        jetstream.JetStream
-	Redis     *redis.Client
+	Redis     redis.UniversalClient // *redis.Client (one server, Sentinel) or *redis.ClusterClient
 	Queues    *queue.Queues
 	Scheduler *queue.Scheduler
 	Parking   *retry.Store
@@ -100,11 +100,9 @@ func Open(ctx context.Context, c Config) (s *Stack, err error) {
 		return s, fmt.Errorf("%s: JetStream: %w", c.Name, err)
 	}
 
-	ropts, err := RedisOptions(c.RedisURL, c.RedisPoolSize)
-	if err != nil {
+	if s.Redis, err = OpenRedis(c.RedisURL, c.RedisPoolSize); err != nil {
 		return s, err
 	}
-	s.Redis = redis.NewClient(ropts)
 	s.closers = append(s.closers, func() { s.Redis.Close() })
 
 	if s.Queues, err = queue.NewQueues(s.JS, queue.Config{Replicas: c.Replicas}); err != nil {
@@ -230,28 +228,4 @@ func (s *Stack) Close() {
 		s.closers[i]()
 	}
 	s.closers = nil
-}
-
-// RedisOptions parses a redis:// or unix:// URL and sets timeouts short enough that an
-// unreachable Redis degrades admission and pauses drainers quickly instead of hanging.
-func RedisOptions(url string, pool int) (*redis.Options, error) {
-	o, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("-redis %q: %w", url, err)
-	}
-	o.DialTimeout = 500 * time.Millisecond
-	o.ReadTimeout = 500 * time.Millisecond
-	o.WriteTimeout = 500 * time.Millisecond
-	o.ContextTimeoutEnabled = true
-	o.MaxRetries = 1
-	// go-redis retries a refused dial 5 times, 100 ms apart, by default: ~0.8 s per command
-	// while Redis is down. One quick dial is enough; the callers have their own fallbacks.
-	o.DialerRetries = 1
-	o.DialerRetryTimeout = 10 * time.Millisecond
-	if pool <= 0 {
-		pool = 256
-	}
-	o.PoolSize = max(o.PoolSize, pool)
-	o.MinIdleConns = 8
-	return o, nil
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-io/sluice/internal/app"
 )
 
 // Config is everything the ingress process is told from outside. Flags have environment
@@ -17,7 +19,7 @@ type Config struct {
 	Rules      []string // -rules / SLUICE_RULES: rules files or directories, comma-separated. Required unless -check-config.
 	HTTPAddr   string   // -http / SLUICE_HTTP_ADDR: listen address. Default ":8080".
 	NATSURL    string   // -nats / SLUICE_NATS_URL: NATS server URL(s), comma-separated. Default "nats://127.0.0.1:4222"; ignored with -dev.
-	RedisURL   string   // -redis / SLUICE_REDIS_URL: redis:// or unix:// URL. Default "redis://127.0.0.1:6379"; ignored with -dev.
+	RedisURL   string   // -redis / SLUICE_REDIS_URL: redis://, rediss://, unix://, Cluster or Sentinel URL (app.ParseRedisURL). Default "redis://127.0.0.1:6379"; ignored with -dev.
 	AdminToken string   // -admin-token / SLUICE_ADMIN_TOKEN: bearer token of /v1/admin; empty disables the admin API (401).
 	// GRPCAddr is where the envoy rate limit service (RLS v3 gRPC), gRPC health and
 	// reflection listen. -grpc / SLUICE_GRPC_ADDR; default ":8081" (envoyproxy/ratelimit's
@@ -118,7 +120,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	rules := fs.String("rules", env("SLUICE_RULES", ""), "rules files or directories, comma-separated (env SLUICE_RULES)")
 	fs.StringVar(&c.HTTPAddr, "http", env("SLUICE_HTTP_ADDR", ":8080"), "HTTP listen address (env SLUICE_HTTP_ADDR)")
 	fs.StringVar(&c.NATSURL, "nats", env("SLUICE_NATS_URL", "nats://127.0.0.1:4222"), "NATS URL(s) (env SLUICE_NATS_URL)")
-	fs.StringVar(&c.RedisURL, "redis", env("SLUICE_REDIS_URL", "redis://127.0.0.1:6379"), "Redis URL (env SLUICE_REDIS_URL)")
+	fs.StringVar(&c.RedisURL, "redis", env("SLUICE_REDIS_URL", "redis://127.0.0.1:6379"), "Redis URL: redis://, rediss://, unix://, a cluster (redis://h1:p?addr=h2:p&addr=h3:p) or Sentinel (redis+sentinel://s1:26379?master_name=M&addr=s2:26379) (env SLUICE_REDIS_URL)")
 	fs.StringVar(&c.GRPCAddr, "grpc", env("SLUICE_GRPC_ADDR", ":8081"), "envoy rate limit service (gRPC) listen address; empty disables (env SLUICE_GRPC_ADDR)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", env("SLUICE_DEBUG_ADDR", ""), "pprof listen address, e.g. 127.0.0.1:6070; empty disables (env SLUICE_DEBUG_ADDR)")
 	grpcHeaders := fs.String("grpc-response-headers", env("SLUICE_GRPC_RESPONSE_HEADERS", "false"), "add rate-limit headers to every gRPC answer, not only for rules with response_headers (env SLUICE_GRPC_RESPONSE_HEADERS)")
@@ -255,6 +257,9 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 		if c.Dev {
 			c.LogFormat = "text"
 		}
+	}
+	if _, err := app.ParseRedisURL(c.RedisURL, 0); err != nil {
+		return c, err
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		return c, fmt.Errorf("-log-format: want json or text, got %q", c.LogFormat)
