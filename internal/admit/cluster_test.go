@@ -93,13 +93,13 @@ func TestScriptsReloadedOnEveryClusterNode(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				d, _, err := r.b.Count(rule, "k", 100, t0).Wait()
-				if err != nil || d != want {
-					t.Errorf("%s: depth %d, %v; want %d", rule, d, err, want)
-				}
 				id := rule + "-" + strconv.FormatInt(want, 10)
-				if owner, claimed, err := r.b.Claim(rule, "idem-"+id, id).Claimed(); err != nil || !claimed || owner != id {
-					t.Errorf("%s: idempotency claim %q %v %v", rule, owner, claimed, err)
+				res, owner, err, cerr := r.b.CountClaim(rule, "k", 100, t0, "idem-"+id, id).Claimed()
+				if err != nil || res.Depth != want {
+					t.Errorf("%s: depth %d, %v; want %d", rule, res.Depth, err, want)
+				}
+				if cerr != nil || owner != id {
+					t.Errorf("%s: idempotency claim %q %v", rule, owner, cerr)
 				}
 				r.b.Mark(rule, "k", t0)
 			}()

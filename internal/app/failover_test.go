@@ -172,8 +172,14 @@ func (w *writers) stats(t *testing.T, killed, dead, promoted time.Time) failover
 	if minNew < 0 || st.firstFail.IsZero() {
 		t.Fatalf("no write failed, or none after the failover (%d writes)", len(w.writes))
 	}
+	// The new master may start above the old one's last answer: an INCR the old master ran
+	// and replicated whose answer never reached the client (it died in between). Those are
+	// not losses; more than a few would mean the new master ran ahead.
 	if st.lost = st.maxOld - (minNew - 1); st.lost < 0 {
-		t.Errorf("the new master answered %d first, the old one %d last: it ran ahead of its master?", minNew, st.maxOld)
+		if -st.lost > 8 {
+			t.Errorf("the new master answered %d first, the old one %d last: it ran ahead of its master?", minNew, st.maxOld)
+		}
+		st.lost = 0
 	}
 	return st
 }
