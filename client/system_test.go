@@ -347,6 +347,49 @@ func TestSystem(t *testing.T) {
 		}
 	})
 
+	// SubmitBatch: one request for many messages; items refused for a full queue go again
+	// after their own Retry-After until accepted, a final refusal stays with its item.
+	t.Run("batch", func(t *testing.T) {
+		c := sys.client(t)
+		var items []client.BatchItem
+		for i := 0; i < 8; i++ {
+			items = append(items, client.BatchItem{Domain: "burst", Descriptor: []client.Entry{{Key: "k", Value: "batch"}}, Payload: i})
+		}
+		items = append(items, client.BatchItem{Domain: "no-such-domain", Descriptor: []client.Entry{{Key: "k", Value: "x"}}, Payload: 1})
+		res, err := c.SubmitBatch(ctx, items)
+		if err != nil {
+			t.Fatal(err)
+		}
+		retried := 0
+		for i, r := range res[:8] {
+			if r.Err != nil || r.Submission == nil || r.Submission.ID == "" || r.Submission.IdempotencyKey == "" {
+				t.Fatalf("item %d: %+v", i, r)
+			}
+			if r.Submission.Attempts > 1 {
+				retried++
+			}
+		}
+		if retried == 0 {
+			t.Errorf("8 messages into a queue of 5 all accepted in the first round: nothing was retried")
+		}
+		if !errors.Is(res[8].Err, client.ErrNoRule) {
+			t.Fatalf("item of an unknown domain: %+v", res[8])
+		}
+		// Resubmitting the same items (same keys) is answered as repeats, nothing stored twice.
+		for i := range items[:8] {
+			items[i].IdempotencyKey = res[i].Submission.IdempotencyKey
+		}
+		again, err := c.SubmitBatch(ctx, items[:8])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range again {
+			if r.Err != nil || !r.Submission.Duplicate || r.Submission.ID != res[i].Submission.ID {
+				t.Fatalf("repeat of item %d: %+v (first %+v)", i, r, res[i].Submission)
+			}
+		}
+	})
+
 	// Cancel takes back a queued message; a gone one matches ErrNoLongerTracked.
 	t.Run("cancel", func(t *testing.T) {
 		a := sys.client(t, client.WithAdminToken(systemToken)).Admin()

@@ -1,0 +1,173 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// BatchItem is one message of SubmitBatch.
+type BatchItem struct {
+	Domain     string
+	Descriptor []Entry
+	Payload    any // as Submit's payload
+	// IdempotencyKey makes the item's resubmission safe; a UUIDv7 is generated when empty.
+	IdempotencyKey string
+}
+
+// BatchResult is one item's outcome: its Submission (Duplicate set for a repeat of its
+// idempotency key), or its error — a *ProblemError (an *OverLimitError for a 429) that
+// matches the package's sentinels as Submit's errors do.
+type BatchResult struct {
+	Submission *Submission
+	Err        error
+}
+
+// SubmitBatch submits many messages in one request per round (POST /v1/messages with a
+// JSON array; the server takes at most 500 by default, -max-batch). Each item is answered
+// on its own, in order. Items refused with 429 (when over-limit retries are on, the
+// default) or 503 are sent again, with their idempotency keys, once their own Retry-After
+// has passed — the items of a round that came back together wait for the earliest of
+// them, and each goes again no sooner than its own — until every item has a final answer,
+// the client's attempts are used up, or a Retry-After exceeds WithMaxRetryAfter. A
+// request that fails as a whole (connection, 503 of the batch) is retried as Submit is:
+// the idempotency keys make a repeat harmless, and items stored before the failure
+// answer 200.
+//
+// The error is nil when the batch was answered; per-item failures are in the results.
+func (c *Client) SubmitBatch(ctx context.Context, items []BatchItem) ([]BatchResult, error) {
+	if len(items) == 0 {
+		return nil, fmt.Errorf("%w: SubmitBatch: no items", ErrInvalid)
+	}
+	bodies := make([][]byte, len(items))
+	keys := make([]string, len(items))
+	for i, it := range items {
+		keys[i] = it.IdempotencyKey
+		if keys[i] == "" {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return nil, fmt.Errorf("client: idempotency key: %w", err)
+			}
+			keys[i] = id.String()
+		}
+		b, err := submitBody(it.Domain, it.Descriptor, it.Payload, keys[i])
+		if err != nil {
+			return nil, fmt.Errorf("client: item %d: %w", i, err)
+		}
+		bodies[i] = b
+	}
+	results := make([]BatchResult, len(items))
+	pending := make([]int, len(items))
+	for i := range pending {
+		pending[i] = i
+	}
+	notBefore := make([]time.Time, len(items))
+	for round := 1; len(pending) > 0; round++ {
+		var body bytes.Buffer
+		body.WriteByte('[')
+		for n, i := range pending {
+			if n > 0 {
+				body.WriteByte(',')
+			}
+			body.Write(bytes.TrimRight(bodies[i], "\n"))
+		}
+		body.WriteByte(']')
+		resp, err := c.do(ctx, call{
+			method: http.MethodPost,
+			path:   "/v1/messages",
+			body:   body.Bytes(),
+			header: http.Header{"Content-Type": {"application/json"}},
+			conn:   anyTransient,
+			retry:  retryUnavailable,
+			ok:     is2xx,
+		})
+		if err != nil {
+			return results, err
+		}
+		var answer struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(resp.body, &answer); err != nil || len(answer.Items) != len(pending) {
+			return results, fmt.Errorf("sluice: POST /v1/messages (batch of %d): unexpected answer: %v", len(pending), err)
+		}
+		var again []int
+		wait := time.Duration(-1)
+		for n, i := range pending {
+			r, retryIn := c.batchItemResult(answer.Items[n], keys[i], round)
+			results[i] = r
+			if retryIn < 0 || round >= c.maxAttempts {
+				continue
+			}
+			notBefore[i] = c.now().Add(retryIn)
+			again = append(again, i)
+			if wait < 0 || retryIn < wait {
+				wait = retryIn
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		if dl, ok := ctx.Deadline(); ok && c.now().Add(wait).After(dl) {
+			break // the last answers say more than a deadline error would
+		}
+		if err := c.sleep(ctx, wait); err != nil {
+			break
+		}
+		// Only the items whose own Retry-After has passed go now; the others wait a round.
+		pending = pending[:0]
+		var later []int
+		for _, i := range again {
+			if !c.now().Before(notBefore[i]) {
+				pending = append(pending, i)
+			} else {
+				later = append(later, i)
+			}
+		}
+		if len(pending) == 0 {
+			pending = later
+			continue
+		}
+		pending = append(pending, later...)
+	}
+	return results, nil
+}
+
+// batchItemResult reads one item's answer; retryIn ≥ 0 when the item is worth sending
+// again after that long (a 429 with over-limit retries on, or a 503), -1 otherwise.
+func (c *Client) batchItemResult(raw json.RawMessage, key string, round int) (BatchResult, time.Duration) {
+	var head struct {
+		Status int `json:"status"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return BatchResult{Err: fmt.Errorf("sluice: batch item: %w", err)}, -1
+	}
+	if head.Status/100 == 2 {
+		s := &Submission{}
+		if err := json.Unmarshal(raw, s); err != nil {
+			return BatchResult{Err: fmt.Errorf("sluice: batch item: %w", err)}, -1
+		}
+		s.Duplicate = head.Status == http.StatusOK
+		s.IdempotencyKey = key
+		s.Attempts = round
+		if s.ID != "" {
+			s.Location = "/v1/messages/" + s.ID
+		}
+		return BatchResult{Submission: s}, -1
+	}
+	// The item's problem reads as a whole answer's would (errorFor: sentinels, Retry-After).
+	err := c.errorFor(&response{status: head.Status, body: raw, attempts: round,
+		header: http.Header{"Content-Type": {"application/problem+json"}}})
+	retry := head.Status == http.StatusServiceUnavailable || head.Status == http.StatusTooManyRequests && c.retryOverLim
+	var pe *ProblemError
+	if !retry || !errors.As(err, &pe) || pe.RetryAfter > c.maxRetryAfter {
+		return BatchResult{Err: err}, -1 // final, or "much later": the caller's decision
+	}
+	ra := pe.RetryAfter
+	return BatchResult{Err: err}, max(ra, c.backoff(round))
+}
