@@ -37,3 +37,19 @@ func (s *Scheduler) ReleaseIdempotency(ctx context.Context, rule, k, id string) 
 	}
 	return nil
 }
+
+// ClaimIdempotency is ClaimIdempotencyPipe in a round trip of its own: it returns the id
+// that owns k (id itself when this claim took it).
+func (s *Scheduler) ClaimIdempotency(ctx context.Context, rule, k, id string, ttl time.Duration) (string, error) {
+	pipe := s.rdb.Pipeline()
+	cmd := s.ClaimIdempotencyPipe(ctx, pipe, rule, k, id, ttl)
+	pipe.Exec(ctx)
+	switch owner, err := cmd.Result(); {
+	case errors.Is(err, redis.Nil):
+		return id, nil
+	case err != nil:
+		return "", fmt.Errorf("queue: claim idempotency key: %w", err)
+	default:
+		return owner, nil
+	}
+}

@@ -17,7 +17,7 @@ var ErrNotScheduled = errors.New("retry: message not in the retry stream")
 // Scheduled is a message Find saw in the retry stream.
 type Scheduled struct {
 	queue.Message
-	Kind     string    // KindPark or KindRetry
+	Kind     string    // KindPark, KindRetry or KindSchedule
 	RetryAt  time.Time // when its schedule fires (zero once fired)
 	Fired    bool      // its schedule fired: the re-admitter is putting it back into its queue
 	StoredAt time.Time // when it entered the retry stream
@@ -32,7 +32,7 @@ func (s *Store) Find(ctx context.Context, rule, id string) (Scheduled, error) {
 	if err != nil {
 		return Scheduled{}, err
 	}
-	for _, kind := range []string{KindPark, KindRetry} {
+	for _, kind := range []string{KindPark, KindRetry, KindSchedule} {
 		raw, err := st.GetLastMsgForSubject(ctx, s.ScheduleSubject(kind, rule, id))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
@@ -66,7 +66,7 @@ func (s *Store) Cancel(ctx context.Context, rule, id string) (bool, error) {
 		return false, err
 	}
 	removed := false
-	for _, kind := range []string{KindPark, KindRetry} {
+	for _, kind := range []string{KindPark, KindRetry, KindSchedule} {
 		subj := s.ScheduleSubject(kind, rule, id)
 		info, err := st.Info(ctx, jetstream.WithSubjectFilter(subj))
 		if err != nil {

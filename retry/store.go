@@ -147,7 +147,7 @@ func (s *Store) StreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              s.cfg.Stream,
 		Description:       "sluice parked messages and delivery retries (scheduled re-admission)",
-		Subjects:          []string{s.subject(KindPark, ">"), s.subject(KindRetry, ">"), s.subject("ready", ">")},
+		Subjects:          []string{s.subject(KindPark, ">"), s.subject(KindRetry, ">"), s.subject(KindSchedule, ">"), s.subject("ready", ">")},
 		Retention:         jetstream.WorkQueuePolicy,
 		Discard:           jetstream.DiscardOld, // DiscardNew is refused with schedules; see FullAt
 		Storage:           jetstream.FileStorage,
@@ -174,9 +174,31 @@ func (s *Store) handle(ctx context.Context) (jetstream.Stream, error) {
 func (s *Store) subject(parts ...string) string { return joinSubject(s.cfg.SubjectPrefix, parts...) }
 
 // ScheduleSubject is the subject holding the schedule of message id of rule (kind is
-// KindPark or KindRetry).
+// KindPark, KindRetry or KindSchedule). A scheduled delivery's subject also names its key
+// (from the id), so the schedules of one key can be counted (ScheduledCount).
 func (s *Store) ScheduleSubject(kind, rule, id string) string {
+	if kind == KindSchedule {
+		ref, _ := queue.ParseID(id)
+		return s.subject(kind, token(rule), queue.KeyToken(ref.Key), queue.IDToken(id))
+	}
 	return s.subject(kind, token(rule), queue.IDToken(id))
+}
+
+// Schedule keeps m in the retry stream until at (rounded up to the second, never earlier),
+// then the re-admitter puts it into its key's queue — or parks it, if the queue has no room
+// then. It returns the fire time. ErrFull when the retry stream is nearly full.
+func (s *Store) Schedule(ctx context.Context, rule *rules.Rule, m queue.Message, at time.Time) (time.Time, error) {
+	if _, ok := queue.ParseID(m.ID); !ok {
+		return time.Time{}, fmt.Errorf("retry: schedule %s: not an id that names its key", m.ID)
+	}
+	return s.schedule(ctx, KindSchedule, rule, m, at, 0)
+}
+
+// ScheduledCount is how many messages of (rule, key) wait for their delivery time: one
+// count on the server, which walks only that key's schedule subjects (at most the rule's
+// max_scheduled), so a scheduled submission can afford it.
+func (s *Store) ScheduledCount(ctx context.Context, rule, key string) (uint64, error) {
+	return subjectCount(ctx, s.js, s.cfg.APIPrefix, s.cfg.Stream, s.subject(KindSchedule, token(rule), queue.KeyToken(key), "*"))
 }
 
 // ReadySubject is where the schedules of rule fire.

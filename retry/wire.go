@@ -30,6 +30,9 @@ const (
 const (
 	KindPark  = "park"  // no room in the key's queue (overflow: park); subject to park.max_age
 	KindRetry = "retry" // delivery retry of a relaxed rule; bounded by delivery.max_attempts
+	// KindSchedule is a message submitted with a later delivery time (deliver_at, delay):
+	// re-admitted at that time, and parked then if its queue has no room.
+	KindSchedule = "schedule"
 )
 
 // FireTime is when a schedule for at actually fires: at rounded up to the whole second

@@ -55,12 +55,12 @@ const (
 // Result is the outcome of one admission, with everything the response headers need.
 type Result struct {
 	Decision  Decision
-	Duplicate bool   // the stream already had this message id (nothing new stored)
+	Duplicate bool // the stream already had this message id (nothing new stored)
 	// Owner is the message that owns the idempotency key (KeyTaken).
 	Owner string
 	// Claimed: this admission took its idempotency key (release it if the message is refused).
 	Claimed bool
-	Reason    string // for Parked/Rejected: ReasonQueueFull or ReasonLimit
+	Reason  string // for Parked/Rejected: ReasonQueueFull or ReasonLimit
 
 	// Queue state after the admission (queue rules).
 	Depth    int64

@@ -186,6 +186,12 @@ func (b *Batcher) CountClaim(rule, key string, capacity int64, now time.Time, k,
 	return b.send(o)
 }
 
+// ClaimNow claims idempotency key k of rule for id in a round trip of its own, for an
+// admission that counts nothing now (a scheduled message); see CountClaim.
+func (b *Batcher) ClaimNow(ctx context.Context, rule, k, id string) (owner string, err error) {
+	return b.Scheduler.ClaimIdempotency(ctx, rule, k, id, b.ttl())
+}
+
 // Claimed returns the result of a CountClaim: the count as Result does, the id that owns
 // the idempotency key (id itself when this claim took it) and the claim's error (the count
 // may have succeeded without it). Call it (or Wait, Result) exactly once.

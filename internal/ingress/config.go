@@ -84,6 +84,7 @@ type Config struct {
 
 	MaxBody         int64         // -max-body / SLUICE_MAX_BODY: largest request body in bytes (a whole batch too). Default 1 MiB.
 	MaxBatch        int           // -max-batch / SLUICE_MAX_BATCH: most messages in one batch submission. Default 500.
+	MaxDelay        time.Duration // -max-delay / SLUICE_MAX_DELAY: how far ahead deliver_at / delay may be. Default 720h (30 days).
 	Replicas        int           // -replicas / SLUICE_REPLICAS: replicas of queue streams (1 or 3). Default 1.
 	ShutdownTimeout time.Duration // -shutdown-timeout / SLUICE_SHUTDOWN_TIMEOUT: drain time on SIGTERM. Default 10s.
 	LogFormat       string        // -log-format / SLUICE_LOG_FORMAT: json or text. Default json (text with -dev).
@@ -184,6 +185,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	}
 	fs.DurationVar(&c.IdempotencyTTL, "idempotency-ttl", envDur("SLUICE_IDEMPOTENCY_TTL", 24*time.Hour), "how long an idempotency key maps to its first message (env SLUICE_IDEMPOTENCY_TTL)")
 	fs.DurationVar(&c.StatusKeep, "status-keep", envDur("SLUICE_STATUS_KEEP", 0), "keep a record of each delivered message this long; 0 = off (default off, 1h with -dev) (env SLUICE_STATUS_KEEP)")
+	fs.DurationVar(&c.MaxDelay, "max-delay", envDur("SLUICE_MAX_DELAY", DefaultMaxDelay), "how far ahead a submission's deliver_at or delay may be (env SLUICE_MAX_DELAY)")
 	fs.IntVar(&c.MaxBatch, "max-batch", int(envInt("SLUICE_MAX_BATCH", DefaultMaxBatch)), "most messages in one batch submission; more is 413 (env SLUICE_MAX_BATCH)")
 	fs.Int64Var(&c.StatusKeepMax, "status-keep-max", envInt("SLUICE_STATUS_KEEP_MAX", 1_000_000), "most delivered records kept, oldest dropped first (env SLUICE_STATUS_KEEP_MAX)")
 	if err := fs.Parse(args); err != nil {
@@ -220,6 +222,9 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	}
 	if c.IdempotencyTTL <= 0 {
 		return c, fmt.Errorf("-idempotency-ttl: want a positive duration, got %s", c.IdempotencyTTL)
+	}
+	if c.MaxDelay <= 0 {
+		return c, fmt.Errorf("-max-delay: want a positive duration, got %s", c.MaxDelay)
 	}
 	if c.MaxBatch <= 0 {
 		return c, fmt.Errorf("-max-batch: want a positive number of messages, got %d", c.MaxBatch)

@@ -19,6 +19,7 @@ type metrics struct {
 const (
 	decisionQueued    = "queued"
 	decisionParked    = "parked"
+	decisionScheduled = "scheduled"
 	decisionRejected  = "rejected"
 	decisionDuplicate = "duplicate"
 	decisionError     = "error"

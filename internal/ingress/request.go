@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/sluice-io/sluice/internal/httpx"
@@ -34,6 +35,24 @@ type submitRequest struct {
 	Descriptor     []entry         `json:"descriptor"`
 	Payload        json.RawMessage `json:"payload"`
 	IdempotencyKey string          `json:"idempotency_key"`
+	// DeliverAt (RFC 3339) or Delay (a duration such as "90s" or "24h") asks for delivery
+	// no earlier than that time: the message waits in the retry stream until then.
+	DeliverAt string `json:"deliver_at"`
+	Delay     string `json:"delay"`
+
+	at    time.Time     // DeliverAt parsed (validate)
+	delay time.Duration // Delay parsed (validate)
+}
+
+// deliverAt is when the message may be delivered at the earliest; zero for at once.
+func (req *submitRequest) deliverAt(now time.Time) time.Time {
+	switch {
+	case !req.at.IsZero():
+		return req.at
+	case req.delay > 0:
+		return now.Add(req.delay)
+	}
+	return time.Time{}
 }
 
 type entry struct {
@@ -219,6 +238,26 @@ func (req *submitRequest) validate() *httpx.Problem {
 	if len(req.IdempotencyKey) > MaxIdempotencyKeyBytes || !utf8.ValidString(req.IdempotencyKey) {
 		p := httpx.BadRequest("idempotency_key", fmt.Sprintf("must be valid UTF-8 of at most %d bytes", MaxIdempotencyKeyBytes))
 		return &p
+	}
+	if req.DeliverAt != "" && req.Delay != "" {
+		p := httpx.BadRequest("delay", "give deliver_at or delay, not both")
+		return &p
+	}
+	if req.DeliverAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, req.DeliverAt)
+		if err != nil {
+			p := httpx.BadRequest("deliver_at", "must be an RFC 3339 time such as 2026-11-26T09:00:00+09:00")
+			return &p
+		}
+		req.at = t
+	}
+	if req.Delay != "" {
+		d, err := time.ParseDuration(req.Delay)
+		if err != nil || d < 0 {
+			p := httpx.BadRequest("delay", "must be a duration ≥ 0 such as 90s, 15m or 36h")
+			return &p
+		}
+		req.delay = d
 	}
 	return nil
 }

@@ -101,9 +101,11 @@ type ServerConfig struct {
 	AdminToken string
 	MaxBody    int64 // default 1 MiB
 	MaxBatch   int   // most messages in one batch submission; default DefaultMaxBatch
-	Registry   *prometheus.Registry
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// MaxDelay is how far ahead a deliver_at or delay may be; default DefaultMaxDelay.
+	MaxDelay time.Duration
+	Registry *prometheus.Registry
+	Logger   *slog.Logger
+	Now      func() time.Time
 	// Unavailable is the Retry-After of a 503 while NATS cannot store. Default 2s.
 	Unavailable time.Duration
 }
@@ -112,6 +114,9 @@ type ServerConfig struct {
 func NewServer(cfg ServerConfig) *Server {
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.MaxDelay <= 0 {
+		cfg.MaxDelay = DefaultMaxDelay
 	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 1 << 20
@@ -353,6 +358,7 @@ type statusResponse struct {
 	UpdatedAt string `json:"updated_at"`
 	LastError string `json:"last_error"`
 	RetryAt   string `json:"retry_at,omitempty"`
+	DeliverAt string `json:"deliver_at,omitempty"` // scheduled: when it enters its queue
 	Position  *int   `json:"position,omitempty"`
 }
 
@@ -369,7 +375,11 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 func newStatusResponse(st status.Status) statusResponse {
 	resp := statusResponse{ID: st.ID, Domain: st.Domain, Rule: st.Rule, Key: st.Key, State: st.State, Attempts: st.Attempts,
 		CreatedAt: st.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: st.UpdatedAt.UTC().Format(time.RFC3339Nano), LastError: st.LastError}
-	if !st.RetryAt.IsZero() {
+	switch {
+	case st.RetryAt.IsZero():
+	case st.State == status.Scheduled:
+		resp.DeliverAt = st.RetryAt.UTC().Format(time.RFC3339)
+	default:
 		resp.RetryAt = st.RetryAt.UTC().Format(time.RFC3339)
 	}
 	if st.State == status.Queued {

@@ -13,8 +13,10 @@ import (
 
 	"github.com/sluice-io/sluice/internal/admit"
 	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
 	"github.com/sluice-io/sluice/queue"
+	"github.com/sluice-io/sluice/retry"
 )
 
 // outcome is the answer to one submission, written alone (POST /v1/messages with one
@@ -71,6 +73,9 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 		return s.internalOutcome(rule.Name, err)
 	}
 	msg := queue.Message{ID: id, Key: match.Key, Payload: req.Payload, CreatedAt: now} // decodeSubmit copied the payload out of the pooled body
+	if at := req.deliverAt(now); at.After(now) {
+		return s.schedule(ctx, rule, msg, req, at)
+	}
 
 	// Idempotency: the first request with a key owns it for the TTL (claimed with the
 	// admission's count, before the publish); repeats get its answer.
@@ -132,6 +137,73 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 			resp: submitResponse{ID: msg.ID, State: status.Queued, Depth: &depth, Capacity: &capacity,
 				ETA: res.ETA.UTC().Format(time.RFC3339Nano)}}
 	}
+}
+
+// schedule keeps a message with a later delivery time in the retry stream until then
+// (JetStream's message schedules, resolved to whole seconds and never early); it enters its
+// key's queue at that time, or waits parked if the queue has no room then. The key's
+// scheduled messages are capped at submit (the rule's max_scheduled), so a burst for 09:00
+// is refused now rather than dead-lettered later. Nothing is written to Redis but an
+// idempotency key, when given.
+func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Message, req *submitRequest, at time.Time) outcome {
+	now := msg.CreatedAt
+	if max := s.cfg.MaxDelay; at.Sub(now) > max {
+		field := "delay"
+		if req.DeliverAt != "" {
+			field = "deliver_at"
+		}
+		return problemOutcome(httpx.BadRequest(field, "is more than "+max.String()+" ahead (-max-delay)"))
+	}
+	park := s.cfg.Admitter.Parking
+	if park == nil {
+		return problemOutcome(httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
+			Detail: "no retry stream to keep scheduled messages in", RetryAfter: 1})
+	}
+	if req.IdempotencyKey != "" {
+		owner, err := s.cfg.Admitter.Redis.ClaimNow(ctx, rule.Name, req.IdempotencyKey, msg.ID)
+		switch {
+		case err != nil:
+			s.cfg.Logger.Warn("ingress: idempotency key not checked (Redis unreachable)", "rule", rule.Name, "err", err)
+		case owner != msg.ID:
+			if o, done := s.replayOwner(ctx, &msg, owner); done {
+				s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
+				return o
+			}
+		}
+	}
+	release := func() {
+		if req.IdempotencyKey != "" {
+			s.cfg.Admitter.Scheduler.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, req.IdempotencyKey, msg.ID)
+		}
+	}
+	n, err := park.ScheduledCount(ctx, rule.Name, msg.Key)
+	if err != nil {
+		s.metrics.admissions.WithLabelValues(rule.Name, decisionError).Inc()
+		return problemOutcome(httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
+			Title: "Cannot store the message now", Detail: "the queue store (NATS JetStream) is unreachable; nothing was stored",
+			RetryAfter: httpx.Seconds(s.cfg.Unavailable, 1)})
+	}
+	if max := rule.Queue.MaxScheduled; int64(n) >= max {
+		release()
+		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
+		s.refused.add(rule.Name)
+		return problemOutcome(httpx.Problem{Type: httpx.TypeQuotaExceeded, Status: http.StatusTooManyRequests, Title: "Quota exceeded",
+			Detail: "this key has " + strconv.FormatUint(n, 10) + " messages scheduled, its rule's max_scheduled; " +
+				"they leave at their own times", ViolatedPolicies: []string{rule.Name}, RetryAfter: 60})
+	}
+	fire, err := park.Schedule(ctx, rule, msg, at)
+	if err != nil {
+		s.metrics.admissions.WithLabelValues(rule.Name, decisionError).Inc()
+		if errors.Is(err, retry.ErrFull) {
+			release()
+		}
+		s.cfg.Logger.Warn("ingress: scheduled message not stored", "rule", rule.Name, "key", msg.Key, "err", err)
+		return problemOutcome(httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
+			Title: "Cannot store the message now", Detail: "the retry stream (NATS JetStream) did not store it; nothing was stored",
+			RetryAfter: httpx.Seconds(s.cfg.Unavailable, 1)})
+	}
+	s.metrics.admissions.WithLabelValues(rule.Name, decisionScheduled).Inc()
+	return outcome{status: http.StatusAccepted, resp: submitResponse{ID: msg.ID, State: status.Scheduled, ETA: fire.UTC().Format(time.RFC3339Nano)}}
 }
 
 // replayOwner answers a repeated idempotency key with the message that owns it: 200 and
@@ -358,3 +430,6 @@ func groupKey(req *submitRequest) string {
 	}
 	return string(b)
 }
+
+// DefaultMaxDelay is how far ahead a submission may ask to be delivered by default.
+const DefaultMaxDelay = 30 * 24 * time.Hour

@@ -67,6 +67,9 @@ type Queue struct {
 	Capacity     int64 // messages waiting per key
 	Outflow      Rate  // per key
 	TotalOutflow Rate  // optional: whole rule, fair across keys (Zero when unset)
+	// MaxScheduled bounds the messages of one key waiting for a later delivery time
+	// (deliver_at / delay); more are refused (429) at submit. Default Capacity.
+	MaxScheduled int64
 }
 
 // Sink is where drainers deliver. Exactly one of URL and NATSSubject is set.

@@ -73,7 +73,7 @@ var (
 	}
 	listLimitFields = []string{"unit", "interval", "requests_per_unit", "name", "algorithm", "burst", "unit_multiplier"}
 	rateFields      = []string{"unit", "interval", "requests_per_unit"}
-	queueFields     = []string{"capacity", "outflow", "total_outflow"}
+	queueFields     = []string{"capacity", "outflow", "total_outflow", "max_scheduled"}
 	parkFields      = []string{"max_age"}
 	sinkFields      = []string{"url", "nats_subject", "timeout"}
 	deliveryFields  = []string{"max_attempts", "min_backoff", "max_backoff"}
@@ -958,6 +958,15 @@ func (p *fileParser) queue(n *yaml.Node, field string) *Queue {
 					t.PerSecond(), q.Outflow.PerSecond())
 			}
 			q.TotalOutflow = t
+		}
+	}
+	q.MaxScheduled = q.Capacity // default: as many waiting for their time as waiting in the queue
+	if v, has := m["max_scheduled"]; has {
+		if c, ok := p.int64(v, joinField(field, "max_scheduled")); ok {
+			if c < 0 {
+				p.errorf(v, joinField(field, "max_scheduled"), "must be ≥ 0 (got %d; 0 refuses scheduled messages)", c)
+			}
+			q.MaxScheduled = c
 		}
 	}
 	return q

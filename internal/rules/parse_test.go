@@ -38,7 +38,7 @@ descriptors:
 	}
 	want := &Rule{
 		Name: "orders_merchant_id", Domain: "orders", Path: []PathEntry{{Key: "merchant_id"}},
-		Queue:    &Queue{Capacity: 1, Outflow: Rate{1, time.Second}},
+		Queue:    &Queue{Capacity: 1, Outflow: Rate{1, time.Second}, MaxScheduled: 1},
 		Overflow: OverflowReject, Park: Park{MaxAge: 24 * time.Hour},
 		Sink:     Sink{URL: "http://x/y", Timeout: 10 * time.Second},
 		Delivery: Delivery{MaxAttempts: 8, MinBackoff: time.Second, MaxBackoff: 5 * time.Minute},
@@ -94,6 +94,7 @@ descriptors:
           capacity: 50
           outflow: {interval: 500ms, requests_per_unit: 1}
           total_outflow: {unit: minute, requests_per_unit: 600}
+          max_scheduled: 7
         overflow: park
         park: {max_age: 48h}
         sink: {nats_subject: sms.send, timeout: 3s}
@@ -115,7 +116,7 @@ descriptors:
 			{Rate{9, time.Hour}, LeakyBucket, 9, ""},
 			{Rate{1, time.Second}, FixedWindow, 1, ""},
 		},
-		Queue:    &Queue{Capacity: 50, Outflow: Rate{1, 500 * time.Millisecond}, TotalOutflow: Rate{600, time.Minute}},
+		Queue:    &Queue{Capacity: 50, Outflow: Rate{1, 500 * time.Millisecond}, TotalOutflow: Rate{600, time.Minute}, MaxScheduled: 7},
 		Overflow: OverflowPark, Park: Park{MaxAge: 48 * time.Hour},
 		Sink:     Sink{NATSSubject: "sms.send", Timeout: 3 * time.Second},
 		Delivery: Delivery{MaxAttempts: 3, MinBackoff: 2 * time.Second, MaxBackoff: time.Minute},

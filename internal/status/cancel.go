@@ -23,7 +23,8 @@ func (e *NotCancellable) Error() string {
 func (e *NotCancellable) Unwrap() error { return ErrNotCancellable }
 
 // Cancel removes message id if it has not been delivered yet — queued (in its key's queue,
-// not being delivered), parked or waiting for a delivery retry (in the retry stream) — and
+// not being delivered), scheduled, parked or waiting for a delivery retry (in the retry
+// stream) — and
 // returns its status as it was. A message being delivered, delivered (on record), dead, or
 // fired from the retry stream and moving back into its queue is a *NotCancellable; one that
 // has left sluice with no record is a *Gone, as for Get.
@@ -53,7 +54,7 @@ func (l *Locator) Cancel(ctx context.Context, id string) (Status, error) {
 			return st, nil
 		}
 		fallthrough
-	case Parked:
+	case Parked, Scheduled:
 		if st.fired {
 			return Status{}, &NotCancellable{Status: st}
 		}

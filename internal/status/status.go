@@ -9,8 +9,9 @@
 //     queued; or delivering when it is the head of a key a drainer holds; or retrying when it
 //     is a head that failed before (strict ordering keeps it at the head), with the
 //     scheduler's per-key retry state giving attempts and last error;
-//   - the retry stream (retry.Store.Find): parked (no room, or the admission limit), or
-//     retrying (a delivery retry of a relaxed rule), each with its retry_at;
+//   - the retry stream (retry.Store.Find): scheduled (a later delivery time), parked (no
+//     room, or the admission limit), or retrying (a delivery retry of a relaxed rule), each
+//     with the time it goes back to its queue;
 //   - the dead letters (retry.DeadLetters.Get): dead, with the reason and when.
 //
 // A message in none of them has left: it was delivered, or removed by a purge. Those two
@@ -39,6 +40,7 @@ import (
 
 // States a message can be in.
 const (
+	Scheduled  = "scheduled"
 	Queued     = "queued"
 	Parked     = "parked"
 	Delivering = "delivering"
@@ -119,8 +121,11 @@ func (l *Locator) Get(ctx context.Context, id string) (Status, error) {
 		case err == nil:
 			st := l.base(r, sc.Message)
 			st.State, st.UpdatedAt, st.RetryAt, st.fired = Parked, sc.StoredAt, sc.RetryAt, sc.Fired
-			if sc.Kind == retry.KindRetry {
+			switch sc.Kind {
+			case retry.KindRetry:
 				st.State = Retrying
+			case retry.KindSchedule:
+				st.State = Scheduled
 			}
 			return st, nil
 		case !errors.Is(err, retry.ErrNotScheduled):

@@ -1,0 +1,105 @@
+package integration_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Scheduled delivery: a message with a delay (or a deliver_at) answers 202 "scheduled" with
+// its eta, reads "scheduled" until then, and reaches the sink no earlier; a deliver_at in
+// the past is queued at once; a key's scheduled messages are capped at submit (429); a
+// scheduled message can be cancelled and is then never delivered.
+func TestScheduledDelivery(t *testing.T) {
+	t.Parallel()
+	s := startSystem(t, `
+domain: reminders
+descriptors:
+  - key: user_id
+    name: reminders
+    queue: {capacity: 10, max_scheduled: 3, outflow: {unit: second, requests_per_unit: 10}}
+    sink: {url: "SINK/reminders"}
+`)
+	post := func(user, extra string) answer {
+		t.Helper()
+		body := `{"domain":"reminders","descriptor":[{"key":"user_id","value":"` + user + `"}],"payload":{"u":"` + user + `"}` + extra + `}`
+		resp, err := http.Post(s.base+"/v1/messages", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var a answer
+		a.Code = resp.StatusCode
+		json.NewDecoder(resp.Body).Decode(&a.Body)
+		return a
+	}
+	sent := time.Now()
+	a := post("u-1", `,"delay":"2s"`)
+	if a.Code != 202 || a.Body["state"] != "scheduled" {
+		t.Fatalf("scheduled submit: %d %v", a.Code, a.Body)
+	}
+	eta, err := time.Parse(time.RFC3339Nano, a.Body["eta"].(string))
+	if err != nil || eta.Before(sent.Add(2*time.Second)) || eta.After(sent.Add(3100*time.Millisecond)) {
+		t.Fatalf("eta %v for a 2 s delay sent at %v", a.Body["eta"], sent)
+	}
+	id := a.Body["id"].(string)
+	if st := s.get("/v1/messages/"+id, false); st.Body["state"] != "scheduled" || st.Body["deliver_at"] == nil {
+		t.Fatalf("status while scheduled: %v", st.Body)
+	}
+	now := post("u-2", `,"deliver_at":"2020-01-01T00:00:00Z"`)
+	if now.Code != 202 || now.Body["state"] != "queued" {
+		t.Fatalf("a deliver_at in the past: %d %v", now.Code, now.Body)
+	}
+	// max_scheduled: 3 per key.
+	var extra []string
+	for i := 0; i < 2; i++ {
+		b := post("u-1", `,"delay":"1h"`)
+		if b.Code != 202 {
+			t.Fatalf("scheduled %d: %d %v", i+2, b.Code, b.Body)
+		}
+		extra = append(extra, b.Body["id"].(string))
+	}
+	if over := post("u-1", `,"delay":"1h"`); over.Code != 429 {
+		t.Fatalf("a 4th scheduled message of one key (max_scheduled 3): %d %v", over.Code, over.Body)
+	}
+	if other := post("u-3", `,"delay":"1h"`); other.Code != 202 {
+		t.Fatalf("another key is not capped by u-1's: %d %v", other.Code, other.Body)
+	}
+	// Cancel one of the hour-later ones: it is gone, and never delivered.
+	req, _ := http.NewRequest("DELETE", s.base+"/v1/messages/"+extra[0], nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("cancel a scheduled message: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if st := s.get("/v1/messages/"+extra[0], false); st.Code != 404 {
+		t.Fatalf("a cancelled scheduled message: %v", st.Body)
+	}
+	if bad := post("u-1", `,"delay":"2s","deliver_at":"2030-01-01T00:00:00Z"`); bad.Code != 400 || bad.Body["field"] != "delay" {
+		t.Fatalf("both delay and deliver_at: %d %v", bad.Code, bad.Body)
+	}
+	if far := post("u-1", `,"delay":"9000h"`); far.Code != 400 {
+		t.Fatalf("a delay past -max-delay: %d %v", far.Code, far.Body)
+	}
+
+	// The 2 s one reaches the sink at its time, not before; the past one at once.
+	acc := s.sink.WaitAccepted(2, 15*time.Second)
+	var scheduledAt time.Time
+	for _, d := range acc {
+		if d.ID == id {
+			scheduledAt = d.At
+		}
+	}
+	if scheduledAt.IsZero() {
+		t.Fatalf("the scheduled message was not delivered: %v", acc)
+	}
+	if scheduledAt.Before(sent.Add(2 * time.Second)) {
+		t.Fatalf("delivered %v after submit, asked for 2 s", scheduledAt.Sub(sent))
+	}
+	t.Logf("a 2 s delay was delivered %v after submit (eta said %v)", scheduledAt.Sub(sent).Round(time.Millisecond), eta.Sub(sent).Round(time.Millisecond))
+	if st := s.waitState(id, "delivered", 5*time.Second); st.Body["state"] != "delivered" {
+		t.Fatalf("status after delivery: %v", st.Body)
+	}
+}
