@@ -29,6 +29,8 @@ type MessageStatus struct {
 	LastError string `json:"last_error"`
 	// RetryAt is when a parked message is next tried (parked only).
 	RetryAt time.Time `json:"retry_at,omitzero"`
+	// DeliverAt is when a scheduled message enters its queue (scheduled only).
+	DeliverAt time.Time `json:"deliver_at,omitzero"`
 	// Position is how many messages of its key are ahead of it (queued only).
 	Position int `json:"position,omitempty"`
 	// Reason is why the message died, in the listings of Admin.Dead only (free text such

@@ -21,6 +21,7 @@ type Entry struct {
 
 // States of a message (GET /v1/messages/{id}); a Submission is queued or parked.
 const (
+	StateScheduled  = "scheduled"
 	StateQueued     = "queued"
 	StateParked     = "parked"
 	StateDelivering = "delivering"
@@ -33,8 +34,8 @@ const (
 // idempotency key already accepted within 24 h (200, Duplicate set).
 type Submission struct {
 	ID string `json:"id"`
-	// State is StateQueued (in the key's queue) or StateParked (in the retry queue, to be
-	// re-admitted at RetryAt). A duplicate reports the original's state at acceptance.
+	// State is StateQueued (in the key's queue), StateParked (in the retry queue, to be
+	// re-admitted at RetryAt) or StateScheduled (waiting for its delivery time, ETA). A duplicate reports the original's state at acceptance.
 	State string `json:"state"`
 	// Depth and Capacity are the key's queue after admission (queued only).
 	Depth    int64 `json:"depth"`
@@ -91,8 +92,22 @@ func lenientTime(raw json.RawMessage) time.Time {
 type SubmitOption func(*submitOptions)
 
 type submitOptions struct {
-	idemKey string
-	overLim *bool
+	idemKey   string
+	overLim   *bool
+	deliverAt time.Time
+	delay     time.Duration
+}
+
+// WithDeliverAt asks for delivery no earlier than t: the message is scheduled (State
+// StateScheduled, ETA the time it enters its queue, rounded up to the second) and then
+// obeys its key's outflow and capacity. A t in the past means now.
+func WithDeliverAt(t time.Time) SubmitOption {
+	return func(o *submitOptions) { o.deliverAt, o.delay = t, 0 }
+}
+
+// WithDelay asks for delivery no earlier than d from when the server admits the message.
+func WithDelay(d time.Duration) SubmitOption {
+	return func(o *submitOptions) { o.delay, o.deliverAt = d, time.Time{} }
 }
 
 // WithIdempotencyKey submits under key k instead of a generated one; use a key derived
@@ -137,6 +152,9 @@ func (c *Client) Submit(ctx context.Context, domain string, descriptor []Entry, 
 	if err != nil {
 		return nil, err
 	}
+	if !o.deliverAt.IsZero() || o.delay > 0 {
+		body = withSchedule(body, o.deliverAt, o.delay)
+	}
 	overLim := c.retryOverLim
 	if o.overLim != nil {
 		overLim = *o.overLim
@@ -164,6 +182,16 @@ func (c *Client) Submit(ctx context.Context, domain string, descriptor []Entry, 
 	s.IdempotencyKey = o.idemKey
 	s.Attempts = resp.attempts
 	return s, nil
+}
+
+// withSchedule adds deliver_at or delay to a submit body built by submitBody.
+func withSchedule(body []byte, at time.Time, d time.Duration) []byte {
+	field := `,"delay":"` + d.String() + `"`
+	if !at.IsZero() {
+		field = `,"deliver_at":"` + at.Format(time.RFC3339Nano) + `"`
+	}
+	body = bytes.TrimRight(body, "\n")
+	return append(append(body[:len(body)-1:len(body)-1], field...), '}')
 }
 
 // submitBody builds the request body once, so every attempt sends the same bytes. The

@@ -390,6 +390,28 @@ func TestSystem(t *testing.T) {
 		}
 	})
 
+	// A scheduled message: ETA at its time, status scheduled with DeliverAt, cancellable.
+	t.Run("scheduled", func(t *testing.T) {
+		c := sys.client(t)
+		at := time.Now().Add(time.Hour)
+		sub, err := c.Submit(ctx, "even", []client.Entry{{Key: "k", Value: "later"}}, "reminder", client.WithDeliverAt(at))
+		if err != nil || sub.State != client.StateScheduled || sub.ETA.Before(at) || sub.ETA.After(at.Add(time.Second)) {
+			t.Fatalf("scheduled submit: %+v %v", sub, err)
+		}
+		st, err := c.Status(ctx, sub.ID)
+		if err != nil || st.State != client.StateScheduled || st.DeliverAt.Before(at.Truncate(time.Second)) {
+			t.Fatalf("status: %+v %v", st, err)
+		}
+		if _, err := c.Cancel(ctx, sub.ID); err != nil {
+			t.Fatal(err)
+		}
+		d, err := c.Submit(ctx, "even", []client.Entry{{Key: "k", Value: "later"}}, "soon", client.WithDelay(time.Minute))
+		if err != nil || d.State != client.StateScheduled || time.Until(d.ETA) < 58*time.Second {
+			t.Fatalf("WithDelay: %+v %v", d, err)
+		}
+		c.Cancel(ctx, d.ID)
+	})
+
 	// Cancel takes back a queued message; a gone one matches ErrNoLongerTracked.
 	t.Run("cancel", func(t *testing.T) {
 		a := sys.client(t, client.WithAdminToken(systemToken)).Admin()
