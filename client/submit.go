@@ -96,6 +96,20 @@ type submitOptions struct {
 	overLim   *bool
 	deliverAt time.Time
 	delay     time.Duration
+	expiresAt time.Time
+	ttl       time.Duration
+}
+
+// WithTTL makes the message expire d after its admission: still waiting then (queued,
+// parked or scheduled), it is never delivered and becomes a dead letter with reason
+// "expired". Its rule's queue.max_age, when shorter, wins.
+func WithTTL(d time.Duration) SubmitOption {
+	return func(o *submitOptions) { o.ttl, o.expiresAt = d, time.Time{} }
+}
+
+// WithExpiresAt is WithTTL with an instant.
+func WithExpiresAt(t time.Time) SubmitOption {
+	return func(o *submitOptions) { o.expiresAt, o.ttl = t, 0 }
 }
 
 // WithDeliverAt asks for delivery no earlier than t: the message is scheduled (State
@@ -152,9 +166,7 @@ func (c *Client) Submit(ctx context.Context, domain string, descriptor []Entry, 
 	if err != nil {
 		return nil, err
 	}
-	if !o.deliverAt.IsZero() || o.delay > 0 {
-		body = withSchedule(body, o.deliverAt, o.delay)
-	}
+	body = withTimes(body, o)
 	overLim := c.retryOverLim
 	if o.overLim != nil {
 		overLim = *o.overLim
@@ -184,14 +196,26 @@ func (c *Client) Submit(ctx context.Context, domain string, descriptor []Entry, 
 	return s, nil
 }
 
-// withSchedule adds deliver_at or delay to a submit body built by submitBody.
-func withSchedule(body []byte, at time.Time, d time.Duration) []byte {
-	field := `,"delay":"` + d.String() + `"`
-	if !at.IsZero() {
-		field = `,"deliver_at":"` + at.Format(time.RFC3339Nano) + `"`
+// withTimes adds deliver_at / delay and expires_at / ttl to a body built by submitBody.
+func withTimes(body []byte, o submitOptions) []byte {
+	var extra []byte
+	switch {
+	case !o.deliverAt.IsZero():
+		extra = append(extra, `,"deliver_at":"`+o.deliverAt.Format(time.RFC3339Nano)+`"`...)
+	case o.delay > 0:
+		extra = append(extra, `,"delay":"`+o.delay.String()+`"`...)
+	}
+	switch {
+	case !o.expiresAt.IsZero():
+		extra = append(extra, `,"expires_at":"`+o.expiresAt.Format(time.RFC3339Nano)+`"`...)
+	case o.ttl > 0:
+		extra = append(extra, `,"ttl":"`+o.ttl.String()+`"`...)
+	}
+	if len(extra) == 0 {
+		return body
 	}
 	body = bytes.TrimRight(body, "\n")
-	return append(append(body[:len(body)-1:len(body)-1], field...), '}')
+	return append(append(body[:len(body)-1:len(body)-1], extra...), '}')
 }
 
 // submitBody builds the request body once, so every attempt sends the same bytes. The

@@ -103,3 +103,65 @@ descriptors:
 		t.Fatalf("status after delivery: %v", st.Body)
 	}
 }
+
+// Expiry: a message still waiting past its ttl (or its rule's queue.max_age) is never
+// delivered; it becomes a dead letter with reason "expired", which its status says.
+func TestExpiredMessagesAreDeadNotDelivered(t *testing.T) {
+	t.Parallel()
+	s := startSystem(t, `
+domain: offers
+descriptors:
+  - key: user_id
+    name: offers
+    queue: {capacity: 10, max_age: 1h, outflow: {unit: second, requests_per_unit: 10}}
+    sink: {url: "SINK/offers"}
+`)
+	patch := func(body string) {
+		t.Helper()
+		req, _ := http.NewRequest("PATCH", s.base+"/v1/admin/queues/offers", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer t")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("PATCH %s: %v %v", body, resp, err)
+		}
+		resp.Body.Close()
+	}
+	post := func(extra string) answer {
+		t.Helper()
+		body := `{"domain":"offers","descriptor":[{"key":"user_id","value":"u-1"}],"payload":1` + extra + `}`
+		resp, err := http.Post(s.base+"/v1/messages", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var a answer
+		a.Code = resp.StatusCode
+		json.NewDecoder(resp.Body).Decode(&a.Body)
+		return a
+	}
+	patch(`{"paused":true}`)
+	time.Sleep(1200 * time.Millisecond) // every drainer sees the pause within a second
+	short := post(`,"ttl":"1s"`)
+	long := post(``) // the rule's max_age: an hour
+	if short.Code != 202 || long.Code != 202 {
+		t.Fatalf("submits: %v %v", short, long)
+	}
+	if bad := post(`,"ttl":"1s","delay":"1m"`); bad.Code != 400 {
+		t.Fatalf("a message that expires before its delivery time: %d %v", bad.Code, bad.Body)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	patch(`{"paused":false}`)
+	acc := s.sink.WaitAccepted(1, 10*time.Second)
+	if len(acc) != 1 || acc[0].ID != long.Body["id"] {
+		t.Fatalf("delivered %v, want only the message that had not expired", acc)
+	}
+	st := s.waitState(short.Body["id"].(string), "dead", 10*time.Second)
+	if st.Body["state"] != "dead" || st.Body["last_error"] != "expired" {
+		t.Fatalf("the expired message: %v", st.Body)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(s.sink.All()); n != 1 {
+		t.Fatalf("the sink got %d deliveries, want 1", n)
+	}
+}

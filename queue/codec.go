@@ -117,8 +117,8 @@ func tokenByte(c byte) bool {
 // admission, and the canonicalisation and one slice per value were a tenth of its
 // allocations.
 func EncodeMessage(subject string, m Message) *nats.Msg {
-	vals := make([]string, 0, 8)
-	h := make(nats.Header, 8)
+	vals := make([]string, 0, 9)
+	h := make(nats.Header, 9)
 	put := func(name, v string) {
 		vals = append(vals, v)
 		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
@@ -139,6 +139,9 @@ func EncodeMessage(subject string, m Message) *nats.Msg {
 	}
 	if !m.ParkedFrom.IsZero() {
 		put(HeaderParkedFrom, m.ParkedFrom.UTC().Format(time.RFC3339Nano))
+	}
+	if !m.ExpiresAt.IsZero() {
+		put(HeaderExpiresAt, m.ExpiresAt.UTC().Format(time.RFC3339Nano))
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: m.Payload}
 }
@@ -175,6 +178,11 @@ func DecodeMessage(h nats.Header, data []byte) (Message, error) {
 	if v := h.Get(HeaderParkedFrom); v != "" {
 		if m.ParkedFrom, err = time.Parse(time.RFC3339Nano, v); err != nil {
 			return Message{}, fmt.Errorf("%w: %s: %v", ErrBadMessage, HeaderParkedFrom, err)
+		}
+	}
+	if v := h.Get(HeaderExpiresAt); v != "" {
+		if m.ExpiresAt, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return Message{}, fmt.Errorf("%w: %s: %v", ErrBadMessage, HeaderExpiresAt, err)
 		}
 	}
 	return m, nil

@@ -16,7 +16,14 @@ type Message struct {
 	Attempt    int       // delivery attempts already made (0 before the first)
 	LastError  string    // last delivery or re-admission error, if any
 	ParkedFrom time.Time // when the message was first parked (zero if never); used for park.max_age
+	// ExpiresAt, when set, is when the message stops being worth delivering (a submission's
+	// ttl / expires_at, or its rule's queue.max_age): still waiting then, it goes to the
+	// dead letters with reason "expired" instead of to the sink.
+	ExpiresAt time.Time
 }
+
+// Expired reports whether m is past its ExpiresAt at now.
+func (m Message) Expired(now time.Time) bool { return !m.ExpiresAt.IsZero() && !now.Before(m.ExpiresAt) }
 
 // NATS header names of the wire form. Header values are ASCII: the key is
 // percent-encoded (like a URL path segment), times are RFC 3339 with nanoseconds.
@@ -28,6 +35,7 @@ const (
 	HeaderAttempt    = "Sluice-Attempt"
 	HeaderLastError  = "Sluice-Last-Error"
 	HeaderParkedFrom = "Sluice-Parked-From"
+	HeaderExpiresAt  = "Sluice-Expires-At"
 	// HeaderID carries the message id when the Nats-Msg-Id is not the message id (a
 	// re-admitted delivery retry, see Queues.EnqueueAs). It wins over Nats-Msg-Id.
 	HeaderID = "Sluice-Id"

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sink"
 	"github.com/sluice-io/sluice/queue"
@@ -328,6 +329,14 @@ func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleM
 		return ResultDead, nil
 	}
 	now := r.cfg.Now()
+	if m.Expired(now) {
+		// Past its ttl, expires_at or queue.max_age while parked or scheduled: dead, not
+		// admitted (and not dropped silently).
+		if err := r.cfg.Dead.Dead(ctx, rule, m, drain.ReasonExpired); err != nil {
+			return "", err
+		}
+		return ResultDead, nil
+	}
 	maxAge := rule.Park.MaxAge
 	if maxAge <= 0 {
 		maxAge = r.cfg.DefaultMaxAge

@@ -590,6 +590,12 @@ func (d *Drainer) deliverHead(ctx context.Context, r *rules.Rule, cl queue.Claim
 	limit := maxAttempts(r)
 	// Loggers with fields are built only when something is logged: this is the hot path.
 	log := lazyLogger{d: d, rule: r.Name, key: cl.Key, id: m.ID}
+	if m.Expired(d.cfg.Clock()) {
+		// Past its ttl, expires_at or the rule's queue.max_age: never delivered, and not
+		// dropped silently either.
+		d.m.deliveries.WithLabelValues(r.Name, outcomeExpired).Inc()
+		return d.dead(ctx, r, p, m, ReasonExpired, now)
+	}
 	if m.Attempt >= limit {
 		return d.dead(ctx, r, p, m, m.LastError, now)
 	}

@@ -41,6 +41,13 @@ const (
 	Dead
 )
 
+// ReasonExpired is the dead-letter reason of a message found past its expiry (a
+// submission's ttl or expires_at, or its rule's queue.max_age) before it was delivered.
+const ReasonExpired = "expired"
+
+// outcomeExpired counts, in sluice_deliveries_total{outcome}, the messages found expired.
+const outcomeExpired = "expired"
+
 // String returns the verdict as used in metrics (sluice_deliveries_total{outcome}).
 func (v Verdict) String() string {
 	switch v {

@@ -39,9 +39,28 @@ type submitRequest struct {
 	// no earlier than that time: the message waits in the retry stream until then.
 	DeliverAt string `json:"deliver_at"`
 	Delay     string `json:"delay"`
+	// ExpiresAt (RFC 3339) or TTL (a duration, from now) is when the message stops being
+	// worth delivering: still waiting then, it goes to the dead letters as expired.
+	ExpiresAt string `json:"expires_at"`
+	TTL       string `json:"ttl"`
 
-	at    time.Time     // DeliverAt parsed (validate)
-	delay time.Duration // Delay parsed (validate)
+	at      time.Time     // DeliverAt parsed (validate)
+	delay   time.Duration // Delay parsed (validate)
+	expires time.Time     // ExpiresAt parsed (validate)
+	ttl     time.Duration // TTL parsed (validate)
+}
+
+// expiresAt is when the message expires: its own expires_at or ttl, or its rule's max_age,
+// whichever comes first; zero for never.
+func (req *submitRequest) expiresAt(now time.Time, maxAge time.Duration) time.Time {
+	t := req.expires
+	if req.ttl > 0 {
+		t = now.Add(req.ttl)
+	}
+	if maxAge > 0 && (t.IsZero() || now.Add(maxAge).Before(t)) {
+		t = now.Add(maxAge)
+	}
+	return t
 }
 
 // deliverAt is when the message may be delivered at the earliest; zero for at once.
@@ -250,6 +269,26 @@ func (req *submitRequest) validate() *httpx.Problem {
 			return &p
 		}
 		req.at = t
+	}
+	if req.ExpiresAt != "" && req.TTL != "" {
+		p := httpx.BadRequest("ttl", "give expires_at or ttl, not both")
+		return &p
+	}
+	if req.ExpiresAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, req.ExpiresAt)
+		if err != nil {
+			p := httpx.BadRequest("expires_at", "must be an RFC 3339 time such as 2026-11-26T23:59:59+09:00")
+			return &p
+		}
+		req.expires = t
+	}
+	if req.TTL != "" {
+		d, err := time.ParseDuration(req.TTL)
+		if err != nil || d <= 0 {
+			p := httpx.BadRequest("ttl", "must be a positive duration such as 90s, 15m or 36h")
+			return &p
+		}
+		req.ttl = d
 	}
 	if req.Delay != "" {
 		d, err := time.ParseDuration(req.Delay)

@@ -72,8 +72,17 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 	if err != nil {
 		return s.internalOutcome(rule.Name, err)
 	}
-	msg := queue.Message{ID: id, Key: match.Key, Payload: req.Payload, CreatedAt: now} // decodeSubmit copied the payload out of the pooled body
-	if at := req.deliverAt(now); at.After(now) {
+	msg := queue.Message{ID: id, Key: match.Key, Payload: req.Payload, CreatedAt: now, // decodeSubmit copied the payload out of the pooled body
+		ExpiresAt: req.expiresAt(now, rule.Queue.MaxAge)}
+	at := req.deliverAt(now)
+	if msg.Expired(now) || (!msg.ExpiresAt.IsZero() && at.After(msg.ExpiresAt)) {
+		field := "ttl"
+		if req.ExpiresAt != "" {
+			field = "expires_at"
+		}
+		return problemOutcome(httpx.BadRequest(field, "the message would expire (its ttl or expires_at, or its rule's queue.max_age) before it could be delivered"))
+	}
+	if at.After(now) {
 		return s.schedule(ctx, rule, msg, req, at)
 	}
 

@@ -67,6 +67,9 @@ type Queue struct {
 	Capacity     int64 // messages waiting per key
 	Outflow      Rate  // per key
 	TotalOutflow Rate  // optional: whole rule, fair across keys (Zero when unset)
+	// MaxAge, when set, is how long after its submission a message is worth delivering: one
+	// still waiting then goes to the dead letters with reason "expired". 0 = never expires.
+	MaxAge time.Duration
 	// MaxScheduled bounds the messages of one key waiting for a later delivery time
 	// (deliver_at / delay); more are refused (429) at submit. Default Capacity.
 	MaxScheduled int64

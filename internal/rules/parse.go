@@ -73,7 +73,7 @@ var (
 	}
 	listLimitFields = []string{"unit", "interval", "requests_per_unit", "name", "algorithm", "burst", "unit_multiplier"}
 	rateFields      = []string{"unit", "interval", "requests_per_unit"}
-	queueFields     = []string{"capacity", "outflow", "total_outflow", "max_scheduled"}
+	queueFields     = []string{"capacity", "outflow", "total_outflow", "max_scheduled", "max_age"}
 	parkFields      = []string{"max_age"}
 	sinkFields      = []string{"url", "nats_subject", "timeout"}
 	deliveryFields  = []string{"max_attempts", "min_backoff", "max_backoff"}
@@ -958,6 +958,14 @@ func (p *fileParser) queue(n *yaml.Node, field string) *Queue {
 					t.PerSecond(), q.Outflow.PerSecond())
 			}
 			q.TotalOutflow = t
+		}
+	}
+	if v, has := m["max_age"]; has {
+		if d, ok := p.duration(v, joinField(field, "max_age")); ok {
+			if d <= 0 {
+				p.errorf(v, joinField(field, "max_age"), "must be a positive duration (got %s)", d)
+			}
+			q.MaxAge = d
 		}
 	}
 	q.MaxScheduled = q.Capacity // default: as many waiting for their time as waiting in the queue
