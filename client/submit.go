@@ -98,6 +98,15 @@ type submitOptions struct {
 	delay     time.Duration
 	expiresAt time.Time
 	ttl       time.Duration
+	headers   map[string]string
+}
+
+// WithHeaders gives the message headers of its own for the sink (HTTP headers, or NATS
+// headers): at most 16, names of at most 64 bytes, values of at most 1024 bytes of visible
+// ASCII, 4 KiB in all; Host, Content-*, Idempotency-Key, hop-by-hop headers and Sluice-* /
+// Nats-* are sluice's and refused (ErrInvalid).
+func WithHeaders(h map[string]string) SubmitOption {
+	return func(o *submitOptions) { o.headers = h }
 }
 
 // WithTTL makes the message expire d after its admission: still waiting then (queued,
@@ -196,7 +205,8 @@ func (c *Client) Submit(ctx context.Context, domain string, descriptor []Entry, 
 	return s, nil
 }
 
-// withTimes adds deliver_at / delay and expires_at / ttl to a body built by submitBody.
+// withTimes adds deliver_at / delay, expires_at / ttl and headers to a body built by
+// submitBody.
 func withTimes(body []byte, o submitOptions) []byte {
 	var extra []byte
 	switch {
@@ -210,6 +220,10 @@ func withTimes(body []byte, o submitOptions) []byte {
 		extra = append(extra, `,"expires_at":"`+o.expiresAt.Format(time.RFC3339Nano)+`"`...)
 	case o.ttl > 0:
 		extra = append(extra, `,"ttl":"`+o.ttl.String()+`"`...)
+	}
+	if len(o.headers) > 0 {
+		hb, _ := json.Marshal(o.headers) // a map of strings always encodes
+		extra = append(append(extra, `,"headers":`...), hb...)
 	}
 	if len(extra) == 0 {
 		return body

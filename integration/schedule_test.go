@@ -165,3 +165,55 @@ descriptors:
 		t.Fatalf("the sink got %d deliveries, want 1", n)
 	}
 }
+
+// A submission's own headers reach the sink with its delivery; transport and sluice's own
+// headers cannot be set, and the limits are named when broken.
+func TestSubmissionHeadersReachTheSink(t *testing.T) {
+	t.Parallel()
+	s := startSystem(t, `
+domain: hooks
+descriptors:
+  - key: tenant
+    name: hooks
+    queue: {capacity: 10, outflow: {unit: second, requests_per_unit: 10}}
+    sink: {url: "SINK/hooks"}
+`)
+	post := func(headers string) answer {
+		t.Helper()
+		body := `{"domain":"hooks","descriptor":[{"key":"tenant","value":"t-1"}],"payload":{"x":1},"headers":` + headers + `}`
+		resp, err := http.Post(s.base+"/v1/messages", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var a answer
+		a.Code = resp.StatusCode
+		json.NewDecoder(resp.Body).Decode(&a.Body)
+		return a
+	}
+	ok := post(`{"authorization":"Bearer gw-token-1","X-Tenant":"t 1","x-trace":"abc"}`)
+	if ok.Code != 202 {
+		t.Fatalf("submit with headers: %d %v", ok.Code, ok.Body)
+	}
+	for _, bad := range []struct{ headers, field string }{
+		{`{"Host":"evil"}`, "headers.Host"},
+		{`{"idempotency-key":"x"}`, "headers.idempotency-key"},
+		{`{"Sluice-Fence":"9"}`, "headers.Sluice-Fence"},
+		{`{"X-A":"line\nbreak"}`, "headers.X-A"},
+		{`{"bad name":"v"}`, "headers"},
+		{`{"X-Long":"` + strings.Repeat("v", 1025) + `"}`, "headers.X-Long"},
+	} {
+		if a := post(bad.headers); a.Code != 400 || a.Body["field"] != bad.field {
+			t.Errorf("headers %s: %d %v, want 400 naming %s", bad.headers, a.Code, a.Body, bad.field)
+		}
+	}
+	acc := s.sink.WaitAccepted(1, 10*time.Second)
+	if len(acc) != 1 {
+		t.Fatalf("deliveries: %v", acc)
+	}
+	h := acc[0].Header
+	if h.Get("Authorization") != "Bearer gw-token-1" || h.Get("X-Tenant") != "t 1" || h.Get("X-Trace") != "abc" ||
+		h.Get("Idempotency-Key") != ok.Body["id"] || h.Get("Content-Type") != "application/json" {
+		t.Fatalf("sink headers: %v", h)
+	}
+}

@@ -143,6 +143,9 @@ func EncodeMessage(subject string, m Message) *nats.Msg {
 	if !m.ExpiresAt.IsZero() {
 		put(HeaderExpiresAt, m.ExpiresAt.UTC().Format(time.RFC3339Nano))
 	}
+	for k, v := range m.Headers {
+		put(HeaderPrefixUser+k, v)
+	}
 	return &nats.Msg{Subject: subject, Header: h, Data: m.Payload}
 }
 
@@ -178,6 +181,14 @@ func DecodeMessage(h nats.Header, data []byte) (Message, error) {
 	if v := h.Get(HeaderParkedFrom); v != "" {
 		if m.ParkedFrom, err = time.Parse(time.RFC3339Nano, v); err != nil {
 			return Message{}, fmt.Errorf("%w: %s: %v", ErrBadMessage, HeaderParkedFrom, err)
+		}
+	}
+	for k, vs := range h {
+		if name, ok := strings.CutPrefix(k, HeaderPrefixUser); ok && name != "" && len(vs) > 0 {
+			if m.Headers == nil {
+				m.Headers = make(map[string]string)
+			}
+			m.Headers[name] = vs[0]
 		}
 	}
 	if v := h.Get(HeaderExpiresAt); v != "" {

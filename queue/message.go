@@ -20,6 +20,9 @@ type Message struct {
 	// ttl / expires_at, or its rule's queue.max_age): still waiting then, it goes to the
 	// dead letters with reason "expired" instead of to the sink.
 	ExpiresAt time.Time
+	// Headers are the submission's own headers for the sink (HTTP headers, or NATS headers),
+	// names in canonical form; checked at submit (count, size, a deny list).
+	Headers map[string]string
 }
 
 // Expired reports whether m is past its ExpiresAt at now.
@@ -36,6 +39,8 @@ const (
 	HeaderLastError  = "Sluice-Last-Error"
 	HeaderParkedFrom = "Sluice-Parked-From"
 	HeaderExpiresAt  = "Sluice-Expires-At"
+	// HeaderPrefixUser prefixes each of the submission's own headers (Message.Headers).
+	HeaderPrefixUser = "Sluice-H-"
 	// HeaderID carries the message id when the Nats-Msg-Id is not the message id (a
 	// re-admitted delivery retry, see Queues.EnqueueAs). It wins over Nats-Msg-Id.
 	HeaderID = "Sluice-Id"

@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/textproto"
 	"reflect"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/rules"
@@ -43,6 +46,9 @@ type submitRequest struct {
 	// worth delivering: still waiting then, it goes to the dead letters as expired.
 	ExpiresAt string `json:"expires_at"`
 	TTL       string `json:"ttl"`
+	// Headers reach the sink with the message (HTTP headers, or NATS headers): see
+	// checkHeaders for the limits.
+	Headers map[string]string `json:"headers"`
 
 	at      time.Time     // DeliverAt parsed (validate)
 	delay   time.Duration // Delay parsed (validate)
@@ -258,6 +264,13 @@ func (req *submitRequest) validate() *httpx.Problem {
 		p := httpx.BadRequest("idempotency_key", fmt.Sprintf("must be valid UTF-8 of at most %d bytes", MaxIdempotencyKeyBytes))
 		return &p
 	}
+	if len(req.Headers) > 0 {
+		hs, p := checkHeaders(req.Headers)
+		if p != nil {
+			return p
+		}
+		req.Headers = hs
+	}
 	if req.DeliverAt != "" && req.Delay != "" {
 		p := httpx.BadRequest("delay", "give deliver_at or delay, not both")
 		return &p
@@ -346,4 +359,55 @@ func toRuleEntries(es []entry) []rules.Entry {
 		out[i] = rules.Entry{Key: e.Key, Value: e.Value}
 	}
 	return out
+}
+
+// Limits of a submission's own headers.
+const (
+	MaxHeaders          = 16   // headers per message
+	MaxHeaderNameBytes  = 64   // bytes of a name
+	MaxHeaderValueBytes = 1024 // bytes of a value
+	MaxHeadersBytes     = 4096 // bytes of every name and value together
+)
+
+// deniedHeaders are names a submission may not set: the transport's, the delivery's own
+// (Content-Type, Idempotency-Key) and anything starting Sluice- or Nats- (checked apart).
+var deniedHeaders = map[string]bool{
+	"Host": true, "Content-Length": true, "Content-Type": true, "Content-Encoding": true,
+	"Transfer-Encoding": true, "Connection": true, "Keep-Alive": true, "Upgrade": true,
+	"Te": true, "Trailer": true, "Proxy-Connection": true, "Expect": true, "Idempotency-Key": true,
+}
+
+// checkHeaders validates a submission's headers and returns them with canonical names.
+func checkHeaders(in map[string]string) (map[string]string, *httpx.Problem) {
+	bad := func(field, detail string) (map[string]string, *httpx.Problem) {
+		p := httpx.BadRequest(field, detail)
+		return nil, &p
+	}
+	if len(in) > MaxHeaders {
+		return bad("headers", fmt.Sprintf("has %d headers; at most %d", len(in), MaxHeaders))
+	}
+	out := make(map[string]string, len(in))
+	total := 0
+	for k, v := range in {
+		field := "headers." + k
+		if k == "" || len(k) > MaxHeaderNameBytes || !httpguts.ValidHeaderFieldName(k) {
+			return bad("headers", fmt.Sprintf("%q is not a header name (a token of at most %d bytes)", k, MaxHeaderNameBytes))
+		}
+		name := textproto.CanonicalMIMEHeaderKey(k)
+		if deniedHeaders[name] || strings.HasPrefix(name, "Sluice-") || strings.HasPrefix(name, "Nats-") {
+			return bad(field, "may not be set by a submission (transport, delivery and Sluice-/Nats- headers are sluice's)")
+		}
+		if len(v) > MaxHeaderValueBytes || !httpguts.ValidHeaderFieldValue(v) {
+			return bad(field, fmt.Sprintf("must be at most %d bytes of visible ASCII, spaces and tabs", MaxHeaderValueBytes))
+		}
+		if _, dup := out[name]; dup {
+			return bad(field, "is given twice (header names are case-insensitive)")
+		}
+		total += len(name) + len(v)
+		out[name] = v
+	}
+	if total > MaxHeadersBytes {
+		return bad("headers", fmt.Sprintf("are %d bytes together; at most %d", total, MaxHeadersBytes))
+	}
+	return out, nil
 }

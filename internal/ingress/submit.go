@@ -73,7 +73,7 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 		return s.internalOutcome(rule.Name, err)
 	}
 	msg := queue.Message{ID: id, Key: match.Key, Payload: req.Payload, CreatedAt: now, // decodeSubmit copied the payload out of the pooled body
-		ExpiresAt: req.expiresAt(now, rule.Queue.MaxAge)}
+		ExpiresAt: req.expiresAt(now, rule.Queue.MaxAge), Headers: req.Headers}
 	at := req.deliverAt(now)
 	if msg.Expired(now) || (!msg.ExpiresAt.IsZero() && at.After(msg.ExpiresAt)) {
 		field := "ttl"

@@ -28,6 +28,9 @@ const EnqueuedAtLayout = "2006-01-02T15:04:05.000Z07:00"
 // deliveryHeaders calls set for each sink header of m's next attempt. One function for
 // both sinks so HTTP and NATS consumers see identical values.
 func deliveryHeaders(rule *rules.Rule, m queue.Message, set func(k, v string)) {
+	for k, v := range m.Headers { // the submission's own, first: none can be one of ours (checked at submit)
+		set(k, v)
+	}
 	set(HeaderContentType, "application/json")
 	set(HeaderIdempotencyKey, m.ID)
 	set(HeaderMessageID, m.ID)

@@ -25,6 +25,7 @@ type Delivery struct {
 	Key      string // decoded Sluice-Key
 	Payload  []byte
 	Answered int // the status code the sink answered
+	Header   http.Header
 }
 
 // Sink records deliveries. Answer decides the status code of each; the default answers 200.
@@ -58,7 +59,7 @@ func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	key, _ := url.PathUnescape(r.Header.Get("Sluice-Key"))
 	attempt, _ := strconv.Atoi(r.Header.Get("Sluice-Attempt"))
 	d := Delivery{At: time.Now(), ID: r.Header.Get("Idempotency-Key"), Attempt: attempt,
-		Rule: r.Header.Get("Sluice-Rule"), Key: key, Payload: body, Answered: http.StatusOK}
+		Rule: r.Header.Get("Sluice-Rule"), Key: key, Payload: body, Answered: http.StatusOK, Header: r.Header.Clone()}
 	s.mu.Lock()
 	answer := s.answer
 	s.mu.Unlock()
