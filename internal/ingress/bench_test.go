@@ -435,3 +435,99 @@ func procCPU(pid int) time.Duration {
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
 }
+
+// TestBatchReport measures batch submission: messages/s admitted through batches of 100
+// against single submissions on the same connections, and against the ceiling of one Go
+// client async-publishing the same messages straight to JetStream (no HTTP, no Redis).
+func TestBatchReport(t *testing.T) {
+	if os.Getenv("SLUICE_BENCH") == "" {
+		t.Skip("set SLUICE_BENCH=1 (make bench)")
+	}
+	const conns, keys, per = 16, 10000, 100
+	dur := 3 * time.Second
+	payload := fmt.Sprintf(`{"order":%q}`, bytes.Repeat([]byte("x"), 128-12))
+	item := func(i int) string {
+		return fmt.Sprintf(`{"domain":"orders","descriptor":[{"key":"merchant_id","value":"m-%d"}],"payload":%s}`, i%keys, payload)
+	}
+	singles := make([][]byte, keys)
+	for i := range singles {
+		singles[i] = []byte(item(i))
+	}
+	batches := make([][]byte, keys/per)
+	for b := range batches {
+		var parts []string
+		for i := 0; i < per; i++ {
+			parts = append(parts, item(b*per+i))
+		}
+		batches[b] = []byte("[" + strings.Join(parts, ",") + "]")
+	}
+	n := natstest.Start(t)
+	r := redistest.Start(t, redistest.Options{TCP: true})
+	ctx := context.Background()
+	dir := t.TempDir()
+	rulesPath := filepath.Join(dir, "rules.yaml")
+	os.WriteFile(rulesPath, []byte(`
+domain: orders
+descriptors:
+  - key: merchant_id
+    name: orders
+    queue: {capacity: 1000000, outflow: {unit: second, requests_per_unit: 10}}
+    sink: {url: "http://127.0.0.1:1/unused"}
+`), 0o644)
+	cfg, err := ingress.ParseFlags([]string{"-rules", rulesPath, "-http", "127.0.0.1:0", "-grpc", "", "-nats", n.URL(), "-redis", r.URL(),
+		"-max-body", "4194304"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := m.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	url := "http://" + m.Addr.String() + "/v1/messages"
+
+	// The ceiling: one client async-publishing the same messages, up to 2000 acks outstanding.
+	nc, err := nats.Connect(n.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "CEILING", Subjects: []string{"ceiling.>"}, Storage: jetstream.FileStorage,
+		Retention: jetstream.WorkQueuePolicy}); err != nil {
+		t.Fatal(err)
+	}
+	ceiling := func() float64 {
+		start := time.Now()
+		sent := 0
+		for time.Since(start) < dur {
+			for i := 0; i < 1000; i++ {
+				if _, err := js.PublishAsync(fmt.Sprintf("ceiling.k%d", sent%keys), []byte(payload)); err != nil {
+					t.Fatal(err)
+				}
+				sent++
+			}
+			if js.PublishAsyncPending() > 1000 {
+				<-js.PublishAsyncComplete()
+			}
+		}
+		<-js.PublishAsyncComplete()
+		return float64(sent) / time.Since(start).Seconds()
+	}
+	load(t, url, conns, time.Second, singles, false)
+	load(t, url, conns, time.Second, batches, false)
+	var single, batched, ceil []float64
+	for round := 0; round < 3; round++ {
+		rs, _, bs := load(t, url, conns, dur, singles, false)
+		rb, _, bb := load(t, url, conns, dur, batches, false)
+		if bs > 0 || bb > 0 {
+			t.Errorf("non-2xx answers: single %d, batch %d", bs, bb)
+		}
+		single, batched, ceil = append(single, rs), append(batched, rb*per), append(ceil, ceiling())
+	}
+	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
+	t.Logf("batch submission, %d connections, %d keys, 128-byte payloads, 3 alternating rounds of %v (median messages/s):", conns, keys, dur)
+	t.Logf("  single submissions:        %8.0f", med(single))
+	t.Logf("  batches of %d:            %8.0f  (%.2f× single; goal ≥ 3×)", per, med(batched), med(batched)/med(single))
+	t.Logf("  JetStream async publish:   %8.0f  (batches reach %.2f× of it; goal ≥ 0.6×)", med(ceil), med(batched)/med(ceil))
+}
