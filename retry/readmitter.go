@@ -147,6 +147,40 @@ func (c ReadmitterConfig) Validate() error {
 	return nil
 }
 
+// keyHolds remembers, per key, the last re-park of a round of firings (the schedules that
+// fired for one second) in one worker: the key's later messages of that round park after it.
+type keyHolds map[string]keyHold
+
+type keyHold struct {
+	fired   time.Time // the round: the second its schedules fired
+	at      time.Time // when the key's messages of that round go again
+	outcome AdmitOutcome
+}
+
+// put records h, forgetting rounds over a minute old so the map stays small.
+func (k keyHolds) put(key string, h keyHold, now time.Time) {
+	if len(k) > 1024 {
+		for key, old := range k {
+			if now.Sub(old.fired) > time.Minute {
+				delete(k, key)
+			}
+		}
+	}
+	k[key] = h
+}
+
+// keyShard picks the worker of (rule, key): FNV-1a of both, modulo n.
+func keyShard(rule, key string, n int) int {
+	h := uint32(2166136261)
+	for _, s := range [2]string{rule, key} {
+		for i := 0; i < len(s); i++ {
+			h = (h ^ uint32(s[i])) * 16777619
+		}
+		h = (h ^ 0xff) * 16777619
+	}
+	return int(h % uint32(n))
+}
+
 // Results of a handled fired message (sluice_readmissions_total{result}).
 const (
 	ResultAdmitted = "admitted"
@@ -228,9 +262,17 @@ func (r *Readmitter) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("retry: re-admitter consumer: %w", err)
 	}
-	work := make(chan jetstream.Msg)
+	// One channel per worker, and every message of a key to the same worker: the consumer
+	// hands messages over in stream order, so the messages of one key (parked 3 then 4,
+	// firing in the same second) are re-admitted in that order, never 4 before 3.
+	works := make([]chan jetstream.Msg, r.cfg.Workers)
+	for i := range works {
+		works[i] = make(chan jetstream.Msg)
+	}
 	quit := make(chan struct{})
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		h := msg.Headers()
+		work := works[keyShard(h.Get(queue.HeaderRule), h.Get(queue.HeaderKey), len(works))]
 		select {
 		case work <- msg:
 		case <-quit:
@@ -247,14 +289,15 @@ func (r *Readmitter) Start(ctx context.Context) error {
 		return fmt.Errorf("retry: re-admitter consume: %w", err)
 	}
 	r.started, r.cc, r.quit = true, cc, quit
-	for range r.cfg.Workers {
+	for _, work := range works {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
+			held := keyHolds{}
 			for {
 				select {
 				case msg := <-work:
-					r.handle(ctx, msg)
+					r.handle(ctx, msg, held)
 				case <-quit:
 					return
 				case <-ctx.Done():
@@ -288,7 +331,7 @@ func (r *Readmitter) Stop() {
 }
 
 // handle decides the fate of one fired message and acks it only once that is stored.
-func (r *Readmitter) handle(ctx context.Context, msg jetstream.Msg) {
+func (r *Readmitter) handle(ctx context.Context, msg jetstream.Msg, held keyHolds) {
 	m, err := decode(msg.Headers(), msg.Data())
 	if err != nil {
 		// Not something Park wrote: nothing to re-admit, and redelivering cannot help.
@@ -297,7 +340,7 @@ func (r *Readmitter) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	meta := decodeMeta(msg.Headers())
-	result, err := r.decide(ctx, m, meta)
+	result, err := r.decide(ctx, m, meta, held)
 	if err != nil {
 		r.runs.WithLabelValues(m.Rule, ResultError).Inc()
 		r.logError("fired message", err, "rule", m.Rule, "id", m.ID)
@@ -319,7 +362,7 @@ func (r *Readmitter) handle(ctx context.Context, msg jetstream.Msg) {
 
 // decide re-admits m, parks it again, or declares it dead, and returns the result label.
 // An error means nothing durable happened (or an idempotent step may be repeated).
-func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleMeta) (string, error) {
+func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleMeta, held keyHolds) (string, error) {
 	rule := r.cfg.Rules(m.Rule)
 	if rule == nil {
 		if err := r.cfg.Dead.Dead(ctx, nil, m, ReasonRuleRemoved); err != nil {
@@ -352,20 +395,43 @@ func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleM
 		return ResultDead, nil
 	}
 
-	res, err := r.cfg.Admit(ctx, rule, m, AdmitMsgID(m))
-	if err != nil {
-		return "", fmt.Errorf("retry: admit: %w", err)
-	}
-	if res.Outcome == Admitted {
-		return ResultAdmitted, nil
+	// Strict ordering: once a message of this key went back to park in this round of
+	// firings, the key's later ones follow it rather than overtake it through a place that
+	// freed up meanwhile.
+	strict := rule.Ordering != rules.OrderingRelaxed
+	hk := m.Rule + "\x00" + m.Key
+	var res AdmitResult
+	if h, ok := held[hk]; strict && ok && h.fired.Equal(meta.RetryAt) {
+		res = AdmitResult{Outcome: h.outcome, RetryAt: h.at}
+	} else {
+		var err error
+		if res, err = r.cfg.Admit(ctx, rule, m, AdmitMsgID(m)); err != nil {
+			return "", fmt.Errorf("retry: admit: %w", err)
+		}
+		if res.Outcome == Admitted {
+			return ResultAdmitted, nil
+		}
 	}
 
 	// Still no room: park again at max(suggested, backoff), but not past max_age so the
-	// message is declared dead on time rather than one long backoff later.
+	// message is declared dead on time rather than one long backoff later. Under strict
+	// ordering the backoff has no jitter: the key's messages that fired together park
+	// until the same second and fire again in the order they were parked.
 	parks := meta.Parks + 1
-	at := now.Add(sink.Backoff(r.cfg.MinBackoff, r.cfg.MaxBackoff, parks, nil))
+	var at time.Time
+	if strict {
+		at = now.Add(min(r.cfg.MaxBackoff, r.cfg.MinBackoff<<min(parks-1, 30)))
+	} else {
+		at = now.Add(sink.Backoff(r.cfg.MinBackoff, r.cfg.MaxBackoff, parks, nil))
+	}
 	if res.RetryAt.After(at) {
 		at = res.RetryAt
+	}
+	if strict {
+		if h, ok := held[hk]; ok && h.fired.Equal(meta.RetryAt) && h.at.After(at) {
+			at = h.at
+		}
+		held.put(hk, keyHold{fired: meta.RetryAt, at: at, outcome: res.Outcome}, now)
 	}
 	if m.ParkedFrom.IsZero() {
 		m.ParkedFrom = now // a delivery retry whose queue is full starts its park here
