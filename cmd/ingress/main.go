@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	_ "time/tzdata" // rules' time_zone works in a container without zoneinfo
 
 	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/rules"

@@ -126,6 +126,7 @@ func Limits(r *rules.Rule) []bucket.Limit {
 			Burst:     l.Burst,
 			Name:      name,
 			Shadow:    r.ShadowMode,
+			Location:  l.TimeZone, // windows turn at that zone's midnight (or hour)
 		})
 	}
 	return out
