@@ -308,7 +308,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	match, ok := set.Match(req.Domain, toRuleEntries(req.Descriptor))
 	if !ok {
 		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNoRule, Status: http.StatusNotFound, Title: "No matching rule",
-			Detail: "no rule of domain " + strconv.Quote(req.Domain) + " matches this descriptor"})
+			Detail: set.NoMatchDetail(req.Domain)})
 		return
 	}
 	rule := match.Rule
