@@ -71,6 +71,11 @@ func TestTimeZoneDayWindowOverTheWire(t *testing.T) {
 	}
 
 	// A queue rule's admission limit parks the second message until New York's midnight.
+	rs := e.admin("GET", "/v1/admin/rules", "")
+	if l := rs.body["rules"].([]any)[0].(map[string]any)["rate_limits"].([]any)[0].(map[string]any); l["time_zone"] != "America/New_York" || l["unit"] != "day" {
+		t.Errorf("GET /v1/admin/rules: %v", l)
+	}
+
 	user := [][2]string{{"user_id", "u-9"}}
 	if r := e.do("POST", "/v1/messages", submit("tzq", user, `"first"`)); r.code != 202 || r.body["state"] != "queued" {
 		t.Fatalf("first message: %d %s", r.code, r.raw)
