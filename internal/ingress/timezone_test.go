@@ -42,7 +42,8 @@ func TestTimeZoneDayWindowOverTheWire(t *testing.T) {
 	spring := sunday(year, time.March, 8)  // 02:00 EST → 03:00 EDT
 	fall := sunday(year, time.November, 1) // 02:00 EDT → 01:00 EST
 	clock := newFrozen()
-	clock.ns.Store(spring.Add(12 * time.Hour).UnixNano()) // 08:00 EDT; midnight EDT is 04:00Z tomorrow
+	// 08:00 EDT and 0.4 ms (the limiter counts whole ms); midnight EDT is 04:00Z tomorrow
+	clock.ns.Store(spring.Add(12*time.Hour + 400*time.Microsecond).UnixNano())
 	midnight := spring.Add(28 * time.Hour)
 	e := launch(t, path, clock.clock(), nil)
 	e.main.Stack.Admitter.Now = clock.Now // admissions too (Main.Now reaches the checks)
