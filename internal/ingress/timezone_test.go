@@ -63,6 +63,9 @@ func TestTimeZoneDayWindowOverTheWire(t *testing.T) {
 	}
 	wantHeaderInt(t, r.header, "Retry-After", untilMidnight)
 	wantHeaderInt(t, r.header, "X-RateLimit-Reset", untilMidnight)
+	if got, want := r.header.Get("RateLimit-Policy"), `"tz_user_id";q=2;w=82800`; got != want { // a 23-hour day
+		t.Errorf("RateLimit-Policy %s, want %s", got, want)
+	}
 	if st := r.body["statuses"].([]any)[0].(map[string]any); st["duration_until_reset"] != "57600s" {
 		t.Errorf("duration_until_reset %v, want 57600s", st["duration_until_reset"])
 	}
