@@ -106,7 +106,13 @@ type params struct {
 // sameLimit reports whether p and q are the same limit (the per-decision window of a
 // zoned fixed window aside).
 func (p *params) sameLimit(q *params) bool {
-	return p.alg == q.alg && p.rate == q.rate && p.ivl == q.ivl && p.burst == q.burst && p.loc == q.loc
+	return p.alg == q.alg && p.rate == q.rate && p.ivl == q.ivl && p.burst == q.burst && sameZone(p.loc, q.loc)
+}
+
+// sameZone compares zones by name: each time.LoadLocation returns a new *Location, so a
+// rules reload must not make the same zone a different limit.
+func sameZone(a, b *time.Location) bool {
+	return a == b || (a != nil && b != nil && a.String() == b.String())
 }
 
 // Algorithm codes, also used by limits.lua; keep in sync.

@@ -490,6 +490,42 @@ func TestTimeZoneWindows(t *testing.T) {
 	}
 }
 
+// TestTimeZoneLoadedTwice: a zone is known by its name. Loaded again (a rules reload
+// does), it is the same limit and keeps its count; two limits of one key in the same
+// zone and window still count apart.
+func TestTimeZoneLoadedTwice(t *testing.T) {
+	t.Parallel()
+	at := utc(t, "2026-03-10T12:00:00Z")
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			s := st.new(t)
+			seoul1, seoul2 := zone(t, "Asia/Seoul"), zone(t, "Asia/Seoul")
+			if seoul1 == seoul2 {
+				t.Skip("time.LoadLocation returned the same *Location twice; nothing to test")
+			}
+			key := t.Name() + "/reload"
+			if r, err := s.Allow(context.Background(), key, []bucket.Limit{{Rate: 2, Interval: 24 * time.Hour, Location: seoul1}}, 2, at); err != nil || !r.Allowed {
+				t.Fatalf("first: %+v %v", r, err)
+			}
+			r, err := s.Allow(context.Background(), key, []bucket.Limit{{Rate: 2, Interval: 24 * time.Hour, Location: seoul2}}, 1, at)
+			if err != nil || r.Allowed || r.Decision().Remaining != 0 {
+				t.Errorf("the zone loaded again forgot the count: %+v %v", r, err)
+			}
+
+			key = t.Name() + "/two"
+			two := []bucket.Limit{{Rate: 3, Interval: 24 * time.Hour, Location: seoul1}, {Rate: 2, Interval: 24 * time.Hour, Location: seoul2}}
+			if r, err := s.Allow(context.Background(), key, two, 2, at); err != nil || !r.Allowed || r.Decisions[0].Remaining != 1 || r.Decisions[1].Remaining != 0 {
+				t.Fatalf("two limits, 2 hits: %+v %v", r, err)
+			}
+			r, err = s.Allow(context.Background(), key, two, 1, at)
+			if err != nil || r.Allowed || r.Decisions[0].Remaining != 1 || r.Decisions[1].Remaining != 0 || r.Index != 1 {
+				t.Errorf("two limits in one zone share a count: %+v %v", r, err)
+			}
+		})
+	}
+}
+
 // TestTimeZoneWindowBounds: Limit.FixedWindow, the window every store and the ingress
 // (X-RateLimit-Reset, gRPC duration_until_reset) use, in zones whose clocks jump.
 func TestTimeZoneWindowBounds(t *testing.T) {

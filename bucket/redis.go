@@ -143,7 +143,7 @@ func (s *Redis) keys(key string, ps []params) []string {
 			buf = append(buf, ps[i].loc.String()...)
 		}
 		for j := 0; j < i; j++ {
-			if ps[j].alg == ps[i].alg && ps[j].ivl == ps[i].ivl && ps[j].loc == ps[i].loc {
+			if ps[j].alg == ps[i].alg && ps[j].ivl == ps[i].ivl && sameZone(ps[j].loc, ps[i].loc) {
 				buf = append(buf, '#')
 				buf = strconv.AppendInt(buf, int64(i), 10)
 				break

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -868,6 +869,22 @@ func (p *fileParser) limit(m map[string]*yaml.Node, field string, at *yaml.Node)
 	return l, ok
 }
 
+// locations keeps every zone loaded, by name, so a reload hands the limiter the same
+// *time.Location (and does not read the tz database again). There are a few hundred.
+var locations sync.Map // string → *time.Location
+
+func loadLocation(name string) (*time.Location, error) {
+	if l, ok := locations.Load(name); ok {
+		return l.(*time.Location), nil
+	}
+	l, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, err
+	}
+	l2, _ := locations.LoadOrStore(name, l)
+	return l2.(*time.Location), nil
+}
+
 // timeZone reads `time_zone`: an IANA zone name for a fixed window that divides a day.
 // The other algorithms have no window edges for a zone to move: a bucket refills and a
 // sliding window slides the same in every zone; the sliding window counter's windows
@@ -881,7 +898,7 @@ func (p *fileParser) timeZone(n *yaml.Node, field string, l RateLimit) (*time.Lo
 		p.errorf(n, field, "must be an IANA time zone name such as Asia/Seoul or UTC (got %q)", name)
 		return nil, false
 	}
-	loc, err := time.LoadLocation(name)
+	loc, err := loadLocation(name)
 	if err != nil || strings.HasPrefix(name, "/") {
 		p.errorf(n, field, "unknown time zone %q (an IANA name such as Asia/Seoul, America/New_York or UTC)", name)
 		return nil, false
