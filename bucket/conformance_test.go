@@ -603,3 +603,59 @@ func TestTimeZoneStoresAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestTimeZoneWindowsTile: minute by minute over three days around each DST change of
+// four zones (and Cuba's and Chile's changes at midnight), the windows Limit.FixedWindow
+// gives hold the instant, follow one another without gap or overlap, never come back,
+// and last their length give or take the change; and a store admits at most Rate hits
+// in each of them.
+func TestTimeZoneWindowsTile(t *testing.T) {
+	t.Parallel()
+	m := bucket.NewMemory(bucket.MemoryConfig{})
+	spans := []struct{ zone, from string }{
+		{"America/New_York", "2026-03-07T00:00:00Z"}, {"America/New_York", "2026-10-31T00:00:00Z"},
+		{"Europe/Berlin", "2026-03-28T00:00:00Z"}, {"Europe/Berlin", "2026-10-24T00:00:00Z"},
+		{"Australia/Lord_Howe", "2026-04-03T12:00:00Z"}, {"Australia/Lord_Howe", "2026-10-02T12:00:00Z"},
+		{"America/Havana", "2026-03-07T00:00:00Z"}, {"America/Havana", "2026-10-31T00:00:00Z"},
+		{"America/Santiago", "2026-04-03T12:00:00Z"}, {"America/Santiago", "2026-09-05T12:00:00Z"},
+		{"Asia/Kathmandu", "2026-03-07T00:00:00Z"},
+	}
+	for _, sp := range spans {
+		for _, ivl := range []time.Duration{15 * time.Minute, time.Hour, 6 * time.Hour, 24 * time.Hour} {
+			l := bucket.Limit{Rate: 3, Interval: ivl, Location: zone(t, sp.zone)}
+			key := fmt.Sprint(sp.zone, sp.from, ivl)
+			var prevStart, prevEnd time.Time
+			admitted := map[time.Time]int64{}
+			from := utc(t, sp.from)
+			for at := from; at.Before(from.Add(72 * time.Hour)); at = at.Add(time.Minute) {
+				s, e := l.FixedWindow(at)
+				switch {
+				case at.Before(s) || !at.Before(e):
+					t.Fatalf("%s %v at %s: window [%s, %s) does not hold it", sp.zone, ivl, at, s, e)
+				case e.Sub(s) < ivl-time.Hour || e.Sub(s) > ivl+time.Hour:
+					t.Fatalf("%s %v at %s: window [%s, %s) lasts %v", sp.zone, ivl, at, s, e, e.Sub(s))
+				case !prevStart.IsZero() && s != prevStart && !s.Equal(prevEnd):
+					t.Fatalf("%s %v at %s: window [%s, %s) does not follow [%s, %s)", sp.zone, ivl, at, s, e, prevStart, prevEnd)
+				case !prevStart.IsZero() && s == prevStart && !e.Equal(prevEnd):
+					t.Fatalf("%s %v at %s: window from %s ends at %s, before at %s", sp.zone, ivl, at, s, e, prevEnd)
+				}
+				prevStart, prevEnd = s, e
+				r, err := m.Allow(context.Background(), key, []bucket.Limit{l}, 2, at)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Allowed {
+					admitted[s] += 2
+				}
+				if d := r.Decision(); !r.Allowed && !at.Add(d.RetryAfter).Equal(e) {
+					t.Fatalf("%s %v at %s: retry after %v, not at the window's end %s", sp.zone, ivl, at, d.RetryAfter, e)
+				}
+			}
+			for s, n := range admitted {
+				if n > l.Rate {
+					t.Errorf("%s %v: %d hits in the window from %s", sp.zone, ivl, n, s)
+				}
+			}
+		}
+	}
+}
