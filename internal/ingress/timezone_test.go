@@ -46,7 +46,9 @@ func TestTimeZoneDayWindowOverTheWire(t *testing.T) {
 	// 08:00 EDT and 0.4 ms (the limiter counts whole ms); midnight EDT is 04:00Z tomorrow
 	clock.ns.Store(spring.Add(12*time.Hour + 400*time.Microsecond).UnixNano())
 	midnight := spring.Add(28 * time.Hour)
-	e := launch(t, path, clock.clock(), nil)
+	// With envoy's local over-limit cache: a refusal is answered from memory until the
+	// window ends — New York's midnight too.
+	e := launch(t, path, clock.clock(), nil, "-local-cache-bytes", "100000")
 	e.main.Stack.Admitter.Now = clock.Now // admissions too (Main.Now reaches the checks)
 	rls := rlsv3.NewRateLimitServiceClient(dialGRPC(t, e))
 	g := &grpcEnv{env: e, rls: rls}
@@ -70,7 +72,7 @@ func TestTimeZoneDayWindowOverTheWire(t *testing.T) {
 	if st := r.body["statuses"].([]any)[0].(map[string]any); st["duration_until_reset"] != "57600s" {
 		t.Errorf("duration_until_reset %v, want 57600s", st["duration_until_reset"])
 	}
-	resp := g.call(t, "tz", 1, desc("user_id", "u-1"))
+	resp := g.call(t, "tz", 1, desc("user_id", "u-1")) // from the local cache
 	if st := resp.Statuses[0]; st.Code != rlsv3.RateLimitResponse_OVER_LIMIT || st.DurationUntilReset.AsDuration() != untilMidnight*time.Second {
 		t.Errorf("gRPC: %v %v, want OVER_LIMIT %ds", st.Code, st.DurationUntilReset.AsDuration(), untilMidnight)
 	}
