@@ -188,6 +188,30 @@ descriptors:
 	if _, off := time.Date(2026, 1, 1, 0, 0, 0, 0, ls[1].TimeZone).Zone(); off != 5*3600+45*60 {
 		t.Errorf("Kathmandu offset %d", off)
 	}
+
+	// The rate_limit that deploy/examples/marketing.yaml suggests in a comment works.
+	raw, err := os.ReadFile("../../deploy/examples/marketing.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var suggested, current string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if l := strings.TrimSpace(strings.TrimPrefix(line, "#")); strings.HasPrefix(l, "rate_limit:") && strings.Contains(l, "time_zone") {
+			suggested = l
+		} else if l := strings.TrimSpace(line); strings.HasPrefix(l, "rate_limit:") {
+			current = l
+		}
+	}
+	if suggested == "" || current == "" {
+		t.Fatalf("marketing.yaml: suggested %q, current %q", suggested, current)
+	}
+	set, err := Parse("marketing.yaml", []byte(strings.Replace(string(raw), current, suggested, 1)))
+	if err != nil {
+		t.Fatalf("the suggested %s: %v", suggested, err)
+	}
+	if l := set.Rule("marketing-per-user").RateLimits[0]; l.TimeZone == nil || l.Algorithm != FixedWindow || l.Rate != (Rate{5, 24 * time.Hour}) {
+		t.Errorf("the suggested limit reads %+v", l)
+	}
 }
 
 func TestParseErrors(t *testing.T) {
