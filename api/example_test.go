@@ -35,4 +35,5 @@ func ExampleRoutes() {
 	// GET /ui/
 	// GET /healthz
 	// GET /readyz
+	// GET /openapi.yaml
 }

@@ -276,6 +276,7 @@ var documented = []api.Route{
 	{Method: "GET", Path: "/ui/", OperationID: "console"},
 	{Method: "GET", Path: "/healthz", OperationID: "healthz"},
 	{Method: "GET", Path: "/readyz", OperationID: "readyz"},
+	{Method: "GET", Path: "/openapi.yaml", OperationID: "openapi"},
 }
 
 func TestRoutes(t *testing.T) {

@@ -22,6 +22,7 @@ package bucket
 //	token bucket:  a = tokens × ivl (fixed point), b = last update (ms); b == 0 means full
 //	leaky bucket:  a = water level × ivl (fixed point), b = last update (ms)
 //	fixed window:  a = window number (now / ivl), b = hits in it
+//	zoned fixed window: a = the window's start (ms), b = hits in it
 //	window counter: a = window number, b = hits in the previous window, c = hits in this one
 //
 // The sliding window log keeps its timestamps elsewhere (a ring in memory, a sorted
@@ -62,6 +63,10 @@ func advance(p *params, st state, now int64) state {
 		if w := now / p.ivl; w > st.a {
 			st = state{a: w}
 		}
+	case algZoned:
+		if p.ws > st.a {
+			st = state{a: p.ws}
+		}
 	case algCounter:
 		if w := now / p.ivl; w == st.a+1 {
 			st = state{a: w, b: st.c}
@@ -83,7 +88,7 @@ func room(p *params, st *state, now int64) int64 {
 		return st.a / p.ivl
 	case algLeaky:
 		return max(0, (p.burst*p.ivl-st.a)/p.ivl) // the burst may have been lowered since
-	case algFixed:
+	case algFixed, algZoned:
 		return max(0, p.rate-st.b)
 	case algCounter:
 		return max(0, p.rate-st.c-st.b*(p.ivl-elapsed(p, st, now))/p.ivl)
@@ -97,7 +102,7 @@ func consume(p *params, st state, n int64) state {
 		st.a -= n * p.ivl
 	case algLeaky:
 		st.a += n * p.ivl
-	case algFixed:
+	case algFixed, algZoned:
 		st.b += n
 	case algCounter:
 		st.c += n
@@ -120,6 +125,11 @@ func wait(p *params, st *state, k, now int64) int64 {
 			return 0
 		}
 		return (st.a+1)*p.ivl - now
+	case algZoned:
+		if st.b+k <= p.rate {
+			return 0
+		}
+		return st.a + p.wl - now
 	case algCounter:
 		return waitCounter(p, st, k, now)
 	}
@@ -155,6 +165,9 @@ func waitCounter(p *params, st *state, k, now int64) int64 {
 func (p *params) window() int64 {
 	if p.alg == algToken || p.alg == algLeaky {
 		return ceilDiv(p.burst*p.ivl, p.rate)
+	}
+	if p.alg == algZoned {
+		return p.wl // this window's own length: 23 or 25 hours across a DST change
 	}
 	return p.ivl
 }

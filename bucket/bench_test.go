@@ -39,6 +39,24 @@ func BenchmarkMemory(b *testing.B) {
 			m.Allow(ctx, "merchant-42", limits, 1, now)
 		}
 	})
+	// A fixed window in a time zone: the caller's window (zone.go) costs a zone lookup
+	// or three per decision.
+	b.Run("fixed_window/time_zone", func(b *testing.B) {
+		loc, err := time.LoadLocation("America/New_York")
+		if err != nil {
+			b.Fatal(err)
+		}
+		m := bucket.NewMemory(bucket.MemoryConfig{})
+		limits := []bucket.Limit{{Rate: 1 << 20, Interval: 24 * time.Hour, Location: loc}}
+		now := t0
+		b.ReportAllocs()
+		for b.Loop() {
+			now = now.Add(time.Microsecond)
+			if _, err := m.Allow(ctx, "merchant-42", limits, 1, now); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("token_bucket/parallel", func(b *testing.B) {
 		m := bucket.NewMemory(bucket.MemoryConfig{})
 		limits := []bucket.Limit{{Algorithm: bucket.TokenBucket, Rate: 1000, Interval: time.Millisecond}}

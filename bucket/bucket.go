@@ -79,6 +79,15 @@ type Limit struct {
 	// the other limits of the key from counting the hits (they stay all-or-nothing).
 	// Default false: all-or-nothing (a refused request counts nowhere).
 	CountOver bool
+	// Location aligns a FixedWindow's windows to that time zone's wall clock instead of
+	// the Unix epoch: a day window turns at the zone's midnight, an hour window at its
+	// hour (Asia/Kolkata's at :30 past the UTC hour), and a day across a daylight-saving
+	// change lasts 23 or 25 hours (zone.go). Interval must divide a day (1h, 6h, 24h,
+	// 15m…). FixedWindow only; Validate refuses it with the other algorithms, which have
+	// no window edges to move. The state is kept apart from the same limit's in UTC (its
+	// Redis key ends in "@" and the zone's name). Default nil: epoch-aligned windows
+	// (time.UTC is the same).
+	Location *time.Location
 }
 
 // params is a validated Limit in the integer units the algorithms use.
@@ -87,6 +96,23 @@ type params struct {
 	rate  int64 // requests per interval
 	ivl   int64 // interval in milliseconds
 	burst int64 // bucket capacity (== rate for the windows)
+	loc   *time.Location
+	// The window of a zoned fixed window (algZoned) that holds the decision's now:
+	// start and length in ms. Set per decision by validate; not part of the limit's
+	// identity (see sameLimit).
+	ws, wl int64
+}
+
+// sameLimit reports whether p and q are the same limit (the per-decision window of a
+// zoned fixed window aside).
+func (p *params) sameLimit(q *params) bool {
+	return p.alg == q.alg && p.rate == q.rate && p.ivl == q.ivl && p.burst == q.burst && sameZone(p.loc, q.loc)
+}
+
+// sameZone compares zones by name: each time.LoadLocation returns a new *Location, so a
+// rules reload must not make the same zone a different limit.
+func sameZone(a, b *time.Location) bool {
+	return a == b || (a != nil && b != nil && a.String() == b.String())
 }
 
 // Algorithm codes, also used by limits.lua; keep in sync.
@@ -96,9 +122,12 @@ const (
 	algFixed   = 3
 	algLog     = 4
 	algCounter = 5
+	algZoned   = 6 // a fixed window with a Location: state a is the window's start (ms)
 )
 
-var algCodes = [...]string{algToken: "tb", algLeaky: "lb", algFixed: "fw", algLog: "sl", algCounter: "sc"}
+var algCodes = [...]string{algToken: "tb", algLeaky: "lb", algFixed: "fw", algLog: "sl", algCounter: "sc", algZoned: "fw"}
+
+const day = 24 * time.Hour
 
 // params validates l and converts it. It does not allocate unless l is invalid.
 func (l *Limit) params() (params, error) {
@@ -125,6 +154,15 @@ func (l *Limit) params() (params, error) {
 	}
 	if l.CountOver && p.alg != algFixed {
 		return p, fmt.Errorf("%w: CountOver applies to fixed_window only, not %s", ErrInvalid, l.Algorithm)
+	}
+	if l.Location != nil && l.Location != time.UTC {
+		if p.alg != algFixed {
+			return p, fmt.Errorf("%w: Location applies to fixed_window only, not %s", ErrInvalid, l.Algorithm)
+		}
+		if day%l.Interval != 0 {
+			return p, fmt.Errorf("%w: a fixed window in a time zone must divide a day, not %v", ErrInvalid, l.Interval)
+		}
+		p.alg, p.loc = algZoned, l.Location
 	}
 	p.rate, p.ivl, p.burst = l.Rate, l.Interval.Milliseconds(), l.Rate
 	if (p.alg == algToken || p.alg == algLeaky) && l.Burst != 0 {

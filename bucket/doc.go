@@ -53,7 +53,10 @@
 //
 // Windows are aligned to the Unix epoch (a 1-minute window starts on the minute, a
 // day at 00:00 UTC), as in envoyproxy/ratelimit. The default algorithm is
-// fixed_window, also as in envoy.
+// fixed_window, also as in envoy. A fixed window with a Location is aligned to that
+// zone's wall clock instead (a day from its midnight, 23 or 25 hours long across a
+// daylight-saving change; zone.go); the caller computes the window of now and the
+// script counts in it, so the Lua port needs no time zone data.
 //
 // # Units and bounds
 //
@@ -92,7 +95,8 @@
 //
 //	<prefix>{<key>}:<algorithm code><interval in ms>     e.g. sl:{orders/m-42}:tb1000
 //
-// with codes tb, lb, fw, sl, sc ("#i" is appended when two limits of a key share an
+// with codes tb, lb, fw, sl, sc ("@<zone>" follows for a fixed window with a Location,
+// e.g. fw86400000@Asia/Seoul; "#i" is appended when two limits of a key share an
 // algorithm and interval). The buckets and windows store 24 bytes (three doubles);
 // the log is a sorted set of hit times. Every write sets a TTL — the time until the
 // state is as good as absent, plus RedisConfig.TTLSlack — so idle keys disappear by

@@ -13,7 +13,9 @@
 -- ARGV[4]   member prefix unique to this call (only read by the log)
 -- ARGV[5+4(i-1) ..]  limit i: code, rate, interval (ms), burst
 --           code = 1 token bucket, 2 leaky bucket, 3 fixed window, 4 sliding window
---           log, 5 sliding window counter; +8 for a shadow limit; +16 for a
+--           log, 5 sliding window counter, 6 fixed window in a time zone (the caller
+--           computes the window of now: interval = its length, burst = its start, in
+--           ms; the state's a is that start); +8 for a shadow limit; +16 for a
 --           limit that counts the hits even when over (Limit.CountOver, fixed
 --           window only: allowed when count + n <= rate, counted either way).
 --
@@ -48,6 +50,10 @@ local function wait(i, al, r, iv, bu, a, b, c, k)
   if al == 3 then
     if b + k <= r then return 0 end
     return (a + 1) * iv - now
+  end
+  if al == 6 then
+    if b + k <= r then return 0 end
+    return a + iv - now
   end
   if al == 4 then
     local j = b + k - r
@@ -102,6 +108,9 @@ local function describe(i, al, r, iv, bu, a, b, c, room, ok, co)
       elseif al == 3 then
         b = b + n
         ttl = (a + 1) * iv - now
+      elseif al == 6 then
+        b = b + n
+        ttl = a + iv - now
       else
         c = c + n
         ttl = (a + 2) * iv - now
@@ -148,6 +157,10 @@ for i = 1, L do
     elseif al == 3 then
       local w = floor(now / iv)
       if w > a then a, b = w, 0 end
+      room = max(0, r - b)
+    elseif al == 6 then
+      if bu > a then a, b = bu, 0 end
+      bu = r
       room = max(0, r - b)
     else
       local w = floor(now / iv)

@@ -140,7 +140,7 @@ func (m *Memory) decide(e *entry, res *Result, limits []Limit, ps []params, n, t
 	res.N = len(ps)
 	for i := range ps {
 		s := &e.slots[i]
-		if fresh || s.p != ps[i] {
+		if fresh || !s.p.sameLimit(&ps[i]) {
 			// A new key, idle state, or a limit whose parameters changed: start empty.
 			s.p, s.st = ps[i], state{}
 			if s.log != nil {
@@ -155,6 +155,10 @@ func (m *Memory) decide(e *entry, res *Result, limits []Limit, ps []params, n, t
 			default:
 				s.idle = s.p.ivl
 			}
+		}
+		if s.p.alg == algZoned {
+			s.p.ws, s.p.wl = ps[i].ws, ps[i].wl
+			s.window = ms(s.p.wl)
 		}
 		p := &s.p
 		if p.alg == algLog {
@@ -221,7 +225,11 @@ func (m *Memory) decide(e *entry, res *Result, limits []Limit, ps []params, n, t
 			d.ResetAfter = ms(wait(p, st, rem+1, t))
 		}
 		if commit {
-			ttl = max(ttl, s.idle)
+			if p.alg == algZoned {
+				ttl = max(ttl, max(s.st.a, p.ws)+p.wl-t) // to this window's end
+			} else {
+				ttl = max(ttl, s.idle)
+			}
 		}
 	}
 	if ttl > 0 {
@@ -295,6 +303,10 @@ func validate(limits []Limit, n, now int64, ps *[MaxLimits]params) error {
 		var err error
 		if ps[i], err = limits[i].params(); err != nil {
 			return err
+		}
+		if p := &ps[i]; p.alg == algZoned {
+			s, e := zoneWindow(p.loc, p.ivl, now)
+			p.ws, p.wl = s, e-s
 		}
 	}
 	return nil

@@ -47,7 +47,7 @@ func TestWaitIsExact(t *testing.T) {
 		if alg == algLog {
 			continue // the ring has its own wait; covered by the conformance suite
 		}
-		for _, p := range []params{{alg, 7, 60_000, 7}, {alg, 10, 1000, 3}, {alg, 3, 10, 5}} {
+		for _, p := range []params{{alg: alg, rate: 7, ivl: 60_000, burst: 7}, {alg: alg, rate: 10, ivl: 1000, burst: 3}, {alg: alg, rate: 3, ivl: 10, burst: 5}} {
 			if alg != algToken && alg != algLeaky {
 				p.burst = p.rate
 			}

@@ -138,8 +138,12 @@ func (s *Redis) keys(key string, ps []params) []string {
 		buf = append(buf, '}', ':')
 		buf = append(buf, algCodes[ps[i].alg]...)
 		buf = strconv.AppendInt(buf, ps[i].ivl, 10)
+		if ps[i].loc != nil {
+			buf = append(buf, '@')
+			buf = append(buf, ps[i].loc.String()...)
+		}
 		for j := 0; j < i; j++ {
-			if ps[j].alg == ps[i].alg && ps[j].ivl == ps[i].ivl {
+			if ps[j].alg == ps[i].alg && ps[j].ivl == ps[i].ivl && sameZone(ps[j].loc, ps[i].loc) {
 				buf = append(buf, '#')
 				buf = strconv.AppendInt(buf, int64(i), 10)
 				break
@@ -182,6 +186,11 @@ func (s *Redis) Allow(ctx context.Context, key string, limits []Limit, n int64, 
 		if p.alg == algLog && member == noMember {
 			// Members of the log must be unique across calls and processes.
 			member = s.nonce + ":" + strconv.FormatUint(s.seq.Add(1), 36) + ":"
+		}
+		if p.alg == algZoned {
+			// the window of now, computed here: interval = its length, burst = its start
+			args = append(args, code, p.rate, p.wl, p.ws)
+			continue
 		}
 		args = append(args, code, p.rate, p.ivl, p.burst)
 	}

@@ -32,6 +32,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	_ "time/tzdata" // rules' time_zone works in a container without zoneinfo
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"

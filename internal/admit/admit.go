@@ -133,6 +133,7 @@ func Limits(r *rules.Rule) []bucket.Limit {
 			Burst:     l.Burst,
 			Name:      name,
 			Shadow:    r.ShadowMode,
+			Location:  l.TimeZone, // windows turn at that zone's midnight (or hour)
 		})
 	}
 	return out
@@ -182,7 +183,9 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 				Reset: d.ResetAfter, Window: d.Window, RetryAfter: res.RetryAfter(),
 				Violated: violated(r, res),
 			}
-			retryAt := now.Add(out.RetryAfter)
+			// The limiter decides in whole ms: from now's ms, RetryAfter ends exactly where
+			// the window turns (not up to a ms later, which rounds retry_at a second late).
+			retryAt := now.Truncate(time.Millisecond).Add(out.RetryAfter)
 			if out.RetryAfter == bucket.Never { // the limit can never pass (requests_per_unit: 0)
 				out.RetryAfter = max(d.Window, time.Second)
 				retryAt = now.Add(r.Park.MaxAge)

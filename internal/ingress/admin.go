@@ -198,6 +198,7 @@ type rateLimitView struct {
 	Name      string `json:"name,omitempty"`
 	Algorithm string `json:"algorithm"`
 	Burst     int64  `json:"burst,omitempty"`
+	TimeZone  string `json:"time_zone,omitempty"` // a fixed window's time_zone
 	overrides.RateJSON
 }
 
@@ -217,6 +218,9 @@ func (a *Admin) listRules(w http.ResponseWriter, r *http.Request) {
 			lv := rateLimitView{Name: l.Name, Algorithm: string(l.Algorithm), RateJSON: overrides.EncodeRate(l.Rate)}
 			if l.Algorithm == rules.TokenBucket || l.Algorithm == rules.LeakyBucket {
 				lv.Burst = l.Burst // the windows have none
+			}
+			if l.TimeZone != nil {
+				lv.TimeZone = l.TimeZone.String()
 			}
 			v.RateLimits = append(v.RateLimits, lv)
 		}

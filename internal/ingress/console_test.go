@@ -197,6 +197,31 @@ descriptors:
     value: login
     name: auth-login
     rate_limit: {unit: minute, requests_per_unit: 5}
+---
+# Rules as long as real ones, so the tables are as wide as they get in use.
+domain: notifications_outbound_delivery
+descriptors:
+  - key: tenant_identifier
+    descriptors:
+      - key: delivery_channel
+        value: transactional-email
+        name: notifications-per-tenant-transactional-email
+        rate_limit:
+          - {unit: second, requests_per_unit: 20, algorithm: token_bucket, burst: 40, name: tenant_email_burst_limit}
+          - {unit: day, requests_per_unit: 100000, time_zone: America/New_York, name: tenant_email_daily_quota}
+        queue: {capacity: 100000, outflow: {unit: second, requests_per_unit: 25}, total_outflow: {unit: second, requests_per_unit: 5000}}
+        overflow: park
+        sink: {url: "SINK"}
+  - key: source_cluster
+    value: edge-proxy-eu-west-1
+    descriptors:
+      - key: destination_cluster
+        value: payments-api-internal-override
+        rate_limit:
+          name: override_limit_for_payments_internal
+          replaces: [{name: banned_limit_for_scrapers}]
+          unit: minute
+          requests_per_unit: 2
 `, "SINK", sink.URL)
 	if err := os.WriteFile(path, []byte(rulesYAML), 0o644); err != nil {
 		t.Fatal(err)
@@ -248,12 +273,18 @@ descriptors:
 		t.Fatalf("the check rule reads %q", got)
 	}
 	b.shot("queues")
+	b.wait("two samples in the sparklines", `document.querySelector('tr[data-queue="orders"] td[data-field="depth"] polyline') !== null`)
+	b.noOverflow("the queues page at 1280 px")
+	b.sparkScales("the queues page")
 
 	// One queue: pause, and nothing leaves; resume, and deliveries go on.
 	b.do("open the queue", chromedp.Click(chromedp.CSS(`tr[data-queue="orders"] a`)))
 	b.wait("the queue page", `!document.getElementById("page-queue").hidden && document.getElementById("q-title").textContent === "orders"`)
 	b.wait("hottest keys", `document.querySelector("#keys tbody td") !== null && document.querySelector("#keys tbody td").textContent === "m-42"`)
 	b.shot("queue")
+	b.wait("two samples in the charts", `document.querySelector("#q-depth-chart polyline") !== null`)
+	b.noOverflow("the queue page at 1280 px")
+	b.sparkScales("the queue page")
 	b.do("pause", chromedp.Click(chromedp.ID("q-pause")))
 	b.wait("paused", `document.getElementById("q-state").textContent === "Paused"`)
 	time.Sleep(1500 * time.Millisecond) // overrides reach drainers within 1 s; one delivery may be under way
@@ -310,6 +341,7 @@ descriptors:
 		t.Fatalf("the dead letter's row does not say why: %q", got)
 	}
 	b.shot("dead")
+	b.noOverflow("the dead letters page at 1280 px")
 	b.do("replay", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-id="%s"] button`, deadID))))
 	b.wait("replayed", `document.getElementById("status").textContent.includes("is queued again")`)
 	deadline := time.Now().Add(20 * time.Second)
@@ -367,6 +399,84 @@ descriptors:
 
 	if errs := b.errors("401", "412"); len(errs) > 0 {
 		t.Fatalf("the browser's console has errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// noOverflow fails the test when anything on the page is wider than the window: the page
+// itself, a table that would need its scroll bar, or a cell or button (the dead letters'
+// Replay) reaching past the right edge.
+func (b *browser) noOverflow(what string) {
+	b.t.Helper()
+	time.Sleep(100 * time.Millisecond) // a refresh may be laying out
+	raw := b.eval(`JSON.stringify((() => {
+		const vw = document.documentElement.clientWidth, bad = [];
+		if (document.documentElement.scrollWidth > vw) bad.push("the page is " + document.documentElement.scrollWidth + " px wide");
+		for (const s of document.querySelectorAll("main section:not([hidden]) .scroll")) {
+			const name = s.getAttribute("aria-label") || s.getAttribute("aria-labelledby");
+			if (s.scrollWidth > s.clientWidth + 1) bad.push(name + " is " + s.scrollWidth + " px wide in " + s.clientWidth + " px");
+			const box = s.getBoundingClientRect();
+			for (const e of s.querySelectorAll("th, td, button")) {
+				const r = e.getBoundingClientRect();
+				if (r.width > 0 && (r.right > box.right + 1 || r.right > vw)) bad.push(name + ": " + e.tagName + " " + JSON.stringify(e.textContent.slice(0, 30)) + " ends at " + Math.round(r.right) + " px");
+			}
+		}
+		return bad;
+	})())`)
+	var bad []string
+	if err := jsonUnmarshal(raw, &bad); err != nil {
+		b.t.Fatalf("%s: %v", raw, err)
+	}
+	if w := b.eval(`String(document.documentElement.clientWidth)`); w != "1280" {
+		b.t.Fatalf("%s: the window is %s px wide, not 1280", what, w)
+	}
+	if len(bad) > 0 {
+		b.t.Errorf("%s overflows:\n%s", what, strings.Join(bad, "\n"))
+	}
+}
+
+// sparkScales checks every sparkline on the page says its scale: the highest and lowest
+// value of its window written beside it, the line drawn from the one (top) to the other
+// (bottom).
+func (b *browser) sparkScales(what string) {
+	b.t.Helper()
+	raw := b.eval(`JSON.stringify((() => {
+		const out = [];
+		for (const svg of document.querySelectorAll("main section:not([hidden]) svg")) {
+			const box = svg.closest(".spark-box"), line = svg.querySelector("polyline");
+			const ys = line ? line.getAttribute("points").split(" ").map((p) => parseFloat(p.split(",")[1])) : [];
+			out.push({label: svg.getAttribute("aria-label"), min: svg.dataset.min, max: svg.dataset.max,
+				shownMax: box && box.querySelector(".scale .max") ? box.querySelector(".scale .max").textContent : null,
+				shownMin: box && box.querySelector(".scale .min") ? box.querySelector(".scale .min").textContent : null,
+				height: svg.viewBox.baseVal.height, top: Math.min(...ys), bottom: Math.max(...ys), points: ys.length});
+		}
+		return out;
+	})())`)
+	var sparks []struct {
+		Label, Min, Max, ShownMin, ShownMax string
+		Height, Top, Bottom                 float64
+		Points                              int
+	}
+	if err := jsonUnmarshal(raw, &sparks); err != nil {
+		b.t.Fatalf("%s: %v", raw, err)
+	}
+	if len(sparks) == 0 {
+		b.t.Fatalf("%s: no sparklines", what)
+	}
+	for _, s := range sparks {
+		lo, err1 := strconv.ParseFloat(s.Min, 64)
+		hi, err2 := strconv.ParseFloat(s.Max, 64)
+		shownLo, err3 := strconv.ParseFloat(strings.ReplaceAll(s.ShownMin, ",", ""), 64)
+		shownHi, err4 := strconv.ParseFloat(strings.ReplaceAll(s.ShownMax, ",", ""), 64)
+		switch {
+		case err1 != nil || err2 != nil || err3 != nil || err4 != nil:
+			b.t.Errorf("%s: %q has no scale: min %q max %q, shown %q and %q", what, s.Label, s.Min, s.Max, s.ShownMin, s.ShownMax)
+		case math.Abs(shownLo-lo) > 0.051 || math.Abs(shownHi-hi) > 0.051 || lo > hi:
+			b.t.Errorf("%s: %q shows %v–%v for values from %v to %v", what, s.Label, shownLo, shownHi, lo, hi)
+		case !strings.Contains(s.Label, "from "+s.ShownMin+" to "+s.ShownMax):
+			b.t.Errorf("%s: the label %q does not say the scale %s–%s", what, s.Label, s.ShownMin, s.ShownMax)
+		case s.Points > 1 && lo < hi && (s.Top > 2.01 || s.Bottom < s.Height-2.01):
+			b.t.Errorf("%s: %q runs from y=%v to y=%v of %v: not from its highest to its lowest value", what, s.Label, s.Top, s.Bottom, s.Height)
+		}
 	}
 }
 

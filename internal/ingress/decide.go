@@ -179,9 +179,9 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 			lim = &rule.RateLimits[res.Index]
 		}
 		reset := d.ResetAfter
-		if ivl := lim.Rate.Interval; lim.Algorithm == rules.FixedWindow && ivl > 0 {
+		if lim.Algorithm == rules.FixedWindow && lim.Rate.Interval > 0 {
 			// envoy: the time to the end of the window, whatever is left in it
-			reset = ivl - time.Duration(now.UnixNano()%int64(ivl))
+			reset = windowEnd(lim, now).Sub(now)
 		}
 		st := descriptorVerdict{Limit: lim, Remaining: d.Remaining, ResetAfter: wholeSeconds(reset),
 			Headers: rule.ResponseHeaders || s.cfg.GRPCResponseHeaders, Quota: env.cfg.QuotaMode || rule.QuotaMode}
@@ -194,8 +194,7 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 			st.Over = true
 			code = codeOverLimit
 			if env.cache != nil && !cached && !rule.ShadowMode && countsOver(rule) && lim.Algorithm == rules.FixedWindow && res.Index >= 0 {
-				ivl := lim.Rate.Interval
-				env.cache.put(key, overLimitEntry{until: now.Add(ivl - time.Duration(now.UnixNano()%int64(ivl))), limit: res.Index, ivl: ivl})
+				env.cache.put(key, overLimitEntry{until: windowEnd(lim, now), limit: res.Index, ivl: lim.Rate.Interval})
 			}
 		} else if res.ShadowDenied {
 			code = codeShadowOverLimit
@@ -254,6 +253,17 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 	return v, nil
 }
 
+// windowEnd is the end of the fixed window of l that holds now: aligned to the epoch, or
+// to l's time_zone (a day there may last 23 or 25 hours).
+func windowEnd(l *rules.RateLimit, now time.Time) time.Time {
+	if l.TimeZone == nil {
+		ivl := l.Rate.Interval
+		return now.Add(ivl - time.Duration(now.UnixNano()%int64(ivl)))
+	}
+	_, end := bucket.Limit{Interval: l.Rate.Interval, Location: l.TimeZone}.FixedWindow(now)
+	return end
+}
+
 // blockedResult answers for a rule with envoy's `requests_per_unit: 0` (a limit that
 // refuses everything, such as a blocked address) without asking the store, which has no
 // such limit: refused (or, in shadow mode, allowed and reported), nothing left, and the
@@ -265,7 +275,7 @@ func blockedResult(rule *rules.Rule, hits int64, now time.Time) (bucket.Result, 
 			continue
 		}
 		ivl := l.Rate.Interval
-		rest := ivl - time.Duration(now.UnixNano()%int64(ivl))
+		rest := windowEnd(&l, now).Sub(now)
 		// envoy: over when the count after the hits passes 0, so a check of 0 hits is OK
 		allowed := rule.ShadowMode || hits == 0
 		res := bucket.Result{Allowed: allowed, ShadowDenied: rule.ShadowMode && hits > 0, Index: i, N: min(len(rule.RateLimits), bucket.MaxLimits)}

@@ -46,6 +46,7 @@ var serverRoutes = []string{
 	"GET /readyz",
 	"GET /metrics",
 	"GET /ui/",
+	"GET /openapi.yaml",
 	"GET /v1/admin/rules",
 	"GET /v1/admin/queues",
 	"GET /v1/admin/queues/{name}",

@@ -146,6 +146,10 @@ func NewServer(cfg ServerConfig) *Server {
 		io.WriteString(w, "ok\n")
 	})
 	s.route("GET /readyz", s.handleReady)
+	s.route("GET /openapi.yaml", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		w.Write(openAPIDocument)
+	})
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
 	// The operator console: static files, public (they hold no data); the page signs in
 	// to the admin API with the admin token.

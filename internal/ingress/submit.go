@@ -57,7 +57,7 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 	match, ok := set.Match(req.Domain, toRuleEntries(req.Descriptor))
 	if !ok {
 		return problemOutcome(httpx.Problem{Type: httpx.TypeNoRule, Status: http.StatusNotFound, Title: "No matching rule",
-			Detail: "no rule of domain " + strconv.Quote(req.Domain) + " matches this descriptor"})
+			Detail: set.NoMatchDetail(req.Domain)})
 	}
 	rule := match.Rule
 	if !rule.HasQueue() {

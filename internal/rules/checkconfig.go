@@ -69,7 +69,14 @@ func describeRule(r *Rule) string {
 		parts = append(parts, "unlimited")
 	}
 	for _, l := range r.RateLimits {
-		parts = append(parts, fmt.Sprintf("limit %s %s", describeRate(l.Rate), l.Algorithm))
+		s := fmt.Sprintf("limit %s %s", describeRate(l.Rate), l.Algorithm)
+		if l.Algorithm == TokenBucket || l.Algorithm == LeakyBucket {
+			s += fmt.Sprintf(" burst=%d", l.Burst)
+		}
+		if l.TimeZone != nil {
+			s += " time_zone=" + l.TimeZone.String()
+		}
+		parts = append(parts, s)
 	}
 	if r.ShadowMode {
 		parts = append(parts, "shadow_mode")

@@ -60,6 +60,10 @@ type RateLimit struct {
 	Algorithm Algorithm // default FixedWindow
 	Burst     int64     // token_bucket / leaky_bucket only; default Rate.Requests
 	Name      string    // optional; used in RateLimit-Policy and violated-policies (default: the rule's name)
+	// TimeZone is `time_zone` (an IANA name such as Asia/Seoul): a fixed_window whose
+	// interval divides a day turns at that zone's midnight (or hour) instead of UTC's,
+	// and lasts 23 or 25 hours across a daylight-saving change. nil: UTC (the epoch).
+	TimeZone *time.Location
 }
 
 // Queue is the per-key bounded queue (the leaky bucket used as a queue).

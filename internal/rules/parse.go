@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -69,9 +70,9 @@ var (
 		"delivery", "ordering", "response_headers", "metadata", "quota_mode", "all_or_nothing",
 	}
 	envoyLimitFields = []string{
-		"unit", "interval", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "unit_multiplier",
+		"unit", "interval", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "unit_multiplier", "time_zone",
 	}
-	listLimitFields = []string{"unit", "interval", "requests_per_unit", "name", "algorithm", "burst", "unit_multiplier"}
+	listLimitFields = []string{"unit", "interval", "requests_per_unit", "name", "algorithm", "burst", "unit_multiplier", "time_zone"}
 	rateFields      = []string{"unit", "interval", "requests_per_unit"}
 	queueFields     = []string{"capacity", "outflow", "total_outflow", "max_scheduled", "max_age"}
 	parkFields      = []string{"max_age"}
@@ -773,7 +774,7 @@ func (p *fileParser) rateLimits(n *yaml.Node, field string, rule *Rule) bool {
 		rule.Unlimited = true
 		// envoy: "should not specify rate limit unit when unlimited". requests_per_unit
 		// is tolerated (and ignored) as envoy does, so envoy files load unchanged.
-		for _, k := range []string{"unit", "interval", "algorithm", "burst", "unit_multiplier"} {
+		for _, k := range []string{"unit", "interval", "algorithm", "burst", "unit_multiplier", "time_zone"} {
 			if v, has := m[k]; has {
 				p.errorf(v, joinField(field, k), "must not be set when unlimited is true")
 			}
@@ -860,7 +861,57 @@ func (p *fileParser) limit(m map[string]*yaml.Node, field string, at *yaml.Node)
 		ok = ok && sok
 		l.Name = s
 	}
+	if v, has := m["time_zone"]; has {
+		loc, zok := p.timeZone(v, joinField(field, "time_zone"), l)
+		ok = ok && zok
+		l.TimeZone = loc
+	}
 	return l, ok
+}
+
+// locations keeps every zone loaded, by name, so a reload hands the limiter the same
+// *time.Location (and does not read the tz database again). There are a few hundred.
+var locations sync.Map // string → *time.Location
+
+func loadLocation(name string) (*time.Location, error) {
+	if l, ok := locations.Load(name); ok {
+		return l.(*time.Location), nil
+	}
+	l, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, err
+	}
+	l2, _ := locations.LoadOrStore(name, l)
+	return l2.(*time.Location), nil
+}
+
+// timeZone reads `time_zone`: an IANA zone name for a fixed window that divides a day.
+// The other algorithms have no window edges for a zone to move: a bucket refills and a
+// sliding window slides the same in every zone; the sliding window counter's windows
+// weigh each other by their common length, which days of 23 and 25 hours do not have.
+func (p *fileParser) timeZone(n *yaml.Node, field string, l RateLimit) (*time.Location, bool) {
+	name, ok := p.str(n, field)
+	if !ok {
+		return nil, false
+	}
+	if name == "" || name == "Local" {
+		p.errorf(n, field, "must be an IANA time zone name such as Asia/Seoul or UTC (got %q)", name)
+		return nil, false
+	}
+	loc, err := loadLocation(name)
+	if err != nil || strings.HasPrefix(name, "/") {
+		p.errorf(n, field, "unknown time zone %q (an IANA name such as Asia/Seoul, America/New_York or UTC)", name)
+		return nil, false
+	}
+	switch {
+	case l.Algorithm != FixedWindow:
+		p.errorf(n, field, "only applies to fixed_window (algorithm is %s: it has no window edges for a time zone to move)", l.Algorithm)
+		return nil, false
+	case l.Rate.Interval > 0 && (24*time.Hour)%l.Rate.Interval != 0:
+		p.errorf(n, field, "needs a window that divides a day (an hour, 6h, a day…; got %s)", l.Rate.Interval)
+		return nil, false
+	}
+	return loc, true
 }
 
 // rate parses {unit | interval, requests_per_unit}. allowZero admits envoy's

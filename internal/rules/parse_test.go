@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	_ "time/tzdata" // zones from the binary, not the machine
 )
 
 func mustParse(t testing.TB, yaml string) *Set {
@@ -110,11 +111,11 @@ descriptors:
 		Path:       []PathEntry{{"message_type", "marketing"}, {"user_id", ""}},
 		ShadowMode: true,
 		RateLimits: []RateLimit{
-			{Rate{5, 24 * time.Hour}, SlidingWindowCounter, 5, "daily"},
-			{Rate{2, 30 * time.Second}, TokenBucket, 4, ""},
-			{Rate{20, 7 * 24 * time.Hour}, SlidingWindowLog, 20, ""},
-			{Rate{9, time.Hour}, LeakyBucket, 9, ""},
-			{Rate{1, time.Second}, FixedWindow, 1, ""},
+			{Rate{5, 24 * time.Hour}, SlidingWindowCounter, 5, "daily", nil},
+			{Rate{2, 30 * time.Second}, TokenBucket, 4, "", nil},
+			{Rate{20, 7 * 24 * time.Hour}, SlidingWindowLog, 20, "", nil},
+			{Rate{9, time.Hour}, LeakyBucket, 9, "", nil},
+			{Rate{1, time.Second}, FixedWindow, 1, "", nil},
 		},
 		Queue:    &Queue{Capacity: 50, Outflow: Rate{1, 500 * time.Millisecond}, TotalOutflow: Rate{600, time.Minute}, MaxScheduled: 7},
 		Overflow: OverflowPark, Park: Park{MaxAge: 48 * time.Hour},
@@ -162,6 +163,58 @@ descriptors:
 	}
 }
 
+// TestParseTimeZone: time_zone names an IANA zone for a fixed window (envoy's mapping
+// and sluice's list), loaded from the embedded tzdata.
+func TestParseTimeZone(t *testing.T) {
+	t.Parallel()
+	s := mustParse(t, `
+domain: messaging
+descriptors:
+  - key: user_id
+    rate_limit: {unit: day, requests_per_unit: 5, time_zone: Asia/Seoul}
+  - key: team_id
+    rate_limit:
+      - {unit: second, requests_per_unit: 10, algorithm: token_bucket}
+      - {unit: hour, requests_per_unit: 100, time_zone: Asia/Kathmandu}
+      - {unit: day, requests_per_unit: 1000}
+`)
+	l := s.Rule("messaging_user_id").RateLimits[0]
+	if l.TimeZone == nil || l.TimeZone.String() != "Asia/Seoul" || l.Rate != (Rate{5, 24 * time.Hour}) {
+		t.Errorf("user_id: %+v", l)
+	}
+	ls := s.Rule("messaging_team_id").RateLimits
+	if ls[0].TimeZone != nil || ls[1].TimeZone == nil || ls[1].TimeZone.String() != "Asia/Kathmandu" || ls[2].TimeZone != nil {
+		t.Errorf("team_id: %+v", ls)
+	}
+	if _, off := time.Date(2026, 1, 1, 0, 0, 0, 0, ls[1].TimeZone).Zone(); off != 5*3600+45*60 {
+		t.Errorf("Kathmandu offset %d", off)
+	}
+
+	// The rate_limit that deploy/examples/marketing.yaml suggests in a comment works.
+	raw, err := os.ReadFile("../../deploy/examples/marketing.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var suggested, current string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if l := strings.TrimSpace(strings.TrimPrefix(line, "#")); strings.HasPrefix(l, "rate_limit:") && strings.Contains(l, "time_zone") {
+			suggested = l
+		} else if l := strings.TrimSpace(line); strings.HasPrefix(l, "rate_limit:") {
+			current = l
+		}
+	}
+	if suggested == "" || current == "" {
+		t.Fatalf("marketing.yaml: suggested %q, current %q", suggested, current)
+	}
+	set, err := Parse("marketing.yaml", []byte(strings.Replace(string(raw), current, suggested, 1)))
+	if err != nil {
+		t.Fatalf("the suggested %s: %v", suggested, err)
+	}
+	if l := set.Rule("marketing-per-user").RateLimits[0]; l.TimeZone == nil || l.Algorithm != FixedWindow || l.Rate != (Rate{5, 24 * time.Hour}) {
+		t.Errorf("the suggested limit reads %+v", l)
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	t.Parallel()
 	const q = "queue: {capacity: 1, outflow: {unit: second, requests_per_unit: 1}}"
@@ -199,6 +252,16 @@ func TestParseErrors(t *testing.T) {
 			[]string{"f.yaml:4: descriptors[0].rate_limit.requests_per_unit: required"}},
 		{"negative requests", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: -1}\n",
 			[]string{"f.yaml:4: descriptors[0].rate_limit.requests_per_unit: must be ≥ 0 (got -1)"}},
+		{"unknown time zone", "domain: x\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: day\n      requests_per_unit: 5\n      time_zone: Asia/Seul\n",
+			[]string{`f.yaml:7: descriptors[0].rate_limit.time_zone: unknown time zone "Asia/Seul" (an IANA name such as Asia/Seoul, America/New_York or UTC)`}},
+		{"time zone Local", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 5, time_zone: Local}\n",
+			[]string{`f.yaml:4: descriptors[0].rate_limit.time_zone: must be an IANA time zone name such as Asia/Seoul or UTC (got "Local")`}},
+		{"time zone of a sliding window", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 5, algorithm: sliding_window_counter, time_zone: Asia/Seoul}\n",
+			[]string{`f.yaml:4: descriptors[0].rate_limit.time_zone: only applies to fixed_window (algorithm is sliding_window_counter: it has no window edges for a time zone to move)`}},
+		{"time zone of a week", "domain: x\ndescriptors:\n  - key: a\n    rate_limit:\n      - {unit: second, requests_per_unit: 5}\n      - {unit: week, requests_per_unit: 5, time_zone: Asia/Seoul}\n",
+			[]string{`f.yaml:6: descriptors[0].rate_limit[1].time_zone: needs a window that divides a day (an hour, 6h, a day…; got 168h0m0s)`}},
+		{"time zone of an unlimited limit", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, time_zone: Asia/Seoul}\n",
+			[]string{`f.yaml:4: descriptors[0].rate_limit.time_zone: must not be set when unlimited is true`}},
 		{"requests not int", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: lots}\n",
 			[]string{`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: must be an integer (got "lots")`}},
 		{"unlimited with unit", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}\n",
@@ -236,7 +299,7 @@ func TestParseErrors(t *testing.T) {
 		{"empty limit list", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: []\n",
 			[]string{"f.yaml:4: descriptors[0].rate_limit: must list at least one limit"}},
 		{"unlimited in list", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: [{unlimited: true}]\n",
-			[]string{`f.yaml:4: descriptors[0].rate_limit[0].unlimited: unknown field (allowed: unit, interval, requests_per_unit, name, algorithm, burst, unit_multiplier)`,
+			[]string{`f.yaml:4: descriptors[0].rate_limit[0].unlimited: unknown field (allowed: unit, interval, requests_per_unit, name, algorithm, burst, unit_multiplier, time_zone)`,
 				"f.yaml:4: descriptors[0].rate_limit[0].unit: required (or interval)",
 				"f.yaml:4: descriptors[0].rate_limit[0].requests_per_unit: required"}},
 		{"capacity zero", "domain: x\ndescriptors:\n  - key: a\n    queue:\n      capacity: 0\n      outflow: {unit: second, requests_per_unit: 1}\n    sink: {url: 'http://h/'}\n",

@@ -3,6 +3,7 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Validate checks the invariants every rule of a loaded Set satisfies. Load and Parse
@@ -38,6 +39,9 @@ func (r *Rule) Validate() error {
 		}
 		if l.Burst < 0 {
 			bad("rate_limit[%d].burst: must be ≥ 0", i)
+		}
+		if l.TimeZone != nil && (l.Algorithm != FixedWindow || l.Rate.Interval <= 0 || (24*time.Hour)%l.Rate.Interval != 0) {
+			bad("rate_limit[%d].time_zone: only applies to a fixed_window that divides a day", i)
 		}
 	}
 	if q := r.Queue; q != nil {

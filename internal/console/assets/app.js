@@ -76,15 +76,20 @@
     return isNaN(d) ? iso : d.toLocaleString();
   }
 
-  // Sparkline of values (oldest first) as an inline SVG, scaled to its own maximum.
-  function spark(values, cls, label, big) {
+  // Sparkline of values (oldest first) as an inline SVG beside its scale: the line runs
+  // from the lowest value of the window (bottom) to the highest (top), and both numbers
+  // are written next to it (and in its label), so no two sparklines read as one scale.
+  function spark(values, cls, label, big, digits) {
     const ns = "http://www.w3.org/2000/svg";
     const w = big ? 600 : 120, h = big ? 80 : 28;
+    const lo = values.length ? Math.min(...values) : 0, hi = values.length ? Math.max(...values) : 0;
     const svg = document.createElementNS(ns, "svg");
     svg.setAttribute("viewBox", "0 0 " + w + " " + h);
     svg.setAttribute("preserveAspectRatio", "none");
     svg.setAttribute("role", "img");
-    svg.setAttribute("aria-label", label);
+    svg.setAttribute("aria-label", label + "; from " + num(lo, digits) + " to " + num(hi, digits));
+    svg.dataset.min = String(lo);
+    svg.dataset.max = String(hi);
     if (!big) svg.setAttribute("class", "spark");
     const base = document.createElementNS(ns, "line");
     base.setAttribute("x1", "0"); base.setAttribute("x2", String(w));
@@ -92,10 +97,9 @@
     base.setAttribute("class", "base");
     svg.appendChild(base);
     if (values.length > 1) {
-      const max = Math.max(1, ...values);
       const pts = values.map((v, i) => {
         const x = (i / (values.length - 1)) * w;
-        const y = h - 2 - (v / max) * (h - 4);
+        const y = hi > lo ? h - 2 - ((v - lo) / (hi - lo)) * (h - 4) : h / 2;
         return x.toFixed(1) + "," + y.toFixed(1);
       });
       const line = document.createElementNS(ns, "polyline");
@@ -103,7 +107,14 @@
       if (cls) line.setAttribute("class", cls);
       svg.appendChild(line);
     }
-    return svg;
+    const box = el("span", null, big ? "spark-box big" : "spark-box");
+    const scale = el("span", null, "scale");
+    scale.setAttribute("aria-hidden", "true"); // the label says it
+    scale.appendChild(el("span", num(hi, digits), "max"));
+    scale.appendChild(el("span", num(lo, digits), "min"));
+    box.appendChild(svg);
+    box.appendChild(scale);
+    return box;
   }
 
   function record(queues) {
@@ -152,7 +163,7 @@
       tr.appendChild(el("td", age(q.oldest_age_seconds), "num"));
       const delivered = el("td", null, "num trend");
       delivered.appendChild(el("span", num(q.drained_per_second, 1), "now"));
-      delivered.appendChild(spark(series(q.name, "rate"), "rate", "Delivered per second of " + q.name + " over the last 10 minutes, now " + num(q.drained_per_second, 1)));
+      delivered.appendChild(spark(series(q.name, "rate"), "rate", "Delivered per second of " + q.name + " over the last 10 minutes, now " + num(q.drained_per_second, 1), false, 1));
       tr.appendChild(delivered);
       tr.appendChild(el("td", num(q.refused_per_second, 1), "num"));
       tr.appendChild(el("td", num(q.parked), "num"));
@@ -230,7 +241,7 @@
     fact(dl, "Parked", num(q.parked));
     fact(dl, "Dead", num(q.dead));
     $("q-depth-chart").replaceChildren(spark(series(q.name, "depth"), "", "Depth over the last 10 minutes, now " + q.depth, true));
-    $("q-rate-chart").replaceChildren(spark(series(q.name, "rate"), "rate", "Delivered per second over the last 10 minutes, now " + num(q.drained_per_second, 1), true));
+    $("q-rate-chart").replaceChildren(spark(series(q.name, "rate"), "rate", "Delivered per second over the last 10 minutes, now " + num(q.drained_per_second, 1), true, 1));
     $("q-dead-link").href = "#/dead?queue=" + encodeURIComponent(q.name);
     $("of-hint").textContent = over.includes("outflow")
       ? "Changed live from the rules file's " + rate(q.rules_file.outflow) + (q.override_updated_at ? " at " + when(q.override_updated_at) : "") + "."
