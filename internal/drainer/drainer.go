@@ -6,8 +6,10 @@ package drainer
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"net/http"
 
 	"sync"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/sluice-io/sluice/internal/app"
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/sink"
 	"github.com/sluice-io/sluice/retry"
 )
@@ -32,6 +35,10 @@ type Deps struct {
 	Drain drain.Config
 	// Readmit tunes the re-admitter (workers, backoff, …); the parts above are filled in.
 	Readmit retry.ReadmitterConfig
+	// SinkTLS verifies https:// sinks (tlsx.ClientConfig of -sink-ca); nil = system roots.
+	SinkTLS *tls.Config
+	// Signer signs HTTP deliveries (-sign-keys); nil = unsigned.
+	Signer *sign.Signer
 }
 
 // Process is a running drainer.
@@ -43,7 +50,13 @@ type Process struct {
 // Start builds and starts the drainer's parts.
 func Start(ctx context.Context, d Deps) (*Process, error) {
 	st := d.Stack
-	httpSink, err := sink.NewHTTP(sink.HTTPConfig{})
+	hc := sink.HTTPConfig{Signer: d.Signer}
+	if d.SinkTLS != nil {
+		t := sink.NewTransport(256)
+		t.TLSClientConfig = d.SinkTLS
+		hc.Client = &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	httpSink, err := sink.NewHTTP(hc)
 	if err != nil {
 		return nil, fmt.Errorf("drainer: %w", err)
 	}

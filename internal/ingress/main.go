@@ -24,6 +24,8 @@ import (
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/drainer"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/sign"
+	"github.com/sluice-io/sluice/internal/tlsx"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
 )
@@ -47,6 +49,7 @@ type Main struct {
 	SinkURL   string           // -dev demo sink
 	Drainer   *drainer.Process // the in-process drainer (-drain), or nil
 	Stack     *app.Stack       // connections, streams, admission
+	TLS       *tlsx.Server     // the listeners' certificates (-tls-cert); nil = plain text
 
 	closers []func()
 	httpSrv *http.Server
@@ -93,6 +96,22 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	// Certificates and secrets next: a process that cannot serve as configured must not
+	// start.
+	if c.TLSCert != "" {
+		if m.TLS, err = tlsx.NewServer(tlsx.ServerFiles{CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA, Logger: log}); err != nil {
+			return fmt.Errorf("ingress: %w", err)
+		}
+	}
+	sinkTLS, err := tlsx.ClientConfig("-sink-ca", c.SinkCA)
+	if err != nil {
+		return fmt.Errorf("ingress: %w", err)
+	}
+	signer, err := sign.NewSigner(c.SignKeys, log)
+	if err != nil {
+		return fmt.Errorf("ingress: %w", err)
+	}
+
 	// Rules first: a process with bad rules must not start.
 	var srv *Server
 	watcher, err := rules.NewWatcher(rules.WatcherConfig{
@@ -137,6 +156,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	capacityChanged := make(chan struct{}, 1)
 	st, err := app.Open(ctx, app.Config{
 		Name: "ingress", NATSURL: m.NATSURL, RedisURL: m.RedisURL, Replicas: c.Replicas,
+		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey,
 		Rules: watcher.Current, Limits: limits, Logger: log,
 		IdempotencyTTL: c.IdempotencyTTL, StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
 		OnDegraded: func(on bool) {
@@ -181,6 +201,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if c.Drain {
 		proc, err := drainer.Start(context.WithoutCancel(ctx), drainer.Deps{
 			Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
+			SinkTLS: sinkTLS, Signer: signer,
 			Drain:   drain.Config{Workers: c.DrainWorkers, StopTimeout: c.ShutdownTimeout},
 			Readmit: retry.ReadmitterConfig{MaxBackoff: c.ReadmitMaxBackoff},
 		})
@@ -237,14 +258,21 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.Addr = ln.Addr()
 	m.httpSrv = &http.Server{
 		Handler:           srv,
+		// TLS handshake errors (probes, scanners) at debug level, not on stderr.
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 	}
+	serve := m.httpSrv.Serve
+	if m.TLS != nil {
+		m.httpSrv.TLSConfig = m.TLS.Config()
+		serve = func(ln net.Listener) error { return m.httpSrv.ServeTLS(ln, "", "") }
+	}
 	go func() {
-		if err := m.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("ingress: HTTP server stopped", "err", err)
 		}
 	}()
@@ -254,7 +282,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("ingress: listen -grpc %s: %w", c.GRPCAddr, err)
 		}
 		m.GRPCAddr = gln.Addr()
-		m.grpcSrv = srv.NewGRPCServer(GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log})
+		gc := GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log}
+		if m.TLS != nil {
+			gc.TLS = m.TLS.Config()
+		}
+		m.grpcSrv = srv.NewGRPCServer(gc)
 		go func() {
 			if err := m.grpcSrv.Serve(gln); err != nil {
 				log.Error("ingress: gRPC server stopped", "err", err)
@@ -273,7 +305,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		go dbg.Serve(dln)
 		log.Info("ingress: pprof listening", "addr", dln.Addr().String())
 	}
-	log.Info("ingress: listening", "addr", m.Addr.String(), "nats", m.NATSURL, "rules", len(watcher.Current().Rules()), "dev", c.Dev)
+	log.Info("ingress: listening", "addr", m.Addr.String(), "tls", m.TLS != nil, "mtls", c.TLSClientCA != "", "nats", m.NATSURL, "rules", len(watcher.Current().Rules()), "dev", c.Dev)
 	if c.Dev {
 		m.printBanner(watcher.Current())
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -55,6 +56,9 @@ type HTTPConfig struct {
 
 	// UserAgent sent with every request. Default "sluice".
 	UserAgent string
+
+	// Signer adds a Sluice-Signature header to every delivery (internal/sign); nil = none.
+	Signer *sign.Signer
 }
 
 // WithDefaults returns a copy of c with every unset field set to its default.
@@ -149,6 +153,9 @@ func (h *HTTP) Deliver(ctx context.Context, rule *rules.Rule, m queue.Message) d
 	}
 	deliveryHeaders(rule, m, req.Header.Set)
 	req.Header.Set("User-Agent", h.cfg.UserAgent)
+	if h.cfg.Signer != nil {
+		req.Header.Set(sign.Header, h.cfg.Signer.Sign(time.Now(), m.Payload))
+	}
 
 	resp, err := h.cfg.Client.Do(req)
 	if err != nil {

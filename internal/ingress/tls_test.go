@@ -1,0 +1,271 @@
+package ingress_test
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluice-io/sluice/internal/ingress"
+	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/internal/tlsx/tlstest"
+)
+
+// startTLS runs an ingress whose listeners serve the certificate files in dir
+// (server.crt, server.key) with the extra flags.
+func startTLS(t *testing.T, extra ...string) *ingress.Main {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(routesRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := natstest.Start(t)
+	r := redistest.Start(t, redistest.Options{})
+	args := append([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
+		"-admin-token", routesToken, "-shutdown-timeout", "2s"}, extra...)
+	cfg, err := ingress.ParseFlags(args, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
+func httpsClient(tc *tls.Config) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}}
+}
+
+func grpcHealth(t *testing.T, addr string, tc *tls.Config) error {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(false))
+	if err != nil {
+		return err
+	}
+	if resp.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("gRPC health over TLS: %v", resp.Status)
+	}
+	return nil
+}
+
+// HTTPS and gRPC over TLS are served with the certificate of -tls-cert; plain HTTP and a
+// client that does not trust the CA are refused.
+func TestTLSServesHTTPSAndGRPC(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "sluice test CA")
+	leaf := ca.Issue(t, "ingress")
+	cert := tlstest.Write(t, dir, "server.crt", leaf.CertPEM)
+	key := tlstest.Write(t, dir, "server.key", leaf.KeyPEM)
+	m := startTLS(t, "-tls-cert", cert, "-tls-key", key)
+
+	tc := &tls.Config{RootCAs: ca.Pool()}
+	resp, err := httpsClient(tc).Get("https://" + m.Addr.String() + "/healthz")
+	if err != nil {
+		t.Fatalf("HTTPS: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.TLS == nil || resp.TLS.Version < tls.VersionTLS12 {
+		t.Fatalf("HTTPS /healthz: %d, TLS %+v", resp.StatusCode, resp.TLS)
+	}
+	if resp.TLS.PeerCertificates[0].SerialNumber.Cmp(leaf.Serial) != 0 {
+		t.Fatal("served a certificate other than -tls-cert")
+	}
+	if resp.ProtoMajor != 2 {
+		t.Errorf("HTTPS negotiated %s, want HTTP/2", resp.Proto)
+	}
+	// Plain HTTP to the TLS port gets no API answer.
+	if resp, err := http.Get("http://" + m.Addr.String() + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Fatal("plain HTTP answered 200 on the TLS listener")
+		}
+	}
+	// TLS 1.1 is refused.
+	old := &tls.Config{RootCAs: ca.Pool(), MaxVersion: tls.VersionTLS11}
+	if _, err := httpsClient(old).Get("https://" + m.Addr.String() + "/healthz"); err == nil {
+		t.Fatal("a TLS 1.1 client was served")
+	}
+	// A client trusting another CA refuses the server.
+	other := tlstest.NewCA(t, "another CA")
+	if _, err := httpsClient(&tls.Config{RootCAs: other.Pool()}).Get("https://" + m.Addr.String() + "/healthz"); err == nil {
+		t.Fatal("a client trusting another CA accepted the certificate")
+	}
+	if err := grpcHealth(t, m.GRPCAddr.String(), tc); err != nil {
+		t.Fatalf("gRPC over TLS: %v", err)
+	}
+}
+
+// With -tls-client-ca, a client without a certificate (or with one of another CA) is
+// refused on both listeners; one with a certificate of the CA is served.
+func TestTLSClientCertificateRequired(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "sluice test CA")
+	leaf := ca.Issue(t, "ingress")
+	clientCA := tlstest.NewCA(t, "mesh CA")
+	m := startTLS(t, "-tls-cert", tlstest.Write(t, dir, "server.crt", leaf.CertPEM), "-tls-key", tlstest.Write(t, dir, "server.key", leaf.KeyPEM),
+		"-tls-client-ca", tlstest.Write(t, dir, "client-ca.crt", clientCA.CertPEM))
+	url := "https://" + m.Addr.String() + "/healthz"
+
+	noCert := &tls.Config{RootCAs: ca.Pool()}
+	if resp, err := httpsClient(noCert).Get(url); err == nil {
+		resp.Body.Close()
+		t.Fatalf("HTTPS without a client certificate: %d, want a refused handshake", resp.StatusCode)
+	}
+	if err := grpcHealth(t, m.GRPCAddr.String(), noCert); err == nil {
+		t.Fatal("gRPC without a client certificate was served")
+	}
+	stranger := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{tlstest.NewCA(t, "stranger").Issue(t, "x").TLS(t)}}
+	if _, err := httpsClient(stranger).Get(url); err == nil {
+		t.Fatal("HTTPS with a certificate of another CA was served")
+	}
+
+	withCert := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{clientCA.Issue(t, "envoy").TLS(t)}}
+	resp, err := httpsClient(withCert).Get(url)
+	if err != nil {
+		t.Fatalf("HTTPS with a client certificate: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("HTTPS with a client certificate: %d", resp.StatusCode)
+	}
+	if err := grpcHealth(t, m.GRPCAddr.String(), withCert); err != nil {
+		t.Fatalf("gRPC with a client certificate: %v", err)
+	}
+}
+
+// The certificate files are rewritten while clients keep sending (on kept-alive and on new
+// connections): no request fails, and new connections soon see the new certificate.
+func TestTLSRotationUnderLoad(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "sluice test CA")
+	first := ca.Issue(t, "ingress-1")
+	cert := tlstest.Write(t, dir, "server.crt", first.CertPEM)
+	key := tlstest.Write(t, dir, "server.key", first.KeyPEM)
+	m := startTLS(t, "-tls-cert", cert, "-tls-key", key)
+	url := "https://" + m.Addr.String() + "/healthz"
+
+	var ok, failed atomic.Int64
+	var firstErr atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			keepAlive := httpsClient(&tls.Config{RootCAs: ca.Pool()})
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c := keepAlive
+				if i%2 == 0 { // a new connection every request
+					c = httpsClient(&tls.Config{RootCAs: ca.Pool()})
+					c.Transport.(*http.Transport).DisableKeepAlives = true
+				}
+				resp, err := c.Get(url)
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 {
+						err = io.ErrUnexpectedEOF
+					}
+				}
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				} else {
+					ok.Add(1)
+				}
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	second := ca.Issue(t, "ingress-2")
+	// cert-manager writes both files; a handshake in between may see a new cert with the
+	// old key, which must not fail (the previous pair stays in use).
+	tlstest.Write(t, dir, "server.crt", second.CertPEM)
+	time.Sleep(50 * time.Millisecond)
+	tlstest.Write(t, dir, "server.key", second.KeyPEM)
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tc := &tls.Config{RootCAs: ca.Pool()}
+		conn, err := tls.Dial("tcp", m.Addr.String(), tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		serial := conn.ConnectionState().PeerCertificates[0].SerialNumber
+		conn.Close()
+		if serial.Cmp(second.Serial) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("new connections still see the old certificate 10s after the rotation")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // more load on the new certificate
+	close(stop)
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.Fatalf("%d of %d requests failed during the rotation; first: %v", failed.Load(), failed.Load()+ok.Load(), firstErr.Load())
+	}
+	if ok.Load() < 20 {
+		t.Fatalf("only %d requests under load", ok.Load())
+	}
+	t.Logf("%d requests during the rotation, none failed", ok.Load())
+}
+
+// Bad TLS flags are refused naming the flag.
+func TestTLSFlagErrors(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-tls-cert", "a.crt"}, "-tls-cert and -tls-key"},
+		{[]string{"-tls-client-ca", "ca.crt"}, "-tls-client-ca"},
+		{[]string{"-nats-cert", "a.crt"}, "-nats-cert and -nats-key"},
+		{[]string{"-audit-keep", "0s"}, "-audit-keep"},
+	} {
+		_, err := ingress.ParseFlags(append([]string{"-rules", "x.yaml"}, c.args...), func(string) string { return "" }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error naming %s", c.args, err, c.want)
+		}
+	}
+	// A missing certificate file stops the process at start, naming the flag.
+	m := &ingress.Main{Config: ingress.Config{Rules: []string{"testdata/none"}, TLSCert: "/nonexistent.crt", TLSKey: "/nonexistent.key"},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := m.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "-tls-cert") {
+		t.Fatalf("Run with a missing certificate: %v", err)
+	}
+}
+
