@@ -257,7 +257,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	m.Addr = ln.Addr()
 	m.httpSrv = &http.Server{
-		Handler:           srv,
+		Handler: srv,
 		// TLS handshake errors (probes, scanners) at debug level, not on stderr.
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		ReadHeaderTimeout: 5 * time.Second,

@@ -268,4 +268,3 @@ func TestTLSFlagErrors(t *testing.T) {
 		t.Fatalf("Run with a missing certificate: %v", err)
 	}
 }
-
