@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/app"
+	"github.com/sluice-io/sluice/internal/audit"
 	"github.com/sluice-io/sluice/internal/devenv"
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/drainer"
@@ -111,6 +112,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
+	auth, err := openAuth(c, log)
+	if err != nil {
+		return fmt.Errorf("ingress: %w", err)
+	}
 
 	// Rules first: a process with bad rules must not start.
 	var srv *Server
@@ -186,11 +191,15 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return err
 	}
 
-	admin := &Admin{Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
+	auditLog := audit.New(st.JS, audit.Config{MaxAge: c.AuditKeep, MaxMsgs: c.AuditMax, Replicas: c.Replicas, Logger: log})
+	if err := app.Retry(startCtx, auditLog.Ensure); err != nil {
+		return fmt.Errorf("ingress: %w", err)
+	}
+	admin := &Admin{Audit: auditLog, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
 		JS: st.JS, Parking: st.Parking, Dead: st.Dead, Admitter: st.Admitter, Logger: log}
 	srv = NewServer(ServerConfig{
 		Rules: watcher.Current, Admitter: st.Admitter, Status: st.Status, Limits: st.Limits,
-		Admin: admin, AdminToken: c.AdminToken, MaxBody: c.MaxBody, Registry: reg, Logger: log,
+		Admin: admin, Auth: auth, MaxBody: c.MaxBody, Registry: reg, Logger: log,
 		Ready: st.Ready, GRPCResponseHeaders: c.GRPCResponseHeaders, Now: m.Now,
 		Envoy: EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,
 			LocalCacheBytes: c.LocalCacheBytes, DetailedMetricValues: c.DetailedMetricValues},
@@ -316,7 +325,7 @@ func (m *Main) printBanner(set *rules.Set) {
 	port := m.Addr.(*net.TCPAddr).Port
 	fmt.Fprintf(m.Stdout, "\nsluice is running (dev mode: embedded NATS at %s, data in %s)\n", m.NATSURL, m.Config.DataDir)
 	fmt.Fprintf(m.Stdout, "  API:       http://localhost:%d   (metrics: /metrics)\n", port)
-	if m.Config.AdminToken != "" {
+	if m.Config.AdminToken != "" || m.Config.AdminTokenFile != "" || m.Config.AdminTokensFile != "" {
 		fmt.Fprintf(m.Stdout, "  console:   http://localhost:%d/ui/   (sign in with the -admin-token value)\n", port)
 	} else {
 		fmt.Fprintf(m.Stdout, "  console:   http://localhost:%d/ui/   (start with -admin-token to sign in)\n", port)
@@ -347,6 +356,33 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// openAuth reads the admin and submit tokens of the config.
+func openAuth(c Config, log *slog.Logger) (*Auth, error) {
+	a := &Auth{}
+	if c.AdminToken != "" {
+		a.Static = []Token{NewStaticToken("admin-token", ScopeOperate, c.AdminToken)}
+	}
+	var err error
+	if c.AdminTokenFile != "" {
+		a.File = &TokenFile{path: c.AdminTokenFile, flag: "-admin-token-file", single: true, log: log}
+		if err := a.File.reload(); err != nil {
+			return nil, err
+		}
+		a.File.checked = time.Now()
+	}
+	if c.AdminTokensFile != "" {
+		if a.Admin, err = OpenTokenFile("-admin-tokens", c.AdminTokensFile, true, log); err != nil {
+			return nil, err
+		}
+	}
+	if c.SubmitTokensFile != "" {
+		if a.Submit, err = OpenTokenFile("-submit-tokens", c.SubmitTokensFile, false, log); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }
 
 // Close stops the process: HTTP first (stop admitting, finish in-flight requests within

@@ -28,6 +28,12 @@ import (
 // (server.crt, server.key) with the extra flags.
 func startTLS(t *testing.T, extra ...string) *ingress.Main {
 	t.Helper()
+	return startWith(t, io.Discard, extra...)
+}
+
+// startWith runs an ingress on routesRules with the extra flags, logging to logw.
+func startWith(t *testing.T, logw io.Writer, extra ...string) *ingress.Main {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(path, []byte(routesRules), 0o644); err != nil {
 		t.Fatal(err)
@@ -40,7 +46,7 @@ func startTLS(t *testing.T, extra ...string) *ingress.Main {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewJSONHandler(logw, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := m.Run(ctx); err != nil {
