@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -208,5 +209,63 @@ func TestSignVerify(t *testing.T) {
 	}
 	if !strings.HasPrefix(v, "t=1767225600,v1=") || len(v) != len("t=1767225600,v1=")+64 {
 		t.Fatalf("header value %q", v)
+	}
+}
+
+// readmeBlock returns the first fenced block of lang in README.md that contains marker.
+func readmeBlock(t *testing.T, lang, marker string) string {
+	t.Helper()
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, block := range strings.Split(string(data), "```"+lang+"\n")[1:] {
+		block, _, _ = strings.Cut(block, "```")
+		if strings.Contains(block, marker) {
+			return block
+		}
+	}
+	t.Fatalf("README.md has no %s block with %q", lang, marker)
+	return ""
+}
+
+// The README's verification snippets are the ones tested: the Go one is
+// verifySluiceSignature above, word for word; the Python one, run with python3, accepts
+// what sluice signs and refuses a changed body, another key and a stale timestamp.
+func TestReadmeSignatureSnippets(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("signed_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goBlock := readmeBlock(t, "go", "func verifySluiceSignature")
+	fn := string(src)[strings.Index(string(src), "func verifySluiceSignature"):]
+	fn = fn[:strings.Index(fn, "\n}\n")+3]
+	if strings.TrimSpace(goBlock) != strings.TrimSpace(fn) {
+		t.Errorf("README's Go snippet differs from verifySluiceSignature in signed_test.go:\n%s", goBlock)
+	}
+
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("SKIPPED: no python3 to run the README's Python snippet")
+	}
+	key := []byte("k-0123456789abcdef")
+	now := time.Now()
+	good := sign.Value(key, now.Unix(), []byte(`{"a":1}`))
+	stale := sign.Value(key, now.Add(-10*time.Minute).Unix(), []byte(`{"a":1}`))
+	script := readmeBlock(t, "python", "def verify_sluice_signature") + `
+import sys
+k = b"k-0123456789abcdef"
+print(verify_sluice_signature(sys.argv[1], b'{"a":1}', [b"other-key-0123456789", k]),
+      verify_sluice_signature(sys.argv[1], b'{"a":2}', [k]),
+      verify_sluice_signature(sys.argv[1], b'{"a":1}', [b"other-key-0123456789"]),
+      verify_sluice_signature(sys.argv[2], b'{"a":1}', [k]))
+`
+	out, err := exec.Command(py, "-c", script, good, stale).CombinedOutput()
+	if err != nil {
+		t.Fatalf("python3: %v\n%s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != "True False False False" {
+		t.Fatalf("the README's Python snippet says %q, want True False False False (good, changed body, other key, stale)", got)
 	}
 }
