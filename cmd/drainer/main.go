@@ -254,7 +254,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("drainer: %w", err)
 		}
 	}
-	sinkTLS, err := tlsx.ClientConfig("-sink-ca", c.SinkCA)
+	sinkTLS, err := tlsx.NewClient("-sink-ca", c.SinkCA)
 	if err != nil {
 		return fmt.Errorf("drainer: %w", err)
 	}

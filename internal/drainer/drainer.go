@@ -6,7 +6,6 @@ package drainer
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -21,6 +20,7 @@ import (
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/sink"
+	"github.com/sluice-io/sluice/internal/tlsx"
 	"github.com/sluice-io/sluice/retry"
 )
 
@@ -35,8 +35,8 @@ type Deps struct {
 	Drain drain.Config
 	// Readmit tunes the re-admitter (workers, backoff, …); the parts above are filled in.
 	Readmit retry.ReadmitterConfig
-	// SinkTLS verifies https:// sinks (tlsx.ClientConfig of -sink-ca); nil = system roots.
-	SinkTLS *tls.Config
+	// SinkTLS verifies https:// sinks against -sink-ca; nil = system roots.
+	SinkTLS *tlsx.Client
 	// Signer signs HTTP deliveries (-sign-keys); nil = unsigned.
 	Signer *sign.Signer
 }
@@ -53,7 +53,7 @@ func Start(ctx context.Context, d Deps) (*Process, error) {
 	hc := sink.HTTPConfig{Signer: d.Signer}
 	if d.SinkTLS != nil {
 		t := sink.NewTransport(256)
-		t.TLSClientConfig = d.SinkTLS
+		d.SinkTLS.Apply(t)
 		hc.Client = &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	httpSink, err := sink.NewHTTP(hc)

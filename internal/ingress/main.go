@@ -104,7 +104,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("ingress: %w", err)
 		}
 	}
-	sinkTLS, err := tlsx.ClientConfig("-sink-ca", c.SinkCA)
+	sinkTLS, err := tlsx.NewClient("-sink-ca", c.SinkCA)
 	if err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}

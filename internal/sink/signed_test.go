@@ -103,12 +103,14 @@ func signedSink(t *testing.T, caFile string, keyFiles ...string) *HTTP {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc, err := tlsx.ClientConfig("-sink-ca", caFile)
+	tc, err := tlsx.NewClient("-sink-ca", caFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr := NewTransport(4)
-	tr.TLSClientConfig = tc
+	if tc != nil {
+		tc.Apply(tr)
+	}
 	h, err := NewHTTP(HTTPConfig{Signer: signer, Client: &http.Client{Transport: tr, CheckRedirect: noRedirects}})
 	if err != nil {
 		t.Fatal(err)

@@ -7,11 +7,14 @@
 package tlsx
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -187,11 +190,18 @@ func LoadPool(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// ClientConfig is the TLS configuration of an outbound client that trusts the CAs of
-// caFile (re-read when it changes, checked at most once per second) in addition to none
-// else: with caFile empty it returns nil (the system roots). flag names the option in
-// errors (e.g. "-sink-ca").
-func ClientConfig(flag, caFile string) (*tls.Config, error) {
+// Client is the TLS side of an outbound HTTP client that trusts the CAs of a PEM bundle
+// (e.g. -sink-ca) instead of the system roots, re-reading the bundle when it changes (checked
+// at most once per second), so a CA rotation needs no restart. Each connection gets a fresh
+// configuration with the bundle as it is then and the host name it dials, verified as Go
+// always does.
+type Client struct {
+	pool *poolReloader
+}
+
+// NewClient reads caFile now; flag names the option in errors (e.g. "-sink-ca"). An empty
+// caFile returns nil, nil: use the system roots.
+func NewClient(flag, caFile string) (*Client, error) {
 	if caFile == "" {
 		return nil, nil
 	}
@@ -199,27 +209,45 @@ func ClientConfig(flag, caFile string) (*tls.Config, error) {
 	if _, err := r.get(); err != nil {
 		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
-	// Verification by hand so that the pool can change between connections: the default
-	// verifier reads RootCAs once per config.
-	return &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		InsecureSkipVerify: true, // replaced by VerifyConnection below, which verifies fully
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			pool, err := r.get()
-			if err != nil {
-				return err
-			}
-			opts := x509.VerifyOptions{Roots: pool, DNSName: cs.ServerName, Intermediates: x509.NewCertPool()}
-			if len(cs.PeerCertificates) == 0 {
-				return errors.New("tls: the server sent no certificate")
-			}
-			for _, c := range cs.PeerCertificates[1:] {
-				opts.Intermediates.AddCert(c)
-			}
-			_, err = cs.PeerCertificates[0].Verify(opts)
-			return err
-		},
-	}, nil
+	return &Client{pool: r}, nil
+}
+
+// Config is the configuration of one connection to serverName (a host name or an IP).
+func (c *Client) Config(serverName string) *tls.Config {
+	pool, _ := c.pool.get() // after NewClient, get always has a pool (the last good one)
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: serverName}
+}
+
+// Apply makes t dial TLS with Config: its DialContext (or a plain dialer) connects, then
+// the handshake verifies the server against the bundle and the dialled host name. HTTP/2
+// is offered when t.ForceAttemptHTTP2 is set.
+func (c *Client) Apply(t *http.Transport) {
+	dial := t.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	h2 := t.ForceAttemptHTTP2
+	t.TLSClientConfig = nil
+	t.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		raw, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cfg := c.Config(host)
+		if h2 {
+			cfg.NextProtos = []string{"h2", "http/1.1"}
+		}
+		conn := tls.Client(raw, cfg)
+		if err := conn.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return conn, nil
+	}
 }
 
 type poolReloader struct {
