@@ -142,3 +142,41 @@ func connectTLS(t *testing.T, url string, ca *tlstest.CA, leaf tlstest.Leaf) (*n
 	}
 	return nc, js
 }
+
+func TestSecurityFlags(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"SLUICE_RULES": "r.yaml", "SLUICE_TLS_CERT": "c.pem", "SLUICE_TLS_KEY": "k.pem", "SLUICE_TLS_CLIENT_CA": "ca.pem",
+		"SLUICE_NATS_CA": "nca.pem", "SLUICE_NATS_CERT": "nc.pem", "SLUICE_NATS_KEY": "nk.pem", "SLUICE_SINK_CA": "sca.pem", "SLUICE_SIGN_KEYS": "a.key,b.key"}
+	m := NewMain()
+	m.Stderr = io.Discard
+	m.Getenv = func(k string) string { return env[k] }
+	if err := m.ParseFlags([]string{"-nats-ca", "flag.pem"}); err != nil {
+		t.Fatal(err)
+	}
+	c := m.Config
+	if c.TLSCert != "c.pem" || c.TLSKey != "k.pem" || c.TLSClientCA != "ca.pem" || c.NATSCA != "flag.pem" || c.NATSCert != "nc.pem" ||
+		c.NATSKey != "nk.pem" || c.SinkCA != "sca.pem" || len(c.SignKeys) != 2 {
+		t.Fatalf("config %+v", c)
+	}
+	for _, args := range [][]string{{"-rules", "r", "-tls-cert", "c"}, {"-rules", "r", "-tls-client-ca", "ca"}, {"-rules", "r", "-nats-key", "k"}} {
+		m := NewMain()
+		m.Stderr = io.Discard
+		m.Getenv = func(string) string { return "" }
+		if err := m.ParseFlags(args); err == nil || !strings.Contains(err.Error(), args[2]) {
+			t.Errorf("%v: %v, want an error naming %s", args, err, args[2])
+		}
+	}
+	// A short signing key stops the start, naming the flag.
+	key := filepath.Join(t.TempDir(), "short.key")
+	os.WriteFile(key, []byte("short"), 0o600)
+	m = NewMain()
+	m.Stderr = io.Discard
+	m.Getenv = func(string) string { return "" }
+	m.Logger = slog.New(slog.DiscardHandler)
+	if err := m.ParseFlags([]string{"-rules", "r.yaml", "-sign-keys", key}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "-sign-keys") {
+		t.Fatalf("Run with a short signing key: %v", err)
+	}
+}

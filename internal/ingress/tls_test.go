@@ -274,3 +274,43 @@ func TestTLSFlagErrors(t *testing.T) {
 		t.Fatalf("Run with a missing certificate: %v", err)
 	}
 }
+
+// Every security flag has its SLUICE_* variable; the flag wins.
+func TestSecurityFlagsFromEnv(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"SLUICE_RULES": "r.yaml", "SLUICE_TLS_CERT": "c.pem", "SLUICE_TLS_KEY": "k.pem", "SLUICE_TLS_CLIENT_CA": "ca.pem",
+		"SLUICE_NATS_CA": "nca.pem", "SLUICE_NATS_CERT": "nc.pem", "SLUICE_NATS_KEY": "nk.pem", "SLUICE_SINK_CA": "sca.pem",
+		"SLUICE_SIGN_KEYS": "a.key, b.key", "SLUICE_ADMIN_TOKENS": "tokens", "SLUICE_SUBMIT_TOKENS": "submit",
+		"SLUICE_ADMIN_TOKEN_FILE": "admin", "SLUICE_AUDIT_KEEP": "720h", "SLUICE_AUDIT_MAX": "5000",
+	}
+	c, err := ingress.ParseFlags([]string{"-sink-ca", "flag.pem"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.TLSCert != "c.pem" || c.TLSKey != "k.pem" || c.TLSClientCA != "ca.pem" || c.NATSCA != "nca.pem" || c.NATSCert != "nc.pem" ||
+		c.NATSKey != "nk.pem" || c.SinkCA != "flag.pem" || len(c.SignKeys) != 2 || c.SignKeys[1] != "b.key" ||
+		c.AdminTokensFile != "tokens" || c.SubmitTokensFile != "submit" || c.AdminTokenFile != "admin" ||
+		c.AuditKeep != 720*time.Hour || c.AuditMax != 5000 {
+		t.Fatalf("config from the environment: %+v", c)
+	}
+	d, err := ingress.ParseFlags([]string{"-rules", "r.yaml"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.TLSCert != "" || d.SinkCA != "" || d.SignKeys != nil || d.AuditKeep != 90*24*time.Hour || d.AuditMax != 100_000 {
+		t.Fatalf("defaults: %+v", d)
+	}
+	if _, err := ingress.ParseFlags([]string{"-rules", "r", "-admin-token", "x", "-admin-token-file", "f"}, func(string) string { return "" }, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "-admin-token-file") {
+		t.Fatalf("-admin-token with -admin-token-file: %v", err)
+	}
+	// A bad token file stops the start, naming the flag, file and line.
+	bad := filepath.Join(t.TempDir(), "tokens")
+	os.WriteFile(bad, []byte("ok read 0123456789abcdef0123\nalice admin 0123456789abcdef0123\n"), 0o600)
+	m := &ingress.Main{Config: ingress.Config{Rules: []string{"testdata/none"}, AdminTokensFile: bad},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := m.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "-admin-tokens: "+bad+":2: scope \"admin\"") {
+		t.Fatalf("Run with a bad token file: %v", err)
+	}
+}
