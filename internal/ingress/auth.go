@@ -238,8 +238,14 @@ func (s *Server) authorized(r *http.Request) bool {
 	return ok
 }
 
-func (s *Server) unauthorized(w http.ResponseWriter, detail string) {
-	w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+// unauthorized answers 401 with the Bearer challenge; a token that was sent but is not known
+// adds error="invalid_token" (RFC 6750 §3.1).
+func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, detail string) {
+	challenge := `Bearer realm="sluice"`
+	if _, sent := bearer(r); sent {
+		challenge += `, error="invalid_token"`
+	}
+	w.Header().Set("WWW-Authenticate", challenge)
 	httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnauthorized, Status: http.StatusUnauthorized, Detail: detail})
 }
 
@@ -253,7 +259,7 @@ func (s *Server) authenticate(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t, ok := s.cfg.Auth.admin(r)
 		if !ok {
-			s.unauthorized(w, "the admin API needs Authorization: Bearer <an admin token>")
+			s.unauthorized(w, r, "the admin API needs Authorization: Bearer <an admin token>")
 			return
 		}
 		if need := adminScope(r); !allows(t.Scope, need) {
@@ -275,12 +281,12 @@ func (s *Server) submitAuth(h http.HandlerFunc) http.HandlerFunc {
 		}
 		secret, ok := bearer(r)
 		if !ok {
-			s.unauthorized(w, "submitting needs Authorization: Bearer <a submit token>")
+			s.unauthorized(w, r, "submitting needs Authorization: Bearer <a submit token>")
 			return
 		}
 		t, ok := match(secret, s.cfg.Auth.Submit.Tokens())
 		if !ok {
-			s.unauthorized(w, "unknown submit token")
+			s.unauthorized(w, r, "unknown submit token")
 			return
 		}
 		if t.Domain != "" {

@@ -92,6 +92,9 @@ func TestAdminTokenScopes(t *testing.T) {
 			a.header.Get("Content-Type") != "application/problem+json" || a.body["type"] != "https://sluice.dev/problems#unauthorized" {
 			t.Errorf("token %q: %d %v %v, want 401 problem with WWW-Authenticate: Bearer", tok, a.status, a.header, a.body)
 		}
+		if invalid := strings.Contains(a.header.Get("WWW-Authenticate"), `error="invalid_token"`); invalid != (tok != "") {
+			t.Errorf("token %q: WWW-Authenticate %q", tok, a.header.Get("WWW-Authenticate"))
+		}
 	}
 	// -admin-token still works, as operate.
 	if a := call(t, "GET", base+"/v1/admin/whoami", routesToken, ""); a.status != 200 || a.body["name"] != "admin-token" || a.body["scope"] != "operate" {

@@ -150,7 +150,7 @@ func NewServer(cfg ServerConfig) *Server {
 	} else {
 		s.route("/v1/admin/", func(w http.ResponseWriter, r *http.Request) {
 			if !s.authorized(r) {
-				s.unauthorized(w, "the admin API needs Authorization: Bearer <an admin token>")
+				s.unauthorized(w, r, "the admin API needs Authorization: Bearer <an admin token>")
 				return
 			}
 			httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "the admin API is not enabled in this process"})

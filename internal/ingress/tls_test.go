@@ -223,14 +223,16 @@ func TestTLSRotationUnderLoad(t *testing.T) {
 
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		tc := &tls.Config{RootCAs: ca.Pool()}
-		conn, err := tls.Dial("tcp", m.Addr.String(), tc)
-		if err != nil {
-			t.Fatal(err)
+		newCert := true
+		for _, addr := range []string{m.Addr.String(), m.GRPCAddr.String()} { // HTTP and gRPC
+			conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool(), NextProtos: []string{"h2"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			newCert = newCert && conn.ConnectionState().PeerCertificates[0].SerialNumber.Cmp(second.Serial) == 0
+			conn.Close()
 		}
-		serial := conn.ConnectionState().PeerCertificates[0].SerialNumber
-		conn.Close()
-		if serial.Cmp(second.Serial) == 0 {
+		if newCert {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -25,12 +26,12 @@ type CA struct {
 	CertPEM []byte
 }
 
-var serial = big.NewInt(time.Now().UnixNano())
+var serial atomic.Int64
 
-func next() *big.Int {
-	serial = new(big.Int).Add(serial, big.NewInt(1))
-	return new(big.Int).Set(serial)
-}
+func init() { serial.Store(time.Now().UnixNano()) }
+
+// next is a serial number unique in this process (tests run in parallel).
+func next() *big.Int { return big.NewInt(serial.Add(1)) }
 
 // NewCA makes a CA named name.
 func NewCA(tb testing.TB, name string) *CA {
