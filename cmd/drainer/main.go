@@ -254,6 +254,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("drainer: %w", err)
 		}
 	}
+	if tlsSrv != nil {
+		reg.MustRegister(tlsSrv.NotAfterCollector())
+	}
 	sinkTLS, err := tlsx.NewClient("-sink-ca", c.SinkCA)
 	if err != nil {
 		return fmt.Errorf("drainer: %w", err)

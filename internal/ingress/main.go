@@ -103,6 +103,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		if m.TLS, err = tlsx.NewServer(tlsx.ServerFiles{CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA, Logger: log}); err != nil {
 			return fmt.Errorf("ingress: %w", err)
 		}
+		reg.MustRegister(m.TLS.NotAfterCollector())
 	}
 	sinkTLS, err := tlsx.NewClient("-sink-ca", c.SinkCA)
 	if err != nil {
@@ -323,12 +324,16 @@ func (m *Main) Run(ctx context.Context) (err error) {
 
 func (m *Main) printBanner(set *rules.Set) {
 	port := m.Addr.(*net.TCPAddr).Port
+	scheme := "http"
+	if m.TLS != nil {
+		scheme = "https"
+	}
 	fmt.Fprintf(m.Stdout, "\nsluice is running (dev mode: embedded NATS at %s, data in %s)\n", m.NATSURL, m.Config.DataDir)
-	fmt.Fprintf(m.Stdout, "  API:       http://localhost:%d   (metrics: /metrics)\n", port)
+	fmt.Fprintf(m.Stdout, "  API:       %s://localhost:%d   (metrics: /metrics)\n", scheme, port)
 	if m.Config.AdminToken != "" || m.Config.AdminTokenFile != "" || m.Config.AdminTokensFile != "" {
-		fmt.Fprintf(m.Stdout, "  console:   http://localhost:%d/ui/   (sign in with the -admin-token value)\n", port)
+		fmt.Fprintf(m.Stdout, "  console:   %s://localhost:%d/ui/   (sign in with an admin token)\n", scheme, port)
 	} else {
-		fmt.Fprintf(m.Stdout, "  console:   http://localhost:%d/ui/   (start with -admin-token to sign in)\n", port)
+		fmt.Fprintf(m.Stdout, "  console:   %s://localhost:%d/ui/   (start with -admin-token to sign in)\n", scheme, port)
 	}
 	if m.GRPCAddr != nil {
 		fmt.Fprintf(m.Stdout, "  envoy RLS: localhost:%d (gRPC, envoy.service.ratelimit.v3.RateLimitService)\n", m.GRPCAddr.(*net.TCPAddr).Port)

@@ -3,6 +3,7 @@ package ingress_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -124,6 +125,17 @@ func TestTLSServesHTTPSAndGRPC(t *testing.T) {
 	}
 	if err := grpcHealth(t, m.GRPCAddr.String(), tc); err != nil {
 		t.Fatalf("gRPC over TLS: %v", err)
+	}
+	// The certificate's expiry is a metric, for an alert before it runs out.
+	resp, err = httpsClient(tc).Get("https://" + m.Addr.String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := fmt.Sprintf("sluice_tls_certificate_not_after_seconds %g", float64(resp.TLS.PeerCertificates[0].NotAfter.Unix()))
+	if !strings.Contains(string(metrics), want) {
+		t.Errorf("/metrics lacks %q", want)
 	}
 }
 

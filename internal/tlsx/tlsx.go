@@ -18,6 +18,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ServerFiles names the PEM files of a TLS listener. CertFile and KeyFile are required;
@@ -284,4 +286,17 @@ func (r *poolReloader) get() (*x509.CertPool, error) {
 	}
 	r.pool, r.st = pool, st
 	return pool, nil
+}
+
+// NotAfterCollector exports the certificate's expiry as
+// sluice_tls_certificate_not_after_seconds (Unix time), so an alert can fire well before a
+// rotation that did not happen: time() > sluice_tls_certificate_not_after_seconds - 7*86400.
+func (s *Server) NotAfterCollector() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_tls_certificate_not_after_seconds",
+		Help: "Expiry (Unix time) of the certificate the listeners serve now (-tls-cert).",
+	}, func() float64 {
+		s.maybeReload()
+		return float64(s.Certificate().Leaf.NotAfter.Unix())
+	})
 }
