@@ -15,6 +15,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-io/sluice/internal/httpx"
@@ -47,8 +48,12 @@ type TokenFile struct {
 	single     bool // the whole file is one operate token named "admin-token" (-admin-token-file)
 	log        *slog.Logger
 
-	mu      sync.Mutex
-	checked time.Time
+	// The request path reads current and checked without a lock; one caller at a time
+	// (reloading, guarded by mu) looks at the file when checked is a second old.
+	current atomic.Pointer[[]Token]
+	checked atomic.Int64 // unix nanoseconds of the last look at the file
+
+	mu      sync.Mutex // reload
 	stamp   [2]int64
 	tokens  []Token
 	lastErr string
@@ -63,7 +68,6 @@ func OpenTokenFile(flag, path string, admin bool, log *slog.Logger) (*TokenFile,
 	if err := f.reload(); err != nil {
 		return nil, err
 	}
-	f.checked = time.Now()
 	return f, nil
 }
 
@@ -97,18 +101,19 @@ func (f *TokenFile) reload() error {
 		f.log.Info("auth: tokens reloaded", "flag", f.flag, "file", f.path, "tokens", len(toks))
 	}
 	f.tokens, f.stamp = toks, st
+	f.current.Store(&toks)
+	f.checked.Store(time.Now().UnixNano())
 	return nil
 }
 
-// Tokens returns the tokens in force, re-reading the file when it changed.
+// Tokens returns the tokens in force, re-reading the file when it changed. It takes no
+// lock on the request path.
 func (f *TokenFile) Tokens() []Token {
 	if f == nil {
 		return nil
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if time.Since(f.checked) >= time.Second {
-		f.checked = time.Now()
+	if now := time.Now().UnixNano(); now-f.checked.Load() >= int64(time.Second) && f.mu.TryLock() {
+		f.checked.Store(now)
 		if err := f.reload(); err != nil {
 			if err.Error() != f.lastErr {
 				f.log.Error("auth: token file changed but does not load; the previous tokens stay in force", "err", err)
@@ -117,8 +122,9 @@ func (f *TokenFile) Tokens() []Token {
 		} else {
 			f.lastErr = ""
 		}
+		f.mu.Unlock()
 	}
-	return f.tokens
+	return *f.current.Load()
 }
 
 // ParseTokens reads "name scope secret" lines. Errors say "LINE: what" (the secret is

@@ -375,7 +375,6 @@ func openAuth(c Config, log *slog.Logger) (*Auth, error) {
 		if err := a.File.reload(); err != nil {
 			return nil, err
 		}
-		a.File.checked = time.Now()
 	}
 	if c.AdminTokensFile != "" {
 		if a.Admin, err = OpenTokenFile("-admin-tokens", c.AdminTokensFile, true, log); err != nil {
