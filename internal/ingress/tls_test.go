@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/tlsx/tlstest"
 )
 
@@ -35,8 +37,14 @@ func startTLS(t *testing.T, extra ...string) *ingress.Main {
 // startWith runs an ingress on routesRules with the extra flags, logging to logw.
 func startWith(t *testing.T, logw io.Writer, extra ...string) *ingress.Main {
 	t.Helper()
+	return startRules(t, routesRules, logw, extra...)
+}
+
+// startRules runs an ingress on rulesYAML with the extra flags, logging to logw.
+func startRules(t *testing.T, rulesYAML string, logw io.Writer, extra ...string) *ingress.Main {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(path, []byte(routesRules), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(rulesYAML), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	n := natstest.Start(t)
@@ -326,5 +334,49 @@ func TestSecurityFlagsFromEnv(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if err := m.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "-admin-tokens: "+bad+":2: scope \"admin\"") {
 		t.Fatalf("Run with a bad token file: %v", err)
+	}
+}
+
+// The in-process drainer (-drain) delivers over HTTPS trusted through -sink-ca and signs
+// with -sign-keys: the sink verifies the signature of what was submitted.
+func TestInProcessDrainerSignsOverHTTPS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "sink CA")
+	key := "in-process-key-0123456789abcdef"
+	keyFile := filepath.Join(dir, "sign.key")
+	os.WriteFile(keyFile, []byte(key+"\n"), 0o600)
+	got := make(chan string, 4)
+	sink := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if sign.Verify(r.Header.Get(sign.Header), body, [][]byte{[]byte(key)}, time.Now(), time.Minute) != nil {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			got <- "refused"
+			return
+		}
+		got <- string(body)
+	}))
+	sink.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, "sink").TLS(t)}}
+	sink.StartTLS()
+	defer sink.Close()
+	m := startRules(t, `
+domain: orders
+descriptors:
+  - key: merchant_id
+    name: orders
+    queue: {capacity: 3, outflow: {unit: second, requests_per_unit: 10}}
+    sink: {url: "`+sink.URL+`"}
+`, io.Discard, "-drain", "true", "-drain-workers", "2", "-sign-keys", keyFile, "-sink-ca", tlstest.Write(t, dir, "ca.crt", ca.CertPEM))
+	a := call(t, "POST", "http://"+m.Addr.String()+"/v1/messages", "", `{"domain":"orders","descriptor":[{"key":"merchant_id","value":"m-1"}],"payload":{"n":42}}`)
+	if a.status != 202 {
+		t.Fatalf("submit: %d %v", a.status, a.body)
+	}
+	select {
+	case b := <-got:
+		if b != `{"n":42}` {
+			t.Fatalf("the sink got %q", b)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no delivery within 20s")
 	}
 }
