@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,11 +34,13 @@ type Signer struct {
 	files []string
 	log   *slog.Logger
 
-	mu      sync.Mutex
-	checked time.Time
+	key     atomic.Pointer[[]byte] // read without a lock by every delivery
+	checked atomic.Int64           // unix nanoseconds of the last look at the file
+
+	mu      sync.Mutex // reload
 	mod     time.Time
 	size    int64
-	key     []byte
+	lastErr string
 }
 
 // NewSigner reads the first key file now (the others are for sinks and only checked to
@@ -55,8 +58,7 @@ func NewSigner(files []string, log *slog.Logger) (*Signer, error) {
 		}
 	}
 	s := &Signer{files: files, log: log}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.checked.Store(time.Now().UnixNano())
 	if err := s.reload(); err != nil {
 		return nil, fmt.Errorf("-sign-keys: %w", err)
 	}
@@ -82,30 +84,38 @@ func (s *Signer) reload() error {
 	if err != nil {
 		return err
 	}
-	if s.key != nil && fi.ModTime().Equal(s.mod) && fi.Size() == s.size {
+	old := s.key.Load()
+	if old != nil && fi.ModTime().Equal(s.mod) && fi.Size() == s.size {
 		return nil
 	}
 	k, err := ReadKey(s.files[0])
 	if err != nil {
 		return err
 	}
-	if s.key != nil {
+	if old != nil {
 		s.log.Info("sign: signing key reloaded", "file", s.files[0])
 	}
-	s.key, s.mod, s.size = k, fi.ModTime(), fi.Size()
+	s.key.Store(&k)
+	s.mod, s.size = fi.ModTime(), fi.Size()
 	return nil
 }
 
+// current is the signing key, re-read at most once a second by one caller when the file
+// changed; deliveries never wait on a lock.
 func (s *Signer) current() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if time.Since(s.checked) >= time.Second {
-		s.checked = time.Now()
+	if now := time.Now().UnixNano(); now-s.checked.Load() >= int64(time.Second) && s.mu.TryLock() {
+		s.checked.Store(now)
 		if err := s.reload(); err != nil {
-			s.log.Error("sign: key file changed but does not load; signing with the previous key", "file", s.files[0], "err", err)
+			if err.Error() != s.lastErr { // once per distinct failure, not every second
+				s.log.Error("sign: key file changed but does not load; signing with the previous key", "file", s.files[0], "err", err)
+			}
+			s.lastErr = err.Error()
+		} else {
+			s.lastErr = ""
 		}
+		s.mu.Unlock()
 	}
-	return s.key
+	return *s.key.Load()
 }
 
 // Sign returns the Sluice-Signature value of body sent at t.
