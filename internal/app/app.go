@@ -28,12 +28,8 @@ type Config struct {
 	Name     string // process kind for logs and the NATS connection name: "ingress", "drainer"
 	NATSURL  string
 	RedisURL string
-	// NATSCA trusts the CAs of this PEM file for NATS servers' certificates (tls:// URLs or
-	// servers that require TLS); NATSCert and NATSKey are a client certificate for NATS.
-	// Files are re-read on every (re)connect. Empty: system roots, no client certificate.
-	NATSCA, NATSCert, NATSKey string
-	Replicas                  int               // streams and the overrides bucket: 1 or 3
-	Rules                     func() *rules.Set // the rules in force
+	Replicas int               // streams and the overrides bucket: 1 or 3
+	Rules    func() *rules.Set // the rules in force
 	// Limits decides admission limits; nil = Redis, degrading to a local limiter while
 	// Redis is unreachable (OnDegraded is told).
 	Limits     bucket.Store
@@ -49,6 +45,11 @@ type Config struct {
 	StatusKeep    time.Duration
 	StatusKeepMax int64
 	Logger        *slog.Logger
+
+	// NATSCA trusts the CAs of this PEM file for NATS servers' certificates (tls:// URLs or
+	// servers that require TLS); NATSCert and NATSKey are a client certificate for NATS.
+	// Files are re-read on every (re)connect. Empty: system roots, no client certificate.
+	NATSCA, NATSCert, NATSKey string
 }
 
 // Stack is the opened machinery. Close releases it.

@@ -97,11 +97,13 @@ type ServerConfig struct {
 	// Ready reports whether NATS and Redis are reachable (GET /readyz); nil = always ready.
 	Ready func(ctx context.Context) error
 	// Admin serves /v1/admin/; nil = 404. It is wrapped in bearer-token authentication.
-	Admin    http.Handler
-	MaxBody  int64 // default 1 MiB
-	Registry *prometheus.Registry
-	Logger   *slog.Logger
-	Now      func() time.Time
+	// AdminToken is a shorthand for Auth with this one token (scope operate) when Auth is nil.
+	Admin      http.Handler
+	AdminToken string
+	MaxBody    int64 // default 1 MiB
+	Registry   *prometheus.Registry
+	Logger     *slog.Logger
+	Now        func() time.Time
 	// Unavailable is the Retry-After of a 503 while NATS cannot store. Default 2s.
 	Unavailable time.Duration
 
@@ -126,6 +128,9 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.Auth == nil && cfg.AdminToken != "" {
+		cfg.Auth = &Auth{Static: []Token{NewStaticToken("admin-token", ScopeOperate, cfg.AdminToken)}}
 	}
 	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registry), mux: http.NewServeMux()}
 	s.envoy = newEnvoyState(cfg.Envoy, cfg.Registry)
