@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-io/sluice/internal/ingress"
 )
 
 // syncBuffer is a log sink safe for the server's goroutines.
@@ -282,5 +285,19 @@ func TestAuditTrail(t *testing.T) {
 	// The log line of each change.
 	if n := strings.Count(logs.String(), `"msg":"audit: `); n < len(want) {
 		t.Errorf("%d audit log lines, want %d", n, len(want))
+	}
+}
+
+// ServerConfig.AdminToken alone (no Auth) is one operate token, as before scoped tokens.
+func TestServerConfigAdminTokenShorthand(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(ingress.NewServer(ingress.ServerConfig{AdminToken: "shorthand-token-0123"}))
+	defer srv.Close()
+	if a := call(t, "GET", srv.URL+"/v1/admin/queues", "", ""); a.status != 401 {
+		t.Fatalf("without the token: %d", a.status)
+	}
+	// This server has no admin handler: a known token reaches its 404.
+	if a := call(t, "GET", srv.URL+"/v1/admin/queues", "shorthand-token-0123", ""); a.status != 404 {
+		t.Fatalf("with the token: %d %v", a.status, a.body)
 	}
 }
