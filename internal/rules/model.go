@@ -74,6 +74,9 @@ type Sink struct {
 	URL         string
 	NATSSubject string
 	Timeout     time.Duration // default 10s
+	// SignKeys are files of HMAC keys signing this rule's HTTP deliveries (the first signs),
+	// instead of the drainer's -sign-keys. Read by the drainer, not when the rules load.
+	SignKeys []string
 }
 
 // Delivery is the retry policy for deliveries to the sink.

@@ -44,8 +44,13 @@ type Signer struct {
 }
 
 // NewSigner reads the first key file now (the others are for sinks and only checked to
-// exist and hold a key). No files: nil, nil (deliveries unsigned).
+// exist and hold a key). No files: nil, nil (deliveries unsigned). Errors name -sign-keys.
 func NewSigner(files []string, log *slog.Logger) (*Signer, error) {
+	return Open("-sign-keys", files, log)
+}
+
+// Open is NewSigner whose errors name option (e.g. a rule's "sink.sign_keys").
+func Open(option string, files []string, log *slog.Logger) (*Signer, error) {
 	if len(files) == 0 {
 		return nil, nil
 	}
@@ -54,13 +59,13 @@ func NewSigner(files []string, log *slog.Logger) (*Signer, error) {
 	}
 	for _, f := range files {
 		if _, err := ReadKey(f); err != nil {
-			return nil, fmt.Errorf("-sign-keys: %w", err)
+			return nil, fmt.Errorf("%s: %w", option, err)
 		}
 	}
 	s := &Signer{files: files, log: log}
 	s.checked.Store(time.Now().UnixNano())
 	if err := s.reload(); err != nil {
-		return nil, fmt.Errorf("-sign-keys: %w", err)
+		return nil, fmt.Errorf("%s: %w", option, err)
 	}
 	return s, nil
 }

@@ -271,3 +271,34 @@ print(verify_sluice_signature(sys.argv[1], b'{"a":1}', [b"other-key-0123456789",
 		t.Fatalf("the README's Python snippet says %q, want True False False False (good, changed body, other key, stale)", got)
 	}
 }
+
+// A rule's sink.sign_keys signs its deliveries instead of the drainer's -sign-keys; key
+// files that do not load keep the message (a retry naming the rule), and nothing is sent.
+func TestSignedDeliveriesPerRule(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "sink CA")
+	caFile := tlstest.Write(t, dir, "sink-ca.crt", ca.CertPEM)
+	tenantKey := "tenant-key-0123456789abcdef01234"
+	sinkSrv := startVerifyingSink(t, ca, []byte(tenantKey))
+	h := signedSink(t, caFile, writeKey(t, dir, "default.key", "default-key-0123456789abcdef0123"))
+	m := testMessage()
+
+	own := testRule(sinkSrv.srv.URL)
+	own.Sink.SignKeys = []string{writeKey(t, dir, "tenant.key", tenantKey)}
+	if o := h.Deliver(t.Context(), own, m); o.Verdict != drain.Delivered {
+		t.Fatalf("a rule with its own sign_keys: %+v", o)
+	}
+	if o := h.Deliver(t.Context(), testRule(sinkSrv.srv.URL), m); o.Status != 401 {
+		t.Fatalf("a rule without sign_keys is signed with -sign-keys, which this sink refuses: %+v", o)
+	}
+	before := sinkSrv.accepted.Load() + sinkSrv.refused.Load()
+	broken := testRule(sinkSrv.srv.URL)
+	broken.Sink.SignKeys = []string{filepath.Join(dir, "missing.key")}
+	if o := h.Deliver(t.Context(), broken, m); o.Verdict != drain.Retry || !strings.Contains(o.Err, "sink.sign_keys of rule orders-per-merchant") {
+		t.Fatalf("a rule whose key file is missing: %+v, want a retry naming the rule's sink.sign_keys", o)
+	}
+	if sinkSrv.accepted.Load()+sinkSrv.refused.Load() != before {
+		t.Fatal("an unsigned delivery was sent for a rule whose key file is missing")
+	}
+}
