@@ -1010,7 +1010,7 @@ func (p *fileParser) sink(n *yaml.Node, field string, s *Sink) {
 		}
 	}
 	if v, has := m["sign_keys"]; has {
-		s.SignKeys = p.signKeys(v, joinField(field, "sign_keys"), hasSubject)
+		s.SignKeys = strings.Join(p.signKeys(v, joinField(field, "sign_keys"), hasSubject), ",")
 	}
 }
 
@@ -1028,8 +1028,8 @@ func (p *fileParser) signKeys(n *yaml.Node, field string, natsSink bool) []strin
 	var out []string
 	for i, item := range n.Content {
 		path, ok := p.str(item, fmt.Sprintf("%s[%d]", field, i))
-		if ok && path == "" {
-			p.errorf(resolve(item), fmt.Sprintf("%s[%d]", field, i), "must be a file path, not empty")
+		if ok && (path == "" || strings.Contains(path, ",")) {
+			p.errorf(resolve(item), fmt.Sprintf("%s[%d]", field, i), "must be a file path, not empty and without commas (got %q)", path)
 			continue
 		}
 		if ok {

@@ -23,13 +23,14 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := set.Rule("orders").Sink.SignKeys; !slices.Equal(got, []string{"/etc/sluice/sign/new", "/etc/sluice/sign/old"}) {
+	if got := set.Rule("orders").Sink.SignKeyFiles(); !slices.Equal(got, []string{"/etc/sluice/sign/new", "/etc/sluice/sign/old"}) {
 		t.Fatalf("SignKeys = %v", got)
 	}
 	for _, c := range []struct{ sink, want string }{
 		{`{url: "https://s.example", sign_keys: /etc/key}`, "sink.sign_keys: must be a list"},
 		{`{url: "https://s.example", sign_keys: []}`, "sink.sign_keys: must be a list"},
 		{`{url: "https://s.example", sign_keys: [""]}`, "sink.sign_keys[0]: must be a file path"},
+		{`{url: "https://s.example", sign_keys: ["a,b"]}`, "sink.sign_keys[0]: must be a file path"},
 		{`{nats_subject: orders.out, sign_keys: [/etc/key]}`, "sink.sign_keys: signs HTTP deliveries only"},
 	} {
 		doc := strings.Replace(ok, `{url: "https://sink.example/hook", sign_keys: [/etc/sluice/sign/new, /etc/sluice/sign/old]}`, c.sink, 1)

@@ -285,7 +285,7 @@ func TestSignedDeliveriesPerRule(t *testing.T) {
 	m := testMessage()
 
 	own := testRule(sinkSrv.srv.URL)
-	own.Sink.SignKeys = []string{writeKey(t, dir, "tenant.key", tenantKey)}
+	own.Sink.SignKeys = writeKey(t, dir, "tenant.key", tenantKey)
 	if o := h.Deliver(t.Context(), own, m); o.Verdict != drain.Delivered {
 		t.Fatalf("a rule with its own sign_keys: %+v", o)
 	}
@@ -294,7 +294,7 @@ func TestSignedDeliveriesPerRule(t *testing.T) {
 	}
 	before := sinkSrv.accepted.Load() + sinkSrv.refused.Load()
 	broken := testRule(sinkSrv.srv.URL)
-	broken.Sink.SignKeys = []string{filepath.Join(dir, "missing.key")}
+	broken.Sink.SignKeys = filepath.Join(dir, "missing.key")
 	if o := h.Deliver(t.Context(), broken, m); o.Verdict != drain.Retry || !strings.Contains(o.Err, "sink.sign_keys of rule orders-per-merchant") {
 		t.Fatalf("a rule whose key file is missing: %+v, want a retry naming the rule's sink.sign_keys", o)
 	}
