@@ -61,14 +61,16 @@ func TestDrainerSecure(t *testing.T) {
 	os.WriteFile(rulesFile, []byte(fmt.Sprintf(`domain: orders
 descriptors:
   - key: merchant_id
-    name: orders-per-merchant
+    name: orders-secure
     queue: {capacity: 10, outflow: {unit: second, requests_per_unit: 100}}
     sink: {url: %q, timeout: 2s}
 `, sinkSrv.URL)), 0o644)
 
 	node := natstest.StartTLS(t, &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, "nats").TLS(t)},
 		ClientCAs: ca.Pool(), ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12})
-	rs := redistest.Shared(t)
+	// A private Redis: TestDrainerProcess runs alongside on the shared one, and drainers on
+	// one Redis claim each other's keys.
+	rs := redistest.Start(t, redistest.Options{})
 	caFile := tlstest.Write(t, dir, "ca.crt", ca.CertPEM)
 	client := ca.Issue(t, "drainer")
 	srvLeaf := ca.Issue(t, "drainer-http")
@@ -94,15 +96,15 @@ descriptors:
 	nc, js := connectTLS(t, node.URL(), ca, client)
 	defer nc.Close()
 	q, _ := queue.NewQueues(js, queue.Config{})
-	if err := q.Ensure(ctx, "orders-per-merchant", 10); err != nil {
+	if err := q.Ensure(ctx, "orders-secure", 10); err != nil {
 		t.Fatal(err)
 	}
 	s, _ := queue.NewScheduler(rs.Client(t), queue.SchedulerConfig{})
 	msg := queue.Message{ID: uuid.Must(uuid.NewV7()).String(), Key: "m-1", Payload: []byte(`{"order_id":7}`), CreatedAt: time.Now()}
-	if _, err := q.Enqueue(ctx, "orders-per-merchant", msg); err != nil {
+	if _, err := q.Enqueue(ctx, "orders-secure", msg); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.MarkDue(ctx, "orders-per-merchant", msg.Key); err != nil {
+	if err := s.MarkDue(ctx, "orders-secure", msg.Key); err != nil {
 		t.Fatal(err)
 	}
 	select {
