@@ -4,7 +4,15 @@ PKGS      ?= ./...
 TEST_FLAGS ?= -count=1 -timeout 15m
 BENCH_OUT ?= bench-results.txt
 
-.PHONY: run test test-race bench faults soak lint fmt build clean redis chromium
+.PHONY: run test test-race bench faults soak lint fmt build clean redis chromium vulncheck
+
+## Vulnerability database: golang.org/x/vulndb at this pseudo-version (the module has no
+## tags) ships the OSV entries govulncheck reads, built offline by scripts/vulncheck.sh.
+## Bump: VULNDB_VERSION from `go list -m -json golang.org/x/vulndb@latest` (its Version),
+## VULN_VERSION from `go list -m -versions golang.org/x/vuln` (the newest); then run
+## `make vulncheck` and commit.
+VULNDB_VERSION ?= v0.0.0-20261105234957-e22db6528018
+VULN_VERSION   ?= v1.9.0
 
 ## run: the whole system in one process (embedded NATS, in-process drainer, demo sink, example rules)
 ## The console at /ui/ signs in with SLUICE_ADMIN_TOKEN (default "dev" here).
@@ -17,9 +25,13 @@ build:
 	$(GO) build -o bin/ ./cmd/...
 
 ## test: every test, against private redis-server and embedded NATS servers (and Chromium for the console)
-test: redis chromium
+test: redis chromium vulncheck
 	$(GO) vet $(PKGS)
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+
+## vulncheck: govulncheck ./... against the pinned vulndb; fails when the code calls a vulnerable function
+vulncheck:
+	@VULNDB_VERSION=$(VULNDB_VERSION) VULN_VERSION=$(VULN_VERSION) GO=$(GO) ./scripts/vulncheck.sh $(PKGS)
 
 ## test-race: the same with the race detector
 test-race: redis chromium
@@ -53,4 +65,4 @@ chromium:
 	@./scripts/ensure-chromium.sh
 
 clean:
-	rm -rf bin data $(BENCH_OUT)
+	rm -rf bin data $(BENCH_OUT) .cache/vulncheck

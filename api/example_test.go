@@ -31,6 +31,8 @@ func ExampleRoutes() {
 	// GET /v1/admin/dead (admin token)
 	// POST /v1/admin/dead/{id}/replay (admin token)
 	// POST /v1/admin/dead/replay (admin token)
+	// GET /v1/admin/whoami (admin token)
+	// GET /v1/admin/audit (admin token)
 	// GET /metrics
 	// GET /ui/
 	// GET /healthz

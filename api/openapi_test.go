@@ -272,6 +272,8 @@ var documented = []api.Route{
 	{Method: "GET", Path: "/v1/admin/dead", OperationID: "listDead", Admin: true},
 	{Method: "POST", Path: "/v1/admin/dead/{id}/replay", OperationID: "replayDead", Admin: true},
 	{Method: "POST", Path: "/v1/admin/dead/replay", OperationID: "replayAllDead", Admin: true},
+	{Method: "GET", Path: "/v1/admin/whoami", OperationID: "whoami", Admin: true},
+	{Method: "GET", Path: "/v1/admin/audit", OperationID: "listAudit", Admin: true},
 	{Method: "GET", Path: "/metrics", OperationID: "metrics"},
 	{Method: "GET", Path: "/ui/", OperationID: "console"},
 	{Method: "GET", Path: "/healthz", OperationID: "healthz"},
@@ -306,9 +308,17 @@ func TestAdminSecurity(t *testing.T) {
 	doc := load(t)
 	for _, r := range api.Routes() {
 		op := get(doc, "paths", r.Path, strings.ToLower(r.Method))
-		_, has401 := asObj(t, get(op, "responses"), r.Pattern())["401"]
-		if r.Admin != has401 {
-			t.Errorf("%s: admin %v but 401 documented %v", r.Pattern(), r.Admin, has401)
+		responses := asObj(t, get(op, "responses"), r.Pattern())
+		_, has401 := responses["401"]
+		_, has403 := responses["403"]
+		// Submit and cancel need a token only under -submit-tokens: optional security.
+		submit := strings.Contains(fmt.Sprint(get(op, "security")), "submitToken")
+		if (r.Admin || submit) != has401 {
+			t.Errorf("%s: admin %v, submit token %v, but 401 documented %v", r.Pattern(), r.Admin, submit, has401)
+		}
+		// Calls that change something answer 403 to a read token.
+		if wantForbidden := submit || (r.Admin && r.Method != "GET"); wantForbidden != has403 {
+			t.Errorf("%s: 403 documented %v, want %v", r.Pattern(), has403, wantForbidden)
 		}
 		if r.Admin != strings.HasPrefix(r.Path, "/v1/admin/") {
 			t.Errorf("%s: admin %v", r.Pattern(), r.Admin)

@@ -42,6 +42,7 @@ type Client struct {
 	base          *url.URL
 	hc            *http.Client
 	adminToken    string
+	submitToken   string
 	userAgent     string
 	maxAttempts   int
 	backoffBase   time.Duration
@@ -72,6 +73,13 @@ func WithHTTPClient(hc *http.Client) Option {
 // It is never sent on the public endpoints.
 func WithAdminToken(token string) Option {
 	return func(c *Client) error { c.adminToken = token; return nil }
+}
+
+// WithSubmitToken sets the bearer token sent with Submit, Status and Cancel (the
+// /v1/messages endpoints), for an ingress run with -submit-tokens. Without it, such an
+// ingress answers 401 (ErrUnauthorized); a token for another domain, 403.
+func WithSubmitToken(token string) Option {
+	return func(c *Client) error { c.submitToken = token; return nil }
 }
 
 // WithMaxAttempts bounds the HTTP requests one call makes, the first included; 1 disables
@@ -336,6 +344,8 @@ func (c *Client) once(ctx context.Context, cl call) (*response, error) {
 	}
 	if cl.admin && c.adminToken != "" {
 		req.Header.Set("Authorization", "Bearer "+c.adminToken)
+	} else if !cl.admin && c.submitToken != "" && strings.HasPrefix(cl.path, "/v1/messages") {
+		req.Header.Set("Authorization", "Bearer "+c.submitToken)
 	}
 	res, err := c.hc.Do(req)
 	if err != nil {

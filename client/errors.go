@@ -31,7 +31,8 @@ var (
 	ErrInvalid = errors.New("sluice: invalid request")
 	// ErrTooLarge: the body is larger than the ingress accepts (413).
 	ErrTooLarge = errors.New("sluice: payload too large")
-	// ErrUnauthorized: an admin call without a valid bearer token (401, 403).
+	// ErrUnauthorized: a call without a valid bearer token, or whose token's scope does not
+	// allow it (401, 403): admin calls, and Submit/Status/Cancel under -submit-tokens.
 	ErrUnauthorized = errors.New("sluice: unauthorized")
 	// ErrUnavailable: the ingress cannot store durably now (503, or 502/504 from a proxy),
 	// still so after the retries.

@@ -14,6 +14,12 @@
 //	-shutdown-timeout  SLUICE_SHUTDOWN_TIMEOUT  on SIGTERM: stop claiming, finish in-flight deliveries within this (default 30s)
 //	-log-format        SLUICE_LOG_FORMAT        json or text (default json)
 //	-log-level         SLUICE_LOG_LEVEL         debug, info, warn, error (default info)
+//	-tls-cert, -tls-key SLUICE_TLS_CERT, SLUICE_TLS_KEY  serve -http over TLS, reloaded when the files change (default off)
+//	-tls-client-ca     SLUICE_TLS_CLIENT_CA     require client certificates signed by these CAs (default off)
+//	-nats-ca           SLUICE_NATS_CA           CA bundle of the NATS servers (default: system roots)
+//	-nats-cert, -nats-key SLUICE_NATS_CERT, SLUICE_NATS_KEY  client certificate for NATS (default none)
+//	-sink-ca           SLUICE_SINK_CA           CA bundle trusted for https:// sinks (default: system roots)
+//	-sign-keys         SLUICE_SIGN_KEYS         HMAC key files, comma-separated: sign HTTP deliveries with the first (default unsigned)
 package main
 
 import (
@@ -42,6 +48,8 @@ import (
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/drainer"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/sign"
+	"github.com/sluice-io/sluice/internal/tlsx"
 )
 
 func main() {
@@ -79,6 +87,11 @@ type Config struct {
 	RulesPoll       time.Duration // -rules-poll: default 1s
 	StatusKeep      time.Duration // -status-keep: records of delivered messages kept this long; default 0 (off)
 	StatusKeepMax   int64         // -status-keep-max: most delivered records kept; default 1000000
+
+	TLSCert, TLSKey, TLSClientCA string   // -tls-cert, -tls-key, -tls-client-ca: TLS (and mTLS) on -http; default off
+	NATSCA, NATSCert, NATSKey    string   // -nats-ca, -nats-cert, -nats-key: NATS TLS; default system roots, no client certificate
+	SinkCA                       string   // -sink-ca: CA bundle of https:// sinks; default system roots
+	SignKeys                     []string // -sign-keys: HMAC key files; default none (unsigned)
 }
 
 // Main is the drainer process. The same Main runs in cmd/drainer and, whole, in tests.
@@ -139,8 +152,30 @@ func (m *Main) ParseFlags(args []string) error {
 		return fmt.Errorf("SLUICE_STATUS_KEEP_MAX: want a positive number, got %q", getenv("SLUICE_STATUS_KEEP_MAX"))
 	}
 	fs.Int64Var(&c.StatusKeepMax, "status-keep-max", keepMax, "most delivered records kept, oldest dropped first (env SLUICE_STATUS_KEEP_MAX)")
+	fs.StringVar(&c.TLSCert, "tls-cert", env("SLUICE_TLS_CERT", ""), "PEM certificate of the -http listener; reloaded when it changes (env SLUICE_TLS_CERT)")
+	fs.StringVar(&c.TLSKey, "tls-key", env("SLUICE_TLS_KEY", ""), "PEM private key of -tls-cert (env SLUICE_TLS_KEY)")
+	fs.StringVar(&c.TLSClientCA, "tls-client-ca", env("SLUICE_TLS_CLIENT_CA", ""), "PEM CA bundle: require client certificates it signed (env SLUICE_TLS_CLIENT_CA)")
+	fs.StringVar(&c.NATSCA, "nats-ca", env("SLUICE_NATS_CA", ""), "PEM CA bundle of the NATS servers (env SLUICE_NATS_CA)")
+	fs.StringVar(&c.NATSCert, "nats-cert", env("SLUICE_NATS_CERT", ""), "PEM client certificate for NATS (env SLUICE_NATS_CERT)")
+	fs.StringVar(&c.NATSKey, "nats-key", env("SLUICE_NATS_KEY", ""), "PEM private key of -nats-cert (env SLUICE_NATS_KEY)")
+	fs.StringVar(&c.SinkCA, "sink-ca", env("SLUICE_SINK_CA", ""), "PEM CA bundle trusted for https:// sinks (env SLUICE_SINK_CA)")
+	signKeys := fs.String("sign-keys", env("SLUICE_SIGN_KEYS", ""), "HMAC key files, comma-separated; HTTP deliveries are signed with the first (env SLUICE_SIGN_KEYS)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	for _, p := range strings.Split(*signKeys, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			c.SignKeys = append(c.SignKeys, p)
+		}
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("-tls-cert and -tls-key: give both or neither")
+	}
+	if c.TLSClientCA != "" && c.TLSCert == "" {
+		return errors.New("-tls-client-ca: needs -tls-cert and -tls-key")
+	}
+	if (c.NATSCert == "") != (c.NATSKey == "") {
+		return errors.New("-nats-cert and -nats-key: give both or neither")
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -217,6 +252,24 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	var tlsSrv *tlsx.Server
+	if c.TLSCert != "" {
+		if tlsSrv, err = tlsx.NewServer(tlsx.ServerFiles{CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA, Logger: log}); err != nil {
+			return fmt.Errorf("drainer: %w", err)
+		}
+	}
+	if tlsSrv != nil {
+		reg.MustRegister(tlsSrv.NotAfterCollector())
+	}
+	sinkTLS, err := tlsx.NewClient("-sink-ca", c.SinkCA)
+	if err != nil {
+		return fmt.Errorf("drainer: %w", err)
+	}
+	signer, err := sign.NewSigner(c.SignKeys, log)
+	if err != nil {
+		return fmt.Errorf("drainer: %w", err)
+	}
+
 	// Rules first: a process with bad rules must not start.
 	watcher, err := rules.NewWatcher(rules.WatcherConfig{Paths: c.Rules, Interval: c.RulesPoll, Logger: log})
 	if err != nil {
@@ -231,6 +284,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 
 	st, err := app.Open(ctx, app.Config{
 		Name: "drainer", NATSURL: c.NATSURL, RedisURL: c.RedisURL, Replicas: c.Replicas,
+		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey,
 		StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
 		Rules: watcher.Current, Logger: log, RedisPoolSize: 2*c.Workers + 16,
 	})
@@ -240,6 +294,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.closers = append(m.closers, st.Close)
 	proc, err := drainer.Start(bg, drainer.Deps{
 		Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
+		SinkTLS: sinkTLS, Signer: signer,
 		Drain: drain.Config{Workers: c.Workers, StopTimeout: c.ShutdownTimeout},
 	})
 	if err != nil {
@@ -265,13 +320,18 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("drainer: listen %s: %w", c.HTTPAddr, err)
 	}
 	m.Addr = ln.Addr()
-	m.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	m.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	serve := m.httpSrv.Serve
+	if tlsSrv != nil {
+		m.httpSrv.TLSConfig = tlsSrv.Config()
+		serve = func(ln net.Listener) error { return m.httpSrv.ServeTLS(ln, "", "") }
+	}
 	go func() {
-		if err := m.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("drainer: HTTP server stopped", "err", err)
 		}
 	}()
-	log.Info("drainer: running", "addr", m.Addr.String(), "nats", c.NATSURL, "queue_rules", len(watcher.Current().QueueRules()), "workers", c.Workers, "owner", proc.Drainer.Owner())
+	log.Info("drainer: running", "addr", m.Addr.String(), "tls", tlsSrv != nil, "nats", c.NATSURL, "queue_rules", len(watcher.Current().QueueRules()), "workers", c.Workers, "owner", proc.Drainer.Owner())
 	return nil
 }
 

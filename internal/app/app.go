@@ -45,6 +45,11 @@ type Config struct {
 	StatusKeep    time.Duration
 	StatusKeepMax int64
 	Logger        *slog.Logger
+
+	// NATSCA trusts the CAs of this PEM file for NATS servers' certificates (tls:// URLs or
+	// servers that require TLS); NATSCert and NATSKey are a client certificate for NATS.
+	// Files are re-read on every (re)connect. Empty: system roots, no client certificate.
+	NATSCA, NATSCert, NATSKey string
 }
 
 // Stack is the opened machinery. Close releases it.
@@ -76,7 +81,14 @@ func Open(ctx context.Context, c Config) (s *Stack, err error) {
 			s.Close()
 		}
 	}()
-	nc, err := nats.Connect(c.NATSURL,
+	var tlsOpts []nats.Option
+	if c.NATSCA != "" {
+		tlsOpts = append(tlsOpts, nats.RootCAs(c.NATSCA))
+	}
+	if c.NATSCert != "" {
+		tlsOpts = append(tlsOpts, nats.ClientCert(c.NATSCert, c.NATSKey))
+	}
+	nc, err := nats.Connect(c.NATSURL, append(tlsOpts,
 		nats.Name("sluice-"+c.Name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
@@ -90,7 +102,7 @@ func Open(ctx context.Context, c Config) (s *Stack, err error) {
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info(c.Name+": NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
-	)
+	)...)
 	if err != nil {
 		return s, fmt.Errorf("%s: NATS %s: %w", c.Name, c.NATSURL, err)
 	}

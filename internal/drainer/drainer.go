@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 
 	"sync"
 	"time"
@@ -17,7 +18,9 @@ import (
 	"github.com/sluice-io/sluice/internal/app"
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/sink"
+	"github.com/sluice-io/sluice/internal/tlsx"
 	"github.com/sluice-io/sluice/retry"
 )
 
@@ -32,6 +35,10 @@ type Deps struct {
 	Drain drain.Config
 	// Readmit tunes the re-admitter (workers, backoff, …); the parts above are filled in.
 	Readmit retry.ReadmitterConfig
+	// SinkTLS verifies https:// sinks against -sink-ca; nil = system roots.
+	SinkTLS *tlsx.Client
+	// Signer signs HTTP deliveries (-sign-keys); nil = unsigned.
+	Signer *sign.Signer
 }
 
 // Process is a running drainer.
@@ -43,7 +50,13 @@ type Process struct {
 // Start builds and starts the drainer's parts.
 func Start(ctx context.Context, d Deps) (*Process, error) {
 	st := d.Stack
-	httpSink, err := sink.NewHTTP(sink.HTTPConfig{})
+	hc := sink.HTTPConfig{Signer: d.Signer}
+	if d.SinkTLS != nil {
+		t := sink.NewTransport(256)
+		d.SinkTLS.Apply(t)
+		hc.Client = &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	httpSink, err := sink.NewHTTP(hc)
 	if err != nil {
 		return nil, fmt.Errorf("drainer: %w", err)
 	}

@@ -50,6 +50,9 @@ const (
 	TypeNotTracked = ProblemBase + "#no-longer-tracked"
 	// A message that cannot be cancelled: being delivered, delivered, dead, or moving.
 	TypeNotCancellable = ProblemBase + "#not-cancellable"
+
+	// A known token whose scope does not allow the request (403).
+	TypeForbidden = ProblemBase + "#forbidden"
 )
 
 // WriteProblem writes p with its status code and Content-Type application/problem+json.

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-io/sluice/internal/admit"
+	"github.com/sluice-io/sluice/internal/audit"
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/rules"
@@ -36,6 +37,8 @@ type Admin struct {
 	Dead      *retry.DeadLetters
 	Admitter  *admit.Admitter
 	Logger    *slog.Logger
+	// Audit records every operator change (who, what, before/after); nil = log lines only.
+	Audit *audit.Log
 
 	mux     *http.ServeMux
 	once    sync.Once
@@ -56,6 +59,8 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.HandleFunc("GET /v1/admin/dead", a.listDead)
 		m.HandleFunc("POST /v1/admin/dead/{id}/replay", a.replayDead)
 		m.HandleFunc("POST /v1/admin/dead/replay", a.replayAllDead)
+		m.HandleFunc("GET /v1/admin/whoami", a.whoami)
+		m.HandleFunc("GET /v1/admin/audit", a.listAudit)
 		m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 			httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no such admin endpoint: " + r.Method + " " + r.URL.Path})
 		})
@@ -284,6 +289,12 @@ func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
 		patch.IfRevision = &rev
 	}
 	ctx := r.Context()
+	before := a.override(ctx, rule.Name)
+	if a.Overrides != nil {
+		if stored, _, err := a.Overrides.Get(ctx, rule.Name); err == nil {
+			before = stored
+		}
+	}
 	var o overrides.Override
 	if patch.Reset {
 		err = a.Overrides.Reset(ctx, rule.Name)
@@ -302,7 +313,7 @@ func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
 			Detail: "the override is stored but the stream could not be updated: " + err.Error(), RetryAfter: 1})
 		return
 	}
-	a.Logger.Info("admin: queue tuned", "rule", rule.Name, "override", o, "reset", patch.Reset)
+	a.record(r, audit.Record{Action: patchAction(patch), Queue: rule.Name, Before: overrideView(before), After: overrideView(o), Result: "ok"})
 	// Show what was written: the watcher may not have seen it yet.
 	w.Header().Set("ETag", strconv.FormatUint(o.Revision, 10)) // 0 after a reset: nothing stored
 	httpx.WriteJSON(w, http.StatusOK, a.view(ctx, rule, o))
@@ -354,12 +365,14 @@ func (a *Admin) purgeKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.PathValue("key")
+	beforeDepth, _ := a.Queues.Depth(r.Context(), rule.Name, key)
 	if err := a.Queues.PurgeKey(r.Context(), rule.Name, key); err != nil {
 		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
 		return
 	}
 	a.Scheduler.SetDepth(r.Context(), rule.Name, key, 0)
-	a.Logger.Warn("admin: key purged", "rule", rule.Name, "key", key)
+	a.record(r, audit.Record{Action: audit.ActionKeyDelete, Queue: rule.Name, Target: key,
+		Before: map[string]any{"depth": beforeDepth}, After: map[string]any{"depth": 0}, Result: "ok"})
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -368,12 +381,19 @@ func (a *Admin) purgeQueue(w http.ResponseWriter, r *http.Request) {
 	if rule == nil {
 		return
 	}
+	var beforeDepth uint64
+	if st, err := a.JS.Stream(r.Context(), a.Queues.StreamName(rule.Name)); err == nil {
+		if info, err := st.Info(r.Context()); err == nil {
+			beforeDepth = info.State.Msgs
+		}
+	}
 	if err := a.Queues.Purge(r.Context(), rule.Name); err != nil {
 		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
 		return
 	}
 	a.Scheduler.ResetDepths(r.Context(), rule.Name)
-	a.Logger.Warn("admin: queue purged", "rule", rule.Name)
+	a.record(r, audit.Record{Action: audit.ActionPurge, Queue: rule.Name,
+		Before: map[string]any{"depth": beforeDepth}, After: map[string]any{"depth": 0}, Result: "ok"})
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -449,7 +469,8 @@ func (a *Admin) replayDead(w http.ResponseWriter, r *http.Request) {
 			Detail: "no room in the key's queue now (" + res.Outcome.String() + "); the dead letter is kept", RetryAfter: httpx.Seconds(wait, 1)})
 		return
 	}
-	a.Logger.Info("admin: dead letter replayed", "id", id)
+	a.record(r, audit.Record{Action: audit.ActionReplay, Queue: a.ruleOfID(id), Target: id,
+		Before: map[string]any{"state": "dead"}, After: map[string]any{"state": "queued"}, Result: "ok"})
 	w.Header().Set("Location", "/v1/messages/"+id)
 	httpx.WriteJSON(w, http.StatusAccepted, map[string]any{"id": id, "state": "queued"})
 }
@@ -529,7 +550,8 @@ func (a *Admin) replayAllDead(w http.ResponseWriter, r *http.Request) {
 		}
 		after = next
 	}
-	a.Logger.Info("admin: dead letters replayed", "rule", name, "replayed", replayed, "kept", kept, "failed", failed)
+	a.record(r, audit.Record{Action: audit.ActionReplayAll, Queue: name,
+		After: map[string]any{"replayed": replayed, "kept": kept, "failed": failed}, Result: "ok"})
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{"queue": name, "replayed": replayed, "kept": kept, "failed": failed})
 }
 
@@ -581,4 +603,106 @@ func (d *drainedMeter) rate(rule string, left uint64, now time.Time) float64 {
 		return 0
 	}
 	return float64(left-first.left) / el
+}
+
+// record writes an operator change to the audit trail (and the log), naming the token
+// that made it.
+func (a *Admin) record(r *http.Request, rec audit.Record) {
+	t, _ := TokenOf(r.Context())
+	rec.Actor, rec.Scope, rec.Remote = t.Name, t.Scope, r.RemoteAddr
+	if a.Audit == nil {
+		a.Logger.Info("audit: "+rec.Action, "actor", rec.Actor, "scope", rec.Scope, "queue", rec.Queue, "target", rec.Target,
+			"before", rec.Before, "after", rec.After, "result", rec.Result)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+	defer cancel()
+	_ = a.Audit.Append(ctx, rec) // a failure is logged by Append; the change itself is done
+}
+
+// patchAction names what a PATCH did.
+func patchAction(p overrides.Patch) string {
+	switch {
+	case p.Reset:
+		return audit.ActionReset
+	case p.Outflow == nil && p.TotalOutflow == nil && p.Capacity == nil && p.Unset&^overrides.FieldPaused == 0:
+		if p.Paused != nil && *p.Paused {
+			return audit.ActionPause
+		}
+		return audit.ActionResume
+	default:
+		return audit.ActionTune
+	}
+}
+
+// overrideView is an override as the audit trail shows it: the overridden fields only.
+func overrideView(o overrides.Override) map[string]any {
+	v := map[string]any{}
+	if o.Outflow != nil {
+		v["outflow"] = overrides.EncodeRate(*o.Outflow)
+	}
+	if o.TotalOutflow != nil {
+		v["total_outflow"] = overrides.EncodeRate(*o.TotalOutflow)
+	}
+	if o.Capacity != nil {
+		v["capacity"] = *o.Capacity
+	}
+	if o.Paused != nil {
+		v["paused"] = *o.Paused
+	}
+	return v
+}
+
+// whoami answers the calling token's name and scope, so the console can show read-only
+// controls to a read token.
+func (a *Admin) whoami(w http.ResponseWriter, r *http.Request) {
+	t, _ := TokenOf(r.Context())
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"name": t.Name, "scope": t.Scope})
+}
+
+// listAudit answers the audit trail, newest first, ?limit (default 100, at most 1000) per
+// page and ?before (the cursor of the previous page's next).
+func (a *Admin) listAudit(w http.ResponseWriter, r *http.Request) {
+	if a.Audit == nil {
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "the audit trail is not kept by this process"})
+		return
+	}
+	q := r.URL.Query()
+	limit, ok := queryInt(w, q, "limit", 100, 1000)
+	if !ok {
+		return
+	}
+	var before uint64
+	if v := q.Get("before"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n == 0 {
+			httpx.WriteProblem(w, httpx.BadRequest("before", "must be the cursor of a previous page"))
+			return
+		}
+		before = n
+	}
+	recs, next, err := a.Audit.List(r.Context(), limit, before)
+	if err != nil {
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
+		return
+	}
+	resp := map[string]any{"records": recs}
+	if next > 0 {
+		resp["next"] = "/v1/admin/audit?" + url.Values{"before": {strconv.FormatUint(next, 10)}, "limit": {strconv.Itoa(limit)}}.Encode()
+	}
+	httpx.WriteJSON(w, http.StatusOK, resp)
+}
+
+// ruleOfID names the rule a message id was issued for ("" when the id names none in force).
+func (a *Admin) ruleOfID(id string) string {
+	ref, ok := queue.ParseID(id)
+	if !ok {
+		return ""
+	}
+	for _, rule := range a.Rules().Rules() {
+		if queue.RuleToken(rule.Name) == ref.RuleToken {
+			return rule.Name
+		}
+	}
+	return ""
 }

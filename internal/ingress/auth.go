@@ -1,42 +1,342 @@
 package ingress
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
+	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/queue"
 )
 
-// authorized reports whether r carries the admin bearer token. The comparison is
-// constant-time over SHA-256 digests, so neither the token's content nor its length leaks
-// through timing. An empty configured token authorizes nobody.
-func (s *Server) authorized(r *http.Request) bool {
-	if s.cfg.AdminToken == "" {
-		return false
+// Scopes of a token. operate includes read.
+const (
+	ScopeRead    = "read"    // GET of the admin API: the console's views
+	ScopeOperate = "operate" // every admin call: tune, reset, pause, purge, replay, key delete
+	ScopeSubmit  = "submit"  // POST /v1/messages and DELETE /v1/messages/{id} (-submit-tokens)
+)
+
+// Token is a named, scoped bearer token. Only a SHA-256 digest of its secret is kept.
+type Token struct {
+	Name   string
+	Scope  string
+	Domain string // submit tokens: the one domain it may submit to; empty = any
+	digest [32]byte
+}
+
+// TokenFile is a file of tokens, one per line: "name scope secret" ("#" comments and blank
+// lines are skipped). Admin scopes are read and operate; submit tokens are "submit" or
+// "submit:DOMAIN". The file is re-read when its modification time or size changes (checked
+// at most once per second); a file that no longer parses keeps the last good tokens and is
+// logged (never the secrets).
+type TokenFile struct {
+	path, flag string
+	admin      bool // scopes read/operate (else submit)
+	single     bool // the whole file is one operate token named "admin-token" (-admin-token-file)
+	log        *slog.Logger
+
+	// The request path reads current and checked without a lock; one caller at a time
+	// (reloading, guarded by mu) looks at the file when checked is a second old.
+	current atomic.Pointer[[]Token]
+	checked atomic.Int64 // unix nanoseconds of the last look at the file
+
+	mu      sync.Mutex // reload
+	stamp   [2]int64
+	tokens  []Token
+	lastErr string
+}
+
+// OpenTokenFile reads path now; an error names the flag, file and line.
+func OpenTokenFile(flag, path string, admin bool, log *slog.Logger) (*TokenFile, error) {
+	if log == nil {
+		log = slog.Default()
 	}
+	f := &TokenFile{path: path, flag: flag, admin: admin, log: log}
+	if err := f.reload(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *TokenFile) reload() error {
+	fi, err := os.Stat(f.path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.flag, err)
+	}
+	st := [2]int64{fi.ModTime().UnixNano(), fi.Size()}
+	if f.tokens != nil && st == f.stamp {
+		return nil
+	}
+	data, err := os.ReadFile(f.path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.flag, err)
+	}
+	var toks []Token
+	if f.single {
+		secret := strings.TrimSpace(string(data))
+		if secret == "" {
+			return fmt.Errorf("%s: %s is empty", f.flag, f.path)
+		}
+		toks = []Token{NewStaticToken("admin-token", ScopeOperate, secret)}
+	} else {
+		toks, err = ParseTokens(data, f.admin)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %s:%w", f.flag, f.path, err)
+	}
+	if f.tokens != nil {
+		f.log.Info("auth: tokens reloaded", "flag", f.flag, "file", f.path, "tokens", len(toks))
+	}
+	f.tokens, f.stamp = toks, st
+	f.current.Store(&toks)
+	f.checked.Store(time.Now().UnixNano())
+	return nil
+}
+
+// Tokens returns the tokens in force, re-reading the file when it changed. It takes no
+// lock on the request path.
+func (f *TokenFile) Tokens() []Token {
+	if f == nil {
+		return nil
+	}
+	if now := time.Now().UnixNano(); now-f.checked.Load() >= int64(time.Second) && f.mu.TryLock() {
+		f.checked.Store(now)
+		if err := f.reload(); err != nil {
+			if err.Error() != f.lastErr {
+				f.log.Error("auth: token file changed but does not load; the previous tokens stay in force", "err", err)
+			}
+			f.lastErr = err.Error()
+		} else {
+			f.lastErr = ""
+		}
+		f.mu.Unlock()
+	}
+	return *f.current.Load()
+}
+
+// ParseTokens reads "name scope secret" lines. Errors say "LINE: what" (the secret is
+// never repeated).
+func ParseTokens(data []byte, admin bool) ([]Token, error) {
+	toks := []Token{}
+	names := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 3 {
+			return nil, fmt.Errorf("%d: want three fields \"name scope token\", found %d", n, len(fields))
+		}
+		t := Token{Name: fields[0], Scope: fields[1]}
+		if admin {
+			if t.Scope != ScopeRead && t.Scope != ScopeOperate {
+				return nil, fmt.Errorf("%d: scope %q: want read or operate", n, t.Scope)
+			}
+		} else {
+			scope, domain, hasDomain := strings.Cut(t.Scope, ":")
+			if scope != ScopeSubmit || (hasDomain && domain == "") {
+				return nil, fmt.Errorf("%d: scope %q: want submit or submit:DOMAIN", n, t.Scope)
+			}
+			t.Scope, t.Domain = ScopeSubmit, domain
+		}
+		if len(fields[2]) < 16 {
+			return nil, fmt.Errorf("%d: token of %q: at least 16 characters (e.g. openssl rand -hex 32)", n, t.Name)
+		}
+		if names[t.Name] {
+			return nil, fmt.Errorf("%d: name %q used twice", n, t.Name)
+		}
+		names[t.Name] = true
+		t.digest = sha256.Sum256([]byte(fields[2]))
+		toks = append(toks, t)
+	}
+	return toks, sc.Err()
+}
+
+// Auth decides who a bearer token is. Comparisons are constant-time over SHA-256 digests
+// and visit every token, so neither a token's content, length nor position leaks through
+// timing.
+type Auth struct {
+	Static []Token    // -admin-token (scope operate)
+	File   *TokenFile // -admin-token-file (scope operate)
+	Admin  *TokenFile
+	Submit *TokenFile
+}
+
+// NewStaticToken makes the token of -admin-token.
+func NewStaticToken(name, scope, secret string) Token {
+	return Token{Name: name, Scope: scope, digest: sha256.Sum256([]byte(secret))}
+}
+
+func match(secret string, lists ...[]Token) (Token, bool) {
+	d := sha256.Sum256([]byte(secret))
+	var found Token
+	ok := 0
+	for _, l := range lists {
+		for _, t := range l {
+			if subtle.ConstantTimeCompare(d[:], t.digest[:]) == 1 {
+				found, ok = t, 1
+			}
+		}
+	}
+	return found, ok == 1
+}
+
+func bearer(r *http.Request) (string, bool) {
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		return false
+	return got, ok && got != ""
+}
+
+// admin returns the admin token of r.
+func (a *Auth) admin(r *http.Request) (Token, bool) {
+	if a == nil {
+		return Token{}, false
 	}
-	a := sha256.Sum256([]byte(got))
-	b := sha256.Sum256([]byte(s.cfg.AdminToken))
-	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+	secret, ok := bearer(r)
+	if !ok {
+		return Token{}, false
+	}
+	return match(secret, a.Static, a.File.Tokens(), a.Admin.Tokens())
 }
 
-func (s *Server) unauthorized(w http.ResponseWriter) {
-	w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-admin"`)
-	httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnauthorized, Status: http.StatusUnauthorized,
-		Detail: "the admin API needs Authorization: Bearer <SLUICE_ADMIN_TOKEN>"})
+// Enabled reports whether any admin token is configured.
+func (a *Auth) Enabled() bool {
+	return a != nil && (len(a.Static) > 0 || a.File != nil || a.Admin != nil)
 }
 
+type tokenKey struct{}
+
+// TokenOf returns the token that authenticated the request (admin or submit).
+func TokenOf(ctx context.Context) (Token, bool) {
+	t, ok := ctx.Value(tokenKey{}).(Token)
+	return t, ok
+}
+
+// adminScope is the scope an admin request needs: read for GET and HEAD, else operate.
+func adminScope(r *http.Request) string {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return ScopeRead
+	}
+	return ScopeOperate
+}
+
+func allows(have, need string) bool {
+	return have == need || (have == ScopeOperate && need == ScopeRead)
+}
+
+// authorized reports whether r carries a known admin token (any scope).
+func (s *Server) authorized(r *http.Request) bool {
+	_, ok := s.cfg.Auth.admin(r)
+	return ok
+}
+
+// unauthorized answers 401 with the Bearer challenge; a token that was sent but is not known
+// adds error="invalid_token" (RFC 6750 §3.1).
+func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, detail string) {
+	challenge := `Bearer realm="sluice"`
+	if _, sent := bearer(r); sent {
+		challenge += `, error="invalid_token"`
+	}
+	w.Header().Set("WWW-Authenticate", challenge)
+	httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnauthorized, Status: http.StatusUnauthorized, Detail: detail})
+}
+
+func forbidden(w http.ResponseWriter, detail string) {
+	httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeForbidden, Status: http.StatusForbidden, Detail: detail})
+}
+
+// authenticate guards the admin API: 401 without a known token, 403 for a read token on a
+// call that changes something (RFC 9110 §15.5.2, §15.5.4).
 func (s *Server) authenticate(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.authorized(r) {
-			s.unauthorized(w)
+		t, ok := s.cfg.Auth.admin(r)
+		if !ok {
+			s.unauthorized(w, r, "the admin API needs Authorization: Bearer <an admin token>")
 			return
 		}
-		h.ServeHTTP(w, r)
+		if need := adminScope(r); !allows(t.Scope, need) {
+			forbidden(w, fmt.Sprintf("token %q has scope %s; %s %s needs %s", t.Name, t.Scope, r.Method, r.URL.Path, need))
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))
 	})
+}
+
+// submitAuth guards POST /v1/messages and DELETE /v1/messages/{id} when -submit-tokens is
+// set: a submit token is needed, and a token for one domain submits to that domain only
+// (the body's "domain"; for a cancel, the domain of the id's rule).
+func (s *Server) submitAuth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Auth == nil || s.cfg.Auth.Submit == nil {
+			h(w, r)
+			return
+		}
+		secret, ok := bearer(r)
+		if !ok {
+			s.unauthorized(w, r, "submitting needs Authorization: Bearer <a submit token>")
+			return
+		}
+		t, ok := match(secret, s.cfg.Auth.Submit.Tokens())
+		if !ok {
+			s.unauthorized(w, r, "unknown submit token")
+			return
+		}
+		if t.Domain != "" {
+			domain, err := s.requestDomain(r)
+			if err != nil {
+				h(w, r) // the handler answers the malformed request as it always does
+				return
+			}
+			if domain != t.Domain {
+				forbidden(w, fmt.Sprintf("token %q may submit to domain %q only", t.Name, t.Domain))
+				return
+			}
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))
+	}
+}
+
+var errNoDomain = errors.New("no domain")
+
+// requestDomain reads the domain a submit or cancel is for, leaving r's body readable.
+func (s *Server) requestDomain(r *http.Request) (string, error) {
+	if r.Method == http.MethodDelete {
+		ref, ok := queue.ParseID(r.PathValue("id"))
+		if !ok {
+			return "", errNoDomain
+		}
+		for _, rule := range s.cfg.Rules().Rules() {
+			if queue.RuleToken(rule.Name) == ref.RuleToken {
+				return rule.Domain, nil
+			}
+		}
+		return "", errNoDomain
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, s.cfg.MaxBody+1))
+	r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	var v struct {
+		Domain string `json:"domain"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil {
+		return "", err
+	}
+	return v.Domain, nil
 }

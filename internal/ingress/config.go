@@ -102,6 +102,44 @@ type Config struct {
 	// StatusKeepMax bounds the delivered records kept (oldest dropped first).
 	// -status-keep-max / SLUICE_STATUS_KEEP_MAX; default 1000000.
 	StatusKeepMax int64
+
+	// Security (README "Security").
+	//
+	// TLSCert and TLSKey serve the HTTP and gRPC listeners over TLS (1.2 or newer),
+	// reloaded without a restart when the files change. -tls-cert / SLUICE_TLS_CERT,
+	// -tls-key / SLUICE_TLS_KEY; default empty (plain text).
+	TLSCert, TLSKey string
+	// TLSClientCA requires client certificates signed by these CAs (mutual TLS) on both
+	// listeners. -tls-client-ca / SLUICE_TLS_CLIENT_CA; default empty (no client certificate).
+	TLSClientCA string
+	// NATSCA, NATSCert and NATSKey: the CA bundle that signs the NATS servers'
+	// certificates and a client certificate for NATS (tls:// URLs). -nats-ca /
+	// SLUICE_NATS_CA, -nats-cert / SLUICE_NATS_CERT, -nats-key / SLUICE_NATS_KEY; default
+	// empty (system roots, no client certificate).
+	NATSCA, NATSCert, NATSKey string
+	// SinkCA is the CA bundle trusted for https:// sinks of the in-process drainer
+	// (instead of the system roots). -sink-ca / SLUICE_SINK_CA; default empty.
+	SinkCA string
+	// SignKeys are files holding HMAC keys: deliveries of the in-process drainer to HTTP
+	// sinks are signed with the first (Sluice-Signature). -sign-keys / SLUICE_SIGN_KEYS,
+	// comma-separated; default empty (unsigned).
+	SignKeys []string
+	// AdminTokensFile holds named, scoped admin tokens ("name scope token" lines, scope
+	// read or operate), re-read when it changes. -admin-tokens / SLUICE_ADMIN_TOKENS;
+	// default empty. -admin-token remains, with scope operate.
+	AdminTokensFile string
+	// AdminTokenFile reads the -admin-token value from a file (a mounted secret).
+	// -admin-token-file / SLUICE_ADMIN_TOKEN_FILE; default empty.
+	AdminTokenFile string
+	// SubmitTokensFile makes POST /v1/messages require a bearer token of this file
+	// ("name submit token" or "name submit:DOMAIN token" lines). -submit-tokens /
+	// SLUICE_SUBMIT_TOKENS; default empty (submit is open).
+	SubmitTokensFile string
+	// AuditKeep is how long operator changes are kept in the SLUICE_AUDIT stream, and
+	// AuditMax how many at most. -audit-keep / SLUICE_AUDIT_KEEP, default 2160h (90 days);
+	// -audit-max / SLUICE_AUDIT_MAX, default 100000.
+	AuditKeep time.Duration
+	AuditMax  int64
 }
 
 // ParseFlags reads args (without the program name) and the environment into a Config.
@@ -188,8 +226,44 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.DurationVar(&c.MaxDelay, "max-delay", envDur("SLUICE_MAX_DELAY", DefaultMaxDelay), "how far ahead a submission's deliver_at or delay may be (env SLUICE_MAX_DELAY)")
 	fs.IntVar(&c.MaxBatch, "max-batch", int(envInt("SLUICE_MAX_BATCH", DefaultMaxBatch)), "most messages in one batch submission; more is 413 (env SLUICE_MAX_BATCH)")
 	fs.Int64Var(&c.StatusKeepMax, "status-keep-max", envInt("SLUICE_STATUS_KEEP_MAX", 1_000_000), "most delivered records kept, oldest dropped first (env SLUICE_STATUS_KEEP_MAX)")
+	fs.StringVar(&c.TLSCert, "tls-cert", env("SLUICE_TLS_CERT", ""), "PEM certificate (chain) of the HTTP and gRPC listeners; reloaded when it changes (env SLUICE_TLS_CERT)")
+	fs.StringVar(&c.TLSKey, "tls-key", env("SLUICE_TLS_KEY", ""), "PEM private key of -tls-cert (env SLUICE_TLS_KEY)")
+	fs.StringVar(&c.TLSClientCA, "tls-client-ca", env("SLUICE_TLS_CLIENT_CA", ""), "PEM CA bundle: require client certificates it signed (mutual TLS) (env SLUICE_TLS_CLIENT_CA)")
+	fs.StringVar(&c.NATSCA, "nats-ca", env("SLUICE_NATS_CA", ""), "PEM CA bundle of the NATS servers' certificates (env SLUICE_NATS_CA)")
+	fs.StringVar(&c.NATSCert, "nats-cert", env("SLUICE_NATS_CERT", ""), "PEM client certificate for NATS (env SLUICE_NATS_CERT)")
+	fs.StringVar(&c.NATSKey, "nats-key", env("SLUICE_NATS_KEY", ""), "PEM private key of -nats-cert (env SLUICE_NATS_KEY)")
+	fs.StringVar(&c.SinkCA, "sink-ca", env("SLUICE_SINK_CA", ""), "PEM CA bundle trusted for https:// sinks of the in-process drainer (env SLUICE_SINK_CA)")
+	signKeys := fs.String("sign-keys", env("SLUICE_SIGN_KEYS", ""), "files of HMAC keys, comma-separated: HTTP deliveries are signed with the first (env SLUICE_SIGN_KEYS)")
+	fs.StringVar(&c.AdminTokensFile, "admin-tokens", env("SLUICE_ADMIN_TOKENS", ""), "file of scoped admin tokens, 'name scope token' lines (env SLUICE_ADMIN_TOKENS)")
+	fs.StringVar(&c.AdminTokenFile, "admin-token-file", env("SLUICE_ADMIN_TOKEN_FILE", ""), "file holding the -admin-token value (env SLUICE_ADMIN_TOKEN_FILE)")
+	fs.StringVar(&c.SubmitTokensFile, "submit-tokens", env("SLUICE_SUBMIT_TOKENS", ""), "file of submit tokens: POST /v1/messages then needs one (env SLUICE_SUBMIT_TOKENS)")
+	fs.DurationVar(&c.AuditKeep, "audit-keep", envDur("SLUICE_AUDIT_KEEP", 90*24*time.Hour), "how long operator changes are kept in SLUICE_AUDIT (env SLUICE_AUDIT_KEEP)")
+	fs.Int64Var(&c.AuditMax, "audit-max", envInt("SLUICE_AUDIT_MAX", 100_000), "most operator changes kept in SLUICE_AUDIT, oldest dropped first (env SLUICE_AUDIT_MAX)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	for _, p := range strings.Split(*signKeys, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			c.SignKeys = append(c.SignKeys, p)
+		}
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return c, errors.New("-tls-cert and -tls-key: give both or neither")
+	}
+	if c.TLSClientCA != "" && c.TLSCert == "" {
+		return c, errors.New("-tls-client-ca: needs -tls-cert and -tls-key (client certificates are only asked for over TLS)")
+	}
+	if (c.NATSCert == "") != (c.NATSKey == "") {
+		return c, errors.New("-nats-cert and -nats-key: give both or neither")
+	}
+	if c.AdminToken != "" && c.AdminTokenFile != "" {
+		return c, errors.New("-admin-token-file: give it or -admin-token, not both")
+	}
+	if c.AuditKeep <= 0 {
+		return c, fmt.Errorf("-audit-keep: want a positive duration, got %s", c.AuditKeep)
+	}
+	if c.AuditMax <= 0 {
+		return c, fmt.Errorf("-audit-max: want a positive number of records, got %d", c.AuditMax)
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))

@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -191,6 +193,8 @@ type GRPCConfig struct {
 	// of a worker over one HTTP/2 connection).
 	MaxConcurrentStreams uint32
 	Logger               *slog.Logger
+	// TLS serves over TLS with this configuration (tlsx.Server.Config); nil = plain text.
+	TLS *tls.Config
 }
 
 func (c GRPCConfig) withDefaults() GRPCConfig {
@@ -226,7 +230,11 @@ type GRPCServer struct {
 // Stop (graceful within a deadline).
 func (s *Server) NewGRPCServer(c GRPCConfig) *GRPCServer {
 	c = c.withDefaults()
-	gs := grpc.NewServer(
+	var creds []grpc.ServerOption
+	if c.TLS != nil {
+		creds = append(creds, grpc.Creds(credentials.NewTLS(c.TLS)))
+	}
+	gs := grpc.NewServer(append(creds,
 		grpc.MaxRecvMsgSize(c.MaxRecvMsgSize),
 		grpc.MaxConcurrentStreams(c.MaxConcurrentStreams),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: c.KeepaliveTime, Timeout: c.KeepaliveTimeout}),
@@ -240,7 +248,7 @@ func (s *Server) NewGRPCServer(c GRPCConfig) *GRPCServer {
 		// and a write per burst of calls; RLS messages are a few hundred bytes.
 		grpc.InitialWindowSize(1<<20),
 		grpc.InitialConnWindowSize(1<<22),
-	)
+	)...)
 	rlsv3.RegisterRateLimitServiceServer(gs, &rlsService{s: s})
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

@@ -20,10 +20,13 @@ import (
 
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/app"
+	"github.com/sluice-io/sluice/internal/audit"
 	"github.com/sluice-io/sluice/internal/devenv"
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/drainer"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/sign"
+	"github.com/sluice-io/sluice/internal/tlsx"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
 )
@@ -47,6 +50,7 @@ type Main struct {
 	SinkURL   string           // -dev demo sink
 	Drainer   *drainer.Process // the in-process drainer (-drain), or nil
 	Stack     *app.Stack       // connections, streams, admission
+	TLS       *tlsx.Server     // the listeners' certificates (-tls-cert); nil = plain text
 
 	closers []func()
 	httpSrv *http.Server
@@ -93,6 +97,27 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	// Certificates and secrets next: a process that cannot serve as configured must not
+	// start.
+	if c.TLSCert != "" {
+		if m.TLS, err = tlsx.NewServer(tlsx.ServerFiles{CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA, Logger: log}); err != nil {
+			return fmt.Errorf("ingress: %w", err)
+		}
+		reg.MustRegister(m.TLS.NotAfterCollector())
+	}
+	sinkTLS, err := tlsx.NewClient("-sink-ca", c.SinkCA)
+	if err != nil {
+		return fmt.Errorf("ingress: %w", err)
+	}
+	signer, err := sign.NewSigner(c.SignKeys, log)
+	if err != nil {
+		return fmt.Errorf("ingress: %w", err)
+	}
+	auth, err := openAuth(c, log)
+	if err != nil {
+		return fmt.Errorf("ingress: %w", err)
+	}
+
 	// Rules first: a process with bad rules must not start.
 	var srv *Server
 	watcher, err := rules.NewWatcher(rules.WatcherConfig{
@@ -137,6 +162,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	capacityChanged := make(chan struct{}, 1)
 	st, err := app.Open(ctx, app.Config{
 		Name: "ingress", NATSURL: m.NATSURL, RedisURL: m.RedisURL, Replicas: c.Replicas,
+		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey,
 		Rules: watcher.Current, Limits: limits, Logger: log,
 		IdempotencyTTL: c.IdempotencyTTL, StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
 		OnDegraded: func(on bool) {
@@ -166,11 +192,15 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return err
 	}
 
-	admin := &Admin{Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
+	auditLog := audit.New(st.JS, audit.Config{MaxAge: c.AuditKeep, MaxMsgs: c.AuditMax, Replicas: c.Replicas, Logger: log})
+	if err := app.Retry(startCtx, auditLog.Ensure); err != nil {
+		return fmt.Errorf("ingress: %w", err)
+	}
+	admin := &Admin{Audit: auditLog, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
 		JS: st.JS, Parking: st.Parking, Dead: st.Dead, Admitter: st.Admitter, Logger: log}
 	srv = NewServer(ServerConfig{
 		Rules: watcher.Current, Admitter: st.Admitter, Status: st.Status, Limits: st.Limits,
-		Admin: admin, AdminToken: c.AdminToken, MaxBody: c.MaxBody, MaxBatch: c.MaxBatch, MaxDelay: c.MaxDelay, Registry: reg, Logger: log,
+		Admin: admin, Auth: auth, MaxBody: c.MaxBody, MaxBatch: c.MaxBatch, MaxDelay: c.MaxDelay, Registry: reg, Logger: log,
 		Ready: st.Ready, GRPCResponseHeaders: c.GRPCResponseHeaders, Now: m.Now,
 		Envoy: EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,
 			LocalCacheBytes: c.LocalCacheBytes, DetailedMetricValues: c.DetailedMetricValues},
@@ -181,6 +211,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if c.Drain {
 		proc, err := drainer.Start(context.WithoutCancel(ctx), drainer.Deps{
 			Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
+			SinkTLS: sinkTLS, Signer: signer,
 			Drain:   drain.Config{Workers: c.DrainWorkers, StopTimeout: c.ShutdownTimeout},
 			Readmit: retry.ReadmitterConfig{MaxBackoff: c.ReadmitMaxBackoff},
 		})
@@ -236,15 +267,22 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	m.Addr = ln.Addr()
 	m.httpSrv = &http.Server{
-		Handler:           srv,
+		Handler: srv,
+		// TLS handshake errors (probes, scanners) at debug level, not on stderr.
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 	}
+	serve := m.httpSrv.Serve
+	if m.TLS != nil {
+		m.httpSrv.TLSConfig = m.TLS.Config()
+		serve = func(ln net.Listener) error { return m.httpSrv.ServeTLS(ln, "", "") }
+	}
 	go func() {
-		if err := m.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("ingress: HTTP server stopped", "err", err)
 		}
 	}()
@@ -254,7 +292,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("ingress: listen -grpc %s: %w", c.GRPCAddr, err)
 		}
 		m.GRPCAddr = gln.Addr()
-		m.grpcSrv = srv.NewGRPCServer(GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log})
+		gc := GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log}
+		if m.TLS != nil {
+			gc.TLS = m.TLS.Config()
+		}
+		m.grpcSrv = srv.NewGRPCServer(gc)
 		go func() {
 			if err := m.grpcSrv.Serve(gln); err != nil {
 				log.Error("ingress: gRPC server stopped", "err", err)
@@ -273,7 +315,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		go dbg.Serve(dln)
 		log.Info("ingress: pprof listening", "addr", dln.Addr().String())
 	}
-	log.Info("ingress: listening", "addr", m.Addr.String(), "nats", m.NATSURL, "rules", len(watcher.Current().Rules()), "dev", c.Dev)
+	log.Info("ingress: listening", "addr", m.Addr.String(), "tls", m.TLS != nil, "mtls", c.TLSClientCA != "", "nats", m.NATSURL, "rules", len(watcher.Current().Rules()), "dev", c.Dev)
 	if c.Dev {
 		m.printBanner(watcher.Current())
 	}
@@ -282,12 +324,16 @@ func (m *Main) Run(ctx context.Context) (err error) {
 
 func (m *Main) printBanner(set *rules.Set) {
 	port := m.Addr.(*net.TCPAddr).Port
+	scheme := "http"
+	if m.TLS != nil {
+		scheme = "https"
+	}
 	fmt.Fprintf(m.Stdout, "\nsluice is running (dev mode: embedded NATS at %s, data in %s)\n", m.NATSURL, m.Config.DataDir)
-	fmt.Fprintf(m.Stdout, "  API:       http://localhost:%d   (metrics: /metrics)\n", port)
-	if m.Config.AdminToken != "" {
-		fmt.Fprintf(m.Stdout, "  console:   http://localhost:%d/ui/   (sign in with the -admin-token value)\n", port)
+	fmt.Fprintf(m.Stdout, "  API:       %s://localhost:%d   (metrics: /metrics)\n", scheme, port)
+	if m.Config.AdminToken != "" || m.Config.AdminTokenFile != "" || m.Config.AdminTokensFile != "" {
+		fmt.Fprintf(m.Stdout, "  console:   %s://localhost:%d/ui/   (sign in with an admin token)\n", scheme, port)
 	} else {
-		fmt.Fprintf(m.Stdout, "  console:   http://localhost:%d/ui/   (start with -admin-token to sign in)\n", port)
+		fmt.Fprintf(m.Stdout, "  console:   %s://localhost:%d/ui/   (start with -admin-token to sign in)\n", scheme, port)
 	}
 	if m.GRPCAddr != nil {
 		fmt.Fprintf(m.Stdout, "  envoy RLS: localhost:%d (gRPC, envoy.service.ratelimit.v3.RateLimitService)\n", m.GRPCAddr.(*net.TCPAddr).Port)
@@ -315,6 +361,32 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// openAuth reads the admin and submit tokens of the config.
+func openAuth(c Config, log *slog.Logger) (*Auth, error) {
+	a := &Auth{}
+	if c.AdminToken != "" {
+		a.Static = []Token{NewStaticToken("admin-token", ScopeOperate, c.AdminToken)}
+	}
+	var err error
+	if c.AdminTokenFile != "" {
+		a.File = &TokenFile{path: c.AdminTokenFile, flag: "-admin-token-file", single: true, log: log}
+		if err := a.File.reload(); err != nil {
+			return nil, err
+		}
+	}
+	if c.AdminTokensFile != "" {
+		if a.Admin, err = OpenTokenFile("-admin-tokens", c.AdminTokensFile, true, log); err != nil {
+			return nil, err
+		}
+	}
+	if c.SubmitTokensFile != "" {
+		if a.Submit, err = OpenTokenFile("-submit-tokens", c.SubmitTokensFile, false, log); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }
 
 // Close stops the process: HTTP first (stop admitting, finish in-flight requests within

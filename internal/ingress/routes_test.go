@@ -58,6 +58,8 @@ var serverRoutes = []string{
 	"GET /v1/admin/dead",
 	"POST /v1/admin/dead/{id}/replay",
 	"POST /v1/admin/dead/replay",
+	"GET /v1/admin/whoami",
+	"GET /v1/admin/audit",
 }
 
 const routesToken = "routes-token"

@@ -97,6 +97,7 @@ type ServerConfig struct {
 	// Ready reports whether NATS and Redis are reachable (GET /readyz); nil = always ready.
 	Ready func(ctx context.Context) error
 	// Admin serves /v1/admin/; nil = 404. It is wrapped in bearer-token authentication.
+	// AdminToken is a shorthand for Auth with this one token (scope operate) when Auth is nil.
 	Admin      http.Handler
 	AdminToken string
 	MaxBody    int64 // default 1 MiB
@@ -108,6 +109,10 @@ type ServerConfig struct {
 	Now      func() time.Time
 	// Unavailable is the Retry-After of a 503 while NATS cannot store. Default 2s.
 	Unavailable time.Duration
+
+	// Auth holds the admin tokens (scopes read and operate) and the submit tokens; nil or
+	// without admin tokens, the admin API answers 401 to everyone.
+	Auth *Auth
 }
 
 // NewServer builds the server and registers its metrics on cfg.Registry.
@@ -133,12 +138,15 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
+	if cfg.Auth == nil && cfg.AdminToken != "" {
+		cfg.Auth = &Auth{Static: []Token{NewStaticToken("admin-token", ScopeOperate, cfg.AdminToken)}}
+	}
 	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registry), mux: http.NewServeMux()}
 	s.envoy = newEnvoyState(cfg.Envoy, cfg.Registry)
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
-	s.route("POST /v1/messages", s.handleSubmit)
+	s.route("POST /v1/messages", s.submitAuth(s.handleSubmit))
 	s.route("GET /v1/messages/{id}", s.handleStatus)
-	s.route("DELETE /v1/messages/{id}", s.handleCancel)
+	s.route("DELETE /v1/messages/{id}", s.submitAuth(s.handleCancel))
 	s.route("POST /v1/check", s.handleCheck)
 	s.route("POST /json", s.handleEnvoyJSON) // envoyproxy/ratelimit's /json (protojson)
 	s.route("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -160,7 +168,7 @@ func NewServer(cfg ServerConfig) *Server {
 	} else {
 		s.route("/v1/admin/", func(w http.ResponseWriter, r *http.Request) {
 			if !s.authorized(r) {
-				s.unauthorized(w)
+				s.unauthorized(w, r, "the admin API needs Authorization: Bearer <an admin token>")
 				return
 			}
 			httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "the admin API is not enabled in this process"})

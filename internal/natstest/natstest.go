@@ -10,6 +10,7 @@ package natstest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/url"
@@ -41,6 +42,9 @@ func (n *Node) Server() *server.Server {
 
 // URL is the client URL of this node (stable across restarts).
 func (n *Node) URL() string {
+	if n.opts.TLSConfig != nil {
+		return fmt.Sprintf("tls://%s:%d", n.opts.Host, n.opts.Port)
+	}
 	return fmt.Sprintf("nats://%s:%d", n.opts.Host, n.opts.Port)
 }
 
@@ -81,7 +85,12 @@ func (n *Node) Restart() error {
 var nameSeq atomic.Int64
 
 // Start starts a single JetStream server for one test; it is shut down when the test ends.
-func Start(tb testing.TB) *Node {
+func Start(tb testing.TB) *Node { return StartTLS(tb, nil) }
+
+// StartTLS starts a single JetStream server that requires TLS with tc (its Certificates;
+// with ClientCAs and ClientAuth set, client certificates too); URL is then tls://. A nil
+// tc is Start.
+func StartTLS(tb testing.TB, tc *tls.Config) *Node {
 	tb.Helper()
 	port, err := freePort()
 	if err != nil {
@@ -96,6 +105,11 @@ func Start(tb testing.TB) *Node {
 		NoLog:      true,
 		NoSigs:     true,
 	}}
+	if tc != nil {
+		n.opts.TLS, n.opts.TLSConfig = true, tc
+		n.opts.TLSVerify = tc.ClientAuth == tls.RequireAndVerifyClientCert
+		n.opts.TLSTimeout = 5
+	}
 	if err := n.Restart(); err != nil {
 		tb.Fatal(err)
 	}

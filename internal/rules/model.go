@@ -84,6 +84,10 @@ type Sink struct {
 	URL         string
 	NATSSubject string
 	Timeout     time.Duration // default 10s
+	// SignKeys are the files of HMAC keys signing this rule's HTTP deliveries (the first
+	// signs), comma-separated, instead of the drainer's -sign-keys; empty = -sign-keys.
+	// Read by the drainer, not when the rules load. A string, so Sink stays comparable.
+	SignKeys string
 }
 
 // Delivery is the retry policy for deliveries to the sink.

@@ -76,7 +76,7 @@ var (
 	rateFields      = []string{"unit", "interval", "requests_per_unit"}
 	queueFields     = []string{"capacity", "outflow", "total_outflow", "max_scheduled", "max_age"}
 	parkFields      = []string{"max_age"}
-	sinkFields      = []string{"url", "nats_subject", "timeout"}
+	sinkFields      = []string{"url", "nats_subject", "timeout", "sign_keys"}
 	deliveryFields  = []string{"max_attempts", "min_backoff", "max_backoff"}
 	replacesFields  = []string{"name"}
 )
@@ -1077,6 +1077,34 @@ func (p *fileParser) sink(n *yaml.Node, field string, s *Sink) {
 			s.Timeout = d
 		}
 	}
+	if v, has := m["sign_keys"]; has {
+		s.SignKeys = strings.Join(p.signKeys(v, joinField(field, "sign_keys"), hasSubject), ",")
+	}
+}
+
+// signKeys parses sink.sign_keys: a non-empty list of key file paths (HTTP sinks only).
+func (p *fileParser) signKeys(n *yaml.Node, field string, natsSink bool) []string {
+	n = resolve(n)
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		p.errorf(n, field, "must be a list of key file paths, the signing key first (got %s)", describe(n))
+		return nil
+	}
+	if natsSink {
+		p.errorf(n, field, "signs HTTP deliveries only; a nats_subject sink cannot have it")
+		return nil
+	}
+	var out []string
+	for i, item := range n.Content {
+		path, ok := p.str(item, fmt.Sprintf("%s[%d]", field, i))
+		if ok && (path == "" || strings.Contains(path, ",")) {
+			p.errorf(resolve(item), fmt.Sprintf("%s[%d]", field, i), "must be a file path, not empty and without commas (got %q)", path)
+			continue
+		}
+		if ok {
+			out = append(out, path)
+		}
+	}
+	return out
 }
 
 func (p *fileParser) delivery(n *yaml.Node, field string, d *Delivery) {

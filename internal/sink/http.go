@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -55,6 +56,10 @@ type HTTPConfig struct {
 
 	// UserAgent sent with every request. Default "sluice".
 	UserAgent string
+
+	// Signer adds a Sluice-Signature header to every delivery (internal/sign) of a rule
+	// without its own sink.sign_keys; nil = none.
+	Signer *sign.Signer
 }
 
 // WithDefaults returns a copy of c with every unset field set to its default.
@@ -114,7 +119,8 @@ func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastR
 
 // HTTP delivers by POSTing the payload to rule.Sink.URL. Safe for concurrent use.
 type HTTP struct {
-	cfg HTTPConfig
+	cfg     HTTPConfig
+	signers signers
 }
 
 // NewHTTP returns an HTTP sink. It fails only on an invalid config.
@@ -149,6 +155,11 @@ func (h *HTTP) Deliver(ctx context.Context, rule *rules.Rule, m queue.Message) d
 	}
 	deliveryHeaders(rule, m, req.Header.Set)
 	req.Header.Set("User-Agent", h.cfg.UserAgent)
+	if signer, err := h.signers.signerFor(rule, h.cfg.Signer); err != nil {
+		return drain.OutcomeRetry(0, "sink: "+err.Error())
+	} else if signer != nil {
+		req.Header.Set(sign.Header, signer.Sign(time.Now(), m.Payload))
+	}
 
 	resp, err := h.cfg.Client.Do(req)
 	if err != nil {

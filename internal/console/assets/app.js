@@ -285,7 +285,7 @@
       tr.appendChild(el("td", m.last_error || "—", "wrap"));
       tr.appendChild(el("td", when(m.updated_at)));
       const act = el("td");
-      const b = el("button", "Replay");
+      const b = el("button", "Replay", "operate");
       b.type = "button";
       b.setAttribute("aria-label", "Replay message " + m.id);
       b.addEventListener("click", () => replayOne(m.id, b));
@@ -344,10 +344,23 @@
     }
   }
 
+  // whoami shows who is signed in; a read token gets the read-only page (no controls).
+  async function whoami() {
+    try {
+      const { data } = await api("GET", "/v1/admin/whoami");
+      document.body.classList.toggle("read-only", data.scope === "read");
+      $("whoami").textContent = data.name + (data.scope === "read" ? " (read only)" : "");
+    } catch (e) {
+      document.body.classList.remove("read-only"); // an older ingress: every token operates
+      $("whoami").textContent = "";
+    }
+  }
+
   function start() {
     stop();
     $("signin").hidden = true;
     $("nav").hidden = false;
+    whoami();
     const r = route();
     show(r.page);
     tick(true);
@@ -358,6 +371,8 @@
   function signOut(message) {
     stop();
     sessionStorage.removeItem(TOKEN);
+    document.body.classList.remove("read-only");
+    $("whoami").textContent = "";
     $("nav").hidden = true;
     show("signin");
     $("signin-error").textContent = message || "";

@@ -1,0 +1,86 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sluice-io/sluice/client"
+	"github.com/sluice-io/sluice/internal/ingress"
+	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/redistest"
+)
+
+// Against an ingress with -submit-tokens and -admin-tokens: WithSubmitToken submits,
+// follows and cancels; no token or another domain's token is ErrUnauthorized (401, 403)
+// and is not retried; a read admin token reads but cannot tune.
+func TestClientTokens(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "rules.yaml")
+	os.WriteFile(rules, []byte(`
+domain: orders
+descriptors:
+  - key: merchant_id
+    name: orders
+    queue: {capacity: 5, outflow: {unit: minute, requests_per_unit: 1}}
+    sink: {url: "http://127.0.0.1:1/unused"}
+`), 0o644)
+	submit := filepath.Join(dir, "submit")
+	os.WriteFile(submit, []byte("shop submit:orders submit-orders-0123456789\nmkt submit:marketing submit-mkt-0123456789ab\n"), 0o600)
+	admin := filepath.Join(dir, "admin")
+	os.WriteFile(admin, []byte("grafana read read-token-0123456789ab\n"), 0o600)
+	n := natstest.Start(t)
+	r := redistest.Start(t, redistest.Options{})
+	cfg, err := ingress.ParseFlags([]string{"-rules", rules, "-http", "127.0.0.1:0", "-grpc", "", "-nats", n.URL(), "-redis", r.URL(),
+		"-submit-tokens", submit, "-admin-tokens", admin, "-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	base := "http://" + m.Addr.String()
+	key := []client.Entry{{Key: "merchant_id", Value: "m-1"}}
+
+	anon, _ := client.New(base)
+	if _, err := anon.Submit(ctx, "orders", key, 1); !errors.Is(err, client.ErrUnauthorized) {
+		t.Fatalf("submit without a token: %v, want ErrUnauthorized", err)
+	}
+	other, _ := client.New(base, client.WithSubmitToken("submit-mkt-0123456789ab"))
+	var pe *client.ProblemError
+	if _, err := other.Submit(ctx, "orders", key, 1); !errors.Is(err, client.ErrUnauthorized) || !errors.As(err, &pe) || pe.Status != 403 || pe.Attempts != 1 {
+		t.Fatalf("submit with another domain's token: %v, want a 403 ErrUnauthorized, not retried", err)
+	}
+	shop, _ := client.New(base, client.WithSubmitToken("submit-orders-0123456789"), client.WithAdminToken("read-token-0123456789ab"))
+	sub, err := shop.Submit(ctx, "orders", key, map[string]int{"n": 1})
+	if err != nil {
+		t.Fatalf("submit with the domain's token: %v", err)
+	}
+	if st, err := shop.Status(ctx, sub.ID); err != nil || st.ID != sub.ID {
+		t.Fatalf("status: %+v %v", st, err)
+	}
+	if _, err := other.Cancel(ctx, sub.ID); !errors.Is(err, client.ErrUnauthorized) {
+		t.Fatalf("cancel with another domain's token: %v", err)
+	}
+	if _, err := shop.Cancel(ctx, sub.ID); err != nil {
+		t.Fatalf("cancel with the domain's token: %v", err)
+	}
+
+	if qs, err := shop.Admin().Queues(ctx); err != nil || len(qs) != 1 {
+		t.Fatalf("read token lists queues: %v %v", qs, err)
+	}
+	paused := true
+	if _, err := shop.Admin().Tune(ctx, "orders", client.Patch{Paused: &paused}); !errors.Is(err, client.ErrUnauthorized) || !errors.As(err, &pe) || pe.Status != 403 {
+		t.Fatalf("read token tunes: %v, want a 403 ErrUnauthorized", err)
+	}
+}

@@ -1,0 +1,63 @@
+package sign_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-io/sluice/internal/sign"
+)
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path+".tmp", []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A key file that breaks keeps the previous key; a good new one replaces it within a
+// second; bad files at start are refused naming -sign-keys.
+func TestSignerReload(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "k")
+	k1, k2 := "first-key-0123456789", "second-key-0123456789"
+	write(t, path, k1+"\n")
+	s, err := sign.NewSigner([]string{path}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte("x")
+	signedWith := func(key string) bool {
+		return sign.Verify(s.Sign(time.Now(), body), body, [][]byte{[]byte(key)}, time.Now(), time.Minute) == nil
+	}
+	if !signedWith(k1) {
+		t.Fatal("not signed with the key file's key (whitespace trimmed)")
+	}
+	write(t, path, "short")
+	time.Sleep(1100 * time.Millisecond)
+	if !signedWith(k1) {
+		t.Fatal("a broken key file replaced the key")
+	}
+	write(t, path, k2)
+	deadline := time.Now().Add(3 * time.Second)
+	for !signedWith(k2) {
+		if time.Now().After(deadline) {
+			t.Fatal("the new key was not used within 3s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, files := range [][]string{{filepath.Join(dir, "missing")}, {path, filepath.Join(dir, "missing")}} {
+		if _, err := sign.NewSigner(files, nil); err == nil || !strings.HasPrefix(err.Error(), "-sign-keys: ") {
+			t.Errorf("%v: %v, want an error naming -sign-keys", files, err)
+		}
+	}
+	if s, err := sign.NewSigner(nil, nil); s != nil || err != nil {
+		t.Fatal("no key files should mean no signer")
+	}
+}
