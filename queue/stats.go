@@ -69,46 +69,67 @@ func topKeys(keys []KeyDepth, n int) []KeyDepth {
 	return keys
 }
 
-// Refusals are counted in ten-second buckets (one Redis string per rule and bucket, kept
-// two minutes), written by every ingress once a second and summed by readers.
+// Refusals (429s, counted by every ingress) and deliveries (counted by every drainer) are
+// counted in ten-second buckets: one Redis string per rule, kind and bucket, kept two
+// minutes, written by every process once a second and summed by readers — so the admin
+// API's rates are the whole cluster's, whichever ingress answers.
 const (
-	refusalBucket = 10 * time.Second
-	refusalKeep   = 2 * time.Minute
+	rateBucket = 10 * time.Second
+	rateKeep   = 2 * time.Minute
 )
 
-func (s *Scheduler) refusedKey(rule string, bucket int64) string {
-	return s.prefix + "sl:{" + RuleToken(rule) + "}:refused:" + strconv.FormatInt(bucket, 10)
+func (s *Scheduler) countKey(kind, rule string, bucket int64) string {
+	return s.prefix + "sl:{" + RuleToken(rule) + "}:" + kind + ":" + strconv.FormatInt(bucket, 10)
 }
 
-// AddRefused counts n refusals (429s) of rule at now, for RefusedRate.
+// AddRefused counts refusals (429s) per rule at now, for RefusedRate.
 func (s *Scheduler) AddRefused(ctx context.Context, counts map[string]int64, now time.Time) error {
-	if len(counts) == 0 {
-		return nil
-	}
-	b := now.UnixNano() / int64(refusalBucket)
-	pipe := s.rdb.Pipeline()
-	for rule, n := range counts {
-		k := s.refusedKey(rule, b)
-		pipe.IncrBy(ctx, k, n)
-		pipe.Expire(ctx, k, refusalKeep)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("queue: count refusals: %w", err)
-	}
-	return nil
+	return s.addCounts(ctx, "refused", counts, now)
+}
+
+// AddDelivered counts deliveries the sinks accepted, per rule at now, for DeliveredRate.
+func (s *Scheduler) AddDelivered(ctx context.Context, counts map[string]int64, now time.Time) error {
+	return s.addCounts(ctx, "delivered", counts, now)
 }
 
 // RefusedRate is rule's refusals per second over the last minute (the six ten-second
 // buckets before the current one), counted by every ingress process.
 func (s *Scheduler) RefusedRate(ctx context.Context, rule string, now time.Time) (float64, error) {
-	b := now.UnixNano() / int64(refusalBucket)
+	return s.rate(ctx, "refused", rule, now)
+}
+
+// DeliveredRate is rule's accepted deliveries per second over the last minute, counted by
+// every drainer process.
+func (s *Scheduler) DeliveredRate(ctx context.Context, rule string, now time.Time) (float64, error) {
+	return s.rate(ctx, "delivered", rule, now)
+}
+
+func (s *Scheduler) addCounts(ctx context.Context, kind string, counts map[string]int64, now time.Time) error {
+	if len(counts) == 0 {
+		return nil
+	}
+	b := now.UnixNano() / int64(rateBucket)
+	pipe := s.rdb.Pipeline()
+	for rule, n := range counts {
+		k := s.countKey(kind, rule, b)
+		pipe.IncrBy(ctx, k, n)
+		pipe.Expire(ctx, k, rateKeep)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("queue: count %s: %w", kind, err)
+	}
+	return nil
+}
+
+func (s *Scheduler) rate(ctx context.Context, kind, rule string, now time.Time) (float64, error) {
+	b := now.UnixNano() / int64(rateBucket)
 	keys := make([]string, 0, 6)
 	for i := int64(1); i <= 6; i++ {
-		keys = append(keys, s.refusedKey(rule, b-i))
+		keys = append(keys, s.countKey(kind, rule, b-i))
 	}
 	vals, err := s.rdb.MGet(ctx, keys...).Result()
 	if err != nil {
-		return 0, fmt.Errorf("queue: refusals of rule %q: %w", rule, err)
+		return 0, fmt.Errorf("queue: %s of rule %q: %w", kind, rule, err)
 	}
 	var sum int64
 	for _, v := range vals {
@@ -117,5 +138,5 @@ func (s *Scheduler) RefusedRate(ctx context.Context, rule string, now time.Time)
 			sum += n
 		}
 	}
-	return float64(sum) / (6 * refusalBucket).Seconds(), nil
+	return float64(sum) / (6 * rateBucket).Seconds(), nil
 }

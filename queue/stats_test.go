@@ -63,4 +63,16 @@ func TestRefusedRate(t *testing.T) {
 	if rate, _ := a.RefusedRate(ctx, "none", now); rate != 0 {
 		t.Fatalf("a rule without refusals: %v", rate)
 	}
+	// Deliveries are counted apart from refusals, the same way (two drainers here).
+	for i := 0; i < 6; i++ {
+		at := now.Add(-time.Duration(i+1) * 10 * time.Second)
+		a.AddDelivered(ctx, map[string]int64{"r": 50}, at)
+		a.AddDelivered(ctx, map[string]int64{"r": 10}, at)
+	}
+	if rate, err := a.DeliveredRate(ctx, "r", now); err != nil || rate != 6 {
+		t.Fatalf("DeliveredRate = %v, %v; want 6/s", rate, err)
+	}
+	if rate, _ := a.RefusedRate(ctx, "r", now); rate != 3 {
+		t.Fatalf("deliveries leaked into refusals: %v", rate)
+	}
 }

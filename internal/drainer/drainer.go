@@ -45,6 +45,8 @@ type Deps struct {
 type Process struct {
 	Drainer    *drain.Drainer
 	Readmitter *retry.Readmitter
+
+	stopCounting context.CancelFunc
 }
 
 // Start builds and starts the drainer's parts.
@@ -67,7 +69,8 @@ func Start(ctx context.Context, d Deps) (*Process, error) {
 	cfg := d.Drain
 	cfg.Queues, cfg.Scheduler = st.Queues, st.Scheduler
 	cfg.Rules = func() []*rules.Rule { return d.Rules().QueueRules() }
-	cfg.Sink = sink.Multi{HTTP: httpSink, NATS: natsSink}
+	counting := &countingSink{Sink: sink.Multi{HTTP: httpSink, NATS: natsSink}}
+	cfg.Sink = counting
 	cfg.Retrier, cfg.DeadLetters = st.Parking, st.Dead
 	if st.Delivered != nil {
 		cfg.States = st.Delivered // opt-in records of delivered messages (-status-keep)
@@ -115,14 +118,18 @@ func Start(ctx context.Context, d Deps) (*Process, error) {
 			return nil, fmt.Errorf("drainer: metrics: %w", err)
 		}
 	}
+	cctx, stopCounting := context.WithCancel(context.WithoutCancel(ctx))
+	go counting.flush(cctx, st.Scheduler, d.Logger)
 	if err := dr.Start(ctx); err != nil {
+		stopCounting()
 		return nil, fmt.Errorf("drainer: %w", err)
 	}
 	if err := ra.Start(ctx); err != nil {
+		stopCounting()
 		dr.Stop()
 		return nil, fmt.Errorf("drainer: re-admitter: %w", err)
 	}
-	return &Process{Drainer: dr, Readmitter: ra}, nil
+	return &Process{Drainer: dr, Readmitter: ra, stopCounting: stopCounting}, nil
 }
 
 // Stop stops claiming and re-admitting, and waits for in-flight deliveries (bounded by
@@ -130,4 +137,5 @@ func Start(ctx context.Context, d Deps) (*Process, error) {
 func (p *Process) Stop() {
 	p.Readmitter.Stop()
 	p.Drainer.Stop()
+	p.stopCounting() // writes the last counts
 }

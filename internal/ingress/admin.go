@@ -149,7 +149,8 @@ func (a *Admin) view(ctx context.Context, r *rules.Rule, o overrides.Override) q
 	if s, err := a.JS.Stream(ctx, a.Queues.StreamName(r.Name)); err == nil {
 		if info, err := s.Info(ctx); err == nil {
 			v.Depth, v.ActiveKeys = info.State.Msgs, info.State.NumSubjects
-			v.DrainedPerSecond = a.drained.rate(r.Name, info.State.LastSeq-info.State.Msgs, time.Now())
+			drained := a.drained.rate(r.Name, info.State.LastSeq-info.State.Msgs, time.Now())
+			v.DrainedPerSecond = drained
 			if info.State.Msgs > 0 && !info.State.FirstTime.IsZero() {
 				age := max(time.Since(info.State.FirstTime).Seconds(), 0)
 				v.OldestAgeSeconds = &age
@@ -158,6 +159,11 @@ func (a *Admin) view(ctx context.Context, r *rules.Rule, o overrides.Override) q
 	}
 	if a.Scheduler != nil {
 		v.RefusedPerSecond, _ = a.Scheduler.RefusedRate(ctx, r.Name, time.Now())
+		// The drainers' own count of accepted deliveries, the whole cluster's over the last
+		// minute; this ingress's stream sampling is the fallback before their first counts.
+		if d, err := a.Scheduler.DeliveredRate(ctx, r.Name, time.Now()); err == nil && d > 0 {
+			v.DrainedPerSecond = d
+		}
 	}
 	if a.Parking != nil {
 		v.Parked, _ = a.Parking.Parked(ctx, r.Name)
