@@ -16,6 +16,9 @@ type Message struct {
 	Attempt    int       // delivery attempts already made (0 before the first)
 	LastError  string    // last delivery or re-admission error, if any
 	ParkedFrom time.Time // when the message was first parked (zero if never); used for park.max_age
+	// Fence is the fencing token of the drainer's claim for this delivery (Scheduler.Claim),
+	// sent to the sink as Sluice-Fence; 0 outside a delivery. Not part of the wire form.
+	Fence int64
 }
 
 // NATS header names of the wire form. Header values are ASCII: the key is

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -550,11 +551,16 @@ func TestSoftStopFinishesInFlight(t *testing.T) {
 func TestConfigDefaultsAndValidate(t *testing.T) {
 	t.Parallel()
 	c := drain.Config{}.WithDefaults()
-	if c.Workers != 32 || c.MaxClaimed != 128 || c.ClaimBatch != 32 || c.Lease != 30*time.Second || c.Lookahead != 20*time.Millisecond || c.MaxPoll != 20*time.Millisecond {
+	if c.Workers != 32 || c.MaxClaimed != 128 || c.ClaimBatch != 32 || c.Lease != 2500*time.Millisecond || c.LeaseRenew != 833*time.Millisecond || c.Lookahead != 20*time.Millisecond || c.MaxPoll != 20*time.Millisecond {
 		t.Errorf("defaults: %+v", c)
 	}
 	if err := c.Validate(); err == nil {
 		t.Error("config without Queues/Scheduler/Rules/Sink validated")
+	}
+	bad := c
+	bad.LeaseRenew = 2 * time.Second // more than Lease/2: one late renewal loses the key
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "LeaseRenew") {
+		t.Errorf("LeaseRenew > Lease/2: %v", err)
 	}
 }
 
