@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/natstest"
@@ -33,6 +34,10 @@ type env struct {
 	s     *queue.Scheduler
 	rules []*rules.Rule
 	mu    sync.Mutex
+	// prefix and rdb are the scheduler's Redis key prefix and client (for tests that
+	// reach into Redis, or give another drainer a client of its own).
+	prefix string
+	rdb    *redis.Client
 }
 
 func newEnv(t *testing.T) *env {
@@ -43,11 +48,12 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := queue.NewScheduler(redistest.Shared(t).Client(t), queue.SchedulerConfig{Prefix: redistest.Prefix(t)})
+	prefix, rdb := redistest.Prefix(t), redistest.Shared(t).Client(t)
+	s, err := queue.NewScheduler(rdb, queue.SchedulerConfig{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, js: js, q: q, s: s}
+	return &env{t: t, js: js, q: q, s: s, prefix: prefix, rdb: rdb}
 }
 
 // rule adds a queue rule with capacity 1000 and the given per-key outflow (per second).

@@ -618,6 +618,24 @@ func (d *Drainer) handle(c *claimer, r *rules.Rule, pol Policy, cl queue.Claim, 
 	}
 }
 
+// confirm renews one claim at once and reports whether it is still held. When Redis does not
+// answer, the claim counts as held while its last known lease lasts.
+func (d *Drainer) confirm(c *claimer, h *heldKey) bool {
+	r := c.rule.Load()
+	start := d.cfg.Clock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), postTimeout)
+	defer cancel()
+	res, err := d.cfg.Scheduler.Renew(ctx, r.Name, d.cfg.Owner, time.Time{}, d.cfg.Lease, []queue.Held{{Key: h.key, Fence: h.fence}})
+	if err != nil {
+		return h.ok(d.cfg.Clock())
+	}
+	if !res.Held[0] {
+		return false
+	}
+	h.validUntil.Store(start.Add(d.cfg.Lease).UnixMicro())
+	return true
+}
+
 // lostKey forgets a claim this drainer lost: no release (it would be refused), the key is
 // another claim's now.
 func (d *Drainer) lostKey(c *claimer, r *rules.Rule, h *heldKey, when string) {
@@ -786,6 +804,12 @@ func (d *Drainer) deliverHead(ctx context.Context, c *claimer, r *rules.Rule, cl
 	h.cancel = nil
 	h.mu.Unlock()
 	h.renewUntil.Store(0) // bookkeeping: renewed until released
+	// A failed delivery is acted on (retry state, retry stream, dead letter) only once the
+	// claim is confirmed: a sink that refused a late delivery of a lost claim (a smaller
+	// Sluice-Fence) must not send the message to the dead letters.
+	if out.Verdict != Delivered && !h.lost.Load() && !d.confirm(c, h) {
+		h.markLost()
+	}
 	if h.lost.Load() {
 		// Another claim has the key: it pops the same head if we do not delete it. Only an
 		// accepted delivery is acted on, so the message is not delivered once more for it.
