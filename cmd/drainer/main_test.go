@@ -36,6 +36,9 @@ func TestParseFlags(t *testing.T) {
 	if len(c.Rules) != 2 || c.Workers != 7 || c.HTTPAddr != ":0" || c.ShutdownTimeout != 5*time.Second || c.NATSURL == "" {
 		t.Fatalf("config %+v", c)
 	}
+	if c.Lease != 2500*time.Millisecond || c.LeaseRenew != 0 {
+		t.Fatalf("lease defaults: %v, %v (0 = Lease/3)", c.Lease, c.LeaseRenew)
+	}
 	m = NewMain()
 	m.Stderr = io.Discard
 	m.Getenv = func(string) string { return "" }
@@ -44,6 +47,22 @@ func TestParseFlags(t *testing.T) {
 	}
 	if err := m.ParseFlags([]string{"-rules", "x", "-workers", "0"}); err == nil {
 		t.Fatal("-workers 0 accepted")
+	}
+	m = NewMain()
+	m.Stderr = io.Discard
+	m.Getenv = func(k string) string {
+		return map[string]string{"SLUICE_RULES": "x", "SLUICE_LEASE": "4s", "SLUICE_LEASE_RENEW": "1s"}[k]
+	}
+	if err := m.ParseFlags(nil); err != nil || m.Config.Lease != 4*time.Second || m.Config.LeaseRenew != time.Second {
+		t.Fatalf("SLUICE_LEASE, SLUICE_LEASE_RENEW: %+v, %v", m.Config, err)
+	}
+	for _, bad := range [][]string{{"-lease", "100ms"}, {"-lease", "3s", "-lease-renew", "2s"}, {"-lease-renew", "0s"}} {
+		m = NewMain()
+		m.Stderr = io.Discard
+		m.Getenv = func(string) string { return "" }
+		if err := m.ParseFlags(append([]string{"-rules", "x"}, bad...)); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
 	}
 }
 
@@ -108,7 +127,7 @@ descriptors:
 	}
 	select {
 	case r := <-got:
-		if r.Header.Get("Idempotency-Key") != msg.ID || !strings.Contains(r.Header.Get("Sluice-Key"), "m%2042") {
+		if r.Header.Get("Idempotency-Key") != msg.ID || !strings.Contains(r.Header.Get("Sluice-Key"), "m%2042") || r.Header.Get("Sluice-Fence") == "" {
 			t.Errorf("sink headers: %v", r.Header)
 		}
 		if b := <-bodies; b != `{"order_id": 991}` {
