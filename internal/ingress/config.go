@@ -43,7 +43,8 @@ type Config struct {
 	// Drain runs a drainer (and re-admitter) inside this process. -drain; default true with
 	// -dev, false otherwise (production runs separate drainer processes).
 	Drain bool
-	// DrainWorkers is the in-process drainer's concurrent deliveries. -drain-workers; default 32.
+	// DrainWorkers is the in-process drainer's concurrent deliveries per queue rule.
+	// -drain-workers; default 32.
 	DrainWorkers int
 	// ReadmitMaxBackoff caps the backoff between two re-admission attempts of a parked
 	// message that still finds no room. -readmit-max-backoff; default 5m.
@@ -85,7 +86,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.StringVar(&c.DevSinkAddr, "dev-sink-addr", "127.0.0.1:8090", "listen address of the demo sink of -dev")
 	fs.StringVar(&c.CheckConfig, "check-config", "", "validate this rules file or directory and exit")
 	drainFlag := fs.String("drain", "", "run a drainer in this process: true or false (default true with -dev)")
-	fs.IntVar(&c.DrainWorkers, "drain-workers", 32, "concurrent deliveries of the in-process drainer")
+	fs.IntVar(&c.DrainWorkers, "drain-workers", 32, "concurrent deliveries of the in-process drainer, per queue rule")
 	fs.DurationVar(&c.ReadmitMaxBackoff, "readmit-max-backoff", 5*time.Minute, "longest wait between re-admission attempts of a parked message")
 	maxBody := fs.String("max-body", env("SLUICE_MAX_BODY", "1048576"), "largest request body in bytes (env SLUICE_MAX_BODY)")
 	replicas := fs.String("replicas", env("SLUICE_REPLICAS", "1"), "replicas of queue streams, 1 or 3 (env SLUICE_REPLICAS)")
