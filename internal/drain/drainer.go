@@ -807,7 +807,7 @@ func (d *Drainer) deliverHead(ctx context.Context, c *claimer, r *rules.Rule, cl
 	// A failed delivery is acted on (retry state, retry stream, dead letter) only once the
 	// claim is confirmed: a sink that refused a late delivery of a lost claim (a smaller
 	// Sluice-Fence) must not send the message to the dead letters.
-	if out.Verdict != Delivered && !h.lost.Load() && !d.confirm(c, h) {
+	if out.Verdict != Delivered && ctx.Err() == nil && !h.lost.Load() && !d.confirm(c, h) {
 		h.markLost()
 	}
 	if h.lost.Load() {
