@@ -252,6 +252,13 @@ func (c *claimer) hold(h *heldKey) {
 	c.mu.Unlock()
 }
 
+func (c *claimer) holds(h *heldKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.held[h]
+	return ok
+}
+
 func (c *claimer) unhold(h *heldKey) {
 	c.mu.Lock()
 	delete(c.held, h)
@@ -636,12 +643,18 @@ func (d *Drainer) confirm(c *claimer, h *heldKey) bool {
 	return true
 }
 
+// lose marks a claim lost (counted once, when first known).
+func (d *Drainer) lose(rule string, h *heldKey) {
+	if h.markLost() {
+		d.m.lost.WithLabelValues(rule).Inc()
+	}
+}
+
 // lostKey forgets a claim this drainer lost: no release (it would be refused), the key is
 // another claim's now.
 func (d *Drainer) lostKey(c *claimer, r *rules.Rule, h *heldKey, when string) {
 	c.unhold(h)
-	h.markLost()
-	d.m.lost.WithLabelValues(r.Name).Inc()
+	d.lose(r.Name, h)
 	d.log.Warn("claim lease lost: the key is left to its new claim", "rule", r.Name, "key", h.key, "fence", h.fence, "when", when, "lease", d.cfg.Lease)
 }
 
@@ -695,8 +708,8 @@ func (d *Drainer) renewLoop(c *claimer) {
 			}
 			after := d.cfg.Clock()
 			for _, h := range batch {
-				if !h.ok(after) {
-					h.markLost()
+				if !h.ok(after) && c.holds(h) {
+					d.lose(r.Name, h)
 				}
 			}
 			continue
@@ -706,8 +719,8 @@ func (d *Drainer) renewLoop(c *claimer) {
 		for i, h := range batch {
 			if res.Held[i] {
 				h.validUntil.Store(until)
-			} else {
-				h.markLost()
+			} else if c.holds(h) { // not released meanwhile (a release races with the renewal)
+				d.lose(r.Name, h)
 			}
 		}
 	}
@@ -808,7 +821,7 @@ func (d *Drainer) deliverHead(ctx context.Context, c *claimer, r *rules.Rule, cl
 	// claim is confirmed: a sink that refused a late delivery of a lost claim (a smaller
 	// Sluice-Fence) must not send the message to the dead letters.
 	if out.Verdict != Delivered && ctx.Err() == nil && !h.lost.Load() && !d.confirm(c, h) {
-		h.markLost()
+		d.lose(r.Name, h)
 	}
 	if h.lost.Load() {
 		// Another claim has the key: it pops the same head if we do not delete it. Only an

@@ -413,3 +413,81 @@ func TestHungSinkDoesNotStopOtherRules(t *testing.T) {
 		t.Errorf("the hung sink held at most %d requests at once: the hung rule did not use its 8 workers", hungMax.Load())
 	}
 }
+
+// TestLostClaimIsNotDelivered: drainer A holds key k claimed while its only worker is busy
+// with another key; k's claim is taken from it in Redis (as an expiry taken back by a claim
+// would). A's renewal finds the claim gone (counted at once), and when its worker frees up A
+// does not deliver k under that claim: k's messages go out only under later claims, with
+// larger fences.
+func TestLostClaimIsNotDelivered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.rule("lost-waiting", 1000, 0, nil)
+	e.enqueue(r, "busy", `"busy"`)
+	e.enqueue(r, "k", `1`)
+	e.enqueue(r, "k", `2`)
+	gate := make(chan struct{})
+	var gateOnce sync.Once
+	openGate := func() { gateOnce.Do(func() { close(gate) }) }
+	t.Cleanup(openGate)
+	entered := make(chan struct{}, 1)
+	var fmu sync.Mutex
+	var fences []int64 // of k's deliveries
+	sinkA := &recSink{fn: func(ctx context.Context, m queue.Message, _ int) drain.Outcome {
+		if m.Key == "busy" {
+			entered <- struct{}{}
+			<-gate
+		} else {
+			fmu.Lock()
+			fences = append(fences, m.Fence)
+			fmu.Unlock()
+		}
+		return drain.OutcomeDelivered()
+	}}
+	regA := prometheus.NewRegistry()
+	a := e.drainer(context.Background(), sinkA, func(c *drain.Config) {
+		c.Registerer = regA
+		c.Workers, c.MaxClaimed = 1, 2 // busy and k: A cannot claim k again while both wait
+		c.Lease = time.Second          // renewed every 333 ms
+	})
+	<-entered
+	ctx := context.Background()
+	base := e.prefix + "sl:{" + queue.RuleToken(r.Name) + "}:"
+	var lostFence int64
+	waitFor(t, 10*time.Second, "A to hold k, waiting for its worker", func() bool {
+		h, err := e.rdb.HGet(ctx, base+"held", "k").Result()
+		if err != nil {
+			return false
+		}
+		_, err = fmt.Sscanf(h, a.Owner()+"#%d", &lostFence)
+		return err == nil
+	})
+	if _, err := e.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, base+"lease", "k")
+		p.HDel(ctx, base+"held", "k")
+		p.ZAdd(ctx, base+"due", redis.Z{Score: 0, Member: "k"})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "A's renewal to find k's claim gone", func() bool {
+		return counterValue(t, regA, "sluice_claims_lost_total", r.Name) == 1
+	})
+	openGate()
+	waitFor(t, 20*time.Second, "both messages of k delivered", func() bool { return sinkA.count() == 3 })
+	waitFor(t, 10*time.Second, "empty queue", func() bool { return e.depth(r) == 0 })
+	fmu.Lock()
+	defer fmu.Unlock()
+	t.Logf("lost claim's fence %d; k delivered under fences %v", lostFence, fences)
+	if len(fences) != 2 {
+		t.Fatalf("k delivered %d times, want 2", len(fences))
+	}
+	for _, f := range fences {
+		if f <= lostFence {
+			t.Errorf("k delivered under fence %d, not after the lost claim's %d", f, lostFence)
+		}
+	}
+	if got := counterValue(t, regA, "sluice_claims_lost_total", r.Name); got != 1 {
+		t.Errorf("sluice_claims_lost_total = %v, want 1", got)
+	}
+}
