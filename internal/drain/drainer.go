@@ -220,10 +220,20 @@ type heldKey struct {
 	// deadline: let another drainer take the key). 0 = no limit.
 	renewUntil atomic.Int64
 	lost       atomic.Bool
+	// delivery is deliveryRunning until the sink returns (deliveryReturned) or the watchdog
+	// gives up on it, LeaseRenew after its deadline, and gives the worker back
+	// (deliveryAbandoned; see deliverHead). Whoever swaps first decides.
+	delivery atomic.Int32
 
 	mu     sync.Mutex
 	cancel context.CancelCauseFunc // the delivery in flight, if any
 }
+
+const (
+	deliveryRunning int32 = iota
+	deliveryReturned
+	deliveryAbandoned
+)
 
 // errLeaseLost cancels a delivery whose claim was lost.
 var errLeaseLost = errors.New("drain: claim lease lost: another drainer may deliver this key")
@@ -613,7 +623,9 @@ func (d *Drainer) handle(c *claimer, r *rules.Rule, pol Policy, cl queue.Claim, 
 	}
 	d.m.lag.WithLabelValues(r.Name).Observe(max(0, c.toRedis(now).Sub(cl.Due).Seconds()))
 	rel, ok := d.deliverHead(ctx, c, r, cl, h, now)
-	c.workers <- struct{}{}
+	if h.delivery.Load() != deliveryAbandoned { // else the watchdog gave the worker back already
+		c.workers <- struct{}{}
+	}
 	if !ok {
 		d.lostKey(c, r, h, "during delivery")
 		return
@@ -810,7 +822,21 @@ func (d *Drainer) deliverHead(ctx context.Context, c *claimer, r *rules.Rule, cl
 		return queue.Release{}, false
 	}
 	d.record(ctx, m.ID, StateDelivering, attempt, "")
+	// A sink that ignores its deadline must not hold the rule's worker (and, through the
+	// worker, the keys this drainer claimed meanwhile) for ever: LeaseRenew after the
+	// deadline the watchdog gives the worker back and counts the claim as lost; the key's
+	// lease, no longer renewed, runs out and the key is claimed again.
+	wd := time.AfterFunc(deadline.Sub(now)+d.cfg.LeaseRenew, func() {
+		if h.delivery.CompareAndSwap(deliveryRunning, deliveryAbandoned) {
+			d.lose(r.Name, h)
+			c.workers <- struct{}{}
+			log.get().Warn("sink ignored the delivery deadline: delivery abandoned, its worker freed; the key goes to the next claim once its lease runs out",
+				"deadline", sinkTimeout(r)+d.cfg.LeaseRenew)
+		}
+	})
 	out := d.cfg.Sink.Deliver(dctx, r, m)
+	wd.Stop()
+	h.delivery.CompareAndSwap(deliveryRunning, deliveryReturned) // fails if abandoned meanwhile
 	cancelDeadline()
 	cancel(nil)
 	h.mu.Lock()
