@@ -73,7 +73,7 @@ type Config struct {
 	// Lease. While it holds a key (waiting for the slot or a worker, delivering, bookkeeping)
 	// the drainer renews the lease every LeaseRenew, so a slow sink may take its whole
 	// sink.timeout; a sink that has not answered LeaseRenew after its timeout is given up on
-	// (no more renewals). A renewal that finds the claim gone marks the key lost: it is not
+	// (no more renewals; LeaseRenew later its worker is freed). A renewal that finds the claim gone marks the key lost: it is not
 	// delivered, and a delivery in flight is cancelled (Sluice-Fence lets the sink refuse
 	// the late one). Default 2.5s; at least 500ms.
 	Lease time.Duration
