@@ -95,9 +95,10 @@ func TestOffsetClocksKeepEveryKeyWithinItsOutflow(t *testing.T) {
 		if n > 11 {
 			t.Errorf("key %s at 10/s: %d deliveries within one second", k, n)
 		}
-		// 40 messages at 10/s take 3.9 s from first to last: a burst would shorten that,
-		// drainers short of capacity lengthen it.
-		if span < 3800*time.Millisecond || span > 4400*time.Millisecond {
+		// 40 messages at 10/s take 3.9 s from first to last: a burst would shorten that.
+		// Drainers short of capacity lengthen it, and so does a loaded machine (a late claim
+		// shifts the key's later slots; 4.2 s seen with the other tests running): at most 5 s.
+		if span < 3800*time.Millisecond || span > 5*time.Second {
 			t.Errorf("key %s: %d deliveries in %v, want 3.9 s at 10/s", k, len(ts), span)
 		}
 	}
