@@ -593,7 +593,11 @@ func (d *Drainer) redisOK() {
 func (d *Drainer) handle(c *claimer, r *rules.Rule, pol Policy, cl queue.Claim, h *heldKey, slotAt time.Time) {
 	defer d.inflight.Done()
 	defer c.active.Add(-1)
-	defer d.giveTokens(c, 1)
+	defer func() {
+		if h.delivery.Load() != deliveryAbandoned { // else the watchdog gave the token back
+			d.giveTokens(c, 1)
+		}
+	}()
 	ctx := d.runCtx
 	later := queue.Release{Key: cl.Key, Mode: queue.Later, Fence: cl.Fence}
 	// Wait for the slot without holding a worker, then for a worker.
@@ -824,12 +828,13 @@ func (d *Drainer) deliverHead(ctx context.Context, c *claimer, r *rules.Rule, cl
 	d.record(ctx, m.ID, StateDelivering, attempt, "")
 	// A sink that ignores its deadline must not hold the rule's worker (and, through the
 	// worker, the keys this drainer claimed meanwhile) for ever: LeaseRenew after the
-	// deadline the watchdog gives the worker back and counts the claim as lost; the key's
-	// lease, no longer renewed, runs out and the key is claimed again.
+	// deadline the watchdog gives the worker and the claim token back and counts the claim
+	// as lost; the key's lease, no longer renewed, runs out and the key is claimed again.
 	wd := time.AfterFunc(deadline.Sub(now)+d.cfg.LeaseRenew, func() {
 		if h.delivery.CompareAndSwap(deliveryRunning, deliveryAbandoned) {
 			d.lose(r.Name, h)
 			c.workers <- struct{}{}
+			d.giveTokens(c, 1)
 			log.get().Warn("sink ignored the delivery deadline: delivery abandoned, its worker freed; the key goes to the next claim once its lease runs out",
 				"deadline", sinkTimeout(r)+d.cfg.LeaseRenew)
 		}

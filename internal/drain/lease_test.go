@@ -492,3 +492,54 @@ func TestLostClaimIsNotDelivered(t *testing.T) {
 		t.Errorf("sluice_claims_lost_total = %v, want 1", got)
 	}
 }
+
+// TestSinkIgnoringItsDeadlineIsAbandoned: a sink call that ignores its context would hold
+// the rule's only worker and claim token for ever. LeaseRenew after the delivery's deadline
+// (sink timeout + LeaseRenew) the drainer gives both back and counts the claim lost, so the
+// rule's other keys go on.
+func TestSinkIgnoringItsDeadlineIsAbandoned(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.rule("abandon", 1000, 0, func(r *rules.Rule) { r.Sink.Timeout = 100 * time.Millisecond })
+	e.enqueue(r, "stuck", `"stuck"`)
+	release := make(chan struct{})
+	var once sync.Once
+	entered := make(chan time.Time, 1)
+	sink := &recSink{fn: func(ctx context.Context, m queue.Message, _ int) drain.Outcome {
+		if m.Key == "stuck" {
+			once.Do(func() { entered <- time.Now() })
+			<-release // ignores its context
+		}
+		return drain.OutcomeDelivered()
+	}}
+	reg := prometheus.NewRegistry()
+	e.drainer(context.Background(), sink, func(c *drain.Config) {
+		c.Registerer = reg
+		c.Workers, c.MaxClaimed = 1, 1
+		c.Lease = time.Second // LeaseRenew 333 ms: abandoned 100 + 333 + 333 ms after it started
+	})
+	t.Cleanup(func() { close(release) }) // before the drainer's Stop
+	since := <-entered
+	e.enqueue(r, "ok", `"ok"`)
+	waitFor(t, 20*time.Second, "the other key's delivery", func() bool {
+		for _, d := range sink.deliveries() {
+			if d.Key == "ok" {
+				return true
+			}
+		}
+		return false
+	})
+	var at time.Time
+	for _, d := range sink.deliveries() {
+		if d.Key == "ok" {
+			at = d.At
+		}
+	}
+	t.Logf("the other key went out %v after the stuck delivery started", at.Sub(since).Round(time.Millisecond))
+	if w := at.Sub(since); w < 700*time.Millisecond {
+		t.Errorf("the other key went out after %v, before the stuck delivery was abandoned (766 ms)", w)
+	}
+	if got := counterValue(t, reg, "sluice_claims_lost_total", r.Name); got < 1 {
+		t.Errorf("sluice_claims_lost_total = %v, want the abandoned claim counted", got)
+	}
+}
