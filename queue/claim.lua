@@ -8,8 +8,10 @@
 -- KEYS[6] try    HASH  key -> "<msg id>\n<attempts>\n<last error>": the key's head message is being retried
 -- KEYS[7] depth  HASH  key -> messages queued, the ingress's counter (admitmark.lua); releases only
 -- KEYS[8] idle   ZSET  key -> unused slot of a key that emptied (markdue.lua); releases only
+-- KEYS[9] fence  STRING     the rule's fencing counter: the last token handed to a claim
 --
--- ARGV[1] now        current time, µs since the Unix epoch (from the caller's clock)
+-- ARGV[1] now        0: Redis's own clock (TIME), what drainers use, so every drainer paces
+--                    and leases by one clock; else a time in µs since the Unix epoch (tests)
 -- ARGV[2] max        claim at most this many keys
 -- ARGV[3] lookahead  µs: also claim keys whose slot is at most now+lookahead (the drainer waits for the slot)
 -- ARGV[4] every      µs between two messages of one key (1/outflow); 0 = no per-key limit
@@ -17,17 +19,22 @@
 -- ARGV[6] lease      µs a claim stays valid after its slot; then another drainer may take the key
 -- ARGV[7] owner      the claiming drainer's id (no spaces)
 -- ARGV[8] reclaim    recover at most this many expired leases in this call
--- ARGV[9..]          keys this owner releases first, in groups of four as for release.lua
---                    (key, mode, at, state): a drainer hands back the keys it finished with
---                    in the same round trip as its next claim
+-- ARGV[9..]          keys this owner releases first, in groups of five as for release.lua
+--                    (key, mode, at, state, fence): a drainer hands back the keys it finished
+--                    with in the same round trip as its next claim
 --
--- Returns {next, lost, key1, slot1, due1, try1, key2, ...}:
+-- Returns {next, lost, now, key1, slot1, due1, try1, fence1, key2, ...}:
 --   next   µs of the earliest slot not claimed now (earliest due key, or the total_outflow meter
 --          if that is later), or -1 when no key is due at all: when to call again.
 --   lost   how many of the released keys this owner no longer held (release.lua returns 0)
+--   now    the time the script used (µs): Redis's clock, or ARGV[1]
 --   slotN  µs the key's message may leave (≥ its due time, ≥ now, ≥ the total meter)
 --   dueN   µs the key was due (its score before the claim): slot − due is scheduling delay
 --   tryN   the key's retry state (KEYS[6]) or nil
+--   fenceN the claim's fencing token: larger than every token handed out before for this rule
+--          (so for this key), never reused. The counter is one string per rule, started at the
+--          current time in µs, so tokens keep growing even if Redis lost the counter.
+--          `held` stores "<owner>#<fence> <next>": a release or renewal must name both.
 --
 -- Outflow is GCRA: a claimed key's next due time is slot + every, so a key never leaves
 -- faster than its outflow, and a late claim does not earn a burst. The total_outflow meter
@@ -38,8 +45,12 @@
 --
 -- release_keys is defined in release_fn.lua, which the Go code prepends.
 
-local due, lease, held, dirty, totalkey, try, depth, idle = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local due, lease, held, dirty, totalkey, try, depth, idle, fencekey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local now = tonumber(ARGV[1])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 local max = tonumber(ARGV[2])
 local horizon = now + tonumber(ARGV[3])
 local every = tonumber(ARGV[4])
@@ -76,7 +87,7 @@ local tat = 0
 if total > 0 then
   tat = tonumber(redis.call('GET', totalkey) or '0')
 end
-local out = {-1, lost}
+local out = {-1, lost, now}
 if max > 0 then
   local cand = redis.call('ZRANGEBYSCORE', due, '-inf', horizon, 'WITHSCORES', 'LIMIT', 0, max)
   local ks, slots, dues, nexts = {}, {}, {}, {}
@@ -93,13 +104,18 @@ if max > 0 then
     nexts[#nexts + 1] = slot + every
   end
   if #ks > 0 then
+    -- Fencing tokens: one INCRBY for the batch (the counter starts at now, see above).
+    if redis.call('EXISTS', fencekey) == 0 then
+      redis.call('SET', fencekey, string.format('%.0f', now))
+    end
+    local base = redis.call('INCRBY', fencekey, #ks) - #ks
     -- One command per kind for the whole batch (see release_fn.lua).
     local zl, hs = {}, {}
     for j = 1, #ks do
       zl[#zl + 1] = slots[j] + leasefor
       zl[#zl + 1] = ks[j]
       hs[#hs + 1] = ks[j]
-      hs[#hs + 1] = owner .. ' ' .. string.format('%.0f', nexts[j])
+      hs[#hs + 1] = owner .. '#' .. string.format('%.0f', base + j) .. ' ' .. string.format('%.0f', nexts[j])
     end
     redis.call('ZREM', due, unpack(ks))
     redis.call('ZADD', lease, unpack(zl))
@@ -112,6 +128,7 @@ if max > 0 then
       out[#out + 1] = slots[j]
       out[#out + 1] = dues[j]
       out[#out + 1] = tries[j] or false
+      out[#out + 1] = base + j
     end
     if total > 0 then
       redis.call('SET', totalkey, string.format('%.0f', tat))

@@ -5,7 +5,7 @@
 -- KEYS[3] dirty  HASH  key -> "1"
 -- KEYS[4] idle   ZSET  key -> next slot of a key that recently left `due` empty (µs)
 --
--- ARGV[1] now    µs since the Unix epoch
+-- ARGV[1] now    µs since the Unix epoch; 0 = Redis's own clock (TIME)
 -- ARGV[2..] keys
 --
 -- Returns the number of keys newly added to `due`.
@@ -19,6 +19,10 @@
 
 local due, lease, dirty, idle = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = tonumber(ARGV[1])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 local added = 0
 -- A key that emptied keeps its next slot in `idle` until that slot has passed: a message
 -- arriving before then is due at that slot, not now, so the key never goes faster than its

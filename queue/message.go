@@ -23,10 +23,15 @@ type Message struct {
 	// Headers are the submission's own headers for the sink (HTTP headers, or NATS headers),
 	// names in canonical form; checked at submit (count, size, a deny list).
 	Headers map[string]string
+	// Fence is the fencing token of the drainer's claim for this delivery (Scheduler.Claim),
+	// sent to the sink as Sluice-Fence; 0 outside a delivery. Not part of the wire form.
+	Fence int64
 }
 
 // Expired reports whether m is past its ExpiresAt at now.
-func (m Message) Expired(now time.Time) bool { return !m.ExpiresAt.IsZero() && !now.Before(m.ExpiresAt) }
+func (m Message) Expired(now time.Time) bool {
+	return !m.ExpiresAt.IsZero() && !now.Before(m.ExpiresAt)
+}
 
 // NATS header names of the wire form. Header values are ASCII: the key is
 // percent-encoded (like a URL path segment), times are RFC 3339 with nanoseconds.

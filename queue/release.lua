@@ -8,12 +8,13 @@
 -- KEYS[6] try    HASH  key -> "<msg id>\n<attempts>\n<last error>"
 -- KEYS[7] depth  HASH  key -> messages queued, as counted by admissions (see release_fn.lua)
 -- KEYS[8] idle   ZSET  key -> next slot of a key that left `due` empty (see release_fn.lua)
+-- KEYS[9] fence  STRING     the rule's fencing counter (claim.lua; unused here)
 --
 -- ARGV[1] owner  the drainer that claimed the keys
 -- ARGV[2] total  µs between two messages of the rule (1/total_outflow); 0 = none
--- then one group of four per key:
--- ARGV[3+4i] key
--- ARGV[4+4i] mode   "next":  the head was delivered (or dead) and deleted; the key is due again at
+-- then one group of five per key:
+-- ARGV[3+5i] key
+-- ARGV[4+5i] mode   "next":  the head was delivered (or dead) and deleted; the key is due again at
 --                            max(its stored next time, at); its retry state is cleared
 --                   "retry": the head stays queued and is retried at max(stored next, at); the
 --                            retry state is set to `state`
@@ -23,11 +24,13 @@
 --                            claim (a message may have arrived after the pop looked), in which case
 --                            it is due again at its stored next time; the unused total_outflow slot
 --                            is given back
--- ARGV[5+4i] at     µs; 0 = none ("empty": the claimed slot that was not used, kept in `idle`)
--- ARGV[6+4i] state  retry state for "retry" ("" otherwise)
+-- ARGV[5+5i] at     µs; 0 = none ("empty": the claimed slot that was not used, kept in `idle`)
+-- ARGV[6+5i] state  retry state for "retry" ("" otherwise)
+-- ARGV[7+5i] fence  the claim's fencing token (claim.lua); "0" = check the owner only
 --
 -- Returns an array with 1 per key released, 0 per key whose claim this owner no longer holds
--- (its lease expired and it went back to `due`, maybe to another drainer: nothing is changed).
+-- under that fence (its lease expired and it went back to `due`, maybe to another drainer, or
+-- to this one under a newer claim: nothing is changed).
 --
 -- release_keys is defined in release_fn.lua, which the Go code prepends.
 

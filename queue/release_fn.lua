@@ -2,9 +2,10 @@
 -- by the Go code; not a script on its own).
 --
 -- release_keys(due, lease, held, dirty, totalkey, try, depth, idle, owner, total, args, first)
--- releases the keys described by args[first..] in groups of four (key, mode, at, state) —
--- see release.lua for the modes — and returns {1 per key released, 0 per key this owner no
--- longer held}.
+-- releases the keys described by args[first..] in groups of five (key, mode, at, state,
+-- fence) — see release.lua for the modes — and returns {1 per key released, 0 per key this
+-- owner no longer held}. A key is held by `owner` under fence F when its `held` entry reads
+-- "<owner>#<F> <next>" (claim.lua); a release with fence 0 checks only the owner.
 --
 -- It also keeps the ingress's per-key depth counter (admitmark.lua) in step: "next" counts
 -- one message out, "empty" forgets the key. And an emptied key's claimed-but-unused slot
@@ -18,7 +19,7 @@ local function release_keys(due, lease, held, dirty, totalkey, try, depth, idle,
   local out = {}
   if #args < first then return out end
   local ks = {}
-  for i = first, #args, 4 do ks[#ks + 1] = args[i] end
+  for i = first, #args, 5 do ks[#ks + 1] = args[i] end
   local hs = redis.call('HMGET', held, unpack(ks))
   local hasdirty = redis.call('EXISTS', dirty) == 1
   local dirt = {}
@@ -26,14 +27,14 @@ local function release_keys(due, lease, held, dirty, totalkey, try, depth, idle,
   local mine, adds, tryset, trydel, counted, forgot, idles = {}, {}, {}, {}, {}, {}, {}
   local refunds = 0
   for j = 1, #ks do
-    local i = first + (j - 1) * 4
-    local k, mode, at, state = ks[j], args[i + 1], tonumber(args[i + 2]), args[i + 3]
-    local who, nxt
+    local i = first + (j - 1) * 5
+    local k, mode, at, state, fence = ks[j], args[i + 1], tonumber(args[i + 2]), args[i + 3], args[i + 4]
+    local who, tok, nxt
     if hs[j] then
-      who, nxt = string.match(hs[j], '^(%S+) (%S+)$')
+      who, tok, nxt = string.match(hs[j], '^([^#%s]+)#(%S+) (%S+)$')
       nxt = tonumber(nxt)
     end
-    if who ~= owner then
+    if who ~= owner or (fence ~= '0' and fence ~= '' and tok ~= fence) then
       out[j] = 0
     else
       out[j] = 1

@@ -22,12 +22,15 @@ var (
 	releaseFnSrc string
 	//go:embed markdue.lua
 	markDueSrc string
+	//go:embed renew.lua
+	renewSrc string
 
 	// claim.lua and release.lua share release_keys (release_fn.lua): Redis scripts cannot
 	// include each other, so the function is prepended to both.
 	claimScript   = redis.NewScript(releaseFnSrc + claimSrc)
 	releaseScript = redis.NewScript(releaseFnSrc + releaseSrc)
 	markDueScript = redis.NewScript(markDueSrc)
+	renewScript   = redis.NewScript(renewSrc)
 
 	// unlockScript: KEYS[1] the lock, ARGV[1] the holder's token; deletes the lock only if
 	// it is still held by that token. Returns 1 if deleted, else 0.
@@ -41,7 +44,8 @@ type SchedulerConfig struct {
 	// Prefix is prepended to every Redis key (before the "sl:{rule}:" part), so tests and
 	// several deployments can share one Redis. It must not contain '{' or '}'. Default "".
 	Prefix string
-	// Clock returns the current time for MarkDue. Default time.Now.
+	// Clock returns the current time for MarkDue. Default nil: Redis's own clock (TIME in
+	// the script), the clock claims and leases use too.
 	Clock func() time.Time
 }
 
@@ -56,17 +60,29 @@ type SchedulerConfig struct {
 //
 //	<prefix>sl:{t}:due    ZSET    key -> next due time, µs since the epoch (keys with messages, unclaimed)
 //	<prefix>sl:{t}:lease  ZSET    key -> lease expiry, µs (claimed keys)
-//	<prefix>sl:{t}:held   HASH    key -> "<owner> <next due µs>" (claimed keys)
+//	<prefix>sl:{t}:held   HASH    key -> "<owner>#<fence> <next due µs>" (claimed keys)
 //	<prefix>sl:{t}:dirty  HASH    key -> "1" (MarkDue ran while the key was claimed)
 //	<prefix>sl:{t}:total  STRING  total_outflow meter: µs the rule's next message may leave
 //	<prefix>sl:{t}:try    HASH    key -> "<msg id>\n<attempts>\n<last error>" (head being retried)
 //	<prefix>sl:{t}:depth  HASH    key -> messages queued, the ingress's estimate (admitmark.lua;
 //	                              releases count deliveries out, Reconcile resets it)
 //	<prefix>sl:{t}:idle   ZSET    key -> unused slot of a key that emptied, until it passes
+//	<prefix>sl:{t}:fence  STRING  the last fencing token handed to a claim (one per rule)
 //	<prefix>sl:{t}:lock:reconcile  STRING  one Reconcile scan per rule at a time
 //
 // Members are the keys themselves (Redis strings are binary-safe). Only keys that have
 // messages (or are being retried) cost memory; a drained key is removed.
+//
+// One clock: slots, leases and due times are Redis's time (TIME inside the scripts), never a
+// drainer's, so drainers whose clocks disagree still pace every key exactly; Claimed.Now
+// tells a drainer Redis's time, and it waits for a slot by the difference. Methods that take
+// a time (Claim, Renew, MarkDueAt) use it instead, for tests; the zero time means Redis's.
+//
+// Fencing: every claim of a key carries a token (Claim.Fence) larger than any token handed
+// out before for the rule, so for the key. Releases and renewals name it: a drainer whose
+// lease expired, and whose key was claimed again (by another drainer or by itself), is
+// refused. Drainers send it to the sink (Sluice-Fence), so a sink can drop a delivery from a
+// drainer that lost its claim.
 //
 // A Scheduler is safe for concurrent use. Its methods take the outflow parameters from the
 // caller, so live overrides change them without touching Redis state.
@@ -81,22 +97,19 @@ func NewScheduler(rdb redis.UniversalClient, cfg SchedulerConfig) (*Scheduler, e
 	if strings.ContainsAny(cfg.Prefix, "{}") {
 		return nil, fmt.Errorf("queue: scheduler prefix %q must not contain '{' or '}'", cfg.Prefix)
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = time.Now
-	}
 	return &Scheduler{rdb: rdb, prefix: cfg.Prefix, clock: cfg.Clock}, nil
 }
 
-type ruleKeys struct{ due, lease, held, dirty, total, try, depth, idle string }
+type ruleKeys struct{ due, lease, held, dirty, total, try, depth, idle, fence string }
 
 func (s *Scheduler) keys(rule string) ruleKeys {
 	b := s.prefix + "sl:{" + RuleToken(rule) + "}:"
-	return ruleKeys{b + "due", b + "lease", b + "held", b + "dirty", b + "total", b + "try", b + "depth", b + "idle"}
+	return ruleKeys{b + "due", b + "lease", b + "held", b + "dirty", b + "total", b + "try", b + "depth", b + "idle", b + "fence"}
 }
 
 // all lists the rule's keys in the order the scripts take them as KEYS.
 func (k ruleKeys) all() []string {
-	return []string{k.due, k.lease, k.held, k.dirty, k.total, k.try, k.depth, k.idle}
+	return []string{k.due, k.lease, k.held, k.dirty, k.total, k.try, k.depth, k.idle, k.fence}
 }
 
 // Outflow is a rule's pacing, as the caller currently wants it (rules file or live override).
@@ -108,13 +121,14 @@ type Outflow struct {
 // ClaimRequest says what one drainer wants from Claim.
 type ClaimRequest struct {
 	Outflow
-	Owner string // drainer id; no spaces (e.g. a uuid)
+	Owner string // drainer id; no spaces and no '#' (e.g. a uuid)
 	Max   int    // claim at most this many keys (the drainer's idle workers)
 	// Lookahead also claims keys whose slot comes within this time; the drainer waits for
 	// the slot itself, so a message leaves on time instead of one poll late. 0 = only due keys.
 	Lookahead time.Duration
-	// Lease is how long after its slot a claim stays valid: a drainer that has not released
-	// the key by then is presumed dead and the key goes back to be claimed by another.
+	// Lease is how long after its slot a claim stays valid unless renewed (Renew): a drainer
+	// that has neither released nor renewed the key by then is presumed dead and the key goes
+	// back to be claimed by another.
 	Lease time.Duration
 	// Reclaim recovers at most this many expired leases per call. Default 100.
 	Reclaim int
@@ -163,6 +177,9 @@ type Claim struct {
 	// Retry is the retry state of the key's head message, if it failed before. Compare
 	// Retry.MsgID with the popped message: a different id means the state is stale.
 	Retry *RetryState
+	// Fence is the claim's fencing token: larger than every earlier claim's of the rule (so
+	// of the key). Renew and Release name it; the drainer sends it to the sink.
+	Fence int64
 }
 
 // Claimed is the result of Claim.
@@ -173,19 +190,31 @@ type Claimed struct {
 	Next time.Time
 	// Lost counts ClaimRequest.Releases whose claim Owner no longer held (ErrLeaseLost).
 	Lost int
+	// Now is the time the claim was made at: Redis's clock (or the time given to Claim).
+	// Slot.Sub(Now) is how long the drainer waits before delivering.
+	Now time.Time
 }
 
 func us(t time.Time) int64 { return t.UnixMicro() }
 
 func fromUS(v int64) time.Time { return time.UnixMicro(v) }
 
+// usOrZero is t in µs, or 0 (the scripts then read Redis's clock) for the zero time.
+func usOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return us(t)
+}
+
 // Claim claims up to req.Max keys of rule whose slot is at most now+req.Lookahead, lowest
 // due first, and paces them: each claimed key's next due time becomes slot+Every, the rule's
 // total_outflow meter advances by TotalEvery per claim. Claimed keys are leased to
-// req.Owner until Release (or until Slot+Lease, when another drainer may claim them again).
-// now comes from the caller, so tests can claim at fixed instants.
+// req.Owner until Release (or until Slot+Lease, or the last Renew+Lease, when another
+// drainer may claim them again). now is Redis's clock when zero (what drainers pass); tests
+// give a time to claim at fixed instants.
 func (s *Scheduler) Claim(ctx context.Context, rule string, now time.Time, req ClaimRequest) (Claimed, error) {
-	if req.Owner == "" || strings.ContainsAny(req.Owner, " \n") {
+	if req.Owner == "" || strings.ContainsAny(req.Owner, " \n#") {
 		return Claimed{}, fmt.Errorf("queue: claim: bad owner %q", req.Owner)
 	}
 	if req.Reclaim <= 0 {
@@ -201,15 +230,15 @@ func (s *Scheduler) Claim(ctx context.Context, rule string, now time.Time, req C
 		req.Releases = req.Releases[maxBatch:]
 	}
 	k := s.keys(rule)
-	args := make([]any, 0, 8+4*len(req.Releases))
-	args = append(args, us(now), req.Max, req.Lookahead.Microseconds(), req.Every.Microseconds(),
+	args := make([]any, 0, 8+5*len(req.Releases))
+	args = append(args, usOrZero(now), req.Max, req.Lookahead.Microseconds(), req.Every.Microseconds(),
 		req.TotalEvery.Microseconds(), req.Lease.Microseconds(), req.Owner, req.Reclaim)
 	args = appendReleases(args, req.Releases)
 	res, err := claimScript.Run(ctx, s.rdb, k.all(), args...).Slice()
 	if err != nil {
 		return Claimed{}, fmt.Errorf("queue: claim rule %q: %w", rule, err)
 	}
-	if len(res) < 2 || (len(res)-2)%4 != 0 {
+	if len(res) < 3 || (len(res)-3)%5 != 0 {
 		return Claimed{}, fmt.Errorf("queue: claim rule %q: unexpected reply of %d values", rule, len(res))
 	}
 	var out Claimed
@@ -218,14 +247,17 @@ func (s *Scheduler) Claim(ctx context.Context, rule string, now time.Time, req C
 	}
 	lost, _ := res[1].(int64)
 	out.Lost = int(lost)
-	if n := (len(res) - 2) / 4; n > 0 {
+	nowUS, _ := res[2].(int64)
+	out.Now = fromUS(nowUS)
+	if n := (len(res) - 3) / 5; n > 0 {
 		out.Claims = make([]Claim, 0, n)
 	}
-	for i := 2; i < len(res); i += 4 {
+	for i := 3; i < len(res); i += 5 {
 		key, _ := res[i].(string)
 		slot, _ := res[i+1].(int64)
 		due, _ := res[i+2].(int64)
-		c := Claim{Key: key, Slot: fromUS(slot), Due: fromUS(due)}
+		fence, _ := res[i+4].(int64)
+		c := Claim{Key: key, Slot: fromUS(slot), Due: fromUS(due), Fence: fence}
 		if t, ok := res[i+3].(string); ok {
 			if rs, ok := decodeRetryState(t); ok {
 				c.Retry = &rs
@@ -260,8 +292,11 @@ const (
 type Release struct {
 	Key   string
 	Mode  ReleaseMode
-	At    time.Time  // Retrying: when to retry; Released: optional earliest next time
+	At    time.Time  // Retrying: when to retry; Released: optional earliest next time (Redis's clock)
 	State RetryState // Retrying only
+	// Fence is the claim's token (Claim.Fence): the release applies only if the key is still
+	// held under it. 0 checks the owner only.
+	Fence int64
 }
 
 // ErrLeaseLost is returned (wrapped) by Release for keys whose claim the owner no longer
@@ -287,7 +322,7 @@ func (s *Scheduler) Release(ctx context.Context, rule, owner string, totalEvery 
 		}
 		return append(head, tail...), err2
 	}
-	args := make([]any, 0, 2+4*len(rels))
+	args := make([]any, 0, 2+5*len(rels))
 	args = append(args, owner, totalEvery.Microseconds())
 	args = appendReleases(args, rels)
 	res, err := releaseScript.Run(ctx, s.rdb, s.keys(rule).all(), args...).Int64Slice()
@@ -318,7 +353,7 @@ func appendReleases(args []any, rels []Release) []any {
 		if r.Mode == Retrying {
 			state = r.State.encode()
 		}
-		args = append(args, r.Key, string(r.Mode), at, state)
+		args = append(args, r.Key, string(r.Mode), at, state, r.Fence)
 	}
 	return args
 }
@@ -330,23 +365,28 @@ const maxBatch = 1000
 // does not block Redis for long.
 const markDueBatch = 1000
 
-// MarkDue makes keys of rule due now (Scheduler's clock); the ingress calls it after each
+// MarkDue makes keys of rule due now (Redis's clock, or SchedulerConfig.Clock); the ingress calls it after each
 // successful publish. A key already due keeps its place and pacing; a claimed key is
 // flagged so its drainer does not drop it (see markdue.lua). Many keys go in one round trip
 // per 1000.
 func (s *Scheduler) MarkDue(ctx context.Context, rule string, keys ...string) error {
-	_, err := s.MarkDueAt(ctx, rule, s.clock(), keys...)
+	var now time.Time
+	if s.clock != nil {
+		now = s.clock()
+	}
+	_, err := s.MarkDueAt(ctx, rule, now, keys...)
 	return err
 }
 
-// MarkDueAt is MarkDue at an explicit time; it returns how many keys were newly added.
+// MarkDueAt is MarkDue at an explicit time (zero: Redis's clock); it returns how many keys
+// were newly added.
 func (s *Scheduler) MarkDueAt(ctx context.Context, rule string, now time.Time, keys ...string) (int, error) {
 	k := s.keys(rule)
 	added := 0
 	for len(keys) > 0 {
 		n := min(len(keys), markDueBatch)
 		args := make([]any, 0, n+1)
-		args = append(args, us(now))
+		args = append(args, usOrZero(now))
 		for _, key := range keys[:n] {
 			args = append(args, key)
 		}
@@ -438,7 +478,10 @@ func (s *Scheduler) lock(ctx context.Context, rule, name string, ttl time.Durati
 // DeleteRule removes every Redis key of rule (the queue rule was removed).
 func (s *Scheduler) DeleteRule(ctx context.Context, rule string) error {
 	c := s.rdb
-	keys := append(s.keys(rule).all(), s.prefix+"sl:{"+RuleToken(rule)+"}:lock:reconcile")
+	// The fence counter stays: a rule added again keeps handing out growing tokens, so a
+	// sink that remembers the last token of a key never sees one go backwards.
+	k := s.keys(rule)
+	keys := []string{k.due, k.lease, k.held, k.dirty, k.total, k.try, k.depth, k.idle, s.prefix + "sl:{" + RuleToken(rule) + "}:lock:reconcile"}
 	if err := c.Del(ctx, keys...).Err(); err != nil {
 		return fmt.Errorf("queue: delete scheduler state of rule %q: %w", rule, err)
 	}
@@ -452,4 +495,48 @@ func (s *Scheduler) Ping(ctx context.Context) error {
 		return fmt.Errorf("queue: redis: %w", err)
 	}
 	return nil
+}
+
+// Held names one claim to renew: the key and its claim's fencing token.
+type Held struct {
+	Key   string
+	Fence int64
+}
+
+// Renewed is the result of Renew.
+type Renewed struct {
+	// Held says, per key given, whether owner still held it under its fence; the lease of
+	// each held key now ends at Now+lease. A key not held any more must not be delivered.
+	Held []bool
+	// Now is the time of the renewal (Redis's clock, or the time given).
+	Now time.Time
+}
+
+// Renew extends the leases of claims owner still holds to now+lease, in one round trip per
+// 1000 keys (now: Redis's clock when zero). A drainer renews the keys it is delivering (or
+// about to), so a short lease covers a slow sink while a dead drainer's keys come back soon.
+func (s *Scheduler) Renew(ctx context.Context, rule, owner string, now time.Time, lease time.Duration, held []Held) (Renewed, error) {
+	k := s.keys(rule)
+	out := Renewed{Held: make([]bool, 0, len(held))}
+	for first := true; first || len(held) > 0; first = false {
+		n := min(len(held), maxBatch)
+		args := make([]any, 0, 3+2*n)
+		args = append(args, usOrZero(now), lease.Microseconds(), owner)
+		for _, h := range held[:n] {
+			args = append(args, h.Key, h.Fence)
+		}
+		res, err := renewScript.Run(ctx, s.rdb, []string{k.lease, k.held}, args...).Int64Slice()
+		if err != nil {
+			return out, fmt.Errorf("queue: renew leases of rule %q: %w", rule, err)
+		}
+		if len(res) != n+1 {
+			return out, fmt.Errorf("queue: renew leases of rule %q: unexpected reply of %d values", rule, len(res))
+		}
+		out.Now = fromUS(res[0])
+		for _, v := range res[1:] {
+			out.Held = append(out.Held, v == 1)
+		}
+		held = held[n:]
+	}
+	return out, nil
 }

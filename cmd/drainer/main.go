@@ -9,7 +9,9 @@
 //	-http              SLUICE_HTTP_ADDR         /metrics, /healthz, /readyz (default :8081)
 //	-nats              SLUICE_NATS_URL          NATS URL(s) (default nats://127.0.0.1:4222)
 //	-redis             SLUICE_REDIS_URL         redis://, rediss://, unix://, Cluster or Sentinel URL (default redis://127.0.0.1:6379)
-//	-workers           SLUICE_WORKERS           deliveries in flight at once (default 32)
+//	-workers           SLUICE_WORKERS           deliveries in flight at once per queue rule (default 32; each rule has its own)
+//	-lease             SLUICE_LEASE             claim lease: a dead drainer's keys are claimed again within it (default 2.5s)
+//	-lease-renew       SLUICE_LEASE_RENEW       renewal period of held leases, at most lease/2 (default lease/3)
 //	-replicas          SLUICE_REPLICAS          replicas of the retry/dead-letter streams it ensures (default 1)
 //	-shutdown-timeout  SLUICE_SHUTDOWN_TIMEOUT  on SIGTERM: stop claiming, finish in-flight deliveries within this (default 30s)
 //	-log-format        SLUICE_LOG_FORMAT        json or text (default json)
@@ -79,7 +81,9 @@ type Config struct {
 	HTTPAddr        string        // -http: default ":8081"
 	NATSURL         string        // -nats: default "nats://127.0.0.1:4222"
 	RedisURL        string        // -redis: default "redis://127.0.0.1:6379"
-	Workers         int           // -workers: default 32
+	Workers         int           // -workers: default 32, per queue rule
+	Lease           time.Duration // -lease: default 2.5s
+	LeaseRenew      time.Duration // -lease-renew: default Lease/3
 	Replicas        int           // -replicas: 1 or 3, default 1
 	ShutdownTimeout time.Duration // -shutdown-timeout: default 30s
 	LogFormat       string        // -log-format: json (default) or text
@@ -136,7 +140,9 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&c.HTTPAddr, "http", env("SLUICE_HTTP_ADDR", ":8081"), "listen address of /metrics, /healthz, /readyz (env SLUICE_HTTP_ADDR)")
 	fs.StringVar(&c.NATSURL, "nats", env("SLUICE_NATS_URL", "nats://127.0.0.1:4222"), "NATS URL(s) (env SLUICE_NATS_URL)")
 	fs.StringVar(&c.RedisURL, "redis", env("SLUICE_REDIS_URL", "redis://127.0.0.1:6379"), "Redis URL: redis://, rediss://, unix://, a cluster (redis://h1:p?addr=h2:p&addr=h3:p) or Sentinel (redis+sentinel://s1:26379?master_name=M&addr=s2:26379) (env SLUICE_REDIS_URL)")
-	workers := fs.String("workers", env("SLUICE_WORKERS", "32"), "deliveries in flight at once (env SLUICE_WORKERS)")
+	workers := fs.String("workers", env("SLUICE_WORKERS", "32"), "deliveries in flight at once per queue rule; each rule has its own (env SLUICE_WORKERS)")
+	lease := fs.String("lease", env("SLUICE_LEASE", "2.5s"), "claim lease: renewed while a key is held; a dead drainer's keys are claimed again within it (env SLUICE_LEASE)")
+	leaseRenew := fs.String("lease-renew", env("SLUICE_LEASE_RENEW", ""), "renewal period of held leases, at most lease/2; empty = lease/3 (env SLUICE_LEASE_RENEW)")
 	replicas := fs.String("replicas", env("SLUICE_REPLICAS", "1"), "replicas of the retry and dead-letter streams, 1 or 3 (env SLUICE_REPLICAS)")
 	shutdown := fs.String("shutdown-timeout", env("SLUICE_SHUTDOWN_TIMEOUT", "30s"), "time to finish in-flight deliveries on SIGTERM (env SLUICE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.LogFormat, "log-format", env("SLUICE_LOG_FORMAT", "json"), "json or text (env SLUICE_LOG_FORMAT)")
@@ -196,6 +202,14 @@ func (m *Main) ParseFlags(args []string) error {
 	}
 	if c.Replicas, err = strconv.Atoi(*replicas); err != nil || (c.Replicas != 1 && c.Replicas != 3) {
 		return fmt.Errorf("-replicas: want 1 or 3, got %q", *replicas)
+	}
+	if c.Lease, err = time.ParseDuration(*lease); err != nil || c.Lease < 500*time.Millisecond {
+		return fmt.Errorf("-lease: want a duration of at least 500ms, got %q", *lease)
+	}
+	if *leaseRenew != "" {
+		if c.LeaseRenew, err = time.ParseDuration(*leaseRenew); err != nil || c.LeaseRenew <= 0 || c.LeaseRenew > c.Lease/2 {
+			return fmt.Errorf("-lease-renew: want a positive duration of at most -lease/2 (%s), got %q", c.Lease/2, *leaseRenew)
+		}
 	}
 	if c.ShutdownTimeout, err = time.ParseDuration(*shutdown); err != nil || c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("-shutdown-timeout: want a positive duration, got %q", *shutdown)
@@ -295,7 +309,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	proc, err := drainer.Start(bg, drainer.Deps{
 		Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
 		SinkTLS: sinkTLS, Signer: signer,
-		Drain: drain.Config{Workers: c.Workers, StopTimeout: c.ShutdownTimeout},
+		Drain: drain.Config{Workers: c.Workers, StopTimeout: c.ShutdownTimeout, Lease: c.Lease, LeaseRenew: c.LeaseRenew},
 	})
 	if err != nil {
 		return err

@@ -36,6 +36,9 @@ func TestParseFlags(t *testing.T) {
 	if len(c.Rules) != 2 || c.Workers != 7 || c.HTTPAddr != ":0" || c.ShutdownTimeout != 5*time.Second || c.NATSURL == "" {
 		t.Fatalf("config %+v", c)
 	}
+	if c.Lease != 2500*time.Millisecond || c.LeaseRenew != 0 {
+		t.Fatalf("lease defaults: %v, %v (0 = Lease/3)", c.Lease, c.LeaseRenew)
+	}
 	m = NewMain()
 	m.Stderr = io.Discard
 	m.Getenv = func(string) string { return "" }
@@ -54,6 +57,22 @@ func TestParseFlags(t *testing.T) {
 	}
 	if err := m.ParseFlags([]string{"-rules", "x"}); err != nil || m.Config.RedisURL != "redis+sentinel://s1:26379?master_name=m&addr=s2:26379" {
 		t.Fatalf("Sentinel URL from SLUICE_REDIS_URL: %q, %v", m.Config.RedisURL, err)
+	}
+	m = NewMain()
+	m.Stderr = io.Discard
+	m.Getenv = func(k string) string {
+		return map[string]string{"SLUICE_RULES": "x", "SLUICE_LEASE": "4s", "SLUICE_LEASE_RENEW": "1s"}[k]
+	}
+	if err := m.ParseFlags(nil); err != nil || m.Config.Lease != 4*time.Second || m.Config.LeaseRenew != time.Second {
+		t.Fatalf("SLUICE_LEASE, SLUICE_LEASE_RENEW: %+v, %v", m.Config, err)
+	}
+	for _, bad := range [][]string{{"-lease", "100ms"}, {"-lease", "3s", "-lease-renew", "2s"}, {"-lease-renew", "0s"}} {
+		m = NewMain()
+		m.Stderr = io.Discard
+		m.Getenv = func(string) string { return "" }
+		if err := m.ParseFlags(append([]string{"-rules", "x"}, bad...)); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
 	}
 }
 
@@ -118,7 +137,7 @@ descriptors:
 	}
 	select {
 	case r := <-got:
-		if r.Header.Get("Idempotency-Key") != msg.ID || !strings.Contains(r.Header.Get("Sluice-Key"), "m%2042") {
+		if r.Header.Get("Idempotency-Key") != msg.ID || !strings.Contains(r.Header.Get("Sluice-Key"), "m%2042") || r.Header.Get("Sluice-Fence") == "" {
 			t.Errorf("sink headers: %v", r.Header)
 		}
 		if b := <-bodies; b != `{"order_id": 991}` {

@@ -57,20 +57,29 @@ type Config struct {
 	// claim, so live overrides take effect on the next claim. Default RulePolicy.
 	Policy func(*rules.Rule) Policy
 
-	// Workers is the number of deliveries in flight at once (one per key). Default 32.
+	// Workers is the number of deliveries in flight at once per queue rule (one per key).
+	// Every rule has its own workers and claims (MaxClaimed): a sink that hangs holds only
+	// its own rule's, and every other rule keeps its outflow. Default 32.
 	Workers int
-	// MaxClaimed is the most keys this drainer holds claimed at once: waiting for their slot
-	// (up to Lookahead), waiting for a worker, or being delivered. Waiting for a slot does not
-	// occupy a worker, so a drainer keeps up with rate × Lookahead keys ahead of time.
-	// Default 4 × Workers.
+	// MaxClaimed is the most keys of one rule this drainer holds claimed at once: waiting for
+	// their slot (up to Lookahead), waiting for a worker, or being delivered. Waiting for a
+	// slot does not occupy a worker, so a drainer keeps up with rate × Lookahead keys ahead
+	// of time. Default 4 × Workers.
 	MaxClaimed int
 	// ClaimBatch is the most keys one claim takes. Default Workers.
 	ClaimBatch int
-	// Lease is how long a claimed key stays with this drainer after its slot before another
-	// drainer may take it (the drainer died). It is raised per rule to twice the sink
-	// timeout (+ Lookahead), so a slow delivery is never handed to a second drainer; the
-	// drainer cancels a delivery at 3/4 of the lease. Default 30s.
+	// Lease is how long a claimed key stays with this drainer without a renewal before another
+	// drainer may take it (this one died): a killed drainer's keys are claimed again within
+	// Lease. While it holds a key (waiting for the slot or a worker, delivering, bookkeeping)
+	// the drainer renews the lease every LeaseRenew, so a slow sink may take its whole
+	// sink.timeout; a sink that has not answered LeaseRenew after its timeout is given up on
+	// (no more renewals; LeaseRenew later its worker is freed). A renewal that finds the claim gone marks the key lost: it is not
+	// delivered, and a delivery in flight is cancelled (Sluice-Fence lets the sink refuse
+	// the late one). Default 2.5s; at least 500ms.
 	Lease time.Duration
+	// LeaseRenew is the period of lease renewals (one Redis call per rule for all its held
+	// keys). At most Lease/2. Default Lease/3 (833ms).
+	LeaseRenew time.Duration
 	// Lookahead claims keys this long before their slot and waits for the slot in-process,
 	// so messages leave on time instead of one Redis round trip (or one late timer on a busy
 	// machine) late — a late claim would also shift the key's later slots, lowering its
@@ -101,7 +110,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the metrics. Default nil: metrics are kept but not registered.
 	Registerer prometheus.Registerer
-	// Clock returns the current time. Default time.Now.
+	// Clock returns the current time; the drainer uses it only to measure durations (waiting
+	// for a slot, backoffs): slots and leases are Redis's clock (queue.Scheduler), and a
+	// slot is waited for as "slot − Redis's now" from the claim. Default time.Now.
 	Clock func() time.Time
 }
 
@@ -120,7 +131,10 @@ func (c Config) WithDefaults() Config {
 		c.ClaimBatch = min(c.Workers, c.MaxClaimed)
 	}
 	if c.Lease == 0 {
-		c.Lease = 30 * time.Second
+		c.Lease = 2500 * time.Millisecond
+	}
+	if c.LeaseRenew == 0 {
+		c.LeaseRenew = (c.Lease / 3).Round(time.Millisecond)
 	}
 	if c.Lookahead == 0 {
 		c.Lookahead = 20 * time.Millisecond
@@ -182,8 +196,11 @@ func (c Config) Validate() error {
 	if c.ClaimBatch < 1 || c.ClaimBatch > c.MaxClaimed {
 		errs = append(errs, fmt.Errorf("ClaimBatch must be in [1, MaxClaimed=%d], got %d", c.MaxClaimed, c.ClaimBatch))
 	}
-	if c.Lease < time.Second {
-		errs = append(errs, fmt.Errorf("Lease must be ≥ 1s, got %s", c.Lease))
+	if c.Lease < 500*time.Millisecond {
+		errs = append(errs, fmt.Errorf("Lease must be ≥ 500ms, got %s", c.Lease))
+	}
+	if c.LeaseRenew <= 0 || c.LeaseRenew > c.Lease/2 {
+		errs = append(errs, fmt.Errorf("LeaseRenew must be in (0, Lease/2=%s], got %s", c.Lease/2, c.LeaseRenew))
 	}
 	if c.Lookahead < 0 || c.Lookahead >= c.Lease {
 		errs = append(errs, fmt.Errorf("Lookahead must be in [0, Lease), got %s", c.Lookahead))
@@ -191,8 +208,8 @@ func (c Config) Validate() error {
 	if c.MaxPoll <= 0 || c.RedisBackoff <= 0 || c.DepthEvery <= 0 || c.RulesEvery <= 0 || c.StopTimeout <= 0 {
 		errs = append(errs, errors.New("MaxPoll, RedisBackoff, DepthEvery, RulesEvery and StopTimeout must be positive"))
 	}
-	if strings.ContainsAny(c.Owner, " \n") {
-		errs = append(errs, fmt.Errorf("Owner %q must not contain spaces", c.Owner))
+	if strings.ContainsAny(c.Owner, " \n#") {
+		errs = append(errs, fmt.Errorf("Owner %q must not contain spaces or '#'", c.Owner))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("drain: invalid config: %w", errors.Join(errs...))

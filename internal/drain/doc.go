@@ -10,11 +10,26 @@
 // rule's total_outflow caps all keys together, fairly (lowest due time first). Both are
 // decided by the scheduler's claim script, so any number of drainer processes together keep
 // them. A claimed key is leased to one drainer until it hands it back, so one key never has
-// two deliveries in flight. Each rule has one claim loop per drainer; it claims keys up to
+// two deliveries in flight (short of a lost lease; see below). Each rule has one claim loop per drainer; it claims keys up to
 // Config.Lookahead before their slot and a delivery goroutine waits for the slot itself, so
 // messages leave on time and a late claim does not shift a key's later slots. Keys the
 // deliveries finished with are handed back in the same Redis round trip as the next claim.
 // When nothing is due the loop sleeps until the earliest due time (at most Config.MaxPoll).
+//
+// Slots and leases are Redis's clock: a claim returns Redis's time, and the delivery waits
+// "slot − that time" on the local monotonic clock, so drainers with skewed clocks pace alike.
+//
+// # Leases, fencing, isolation
+//
+// A claim's lease is short (Config.Lease, 2.5 s) and renewed every Config.LeaseRenew by one
+// call per rule for all the keys the drainer holds, so a dead drainer's keys are claimed
+// again within a lease while a slow sink may take its whole timeout. Every claim carries a
+// fencing token (queue.Claim.Fence) that renewals and releases must name; deliveries send it
+// as Sluice-Fence. A renewal that finds a claim gone marks the key lost: it is not delivered,
+// a delivery in flight is cancelled, and a failed delivery's outcome is acted on only after
+// the claim is confirmed (sluice_claims_lost_total counts them). Each rule has its own
+// workers (Config.Workers) and claim tokens (Config.MaxClaimed): a hung sink stalls only
+// its own rule.
 //
 // # Failures
 //
@@ -42,5 +57,6 @@
 //
 // sluice_deliveries_total{rule,outcome}, sluice_queue_depth{rule} (every DepthEvery),
 // sluice_outflow_rate{rule} (configured, per key), sluice_dispatch_lag_seconds{rule}
-// (dispatch time − due time, 1 ms … 10 s buckets). Labels never carry a key.
+// (dispatch time − due time, 1 ms … 10 s buckets), sluice_claims_lost_total{rule}. Labels
+// never carry a key.
 package drain

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/natstest"
@@ -32,6 +34,10 @@ type env struct {
 	s     *queue.Scheduler
 	rules []*rules.Rule
 	mu    sync.Mutex
+	// prefix and rdb are the scheduler's Redis key prefix and client (for tests that
+	// reach into Redis, or give another drainer a client of its own).
+	prefix string
+	rdb    *redis.Client
 }
 
 func newEnv(t *testing.T) *env {
@@ -42,11 +48,12 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := queue.NewScheduler(redistest.Shared(t).Client(t), queue.SchedulerConfig{Prefix: redistest.Prefix(t)})
+	prefix, rdb := redistest.Prefix(t), redistest.Shared(t).Client(t)
+	s, err := queue.NewScheduler(rdb, queue.SchedulerConfig{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, js: js, q: q, s: s}
+	return &env{t: t, js: js, q: q, s: s, prefix: prefix, rdb: rdb}
 }
 
 // rule adds a queue rule with capacity 1000 and the given per-key outflow (per second).
@@ -496,7 +503,10 @@ func TestHungDrainerIsReplacedAfterItsLease(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan time.Time, 1)
 	hung := &recSink{fn: func(ctx context.Context, _ queue.Message, _ int) drain.Outcome {
-		entered <- time.Now()
+		select { // the first call; the hung drainer gives up on it and may claim k again
+		case entered <- time.Now():
+		default:
+		}
 		<-release // a stuck process: ignores its context
 		return drain.OutcomeDelivered()
 	}}
@@ -550,11 +560,16 @@ func TestSoftStopFinishesInFlight(t *testing.T) {
 func TestConfigDefaultsAndValidate(t *testing.T) {
 	t.Parallel()
 	c := drain.Config{}.WithDefaults()
-	if c.Workers != 32 || c.MaxClaimed != 128 || c.ClaimBatch != 32 || c.Lease != 30*time.Second || c.Lookahead != 20*time.Millisecond || c.MaxPoll != 20*time.Millisecond {
+	if c.Workers != 32 || c.MaxClaimed != 128 || c.ClaimBatch != 32 || c.Lease != 2500*time.Millisecond || c.LeaseRenew != 833*time.Millisecond || c.Lookahead != 20*time.Millisecond || c.MaxPoll != 20*time.Millisecond {
 		t.Errorf("defaults: %+v", c)
 	}
 	if err := c.Validate(); err == nil {
 		t.Error("config without Queues/Scheduler/Rules/Sink validated")
+	}
+	bad := c
+	bad.LeaseRenew = 2 * time.Second // more than Lease/2: one late renewal loses the key
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "LeaseRenew") {
+		t.Errorf("LeaseRenew > Lease/2: %v", err)
 	}
 }
 

@@ -40,9 +40,6 @@ type Drainer struct {
 	log *slog.Logger
 	m   *metrics
 
-	tokens  chan struct{} // one per key this drainer may still claim (MaxClaimed)
-	workers chan struct{} // one per idle worker (Workers)
-
 	mu       sync.Mutex
 	started  bool
 	soft     chan struct{} // closed by Stop: stop claiming
@@ -53,6 +50,8 @@ type Drainer struct {
 
 	loops    sync.WaitGroup // rules manager, claimers, maintenance
 	inflight sync.WaitGroup // deliveries
+	renewers sync.WaitGroup // lease renewal loops (one per rule)
+	flushed  chan struct{}  // closed once every delivery has finished: renewals stop
 
 	claimersMu sync.Mutex
 	claimers   map[string]*claimer
@@ -77,20 +76,13 @@ func New(cfg Config) (*Drainer, error) {
 		cfg:        cfg,
 		log:        cfg.Logger.With("drainer", cfg.Owner),
 		m:          m,
-		tokens:     make(chan struct{}, cfg.MaxClaimed),
-		workers:    make(chan struct{}, cfg.Workers),
 		soft:       make(chan struct{}),
+		flushed:    make(chan struct{}),
 		done:       make(chan struct{}),
 		claimers:   map[string]*claimer{},
 		redisLog:   throttle{every: 30 * time.Second},
 		natsLog:    throttle{every: 30 * time.Second},
 		releaseLog: throttle{every: 30 * time.Second},
-	}
-	for i := 0; i < cfg.MaxClaimed; i++ {
-		d.tokens <- struct{}{}
-	}
-	for i := 0; i < cfg.Workers; i++ {
-		d.workers <- struct{}{}
 	}
 	return d, nil
 }
@@ -117,7 +109,7 @@ func (d *Drainer) Start(ctx context.Context) error {
 	go d.manage()
 	go d.maintain()
 	go d.waitStop()
-	d.log.Info("drainer started", "workers", d.cfg.Workers, "lookahead", d.cfg.Lookahead, "lease", d.cfg.Lease)
+	d.log.Info("drainer started", "workers_per_rule", d.cfg.Workers, "lookahead", d.cfg.Lookahead, "lease", d.cfg.Lease, "lease_renew", d.cfg.LeaseRenew)
 	return nil
 }
 
@@ -165,6 +157,8 @@ func (d *Drainer) waitStop() {
 	}
 	d.cancel()
 	<-flushed
+	close(d.flushed)
+	d.renewers.Wait()
 	d.log.Info("drainer stopped", "hard", hard)
 	close(d.done)
 }
@@ -181,17 +175,113 @@ func (d *Drainer) stopping() bool {
 	}
 }
 
-// claimer claims the keys of one rule.
+// claimer claims the keys of one rule. Each rule has its own claim tokens and workers, so a
+// rule whose sink hangs holds only its own: other rules' outflow goes on.
 type claimer struct {
-	name   string
-	rule   atomic.Pointer[rules.Rule]
-	wake   chan struct{} // cap 1: a release asked for an earlier claim
-	wakeAt atomic.Int64  // unix µs of the earliest claim a release asked for (0 = none)
-	quit   chan struct{} // closed when the rule disappears
+	name    string
+	rule    atomic.Pointer[rules.Rule]
+	wake    chan struct{} // cap 1: a release asked for an earlier claim
+	wakeAt  atomic.Int64  // unix µs (local clock) of the earliest claim a release asked for (0 = none)
+	quit    chan struct{} // closed when the rule disappears
+	tokens  chan struct{} // one per key this rule may still claim (MaxClaimed)
+	workers chan struct{} // one per idle worker of this rule (Workers)
+	// offset is Redis's clock minus the local clock (µs), measured at the last claim or
+	// renewal: times in Redis (slots, retry times) are converted with it.
+	offset atomic.Int64
+	active atomic.Int64 // deliveries (handle) running
 
 	mu      sync.Mutex
 	pending []queue.Release // finished keys, handed back with the next claim
 	closed  bool            // the claim loop ended: release directly
+	held    map[*heldKey]struct{}
+}
+
+func newClaimer(name string, workers, maxClaimed int) *claimer {
+	c := &claimer{name: name, wake: make(chan struct{}, 1), quit: make(chan struct{}),
+		tokens: make(chan struct{}, maxClaimed), workers: make(chan struct{}, workers),
+		held: map[*heldKey]struct{}{}}
+	for range maxClaimed {
+		c.tokens <- struct{}{}
+	}
+	for range workers {
+		c.workers <- struct{}{}
+	}
+	return c
+}
+
+// heldKey is one claim this drainer holds, from the claim until its release is queued.
+type heldKey struct {
+	key   string
+	fence int64
+	// validUntil (local unix µs): the lease surely lasts until then (start of the last
+	// successful claim or renewal + Lease). Past it, without a renewal, the key may be gone.
+	validUntil atomic.Int64
+	// renewUntil (local unix µs): no renewal after this (a delivery that ignores its
+	// deadline: let another drainer take the key). 0 = no limit.
+	renewUntil atomic.Int64
+	lost       atomic.Bool
+	// delivery is deliveryRunning until the sink returns (deliveryReturned) or the watchdog
+	// gives up on it, LeaseRenew after its deadline, and gives the worker back
+	// (deliveryAbandoned; see deliverHead). Whoever swaps first decides.
+	delivery atomic.Int32
+
+	mu     sync.Mutex
+	cancel context.CancelCauseFunc // the delivery in flight, if any
+}
+
+const (
+	deliveryRunning int32 = iota
+	deliveryReturned
+	deliveryAbandoned
+)
+
+// errLeaseLost cancels a delivery whose claim was lost.
+var errLeaseLost = errors.New("drain: claim lease lost: another drainer may deliver this key")
+
+// markLost records that the claim is gone and cancels its delivery in flight.
+func (h *heldKey) markLost() bool {
+	if h.lost.Swap(true) {
+		return false
+	}
+	h.mu.Lock()
+	if h.cancel != nil {
+		h.cancel(errLeaseLost)
+	}
+	h.mu.Unlock()
+	return true
+}
+
+// ok reports whether the claim is surely still ours at local time now.
+func (h *heldKey) ok(now time.Time) bool {
+	return !h.lost.Load() && now.UnixMicro() < h.validUntil.Load()
+}
+
+func (c *claimer) hold(h *heldKey) {
+	c.mu.Lock()
+	c.held[h] = struct{}{}
+	c.mu.Unlock()
+}
+
+func (c *claimer) holds(h *heldKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.held[h]
+	return ok
+}
+
+func (c *claimer) unhold(h *heldKey) {
+	c.mu.Lock()
+	delete(c.held, h)
+	c.mu.Unlock()
+}
+
+// toLocal converts a time of Redis's clock to the local clock; toRedis the other way.
+func (c *claimer) toLocal(t time.Time) time.Time {
+	return t.Add(-time.Duration(c.offset.Load()) * time.Microsecond)
+}
+
+func (c *claimer) toRedis(t time.Time) time.Time {
+	return t.Add(time.Duration(c.offset.Load()) * time.Microsecond)
 }
 
 // addRelease queues rel for the next claim; false when the loop has ended and the caller
@@ -275,14 +365,16 @@ func (d *Drainer) manage() {
 			d.claimersMu.Lock()
 			c, ok := d.claimers[r.Name]
 			if !ok {
-				c = &claimer{name: r.Name, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+				c = newClaimer(r.Name, d.cfg.Workers, d.cfg.MaxClaimed)
 				d.claimers[r.Name] = c
 			}
 			c.rule.Store(r)
 			d.claimersMu.Unlock()
 			if !ok {
 				claimLoops.Add(1)
+				d.renewers.Add(1)
 				go func() { defer claimLoops.Done(); d.claimLoop(c) }()
+				go func() { defer d.renewers.Done(); d.renewLoop(c) }()
 				d.log.Info("draining rule", "rule", r.Name)
 			}
 		}
@@ -306,12 +398,6 @@ func (d *Drainer) manage() {
 	}
 }
 
-// lease is the claim lease for rule r: at least twice its sink timeout, so a slow delivery
-// is never handed to a second drainer while the first is still waiting for the sink.
-func (d *Drainer) lease(r *rules.Rule) time.Duration {
-	return max(d.cfg.Lease, 2*sinkTimeout(r)+d.cfg.Lookahead)
-}
-
 func sinkTimeout(r *rules.Rule) time.Duration {
 	if r.Sink.Timeout > 0 {
 		return r.Sink.Timeout
@@ -319,10 +405,11 @@ func sinkTimeout(r *rules.Rule) time.Duration {
 	return defaultSinkTimeout
 }
 
-// takeTokens waits for one idle worker and takes up to want more without waiting.
+// takeTokens waits for one of the rule's claim tokens and takes up to want more without
+// waiting.
 func (d *Drainer) takeTokens(c *claimer, want int) int {
 	select {
-	case <-d.tokens:
+	case <-c.tokens:
 	case <-c.quit:
 		return 0
 	case <-d.soft:
@@ -333,7 +420,7 @@ func (d *Drainer) takeTokens(c *claimer, want int) int {
 	n := 1
 	for n < want {
 		select {
-		case <-d.tokens:
+		case <-c.tokens:
 			n++
 			continue
 		default:
@@ -349,7 +436,7 @@ func (d *Drainer) takeTokens(c *claimer, want int) int {
 	defer t.Stop()
 	for n < (want+1)/2 {
 		select {
-		case <-d.tokens:
+		case <-c.tokens:
 			n++
 		case <-t.C:
 			return n
@@ -364,9 +451,9 @@ func (d *Drainer) takeTokens(c *claimer, want int) int {
 	return n
 }
 
-func (d *Drainer) giveTokens(n int) {
+func (d *Drainer) giveTokens(c *claimer, n int) {
 	for i := 0; i < n; i++ {
-		d.tokens <- struct{}{}
+		c.tokens <- struct{}{}
 	}
 }
 
@@ -405,20 +492,21 @@ func (d *Drainer) claimLoop(c *claimer) {
 			if n == 0 {
 				return
 			}
-			now := d.cfg.Clock()
+			start := d.cfg.Clock()
 			c.wakeAt.Store(0)
 			rels := c.takeReleases()
-			res, err := d.cfg.Scheduler.Claim(d.runCtx, r.Name, now, queue.ClaimRequest{
+			// The zero time: Redis's clock decides slots and leases, not this process's.
+			res, err := d.cfg.Scheduler.Claim(d.runCtx, r.Name, time.Time{}, queue.ClaimRequest{
 				Outflow:   pol.Outflow,
 				Owner:     d.cfg.Owner,
 				Max:       n,
 				Lookahead: d.cfg.Lookahead,
-				Lease:     d.lease(r),
+				Lease:     d.cfg.Lease,
 				Releases:  rels,
 			})
 			if err != nil {
 				c.putBack(rels)
-				d.giveTokens(n)
+				d.giveTokens(c, n)
 				if d.stopping() {
 					return
 				}
@@ -426,20 +514,27 @@ func (d *Drainer) claimLoop(c *claimer) {
 				wait = d.cfg.RedisBackoff
 			} else {
 				d.redisOK()
+				got := d.cfg.Clock()
+				c.offset.Store(res.Now.Sub(got).Microseconds())
 				if res.Lost > 0 {
 					d.log.Warn("claim leases expired before release: another drainer may have taken those keys",
-						"rule", r.Name, "keys", res.Lost, "lease", d.lease(r))
+						"rule", r.Name, "keys", res.Lost, "lease", d.cfg.Lease)
 				}
-				d.giveTokens(n - len(res.Claims))
+				d.giveTokens(c, n-len(res.Claims))
 				for _, cl := range res.Claims {
+					h := &heldKey{key: cl.Key, fence: cl.Fence}
+					h.validUntil.Store(start.Add(d.cfg.Lease).UnixMicro())
+					c.hold(h)
 					d.inflight.Add(1)
-					go d.handle(c, r, pol, cl)
+					c.active.Add(1)
+					// The slot on the local clock: Redis said how far ahead of its now it is.
+					go d.handle(c, r, pol, cl, h, got.Add(cl.Slot.Sub(res.Now)))
 				}
 				if len(res.Claims) == n {
 					continue // the batch was full: more keys may be due now
 				}
 				if !res.Next.IsZero() {
-					if w := res.Next.Sub(now) - d.cfg.Lookahead; w < wait {
+					if w := res.Next.Sub(res.Now) - d.cfg.Lookahead; w < wait {
 						wait = max(w, 100*time.Microsecond)
 					}
 				}
@@ -493,43 +588,157 @@ func (d *Drainer) redisOK() {
 	}
 }
 
-// handle delivers the head of one claimed key and releases the key.
-func (d *Drainer) handle(c *claimer, r *rules.Rule, pol Policy, cl queue.Claim) {
+// handle delivers the head of one claimed key and releases the key. slotAt is the claim's
+// slot on the local clock. The claim's lease is renewed meanwhile (renewLoop).
+func (d *Drainer) handle(c *claimer, r *rules.Rule, pol Policy, cl queue.Claim, h *heldKey, slotAt time.Time) {
 	defer d.inflight.Done()
-	defer d.giveTokens(1)
+	defer c.active.Add(-1)
+	defer func() {
+		if h.delivery.Load() != deliveryAbandoned { // else the watchdog gave the token back
+			d.giveTokens(c, 1)
+		}
+	}()
 	ctx := d.runCtx
+	later := queue.Release{Key: cl.Key, Mode: queue.Later, Fence: cl.Fence}
 	// Wait for the slot without holding a worker, then for a worker.
-	if w := cl.Slot.Sub(d.cfg.Clock()); w > 0 {
+	if w := slotAt.Sub(d.cfg.Clock()); w > 0 {
 		t := time.NewTimer(w)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			d.release(c, r, pol, queue.Release{Key: cl.Key, Mode: queue.Later})
+			d.release(c, r, pol, h, later)
 			return
 		}
 	}
 	select {
-	case <-d.workers:
+	case <-c.workers:
 	case <-ctx.Done():
-		d.release(c, r, pol, queue.Release{Key: cl.Key, Mode: queue.Later})
+		d.release(c, r, pol, h, later)
 		return
 	}
 	now := d.cfg.Clock()
-	if left := cl.Slot.Add(d.lease(r)).Sub(now); left < d.lease(r)/2 {
-		// Waited too long for a worker (saturated): a delivery now could outlive the lease
-		// and overlap another drainer's delivery of the same key. Hand the key back.
-		d.workers <- struct{}{}
-		d.release(c, r, pol, queue.Release{Key: cl.Key, Mode: queue.Later})
+	if !h.ok(now) {
+		// The lease is gone (a renewal found the key taken) or not known to hold (renewals
+		// failed): another drainer may deliver this key. Do not.
+		c.workers <- struct{}{}
+		d.lostKey(c, r, h, "before delivery")
 		return
 	}
-	d.m.lag.WithLabelValues(r.Name).Observe(max(0, now.Sub(cl.Due).Seconds()))
-	rel := d.deliverHead(ctx, r, cl, now)
-	d.workers <- struct{}{}
-	d.release(c, r, pol, rel)
+	d.m.lag.WithLabelValues(r.Name).Observe(max(0, c.toRedis(now).Sub(cl.Due).Seconds()))
+	rel, ok := d.deliverHead(ctx, c, r, cl, h, now)
+	if h.delivery.Load() != deliveryAbandoned { // else the watchdog gave the worker back already
+		c.workers <- struct{}{}
+	}
+	if !ok {
+		d.lostKey(c, r, h, "during delivery")
+		return
+	}
+	d.release(c, r, pol, h, rel)
 	switch rel.Mode {
 	case queue.Released, queue.Retrying, queue.Later:
-		c.wakeBy(maxTime(rel.At, cl.Slot.Add(pol.Outflow.Every)))
+		c.wakeBy(c.toLocal(maxTime(rel.At, cl.Slot.Add(pol.Outflow.Every))))
+	}
+}
+
+// confirm renews one claim at once and reports whether it is still held. When Redis does not
+// answer, the claim counts as held while its last known lease lasts.
+func (d *Drainer) confirm(c *claimer, h *heldKey) bool {
+	r := c.rule.Load()
+	start := d.cfg.Clock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), postTimeout)
+	defer cancel()
+	res, err := d.cfg.Scheduler.Renew(ctx, r.Name, d.cfg.Owner, time.Time{}, d.cfg.Lease, []queue.Held{{Key: h.key, Fence: h.fence}})
+	if err != nil {
+		return h.ok(d.cfg.Clock())
+	}
+	if !res.Held[0] {
+		return false
+	}
+	h.validUntil.Store(start.Add(d.cfg.Lease).UnixMicro())
+	return true
+}
+
+// lose marks a claim lost (counted once, when first known).
+func (d *Drainer) lose(rule string, h *heldKey) {
+	if h.markLost() {
+		d.m.lost.WithLabelValues(rule).Inc()
+	}
+}
+
+// lostKey forgets a claim this drainer lost: no release (it would be refused), the key is
+// another claim's now.
+func (d *Drainer) lostKey(c *claimer, r *rules.Rule, h *heldKey, when string) {
+	c.unhold(h)
+	d.lose(r.Name, h)
+	d.log.Warn("claim lease lost: the key is left to its new claim", "rule", r.Name, "key", h.key, "fence", h.fence, "when", when, "lease", d.cfg.Lease)
+}
+
+// renewLoop renews the leases of the rule's held keys every LeaseRenew, in one Redis call,
+// until the claim loop has ended and no delivery of the rule is left (or every delivery of
+// the drainer has finished). A key the renewal finds gone is marked lost (its delivery is
+// cancelled, or it is not delivered); a key whose lease cannot be confirmed in time (Redis
+// unreachable) is treated as lost too.
+func (d *Drainer) renewLoop(c *claimer) {
+	t := time.NewTicker(d.cfg.LeaseRenew)
+	defer t.Stop()
+	var batch []*heldKey
+	var req []queue.Held
+	for {
+		select {
+		case <-t.C:
+		case <-d.flushed:
+			return
+		}
+		select {
+		case <-c.quit:
+			if c.active.Load() == 0 {
+				return
+			}
+		default:
+		}
+		now := d.cfg.Clock()
+		batch, req = batch[:0], req[:0]
+		c.mu.Lock()
+		for h := range c.held {
+			if h.lost.Load() {
+				continue
+			}
+			if u := h.renewUntil.Load(); u != 0 && now.UnixMicro() > u {
+				continue // hung delivery: let the lease run out
+			}
+			batch = append(batch, h)
+			req = append(req, queue.Held{Key: h.key, Fence: h.fence})
+		}
+		c.mu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		r := c.rule.Load()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), d.cfg.LeaseRenew)
+		res, err := d.cfg.Scheduler.Renew(ctx, r.Name, d.cfg.Owner, time.Time{}, d.cfg.Lease, req)
+		cancel()
+		if err != nil {
+			if d.redisLog.allow() {
+				d.log.Error("lease renewal failed", "rule", r.Name, "keys", len(batch), "err", err)
+			}
+			after := d.cfg.Clock()
+			for _, h := range batch {
+				if !h.ok(after) && c.holds(h) {
+					d.lose(r.Name, h)
+				}
+			}
+			continue
+		}
+		c.offset.Store(res.Now.Sub(d.cfg.Clock()).Microseconds())
+		until := now.Add(d.cfg.Lease).UnixMicro()
+		for i, h := range batch {
+			if res.Held[i] {
+				h.validUntil.Store(until)
+			} else if c.holds(h) { // not released meanwhile (a release races with the renewal)
+				d.lose(r.Name, h)
+			}
+		}
 	}
 }
 
@@ -543,8 +752,10 @@ func maxTime(a, b time.Time) time.Time {
 // release hands a key back: with the claimer's next claim (one round trip for many keys),
 // or at once when the claim loop has ended (stop, rule removed) — then even during a hard
 // stop, with a short fresh context, so the key's next message is not held up until the
-// lease expires.
-func (d *Drainer) release(c *claimer, r *rules.Rule, pol Policy, rel queue.Release) {
+// lease expires. Renewals of the claim end here.
+func (d *Drainer) release(c *claimer, r *rules.Rule, pol Policy, h *heldKey, rel queue.Release) {
+	rel.Fence = h.fence
+	c.unhold(h)
 	if c.addRelease(rel) {
 		return
 	}
@@ -557,7 +768,7 @@ func (d *Drainer) releaseNow(r *rules.Rule, pol Policy, rels ...queue.Release) {
 	if _, err := d.cfg.Scheduler.Release(ctx, r.Name, d.cfg.Owner, pol.Outflow.TotalEvery, rels...); err != nil {
 		if errors.Is(err, queue.ErrLeaseLost) {
 			d.log.Warn("claim lease expired before release: another drainer may have taken the key",
-				"rule", r.Name, "err", err, "lease", d.lease(r))
+				"rule", r.Name, "err", err, "lease", d.cfg.Lease)
 			return
 		}
 		if d.releaseLog.allow() {
@@ -567,20 +778,24 @@ func (d *Drainer) releaseNow(r *rules.Rule, pol Policy, rels ...queue.Release) {
 }
 
 // deliverHead pops the key's head, delivers it and decides what happens to the key next.
-func (d *Drainer) deliverHead(ctx context.Context, r *rules.Rule, cl queue.Claim, now time.Time) queue.Release {
+// now is the local clock; the release's times are Redis's. ok is false when the claim was
+// lost during the delivery: then nothing is released (the key belongs to a newer claim), and
+// only an accepted delivery is acted on (its message deleted).
+func (d *Drainer) deliverHead(ctx context.Context, c *claimer, r *rules.Rule, cl queue.Claim, h *heldKey, now time.Time) (rel queue.Release, ok bool) {
 	keep := queue.Release{Key: cl.Key, Mode: queue.Released}
+	rnow := c.toRedis(now)
 	p, err := d.cfg.Queues.Pop(ctx, r.Name, cl.Key)
 	switch {
 	case errors.Is(err, queue.ErrEmpty):
-		return queue.Release{Key: cl.Key, Mode: queue.Emptied, At: cl.Slot}
+		return queue.Release{Key: cl.Key, Mode: queue.Emptied, At: cl.Slot}, true
 	case errors.Is(err, queue.ErrBadMessage):
 		d.log.Error("undecodable message at the head of a key: dead-lettering it", "rule", r.Name, "key", cl.Key, "seq", p.Seq, "err", err)
-		return d.dead(ctx, r, p, p.Message, "undecodable message: "+err.Error(), now)
+		return d.dead(ctx, r, p, p.Message, "undecodable message: "+err.Error(), rnow), true
 	case err != nil:
 		if ctx.Err() == nil && d.natsLog.allow() {
 			d.log.Error("pop failed: key retried later", "rule", r.Name, "key", cl.Key, "err", err)
 		}
-		return queue.Release{Key: cl.Key, Mode: queue.Later, At: now.Add(d.cfg.RedisBackoff)}
+		return queue.Release{Key: cl.Key, Mode: queue.Later, At: rnow.Add(d.cfg.RedisBackoff)}, true
 	}
 	m := p.Message
 	if cl.Retry != nil && cl.Retry.MsgID == m.ID {
@@ -590,27 +805,76 @@ func (d *Drainer) deliverHead(ctx context.Context, r *rules.Rule, cl queue.Claim
 	limit := maxAttempts(r)
 	// Loggers with fields are built only when something is logged: this is the hot path.
 	log := lazyLogger{d: d, rule: r.Name, key: cl.Key, id: m.ID}
-	if m.Expired(d.cfg.Clock()) {
+	if m.Expired(rnow) {
 		// Past its ttl, expires_at or the rule's queue.max_age: never delivered, and not
 		// dropped silently either.
 		d.m.deliveries.WithLabelValues(r.Name, outcomeExpired).Inc()
-		return d.dead(ctx, r, p, m, ReasonExpired, now)
+		return d.dead(ctx, r, p, m, ReasonExpired, rnow), true
 	}
 	if m.Attempt >= limit {
-		return d.dead(ctx, r, p, m, m.LastError, now)
+		return d.dead(ctx, r, p, m, m.LastError, rnow), true
 	}
 	attempt := m.Attempt + 1
+	m.Fence = cl.Fence
+	// The sink has its own timeout (sink.timeout); this deadline stops a sink that ignores
+	// it. Renewals keep the lease while the delivery runs, up to the deadline: a delivery
+	// still running then is given up on, and its lease runs out.
+	deadline := now.Add(sinkTimeout(r) + d.cfg.LeaseRenew)
+	dctx, cancel := context.WithCancelCause(ctx)
+	dctx, cancelDeadline := context.WithDeadline(dctx, deadline)
+	h.mu.Lock()
+	h.cancel = cancel
+	h.mu.Unlock()
+	h.renewUntil.Store(deadline.UnixMicro())
+	if !h.ok(d.cfg.Clock()) { // lost while popping: the pop is undone by not deleting
+		cancelDeadline()
+		cancel(nil)
+		return queue.Release{}, false
+	}
 	d.record(ctx, m.ID, StateDelivering, attempt, "")
-	// Never deliver past 3/4 of the lease (counted from the slot), so a delivery is over
-	// before another drainer may take the key.
-	dctx, cancel := context.WithDeadline(ctx, cl.Slot.Add(d.lease(r)*3/4))
+	// A sink that ignores its deadline must not hold the rule's worker (and, through the
+	// worker, the keys this drainer claimed meanwhile) for ever: LeaseRenew after the
+	// deadline the watchdog gives the worker and the claim token back and counts the claim
+	// as lost; the key's lease, no longer renewed, runs out and the key is claimed again.
+	wd := time.AfterFunc(deadline.Sub(now)+d.cfg.LeaseRenew, func() {
+		if h.delivery.CompareAndSwap(deliveryRunning, deliveryAbandoned) {
+			d.lose(r.Name, h)
+			c.workers <- struct{}{}
+			d.giveTokens(c, 1)
+			log.get().Warn("sink ignored the delivery deadline: delivery abandoned, its worker freed; the key goes to the next claim once its lease runs out",
+				"deadline", sinkTimeout(r)+d.cfg.LeaseRenew)
+		}
+	})
 	out := d.cfg.Sink.Deliver(dctx, r, m)
-	cancel()
+	wd.Stop()
+	h.delivery.CompareAndSwap(deliveryRunning, deliveryReturned) // fails if abandoned meanwhile
+	cancelDeadline()
+	cancel(nil)
+	h.mu.Lock()
+	h.cancel = nil
+	h.mu.Unlock()
+	h.renewUntil.Store(0) // bookkeeping: renewed until released
+	// A failed delivery is acted on (retry state, retry stream, dead letter) only once the
+	// claim is confirmed: a sink that refused a late delivery of a lost claim (a smaller
+	// Sluice-Fence) must not send the message to the dead letters.
+	if out.Verdict != Delivered && ctx.Err() == nil && !h.lost.Load() && !d.confirm(c, h) {
+		d.lose(r.Name, h)
+	}
+	if h.lost.Load() {
+		// Another claim has the key: it pops the same head if we do not delete it. Only an
+		// accepted delivery is acted on, so the message is not delivered once more for it.
+		if out.Verdict == Delivered {
+			d.deleteAfter(ctx, r, p.Seq, log)
+			d.m.deliveries.WithLabelValues(r.Name, Delivered.String()).Inc()
+			d.record(ctx, m.ID, StateDelivered, attempt, "")
+		}
+		return queue.Release{}, false
+	}
 	if ctx.Err() != nil {
 		// Hard stop during the delivery: not the message's fault, and we cannot know whether
 		// the sink got it. It stays queued and is delivered again (same id).
 		log.get().Warn("delivery interrupted by hard stop: message stays queued")
-		return queue.Release{Key: cl.Key, Mode: queue.Later}
+		return queue.Release{Key: cl.Key, Mode: queue.Later}, true
 	}
 	m.Attempt = attempt
 	switch out.Verdict {
@@ -619,22 +883,22 @@ func (d *Drainer) deliverHead(ctx context.Context, r *rules.Rule, cl queue.Claim
 		d.m.deliveries.WithLabelValues(r.Name, Delivered.String()).Inc()
 		d.record(ctx, m.ID, StateDelivered, attempt, "")
 		if d.log.Enabled(ctx, slog.LevelDebug) {
-			log.get().Debug("delivered", "attempt", attempt, "lag", now.Sub(cl.Due))
+			log.get().Debug("delivered", "attempt", attempt, "lag", rnow.Sub(cl.Due))
 		}
-		return keep
+		return keep, true
 	case Dead:
 		m.LastError = out.Err
-		return d.dead(ctx, r, p, m, out.Err, now)
+		return d.dead(ctx, r, p, m, out.Err, rnow), true
 	}
 	m.LastError = out.Err
 	if attempt >= limit {
-		return d.dead(ctx, r, p, m, fmt.Sprintf("%d attempts, last error: %s", attempt, out.Err), now)
+		return d.dead(ctx, r, p, m, fmt.Sprintf("%d attempts, last error: %s", attempt, out.Err), rnow), true
 	}
 	delay := out.RetryAfter
 	if delay <= 0 {
 		delay = backoff(r.Delivery, attempt)
 	}
-	at := d.cfg.Clock().Add(delay)
+	at := c.toRedis(d.cfg.Clock()).Add(delay)
 	d.m.deliveries.WithLabelValues(r.Name, Retry.String()).Inc()
 	d.record(ctx, m.ID, StateRetrying, attempt, out.Err)
 	log.get().Info("delivery failed: retrying", "attempt", attempt, "status", out.Status, "err", out.Err, "retry_in", delay)
@@ -644,16 +908,17 @@ func (d *Drainer) deliverHead(ctx context.Context, r *rules.Rule, cl queue.Claim
 		pcancel()
 		if err == nil {
 			d.deleteAfter(ctx, r, p.Seq, log)
-			return keep
+			return keep, true
 		}
 		log.get().Warn("retry stream refused the message: retrying in place", "err", err)
 	}
 	return queue.Release{Key: cl.Key, Mode: queue.Retrying, At: at,
-		State: queue.RetryState{MsgID: m.ID, Attempts: attempt, LastError: out.Err}}
+		State: queue.RetryState{MsgID: m.ID, Attempts: attempt, LastError: out.Err}}, true
 }
 
 // dead hands m to the dead letters and deletes it; if the dead letters refuse, m stays at
-// the head of its key, marked as out of attempts, and is offered to them again later.
+// the head of its key, marked as out of attempts, and is offered to them again later. now
+// is Redis's clock.
 func (d *Drainer) dead(ctx context.Context, r *rules.Rule, p queue.Popped, m queue.Message, reason string, now time.Time) queue.Release {
 	log := lazyLogger{d: d, rule: r.Name, key: m.Key, id: m.ID}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), postTimeout)
@@ -787,10 +1052,10 @@ func (d *Drainer) maintain() {
 				var err error
 				switch {
 				case force:
-					res, err = queue.Reconcile(ctx, d.cfg.Queues, d.cfg.Scheduler, r.Name, now, true)
+					res, err = queue.Reconcile(ctx, d.cfg.Queues, d.cfg.Scheduler, r.Name, time.Time{}, true) // Redis's clock
 					l.suspect = false
 				case l.suspect:
-					res, err = queue.Reconcile(ctx, d.cfg.Queues, d.cfg.Scheduler, r.Name, now, false)
+					res, err = queue.Reconcile(ctx, d.cfg.Queues, d.cfg.Scheduler, r.Name, time.Time{}, false)
 					l.suspect = false
 				default:
 					res, err = queue.CheckSchedule(ctx, d.cfg.Queues, d.cfg.Scheduler, r.Name)

@@ -13,6 +13,7 @@ type metrics struct {
 	depth      *prometheus.GaugeVec     // rule: messages queued, all keys
 	outflow    *prometheus.GaugeVec     // rule: configured outflow per key, messages/s
 	lag        *prometheus.HistogramVec // rule: dispatch time − due time, seconds
+	lost       *prometheus.CounterVec   // rule: claims lost before the drainer was done with the key
 }
 
 // lagBuckets go from 1 ms to 10 s (×~2.15 per bucket: 1, 2.15, 4.6, 10 ms, …).
@@ -37,6 +38,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Dispatch time minus the time the key's message was due.",
 			Buckets: lagBuckets,
 		}, []string{"rule"}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_claims_lost_total",
+			Help: "Claims whose lease this drainer lost before it was done with the key (it stopped before delivering, or its delivery may overlap another drainer's).",
+		}, []string{"rule"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -53,6 +58,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.lag, err = register(reg, m.lag); err != nil {
+		return nil, err
+	}
+	if m.lost, err = register(reg, m.lost); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -76,7 +76,8 @@ type Config struct {
 	// Drain runs a drainer (and re-admitter) inside this process. -drain; default true with
 	// -dev, false otherwise (production runs separate drainer processes).
 	Drain bool
-	// DrainWorkers is the in-process drainer's concurrent deliveries. -drain-workers; default 32.
+	// DrainWorkers is the in-process drainer's concurrent deliveries per queue rule.
+	// -drain-workers; default 32.
 	DrainWorkers int
 	// ReadmitMaxBackoff caps the backoff between two re-admission attempts of a parked
 	// message that still finds no room. -readmit-max-backoff; default 5m.
@@ -202,7 +203,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	var detailed int64
 	fs.Int64Var(&detailed, "detailed-metric-values", envInt("SLUICE_DETAILED_METRIC_VALUES", DefaultDetailedMetricValues), "distinct values per detailed_metric rule in sluice_checks_detailed_total, the rest counted as _other (env SLUICE_DETAILED_METRIC_VALUES)")
 	drainFlag := fs.String("drain", "", "run a drainer in this process: true or false (default true with -dev)")
-	fs.IntVar(&c.DrainWorkers, "drain-workers", 32, "concurrent deliveries of the in-process drainer")
+	fs.IntVar(&c.DrainWorkers, "drain-workers", 32, "concurrent deliveries of the in-process drainer, per queue rule")
 	fs.DurationVar(&c.ReadmitMaxBackoff, "readmit-max-backoff", 5*time.Minute, "longest wait between re-admission attempts of a parked message")
 	maxBody := fs.String("max-body", env("SLUICE_MAX_BODY", "1048576"), "largest request body in bytes (env SLUICE_MAX_BODY)")
 	replicas := fs.String("replicas", env("SLUICE_REPLICAS", "1"), "replicas of queue streams, 1 or 3 (env SLUICE_REPLICAS)")

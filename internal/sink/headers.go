@@ -19,6 +19,12 @@ const (
 	HeaderRule           = "Sluice-Rule"
 	HeaderKey            = "Sluice-Key"
 	HeaderEnqueuedAt     = "Sluice-Enqueued-At"
+	// HeaderFence is the fencing token of the drainer's claim on the key (decimal, > 0):
+	// tokens of one key only grow from claim to claim, so a sink that remembers the largest
+	// token it accepted for a key can refuse (e.g. 409) a delivery carrying a smaller one —
+	// a drainer that lost its claim, still delivering. Equal tokens are the same claim
+	// (its retries).
+	HeaderFence = "Sluice-Fence"
 )
 
 // EnqueuedAtLayout is RFC 3339 with milliseconds: precise enough to order messages and
@@ -43,6 +49,9 @@ func deliveryHeaders(rule *rules.Rule, m queue.Message, set func(k, v string)) {
 	set(HeaderKey, url.PathEscape(m.Key))
 	if !m.CreatedAt.IsZero() {
 		set(HeaderEnqueuedAt, m.CreatedAt.UTC().Format(EnqueuedAtLayout))
+	}
+	if m.Fence > 0 {
+		set(HeaderFence, strconv.FormatInt(m.Fence, 10))
 	}
 }
 

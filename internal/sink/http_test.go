@@ -61,6 +61,7 @@ func testMessage() queue.Message {
 		Payload:   []byte("{ \"order_id\" : 991,\n\t\"note\": \"crème brûlée 🍮\\u00e9\" , \"total\":\"12.50\" }  "),
 		CreatedAt: time.Date(2026, 11, 22, 4, 53, 1, 234_567_890, time.UTC),
 		Attempt:   2,
+		Fence:     1795500000000042,
 	}
 }
 
@@ -102,6 +103,7 @@ func TestHTTPHeadersAndPayload(t *testing.T) {
 		"Sluice-Rule":        "orders-per-merchant",
 		"Sluice-Key":         "m%2F42%20caf%C3%A9%20%F0%9F%9A%80",
 		"Sluice-Enqueued-At": "2026-11-22T04:53:01.234Z",
+		"Sluice-Fence":       "1795500000000042",
 	}
 	for k, v := range want {
 		if g := r.header.Get(k); g != v {

@@ -48,6 +48,7 @@ func TestNATSCoreSubject(t *testing.T) {
 		"Idempotency-Key": m.ID, "Sluice-Message-Id": m.ID, "Sluice-Attempt": "3",
 		"Sluice-Rule": "orders-per-merchant", "Sluice-Key": "m%2F42%20caf%C3%A9%20%F0%9F%9A%80",
 		"Content-Type": "application/json", "Sluice-Enqueued-At": "2026-11-22T04:53:01.234Z",
+		"Sluice-Fence": "1795500000000042",
 	} {
 		if g := got.Header.Get(k); g != v {
 			t.Errorf("header %s = %q, want %q", k, g, v)
