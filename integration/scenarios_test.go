@@ -66,16 +66,7 @@ func (s *system) submit(domain string, descriptor [][2]string, payload string) a
 	for _, kv := range descriptor {
 		d = append(d, fmt.Sprintf(`{"key":%q,"value":%q}`, kv[0], kv[1]))
 	}
-	body := fmt.Sprintf(`{"domain":%q,"descriptor":[%s],"payload":%s}`, domain, strings.Join(d, ","), payload)
-	resp, err := http.Post(s.base+"/v1/messages", "application/json", strings.NewReader(body))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var a answer
-	a.Code = resp.StatusCode
-	json.NewDecoder(resp.Body).Decode(&a.Body)
-	return a
+	return s.postJSON(fmt.Sprintf(`{"domain":%q,"descriptor":[%s],"payload":%s}`, domain, strings.Join(d, ","), payload))
 }
 
 func (s *system) get(path string, admin bool) answer {
@@ -93,6 +84,36 @@ func (s *system) get(path string, admin bool) answer {
 	a.Code = resp.StatusCode
 	json.NewDecoder(resp.Body).Decode(&a.Body)
 	return a
+}
+
+// postJSON posts a raw submission body (or batch) to POST /v1/messages.
+func (s *system) postJSON(body string) answer {
+	s.t.Helper()
+	resp, err := http.Post(s.base+"/v1/messages", "application/json", strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var a answer
+	a.Code = resp.StatusCode
+	json.NewDecoder(resp.Body).Decode(&a.Body)
+	return a
+}
+
+// patchQueue PATCHes a queue's live override with the admin token and requires a 200.
+func (s *system) patchQueue(name, body string) {
+	s.t.Helper()
+	req, _ := http.NewRequest("PATCH", s.base+"/v1/admin/queues/"+name, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer t")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("PATCH %s %s: %v", name, body, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		s.t.Fatalf("PATCH %s %s: %d", name, body, resp.StatusCode)
+	}
 }
 
 // waitState polls a message's status until it reaches state or the timeout passes.

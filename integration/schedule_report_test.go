@@ -124,7 +124,9 @@ descriptors:
 	}
 	slices.Sort(raw)
 	slices.Sort(beyond)
-	q := func(v []time.Duration, p float64) time.Duration { return v[int(float64(len(v)-1)*p)].Round(time.Millisecond) }
+	q := func(v []time.Duration, p float64) time.Duration {
+		return v[int(float64(len(v)-1)*p)].Round(time.Millisecond)
+	}
 	t.Logf("%d messages over %d keys scheduled for one instant (outflow %d/s per key): delivered %d early", keys*per, keys, rate, early)
 	t.Logf("  lateness after deliver_at: p50 %v, p99 %v, max %v", q(raw, 0.5), q(raw, 0.99), q(raw, 1))
 	t.Logf("  beyond what the outflow imposes: p50 %v, p99 %v, max %v (goal p99 ≤ 1 s)", q(beyond, 0.5), q(beyond, 0.99), q(beyond, 1))

@@ -1,7 +1,6 @@
 package integration_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -25,16 +24,7 @@ descriptors:
 `)
 	post := func(user, extra string) answer {
 		t.Helper()
-		body := `{"domain":"reminders","descriptor":[{"key":"user_id","value":"` + user + `"}],"payload":{"u":"` + user + `"}` + extra + `}`
-		resp, err := http.Post(s.base+"/v1/messages", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var a answer
-		a.Code = resp.StatusCode
-		json.NewDecoder(resp.Body).Decode(&a.Body)
-		return a
+		return s.postJSON(`{"domain":"reminders","descriptor":[{"key":"user_id","value":"` + user + `"}],"payload":{"u":"` + user + `"}` + extra + `}`)
 	}
 	sent := time.Now()
 	a := post("u-1", `,"delay":"2s"`)
@@ -117,29 +107,10 @@ descriptors:
     queue: {capacity: 10, max_age: 1h, outflow: {unit: second, requests_per_unit: 10}}
     sink: {url: "SINK/offers"}
 `)
-	patch := func(body string) {
-		t.Helper()
-		req, _ := http.NewRequest("PATCH", s.base+"/v1/admin/queues/offers", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer t")
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("PATCH %s: %v %v", body, resp, err)
-		}
-		resp.Body.Close()
-	}
+	patch := func(body string) { t.Helper(); s.patchQueue("offers", body) }
 	post := func(extra string) answer {
 		t.Helper()
-		body := `{"domain":"offers","descriptor":[{"key":"user_id","value":"u-1"}],"payload":1` + extra + `}`
-		resp, err := http.Post(s.base+"/v1/messages", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var a answer
-		a.Code = resp.StatusCode
-		json.NewDecoder(resp.Body).Decode(&a.Body)
-		return a
+		return s.postJSON(`{"domain":"offers","descriptor":[{"key":"user_id","value":"u-1"}],"payload":1` + extra + `}`)
 	}
 	patch(`{"paused":true}`)
 	time.Sleep(1200 * time.Millisecond) // every drainer sees the pause within a second
@@ -181,16 +152,7 @@ descriptors:
 `)
 	post := func(headers string) answer {
 		t.Helper()
-		body := `{"domain":"hooks","descriptor":[{"key":"tenant","value":"t-1"}],"payload":{"x":1},"headers":` + headers + `}`
-		resp, err := http.Post(s.base+"/v1/messages", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var a answer
-		a.Code = resp.StatusCode
-		json.NewDecoder(resp.Body).Decode(&a.Body)
-		return a
+		return s.postJSON(`{"domain":"hooks","descriptor":[{"key":"tenant","value":"t-1"}],"payload":{"x":1},"headers":` + headers + `}`)
 	}
 	ok := post(`{"authorization":"Bearer gw-token-1","X-Tenant":"t 1","x-trace":"abc"}`)
 	if ok.Code != 202 {
@@ -236,17 +198,7 @@ descriptors:
 	// Paused while submitting, so no place frees up for a later submission to take ahead
 	// of the parked ones (a message admitted while older ones of its key are parked is not
 	// what this test is about).
-	pause := func(on bool) {
-		t.Helper()
-		req, _ := http.NewRequest("PATCH", s.base+"/v1/admin/queues/orders-parked-order", strings.NewReader(fmt.Sprintf(`{"paused":%v}`, on)))
-		req.Header.Set("Authorization", "Bearer t")
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("PATCH paused=%v: %v %v", on, resp, err)
-		}
-		resp.Body.Close()
-	}
+	pause := func(on bool) { t.Helper(); s.patchQueue("orders-parked-order", fmt.Sprintf(`{"paused":%v}`, on)) }
 	pause(true)
 	time.Sleep(1200 * time.Millisecond) // every drainer sees the pause within a second
 	const keys, per = 3, 8
