@@ -565,7 +565,7 @@ func TestEnvoyParityProtojsonNames(t *testing.T) {
 	for body, field := range map[string]string{
 		`{"domain":"hits","hits_addend":1,"hitsAddend":1,"descriptors":[{"entries":[{"key":"a","value":"b"}]}]}`:                      "hits_addend",
 		`{"domain":"hits","descriptors":[{"entries":[{"key":"a","value":"b"}],"hits_addend":1,"hitsAddend":"1"}]}`:                    "descriptors[0].hits_addend",
-		`{"domain":"hits","descriptors":[{"entries":[{"key":"a","value":"b"}],"hitsAddend":"x"}]}`:                                    "descriptors.hitsAddend",
+		`{"domain":"hits","descriptors":[{"entries":[{"key":"a","value":"b"}],"hitsAddend":"x"}]}`:                                    "descriptors[0].hitsAddend",
 		`{"domain":"hits","descriptors":[{"entries":[{"key":"a","value":"b"}],"isNegativeHits":true}]}`:                               "descriptors[0].is_negative_hits",
 		`{"domain":"hits","descriptors":[{"entries":[{"key":"a","value":"b"}],"limit":{"requests_per_unit":1,"requestsPerUnit":1}}]}`: "descriptors[0].limit.requests_per_unit",
 		`{"domain":"hits","hitsAddend":4294967296,"descriptors":[{"entries":[{"key":"a","value":"b"}]}]}`:                             "hitsAddend",

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/textproto"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -116,6 +115,9 @@ func (req *checkRequest) normalize() *httpx.Problem {
 		p := httpx.BadRequest(field, "is set twice: use either "+field[strings.LastIndexByte(field, '.')+1:]+" or "+camel)
 		return &p
 	}
+	if p := req.HitsAddendCamel.check("hitsAddend"); p != nil {
+		return p
+	}
 	if c := req.HitsAddendCamel; c != nil {
 		if req.HitsAddend != nil {
 			return both("hits_addend", "hitsAddend")
@@ -130,6 +132,17 @@ func (req *checkRequest) normalize() *httpx.Problem {
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		at := "descriptors[" + strconv.Itoa(i) + "]"
+		if p := d.HitsAddendCamel.check(at + ".hitsAddend"); p != nil {
+			return p
+		}
+		if l := d.Limit; l != nil {
+			if p := l.RequestsPerUnitCamel.check(at + ".limit.requestsPerUnit"); p != nil {
+				return p
+			}
+			if p := l.UnitMultiplierCamel.check(at + ".limit.unitMultiplier"); p != nil {
+				return p
+			}
+		}
 		if c := d.HitsAddendCamel; c != nil {
 			if d.HitsAddend != nil {
 				return both(at+".hits_addend", "hitsAddend")
@@ -164,8 +177,14 @@ func (req *checkRequest) normalize() *httpx.Problem {
 
 // jsonUint is an unsigned integer as protojson reads one: a JSON number or a string of
 // decimal digits.
-type jsonUint struct{ v uint64 }
+type jsonUint struct {
+	v   uint64
+	bad string // not a whole number: the JSON as given (normalize names the field)
+}
 
+// UnmarshalJSON takes a number or a string of digits. Anything else is kept, not refused
+// here, so the problem can name the field: encoding/json's path in an error from an
+// UnmarshalJSON method differs between Go versions.
 func (u *jsonUint) UnmarshalJSON(b []byte) error {
 	s := string(b)
 	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
@@ -173,10 +192,20 @@ func (u *jsonUint) UnmarshalJSON(b []byte) error {
 	}
 	v, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		return &json.UnmarshalTypeError{Value: "number " + string(b), Type: reflect.TypeOf(uint64(0))}
+		u.bad = string(b)
+		return nil
 	}
 	u.v = v
 	return nil
+}
+
+// check is the problem of a value that was not a whole number, naming field.
+func (u *jsonUint) check(field string) *httpx.Problem {
+	if u == nil || u.bad == "" {
+		return nil
+	}
+	p := httpx.BadRequest(field, "must be a whole number ≥ 0 (a JSON number or a string of digits), not "+u.bad)
+	return &p
 }
 
 // decodeJSON reads a JSON body into v, refusing unknown fields and trailing data, and maps
@@ -220,7 +249,7 @@ func jsonProblem(err error) httpx.Problem {
 	case errors.As(err, &syn):
 		return httpx.BadRequest("", fmt.Sprintf("malformed JSON at byte %d: %v", syn.Offset, syn))
 	case errors.As(err, &typ):
-		field := typ.Field
+		field := stripIndices(typ.Field)
 		if field == "" {
 			field = "(body)"
 		}
@@ -410,4 +439,18 @@ func checkHeaders(in map[string]string) (map[string]string, *httpx.Problem) {
 		return bad("headers", fmt.Sprintf("are %d bytes together; at most %d", total, MaxHeadersBytes))
 	}
 	return out, nil
+}
+
+// stripIndices drops the array indices Go 1.27's encoding/json puts in an error's field
+// path ("descriptor.0.value"), so problems name fields alike on every Go version
+// ("descriptor.value", as Go 1.26 does).
+func stripIndices(path string) string {
+	parts := strings.Split(path, ".")
+	out := parts[:0]
+	for _, p := range parts {
+		if _, err := strconv.Atoi(p); err != nil || p == "" {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, ".")
 }
