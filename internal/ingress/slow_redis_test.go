@@ -134,6 +134,10 @@ func TestGRPCAnswersWithinDeadlineWhenRedisIsSlow(t *testing.T) {
 		}
 		answered++
 		st := resp.Statuses[0]
+		if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && last <= 1+uint32(misses) {
+			last = 0 // the missed calls were counted too (decided locally, answered too late)
+			break
+		}
 		if resp.OverallCode != rlsv3.RateLimitResponse_OK || st.CurrentLimit.GetRequestsPerUnit() != 20 || st.LimitRemaining >= last || last-st.LimitRemaining > 1+uint32(misses) {
 			t.Fatalf("call %d: %s remaining %d after %d", i+1, resp.OverallCode, st.LimitRemaining, last)
 		}
