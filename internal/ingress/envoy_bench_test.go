@@ -174,6 +174,7 @@ func TestEnvoyRatelimitReport(t *testing.T) {
 		p99       time.Duration
 		serverCPU time.Duration // per decision
 		redisCPU  time.Duration // per decision
+		loadCPU   time.Duration // per decision, this process (the load generator)
 	}
 	ctx := context.Background()
 
@@ -232,10 +233,10 @@ func TestEnvoyRatelimitReport(t *testing.T) {
 						prof = make(chan error, 1)
 						go func() { prof <- fetchProfile(os.Getenv("SLUICE_BENCH_DEBUG_ADDR"), dur, path) }()
 					}
-					_, r0 := cpuTime(rdb, 0)
+					a0, r0 := cpuTime(rdb, 0)
 					p0 := procCPU(s.proc.Pid())
 					rt, p99, err := load(s.addr, conc, hot, &hotOK[i])
-					_, r1 := cpuTime(rdb, 0)
+					a1, r1 := cpuTime(rdb, 0)
 					p1 := procCPU(s.proc.Pid())
 					if err != nil {
 						t.Fatalf("%s: %v", s.name, err)
@@ -247,7 +248,7 @@ func TestEnvoyRatelimitReport(t *testing.T) {
 					}
 					dec := rt * dur.Seconds()
 					samples[i] = append(samples[i], sample{rt, p99,
-						time.Duration(float64(p1-p0) / dec), time.Duration(float64(r1-r0) / dec)})
+						time.Duration(float64(p1-p0) / dec), time.Duration(float64(r1-r0) / dec), time.Duration(float64(a1-a0-(r1-r0)) / dec)})
 				}
 			}
 			what := "10k keys, every call under its limit, local caches off"
@@ -256,18 +257,19 @@ func TestEnvoyRatelimitReport(t *testing.T) {
 			}
 			t.Logf("sluice vs envoyproxy/ratelimit %s, %d concurrent calls, %s; same redis-server, same rules, same gRPC load loop; %d cores, %d alternating rounds of %v:",
 				envoyRatelimitVersion, conc, what, runtimeCPU(), rounds, dur)
-			t.Logf("  %-22s %26s %26s %15s %14s", "", "decisions/s median (min–max)", "p99 median (min–max)", "server CPU/dec", "redis CPU/dec")
+			t.Logf("  %-22s %26s %26s %15s %14s %17s", "", "decisions/s median (min–max)", "p99 median (min–max)", "server CPU/dec", "redis CPU/dec", "load gen CPU/dec")
 			med := make([]sample, len(servers))
 			for i, s := range servers {
 				rates := field(samples[i], func(x sample) float64 { return x.rate })
 				p99s := field(samples[i], func(x sample) float64 { return float64(x.p99) })
 				med[i] = sample{medianF(rates), time.Duration(medianF(p99s)),
 					time.Duration(medianF(field(samples[i], func(x sample) float64 { return float64(x.serverCPU) }))),
-					time.Duration(medianF(field(samples[i], func(x sample) float64 { return float64(x.redisCPU) })))}
-				t.Logf("  %-22s %26s %26s %15v %14v", s.name,
+					time.Duration(medianF(field(samples[i], func(x sample) float64 { return float64(x.redisCPU) }))),
+					time.Duration(medianF(field(samples[i], func(x sample) float64 { return float64(x.loadCPU) })))}
+				t.Logf("  %-22s %26s %26s %15v %14v %17v", s.name,
 					fmt.Sprintf("%.0f (%.0f–%.0f)", med[i].rate, slices.Min(rates), slices.Max(rates)),
 					fmt.Sprintf("%v (%v–%v)", med[i].p99.Round(10*time.Microsecond), time.Duration(slices.Min(p99s)).Round(10*time.Microsecond), time.Duration(slices.Max(p99s)).Round(10*time.Microsecond)),
-					med[i].serverCPU.Round(100*time.Nanosecond), med[i].redisCPU.Round(100*time.Nanosecond))
+					med[i].serverCPU.Round(100*time.Nanosecond), med[i].redisCPU.Round(100*time.Nanosecond), med[i].loadCPU.Round(100*time.Nanosecond))
 			}
 			paired := make([]float64, rounds) // the ratio of each round's pair
 			for k := range paired {
@@ -289,7 +291,7 @@ func TestEnvoyRatelimitReport(t *testing.T) {
 		sl.Kill()
 		ev.Kill()
 	}
-	t.Logf("(server CPU/dec: the server process's user + system time from /proc/<pid>/stat per decision; redis CPU/dec: redis-server's INFO cpu per decision. The load generator, both servers, NATS and redis-server share the machine's cores.)")
+	t.Logf("(server CPU/dec: the server process's user + system time from /proc/<pid>/stat per decision; redis CPU/dec: redis-server's INFO cpu per decision; load gen CPU/dec: this test process, the gRPC client. The load generator, both servers, NATS and redis-server share the machine's cores.)")
 }
 
 func field[T any](xs []T, f func(T) float64) []float64 {
