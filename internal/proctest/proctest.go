@@ -76,6 +76,9 @@ type Spec struct {
 	ReadyURL string
 	// StartTimeout bounds the wait for readiness. Default 60s.
 	StartTimeout time.Duration
+	// Env is added to the test process's environment (for programs configured by
+	// environment variables, such as envoyproxy/ratelimit).
+	Env []string
 }
 
 // Proc is one child process. Its methods are safe for concurrent use.
@@ -197,6 +200,9 @@ func (p *Proc) start() error {
 	// when the test binary dies; Kill and Term are the normal ways to stop a Proc.
 	cmd := exec.CommandContext(p.ctx, p.spec.Bin, p.args()...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if len(p.spec.Env) > 0 {
+		cmd.Env = append(os.Environ(), p.spec.Env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
