@@ -58,6 +58,10 @@ descriptors:
 	if other := post("u-3", `,"delay":"1h"`); other.Code != 202 {
 		t.Fatalf("another key is not capped by u-1's: %d %v", other.Code, other.Body)
 	}
+	// The queue's view counts them: u-1's three (the 2 s one and two hour-later ones) and u-3's.
+	if q := s.get("/v1/admin/queues/reminders", true); q.Body["scheduled"] != float64(4) {
+		t.Fatalf("scheduled in the queue's view: %v", q.Body)
+	}
 	// Cancel one of the hour-later ones: it is gone, and never delivered.
 	req, _ := http.NewRequest("DELETE", s.base+"/v1/messages/"+extra[0], nil)
 	resp, err := http.DefaultClient.Do(req)

@@ -194,6 +194,12 @@ func (s *Store) Schedule(ctx context.Context, rule *rules.Rule, m queue.Message,
 	return s.schedule(ctx, KindSchedule, rule, m, at, 0)
 }
 
+// ScheduledTotal is how many messages of rule, all keys, wait for their delivery time
+// (O(scheduled messages of the rule) on the server; for the admin API and metrics).
+func (s *Store) ScheduledTotal(ctx context.Context, rule string) (uint64, error) {
+	return subjectCount(ctx, s.js, s.cfg.APIPrefix, s.cfg.Stream, s.subject(KindSchedule, token(rule), ">"))
+}
+
 // ScheduledCount is how many messages of (rule, key) wait for their delivery time: one
 // count on the server, which walks only that key's schedule subjects (at most the rule's
 // max_scheduled), so a scheduled submission can afford it.

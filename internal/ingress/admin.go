@@ -70,17 +70,21 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type queueView struct {
-	Name             string              `json:"name"`
-	Domain           string              `json:"domain"`
-	Capacity         int64               `json:"capacity"`
-	Outflow          overrides.RateJSON  `json:"outflow"`
-	TotalOutflow     *overrides.RateJSON `json:"total_outflow"`
-	Paused           bool                `json:"paused"`
-	Depth            uint64              `json:"depth"`
-	ActiveKeys       uint64              `json:"active_keys"`
-	Parked           uint64              `json:"parked"`
-	Dead             uint64              `json:"dead"`
-	DrainedPerSecond float64             `json:"drained_per_second"`
+	Name         string              `json:"name"`
+	Domain       string              `json:"domain"`
+	Capacity     int64               `json:"capacity"`
+	Outflow      overrides.RateJSON  `json:"outflow"`
+	TotalOutflow *overrides.RateJSON `json:"total_outflow"`
+	Paused       bool                `json:"paused"`
+	Depth        uint64              `json:"depth"`
+	ActiveKeys   uint64              `json:"active_keys"`
+	Parked       uint64              `json:"parked"`
+	// Scheduled counts messages waiting for their delivery time (deliver_at / delay).
+	Scheduled uint64 `json:"scheduled"`
+	// InFlight counts the keys a drainer holds now: their heads are being delivered.
+	InFlight         int64   `json:"in_flight"`
+	Dead             uint64  `json:"dead"`
+	DrainedPerSecond float64 `json:"drained_per_second"`
 	// RefusedPerSecond is 429s of POST /v1/messages per second over the last minute, all
 	// ingress processes together (counted in Redis, see queue.Scheduler.RefusedRate).
 	RefusedPerSecond float64 `json:"refused_per_second"`
@@ -167,6 +171,10 @@ func (a *Admin) view(ctx context.Context, r *rules.Rule, o overrides.Override) q
 	}
 	if a.Parking != nil {
 		v.Parked, _ = a.Parking.Parked(ctx, r.Name)
+		v.Scheduled, _ = a.Parking.ScheduledTotal(ctx, r.Name)
+	}
+	if a.Scheduler != nil {
+		_, v.InFlight, _ = a.Scheduler.Counts(ctx, r.Name)
 	}
 	if a.Dead != nil {
 		v.Dead, _ = a.Dead.Count(ctx, r.Name)

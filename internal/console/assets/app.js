@@ -238,6 +238,8 @@
     fact(dl, "Oldest waiting", age(q.oldest_age_seconds));
     fact(dl, "Delivered/s", num(q.drained_per_second, 1));
     fact(dl, "Refused/s", num(q.refused_per_second, 1));
+    fact(dl, "Scheduled", num(q.scheduled));
+    fact(dl, "Delivering now", num(q.in_flight));
     fact(dl, "Parked", num(q.parked));
     fact(dl, "Dead", num(q.dead));
     $("q-depth-chart").replaceChildren(spark(series(q.name, "depth"), "", "Depth over the last 10 minutes, now " + q.depth, true));
