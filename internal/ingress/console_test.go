@@ -368,6 +368,22 @@ descriptors:
 		t.Fatalf("after the purge: %s", q.raw)
 	}
 
+	// The audit trail shows what was done above, newest first: the purge, the replay, the
+	// pause and the outflow tune, each with who did it.
+	b.do("audit", chromedp.Navigate(e.base+"/ui/#/audit"))
+	b.wait("the audit trail", `document.querySelectorAll('#audit tbody tr').length >= 4`)
+	trail := b.eval(`document.getElementById("audit").tBodies[0].textContent`)
+	for _, want := range []string{"purge", "replay", "pause", "tune", "orders"} {
+		if !strings.Contains(trail, want) {
+			t.Fatalf("the audit page does not show %q: %q", want, trail)
+		}
+	}
+	if first := b.eval(`document.querySelector('#audit tbody tr').textContent`); !strings.Contains(first, "purge") {
+		t.Fatalf("the newest change (the purge) is not first: %q", first)
+	}
+	b.shot("audit")
+	b.noOverflow("the audit page at 1280 px")
+
 	// Readable in both colour schemes: text, muted text, links and buttons at least 4.5:1.
 	for _, scheme := range []string{"light", "dark"} {
 		b.do("colour scheme "+scheme, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {

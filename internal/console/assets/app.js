@@ -130,9 +130,10 @@
 
   // ---- pages --------------------------------------------------------------------------
   function show(page) {
-    for (const id of ["signin", "page-queues", "page-queue", "page-dead"]) $(id).hidden = id !== page;
+    for (const id of ["signin", "page-queues", "page-queue", "page-dead", "page-audit"]) $(id).hidden = id !== page;
     for (const a of document.querySelectorAll("[data-nav]")) {
-      const on = (page === "page-queues" || page === "page-queue") ? a.dataset.nav === "queues" : a.dataset.nav === "dead";
+      const nav = (page === "page-queues" || page === "page-queue") ? "queues" : page === "page-audit" ? "audit" : "dead";
+      const on = a.dataset.nav === nav;
       if (on) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
     }
   }
@@ -315,10 +316,31 @@
     await refreshDead(deadAfter[deadAfter.length - 1]);
   }
 
+  // The audit trail: the newest 100 operator changes.
+  async function refreshAudit() {
+    const { data } = await api("GET", "/v1/admin/audit?limit=100");
+    const recs = data.records || [];
+    const brief = (v) => v === undefined || v === null ? "" : typeof v === "string" ? v : JSON.stringify(v);
+    $("audit").tBodies[0].replaceChildren(...recs.map((r) => {
+      const tr = el("tr");
+      tr.appendChild(el("td", when(r.at)));
+      tr.appendChild(el("td", r.actor || ""));
+      tr.appendChild(el("td", r.action));
+      tr.appendChild(el("td", r.queue || ""));
+      tr.appendChild(el("td", r.target || ""));
+      const ba = [brief(r.before), brief(r.after)].filter((x) => x !== "").join(" → ");
+      tr.appendChild(el("td", ba, "wrap"));
+      tr.appendChild(el("td", r.result || ""));
+      return tr;
+    }));
+    $("audit-empty").hidden = recs.length > 0;
+  }
+
   // ---- routing ------------------------------------------------------------------------
   function route() {
     const h = location.hash || "#/queues";
     if (h.startsWith("#/queue/")) return { page: "page-queue", name: decodeURIComponent(h.slice(8)) };
+    if (h.startsWith("#/audit")) return { page: "page-audit" };
     if (h.startsWith("#/dead")) {
       const q = new URLSearchParams(h.split("?")[1] || "").get("queue") || "";
       return { page: "page-dead", queue: q };
@@ -334,6 +356,7 @@
         if (first) await refreshRules();
       }
       else if (r.page === "page-queue") await refreshQueue(r.name, first);
+      else if (r.page === "page-audit") await refreshAudit();
       else if (first) {
         await refreshQueues();
         $("dead-queue").value = r.queue;
