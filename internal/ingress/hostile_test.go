@@ -215,3 +215,39 @@ func TestHostileCountsRefused(t *testing.T) {
 	}
 }
 
+
+// -read-header-timeout: default 5s, SLUICE_READ_HEADER_TIMEOUT, the flag wins, and a
+// timeout that is no timeout is refused.
+func TestReadHeaderTimeoutFlag(t *testing.T) {
+	t.Parallel()
+	parse := func(env string, args ...string) (ingress.Config, error) {
+		return ingress.ParseFlags(append([]string{"-rules", "x"}, args...), func(k string) string {
+			if k == "SLUICE_READ_HEADER_TIMEOUT" {
+				return env
+			}
+			return ""
+		}, io.Discard)
+	}
+	for _, c := range []struct {
+		env  string
+		args []string
+		want time.Duration
+	}{
+		{"", nil, 5 * time.Second},
+		{"2s", nil, 2 * time.Second},
+		{"2s", []string{"-read-header-timeout", "750ms"}, 750 * time.Millisecond},
+	} {
+		cfg, err := parse(c.env, c.args...)
+		if err != nil || cfg.ReadHeaderTimeout != c.want {
+			t.Errorf("env %q, args %q: %s, %v; want %s", c.env, c.args, cfg.ReadHeaderTimeout, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		env  string
+		args []string
+	}{{"", []string{"-read-header-timeout", "0s"}}, {"soon", nil}, {"-1s", nil}} {
+		if _, err := parse(c.env, c.args...); err == nil {
+			t.Errorf("env %q, args %q: accepted", c.env, c.args)
+		}
+	}
+}
