@@ -59,11 +59,13 @@ soak: redis
 
 ## fuzz: every fuzz target that parses input, one after another, each for FUZZ_EXECS
 ## executions (default 1,000,000) on FUZZ_PARALLEL workers (default 1), printing each
-## target's executions and seconds (scripts/fuzz.sh; FUZZ_ONLY=regexp runs some). Minutes.
-FUZZ_EXECS    ?= 1000000
-FUZZ_PARALLEL ?= 1
+## target's executions and seconds (scripts/fuzz.sh; FUZZ_ONLY=regexp runs some;
+## FUZZ_MAX_SECONDS caps each target and reports how far it got). Minutes to an hour.
+FUZZ_EXECS       ?= 1000000
+FUZZ_PARALLEL    ?= 1
+FUZZ_MAX_SECONDS ?= 0
 fuzz:
-	GO=$(GO) FUZZ_EXECS=$(FUZZ_EXECS) FUZZ_PARALLEL=$(FUZZ_PARALLEL) FUZZ_ONLY='$(FUZZ_ONLY)' ./scripts/fuzz.sh
+	GO=$(GO) FUZZ_EXECS=$(FUZZ_EXECS) FUZZ_PARALLEL=$(FUZZ_PARALLEL) FUZZ_MAX_SECONDS=$(FUZZ_MAX_SECONDS) FUZZ_ONLY='$(FUZZ_ONLY)' ./scripts/fuzz.sh
 
 ## lint: gofmt and go vet
 lint:

@@ -58,6 +58,10 @@ func KeyFromToken(token string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("queue: key token %q: missing %q prefix", token, keyTokenPrefix)
 	}
+	// The decoder skips \r and \n: "k\r" would be a second token of the empty key.
+	if strings.ContainsAny(rest, "\r\n") {
+		return "", fmt.Errorf("queue: key token %q: not base64url", token)
+	}
 	b, err := base64.RawURLEncoding.Strict().DecodeString(rest)
 	if err != nil {
 		return "", fmt.Errorf("queue: key token %q: %w", token, err)

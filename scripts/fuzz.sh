@@ -3,11 +3,15 @@
 # executions (default 1,000,000) with FUZZ_PARALLEL workers (default 1), and prints each
 # target's executions and seconds. A failure stops the run; the crasher is written to the
 # package's testdata/fuzz/<target>/ by go test: keep it as a seed with the fix.
+# FUZZ_MAX_SECONDS (default 0: none) stops a target that has not reached FUZZ_EXECS by then
+# and reports how far it got, marked "stopped" (on a busy machine some targets run at a few
+# hundred executions a second).
 set -euo pipefail
 GO=${GO:-go}
 EXECS=${FUZZ_EXECS:-1000000}
 PAR=${FUZZ_PARALLEL:-1}
 ONLY=${FUZZ_ONLY:-}   # a regexp: run only the targets whose name matches
+MAXSEC=${FUZZ_MAX_SECONDS:-0}
 
 # package            target                what it parses
 TARGETS=(
@@ -34,7 +38,21 @@ for t in "${TARGETS[@]}"; do
 	echo "== $name ($pkg): $what"
 	start=$(date +%s.%N)
 	out=$(mktemp)
-	if ! $GO test -run '^$' -fuzz "^${name}\$" -fuzztime "${EXECS}x" -parallel "$PAR" "$pkg" 2>&1 | tee "$out"; then
+	# -timeout 0: go test's default 10m would end a long run as a failure.
+	cmd=($GO test -timeout 0 -run '^$' -fuzz "^${name}\$" -fuzztime "${EXECS}x" -parallel "$PAR" "$pkg")
+	note=""
+	set +e
+	if [[ $MAXSEC != 0 ]]; then
+		timeout --foreground -s INT "$MAXSEC" "${cmd[@]}" 2>&1 | tee "$out"
+		rc=${PIPESTATUS[0]}
+	else
+		"${cmd[@]}" 2>&1 | tee "$out"
+		rc=${PIPESTATUS[0]}
+	fi
+	set -e
+	if [[ $rc == 124 ]] || { [[ $MAXSEC != 0 ]] && [[ $rc != 0 ]] && ! grep -qE '^--- FAIL|^panic|Failing input' "$out"; }; then
+		note="stopped at ${MAXSEC}s"
+	elif [[ $rc != 0 ]]; then
 		echo "FAIL: $name" >&2
 		rm -f "$out"
 		exit 1
@@ -45,8 +63,8 @@ for t in "${TARGETS[@]}"; do
 	execs=$(sed -E 's/.*execs: ([0-9]+).*/\1/' <<<"$line")
 	secs=$(sed -E 's/^fuzz: elapsed: ([0-9hms.]+),.*/\1/' <<<"$line")
 	rm -f "$out"
-	summary+=("$(printf '%-20s %-20s %10s execs  fuzzing %6s  wall %6.0fs' "$pkg" "$name" "$execs" "$secs" "$wall")")
+	summary+=("$(printf '%-20s %-20s %10s execs  fuzzing %7s  wall %6.0fs  %s' "$pkg" "$name" "$execs" "$secs" "$wall" "$note")")
 done
 echo
-echo "== fuzz summary (FUZZ_EXECS=$EXECS, -parallel $PAR)"
+echo "== fuzz summary (FUZZ_EXECS=$EXECS, -parallel $PAR, FUZZ_MAX_SECONDS=$MAXSEC)"
 printf '%s\n' "${summary[@]}"
