@@ -43,7 +43,7 @@ for t in "${TARGETS[@]}"; do
 	note=""
 	set +e
 	if [[ $MAXSEC != 0 ]]; then
-		timeout --foreground -s INT "$MAXSEC" "${cmd[@]}" 2>&1 | tee "$out"
+		timeout -s INT "$MAXSEC" "${cmd[@]}" 2>&1 | tee "$out"
 		rc=${PIPESTATUS[0]}
 	else
 		"${cmd[@]}" 2>&1 | tee "$out"
@@ -59,7 +59,7 @@ for t in "${TARGETS[@]}"; do
 	fi
 	wall=$(echo "$(date +%s.%N) - $start" | bc)
 	# The last progress line: "fuzz: elapsed: 31s, execs: 100000 (7403/sec), ..."
-	line=$(grep -E '^fuzz: elapsed: ' "$out" | tail -1)
+	line=$(grep -E '^fuzz: elapsed: ' "$out" | tail -1 || true)
 	execs=$(sed -E 's/.*execs: ([0-9]+).*/\1/' <<<"$line")
 	secs=$(sed -E 's/^fuzz: elapsed: ([0-9hms.]+),.*/\1/' <<<"$line")
 	rm -f "$out"
