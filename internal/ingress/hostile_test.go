@@ -215,7 +215,6 @@ func TestHostileCountsRefused(t *testing.T) {
 	}
 }
 
-
 // -read-header-timeout: default 5s, SLUICE_READ_HEADER_TIMEOUT, the flag wins, and a
 // timeout that is no timeout is refused.
 func TestReadHeaderTimeoutFlag(t *testing.T) {
