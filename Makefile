@@ -11,7 +11,7 @@ BENCH_OUT ?= bench-results.txt
 GOTOOLCHAIN ?= go1.27.3
 export GOTOOLCHAIN
 
-.PHONY: run test test-race bench faults soak lint fmt build clean redis chromium vulncheck
+.PHONY: run test test-race bench faults soak lint fmt build clean redis chromium vulncheck fuzz
 
 ## Vulnerability database: golang.org/x/vulndb at this pseudo-version (the module has no
 ## tags) ships the OSV entries govulncheck reads, built offline by scripts/vulncheck.sh.
@@ -56,6 +56,16 @@ faults: redis
 ## soak: long-running load and fault runs (minutes), tables in integration/results/
 soak: redis
 	SLUICE_RESULTS=1 SLUICE_SOAK=1 $(GO) test -count=1 -run 'Soak' -v -timeout 60m $(PKGS)
+
+## fuzz: every fuzz target that parses input, one after another, each for FUZZ_EXECS
+## executions (default 1,000,000) on FUZZ_PARALLEL workers (default 1), printing each
+## target's executions and seconds (scripts/fuzz.sh; FUZZ_ONLY=regexp runs some;
+## FUZZ_MAX_SECONDS caps each target and reports how far it got). Minutes to an hour.
+FUZZ_EXECS       ?= 1000000
+FUZZ_PARALLEL    ?= 1
+FUZZ_MAX_SECONDS ?= 0
+fuzz:
+	GO=$(GO) FUZZ_EXECS=$(FUZZ_EXECS) FUZZ_PARALLEL=$(FUZZ_PARALLEL) FUZZ_MAX_SECONDS=$(FUZZ_MAX_SECONDS) FUZZ_ONLY='$(FUZZ_ONLY)' ./scripts/fuzz.sh
 
 ## lint: gofmt and go vet
 lint:

@@ -51,13 +51,18 @@ func appendKeyToken(b []byte, key string) []byte {
 	return base64.RawURLEncoding.AppendEncode(b, []byte(key)) // no copy of key: the conversion does not escape
 }
 
-// KeyFromToken reverses KeyToken.
+// KeyFromToken reverses KeyToken. It accepts only what KeyToken writes (strict base64:
+// unused trailing bits must be zero), so a key has one token and a token one key.
 func KeyFromToken(token string) (string, error) {
 	rest, ok := strings.CutPrefix(token, keyTokenPrefix)
 	if !ok {
 		return "", fmt.Errorf("queue: key token %q: missing %q prefix", token, keyTokenPrefix)
 	}
-	b, err := base64.RawURLEncoding.DecodeString(rest)
+	// The decoder skips \r and \n: "k\r" would be a second token of the empty key.
+	if strings.ContainsAny(rest, "\r\n") {
+		return "", fmt.Errorf("queue: key token %q: not base64url", token)
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(rest)
 	if err != nil {
 		return "", fmt.Errorf("queue: key token %q: %w", token, err)
 	}

@@ -50,7 +50,9 @@ func ParseID(id string) (ref IDRef, ok bool) {
 		return IDRef{}, false
 	}
 	u, err := uuid.Parse(id[:36])
-	if err != nil || u.Version() != 7 {
+	// uuid.Parse also takes upper-case hex: an id NewID never wrote, whose IDToken would
+	// differ from the lower-case one's. One message, one spelling.
+	if err != nil || u.Version() != 7 || u.String() != id[:36] {
 		return IDRef{}, false
 	}
 	rest := id[37:]

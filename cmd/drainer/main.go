@@ -49,6 +49,7 @@ import (
 	"github.com/sluice-io/sluice/internal/app"
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/drainer"
+	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/tlsx"
@@ -334,7 +335,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("drainer: listen %s: %w", c.HTTPAddr, err)
 	}
 	m.Addr = ln.Addr()
-	m.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	// The ingress's limits (README "Hostile input"): slow or huge requests are cut off.
+	m.httpSrv = &http.Server{Handler: mux, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ReadHeaderTimeout: httpx.ReadHeaderTimeout, ReadTimeout: httpx.ReadTimeout,
+		WriteTimeout: httpx.WriteTimeout, IdleTimeout: httpx.IdleTimeout, MaxHeaderBytes: httpx.MaxHeaderBytes}
 	serve := m.httpSrv.Serve
 	if tlsSrv != nil {
 		m.httpSrv.TLSConfig = tlsSrv.Config()

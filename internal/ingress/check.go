@@ -112,6 +112,69 @@ func protoDuration(d time.Duration) string {
 	return string(append(b, 's'))
 }
 
+// decodeCheck reads and validates the body of POST /v1/check (and /json): the domain, the
+// request's hits_addend (0 when not given) and the descriptors, or the problem to answer.
+func decodeCheck(r *http.Request, body []byte) (domain string, reqHits uint64, descs []checkDescriptor, prob *httpx.Problem) {
+	var req checkRequest
+	if p := decodeJSON(r, body, &req); p != nil {
+		return "", 0, nil, p
+	}
+	if p := req.normalize(); p != nil {
+		return "", 0, nil, p
+	}
+	if p := validateDomain(req.Domain); p != nil {
+		return "", 0, nil, p
+	}
+	if len(req.Descriptors) == 0 {
+		p := httpx.BadRequest("descriptors", "is required: a list of {entries: [{key, value}]}")
+		return "", 0, nil, &p
+	}
+	if len(req.Descriptors) > MaxCheckDescriptors {
+		p := httpx.BadRequest("descriptors", "has more than "+strconv.Itoa(MaxCheckDescriptors)+" descriptors")
+		return "", 0, nil, &p
+	}
+	hits := int64(1)
+	if req.HitsAddend != nil {
+		if *req.HitsAddend < 0 || *req.HitsAddend > MaxHitsAddend {
+			p := httpx.BadRequest("hits_addend", "must be 0 to "+strconv.FormatInt(MaxHitsAddend, 10))
+			return "", 0, nil, &p
+		}
+		if *req.HitsAddend > 0 { // envoy: 0 counts as 1
+			hits = *req.HitsAddend
+		}
+	}
+	descs = make([]checkDescriptor, len(req.Descriptors))
+	for i, d := range req.Descriptors {
+		at := "descriptors[" + strconv.Itoa(i) + "]"
+		if p := validateEntries(at+".entries", d.Entries); p != nil {
+			return "", 0, nil, p
+		}
+		descs[i] = checkDescriptor{Entries: toRuleEntries(d.Entries), Hits: hits}
+		if d.HitsAddend != nil { // envoy: a descriptor's own hits_addend overrides the request's; 0 checks without counting
+			if *d.HitsAddend > MaxHitsAddend {
+				p := httpx.BadRequest(at+".hits_addend", "must be 0 to "+strconv.FormatInt(MaxHitsAddend, 10))
+				return "", 0, nil, &p
+			}
+			descs[i].Hits, descs[i].OwnHits = int64(*d.HitsAddend), true
+		}
+		if d.IsNegativeHits {
+			p := httpx.BadRequest(at+".is_negative_hits", "is not supported: hits can only be counted, not given back")
+			return "", 0, nil, &p
+		}
+		if o := d.Limit; o != nil {
+			var p *httpx.Problem
+			if descs[i].Override, p = overrideLimit(at+".limit", o.RequestsPerUnit, o.Unit, o.UnitMultiplier); p != nil {
+				return "", 0, nil, p
+			}
+			descs[i].LimitText = overrideText(o.RequestsPerUnit, o.Unit, o.UnitMultiplier)
+		}
+	}
+	if req.HitsAddend != nil {
+		reqHits = uint64(*req.HitsAddend)
+	}
+	return req.Domain, reqHits, descs, nil
+}
+
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	body, bp, prob := s.readBody(w, r)
 	defer s.releaseBody(bp)
@@ -119,71 +182,12 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, *prob)
 		return
 	}
-	var req checkRequest
-	if p := decodeJSON(r, body, &req); p != nil {
+	domain, reqHits, descs, p := decodeCheck(r, body)
+	if p != nil {
 		httpx.WriteProblem(w, *p)
 		return
 	}
-	if p := req.normalize(); p != nil {
-		httpx.WriteProblem(w, *p)
-		return
-	}
-	if p := validateDomain(req.Domain); p != nil {
-		httpx.WriteProblem(w, *p)
-		return
-	}
-	if len(req.Descriptors) == 0 {
-		httpx.WriteProblem(w, httpx.BadRequest("descriptors", "is required: a list of {entries: [{key, value}]}"))
-		return
-	}
-	if len(req.Descriptors) > MaxCheckDescriptors {
-		httpx.WriteProblem(w, httpx.BadRequest("descriptors", "has more than "+strconv.Itoa(MaxCheckDescriptors)+" descriptors"))
-		return
-	}
-	hits := int64(1)
-	if req.HitsAddend != nil {
-		if *req.HitsAddend < 0 || *req.HitsAddend > MaxHitsAddend {
-			httpx.WriteProblem(w, httpx.BadRequest("hits_addend", "must be 0 to "+strconv.FormatInt(MaxHitsAddend, 10)))
-			return
-		}
-		if *req.HitsAddend > 0 { // envoy: 0 counts as 1
-			hits = *req.HitsAddend
-		}
-	}
-	descs := make([]checkDescriptor, len(req.Descriptors))
-	for i, d := range req.Descriptors {
-		at := "descriptors[" + strconv.Itoa(i) + "]"
-		if p := validateEntries(at+".entries", d.Entries); p != nil {
-			httpx.WriteProblem(w, *p)
-			return
-		}
-		descs[i] = checkDescriptor{Entries: toRuleEntries(d.Entries), Hits: hits}
-		if d.HitsAddend != nil { // envoy: a descriptor's own hits_addend overrides the request's; 0 checks without counting
-			if *d.HitsAddend > MaxHitsAddend {
-				httpx.WriteProblem(w, httpx.BadRequest(at+".hits_addend", "must be 0 to "+strconv.FormatInt(MaxHitsAddend, 10)))
-				return
-			}
-			descs[i].Hits, descs[i].OwnHits = int64(*d.HitsAddend), true
-		}
-		if d.IsNegativeHits {
-			httpx.WriteProblem(w, httpx.BadRequest(at+".is_negative_hits", "is not supported: hits can only be counted, not given back"))
-			return
-		}
-		if o := d.Limit; o != nil {
-			var p *httpx.Problem
-			if descs[i].Override, p = overrideLimit(at+".limit", o.RequestsPerUnit, o.Unit, o.UnitMultiplier); p != nil {
-				httpx.WriteProblem(w, *p)
-				return
-			}
-			descs[i].LimitText = overrideText(o.RequestsPerUnit, o.Unit, o.UnitMultiplier)
-		}
-	}
-	reqHits := uint64(0)
-	if req.HitsAddend != nil {
-		reqHits = uint64(*req.HitsAddend)
-	}
-
-	v, err := s.decide(r.Context(), transportHTTP, req.Domain, reqHits, descs)
+	v, err := s.decide(r.Context(), transportHTTP, domain, reqHits, descs)
 	switch {
 	case errors.Is(err, errLimitsInvalid):
 		s.internalError(w, "", err)

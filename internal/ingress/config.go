@@ -92,6 +92,14 @@ type Config struct {
 	LogLevel        string        // -log-level / SLUICE_LOG_LEVEL: debug, info, warn, error. Default info.
 	RulesPoll       time.Duration // -rules-poll / SLUICE_RULES_POLL: how often rules files are checked for changes. Default 1s.
 
+	// ReadHeaderTimeout is how long a client has to send a request's headers once its
+	// connection is open (or idle between requests): a client that trickles them (slowloris)
+	// is disconnected then. -read-header-timeout / SLUICE_READ_HEADER_TIMEOUT; default 5s.
+	// The other limits of the HTTP listener are fixed (README "Hostile input"): a request's
+	// headers at most MaxHeaderBytes (64 KiB, else 431), the whole request read within 30s,
+	// an answer written within 30s, an idle keep-alive connection closed after 120s.
+	ReadHeaderTimeout time.Duration
+
 	// IdempotencyTTL is how long an idempotency key maps to its first message.
 	// -idempotency-ttl / SLUICE_IDEMPOTENCY_TTL; default 24h.
 	IdempotencyTTL time.Duration
@@ -222,6 +230,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 		}
 		return d
 	}
+	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", envDur("SLUICE_READ_HEADER_TIMEOUT", DefaultReadHeaderTimeout), "how long a client has to send a request's headers; slower ones are disconnected (env SLUICE_READ_HEADER_TIMEOUT)")
 	fs.DurationVar(&c.IdempotencyTTL, "idempotency-ttl", envDur("SLUICE_IDEMPOTENCY_TTL", 24*time.Hour), "how long an idempotency key maps to its first message (env SLUICE_IDEMPOTENCY_TTL)")
 	fs.DurationVar(&c.StatusKeep, "status-keep", envDur("SLUICE_STATUS_KEEP", 0), "keep a record of each delivered message this long; 0 = off (default off, 1h with -dev) (env SLUICE_STATUS_KEEP)")
 	fs.DurationVar(&c.MaxDelay, "max-delay", envDur("SLUICE_MAX_DELAY", DefaultMaxDelay), "how far ahead a submission's deliver_at or delay may be (env SLUICE_MAX_DELAY)")
@@ -294,6 +303,9 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs.Visit(func(f *flag.Flag) { keepSet = keepSet || f.Name == "status-keep" })
 	if c.Dev && !keepSet {
 		c.StatusKeep = time.Hour // the dev stack answers "delivered" out of the box
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		return c, fmt.Errorf("-read-header-timeout: want a positive duration, got %s", c.ReadHeaderTimeout)
 	}
 	if c.IdempotencyTTL <= 0 {
 		return c, fmt.Errorf("-idempotency-ttl: want a positive duration, got %s", c.IdempotencyTTL)

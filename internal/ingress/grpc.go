@@ -236,6 +236,9 @@ func (s *Server) NewGRPCServer(c GRPCConfig) *GRPCServer {
 	}
 	gs := grpc.NewServer(append(creds,
 		grpc.MaxRecvMsgSize(c.MaxRecvMsgSize),
+		// Metadata is bounded as HTTP headers are (grpc-go's default is 16 MiB): a longer
+		// header list is refused before it reaches a handler.
+		grpc.MaxHeaderListSize(MaxHeaderBytes),
 		grpc.MaxConcurrentStreams(c.MaxConcurrentStreams),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: c.KeepaliveTime, Timeout: c.KeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.KeepaliveMinPing, PermitWithoutStream: true}),

@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-io/sluice/internal/devenv"
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/drainer"
+	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/tlsx"
@@ -58,6 +59,16 @@ type Main struct {
 	done    chan struct{}
 	once    sync.Once
 }
+
+// Limits of the HTTP listener (README "Hostile input"): what a slow or hostile client can
+// hold of a connection. The drainer's listener has the same (httpx).
+const (
+	DefaultReadHeaderTimeout = httpx.ReadHeaderTimeout // -read-header-timeout
+	ReadTimeout              = httpx.ReadTimeout
+	WriteTimeout             = httpx.WriteTimeout
+	IdleTimeout              = httpx.IdleTimeout
+	MaxHeaderBytes           = httpx.MaxHeaderBytes // more is 431; also bounds the gRPC listener's header list
+)
 
 // NewLogger builds the process logger from the config.
 func NewLogger(c Config, w io.Writer) *slog.Logger {
@@ -270,11 +281,14 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		Handler: srv,
 		// TLS handshake errors (probes, scanners) at debug level, not on stderr.
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		WriteTimeout:      WriteTimeout,
+		IdleTimeout:       IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
+	}
+	if m.httpSrv.ReadHeaderTimeout <= 0 { // a Config built by hand
+		m.httpSrv.ReadHeaderTimeout = DefaultReadHeaderTimeout
 	}
 	serve := m.httpSrv.Serve
 	if m.TLS != nil {
@@ -310,7 +324,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("ingress: listen -debug-addr %s: %w", c.DebugAddr, err)
 		}
 		m.DebugAddr = dln.Addr()
-		dbg := &http.Server{Handler: debugMux(), ReadHeaderTimeout: 5 * time.Second}
+		dbg := &http.Server{Handler: debugMux(), ReadHeaderTimeout: DefaultReadHeaderTimeout, MaxHeaderBytes: MaxHeaderBytes, IdleTimeout: IdleTimeout}
 		m.closers = append(m.closers, func() { dbg.Close() })
 		go dbg.Serve(dln)
 		log.Info("ingress: pprof listening", "addr", dln.Addr().String())

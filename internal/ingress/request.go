@@ -426,6 +426,10 @@ func checkHeaders(in map[string]string) (map[string]string, *httpx.Problem) {
 		if deniedHeaders[name] || strings.HasPrefix(name, "Sluice-") || strings.HasPrefix(name, "Nats-") {
 			return bad(field, "may not be set by a submission (transport, delivery and Sluice-/Nats- headers are sluice's)")
 		}
+		// Leading and trailing spaces and tabs are no part of an HTTP field value (RFC 9110
+		// 5.5): every receiver drops them, so they are dropped here, where the message is
+		// stored, and the sink gets what was stored.
+		v = strings.Trim(v, " \t")
 		if len(v) > MaxHeaderValueBytes || !httpguts.ValidHeaderFieldValue(v) {
 			return bad(field, fmt.Sprintf("must be at most %d bytes of visible ASCII, spaces and tabs", MaxHeaderValueBytes))
 		}
