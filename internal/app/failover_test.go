@@ -158,15 +158,15 @@ func (w *writers) stats(t *testing.T, killed, dead, promoted time.Time) failover
 			}
 		case !x.at.After(dead):
 			st.maxOld, st.lastOldAt = max(st.maxOld, x.val), x.at
-		case x.at.After(promoted):
+		default:
+			// Answered after the old master died: by the new one. The client may learn of the
+			// promotion a little before the test's polling of the sentinels does.
 			if minNew < 0 || x.val < minNew {
 				minNew = x.val
 			}
 			if st.firstNewAt.IsZero() {
 				st.firstNewAt = x.at
 			}
-		default:
-			t.Errorf("INCR answered %d between the master's death and the promotion", x.val)
 		}
 	}
 	if minNew < 0 || st.firstFail.IsZero() {
