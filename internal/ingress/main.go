@@ -204,7 +204,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 
 	auditLog := audit.New(st.JS, audit.Config{MaxAge: c.AuditKeep, MaxMsgs: c.AuditMax, Replicas: c.Replicas, Logger: log})
-	if err := app.Retry(startCtx, auditLog.Ensure); err != nil {
+	// Its own 30 s: on a fresh cluster whose processes all start at once, the streams above
+	// may have used most of theirs.
+	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+	defer acancel()
+	if err := app.Retry(actx, auditLog.Ensure); err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
 	admin := &Admin{Audit: auditLog, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
