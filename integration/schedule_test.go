@@ -1,6 +1,8 @@
 package integration_test
 
 import (
+	"github.com/sluice-io/sluice/internal/sinktest"
+
 	"fmt"
 	"net/http"
 	"strings"
@@ -234,5 +236,42 @@ descriptors:
 		if strings.Join(got[key], ",") != strings.Join(ids, ",") {
 			t.Errorf("key %s delivered out of submission order:\n got %v\nwant %v", key, got[key], ids)
 		}
+	}
+}
+
+// A relaxed rule's delivery retries go back through the retry stream, one re-admission per
+// failed attempt, all within the queue stream's two-minute duplicate window: each must be
+// stored (each has an id of its own, retry.AdmitMsgID), or the message is lost after its
+// second failure. The sink fails twice, then accepts: the message arrives on its third
+// attempt, once.
+func TestRelaxedRetriesReadmittedTwiceAreDelivered(t *testing.T) {
+	t.Parallel()
+	s := startSystem(t, `
+domain: relaxed
+descriptors:
+  - key: k
+    name: relaxed
+    queue: {capacity: 10, outflow: {unit: second, requests_per_unit: 10}}
+    ordering: relaxed
+    delivery: {max_attempts: 5, min_backoff: 1s, max_backoff: 1s}
+    sink: {url: "SINK/r"}
+`)
+	s.sink.Answer(func(d sinktest.Delivery) (int, string) {
+		if d.Attempt < 3 {
+			return 500, ""
+		}
+		return 200, ""
+	})
+	a := s.submit("relaxed", [][2]string{{"k", "once"}}, `{"n":1}`)
+	if a.Code != 202 {
+		t.Fatalf("submit: %d %v", a.Code, a.Body)
+	}
+	acc := s.sink.WaitAccepted(1, 30*time.Second)
+	if len(acc) != 1 || acc[0].ID != a.Body["id"] || acc[0].Attempt != 3 {
+		t.Fatalf("accepted %+v, want the message once, on its third attempt (all: %+v)", acc, s.sink.All())
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if n := len(s.sink.Accepted()); n != 1 {
+		t.Fatalf("accepted %d times", n)
 	}
 }
