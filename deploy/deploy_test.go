@@ -1,7 +1,7 @@
 package deploy_test
 
 // These tests check the deployment files without Docker or a cluster: everything parses,
-// the dashboard only queries metrics that exist (API.md's Metrics section plus the ingress
+// the dashboard only queries metrics that exist (docs/metrics.md's core set plus the listed
 // extras), the compose file has the production shape (3 clustered NATS nodes, 2 ingress,
 // 3 drainers), and the Kubernetes manifests have probes, budgets, resources and a grace
 // period that covers the shutdown timeout. They run from the deploy/ directory.
@@ -26,8 +26,8 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// sluiceEnv is every environment variable the binaries read (API.md "Processes" and the
-// ingress/drainer flags). A typo in a manifest would silently fall back to a default.
+// sluiceEnv is every environment variable the binaries read (the README's flag tables of the
+// ingress and drainer). A typo in a manifest would silently fall back to a default.
 var sluiceEnv = []string{
 	"SLUICE_RULES", "SLUICE_HTTP_ADDR", "SLUICE_NATS_URL", "SLUICE_REDIS_URL",
 	"SLUICE_ADMIN_TOKEN", "SLUICE_REPLICAS", "SLUICE_LOG_FORMAT", "SLUICE_SHUTDOWN_TIMEOUT",
@@ -37,7 +37,7 @@ var sluiceEnv = []string{
 // port is exposed wherever the ingress runs).
 var ingressEnv = []string{"SLUICE_GRPC_ADDR"}
 
-// ingressExtras are metrics the ingress, drainer and re-admitter export beyond API.md's list.
+// ingressExtras are metrics the dashboard may show beyond docs/metrics.md's core set.
 var ingressExtras = []string{
 	"sluice_limiter_degraded", "sluice_rules_reload_total", "sluice_rules_loaded",
 	"sluice_checks_total", "sluice_readmissions_total", "sluice_grpc_request_duration_seconds",
@@ -278,49 +278,39 @@ func TestDashboard(t *testing.T) {
 	}
 }
 
-// apiMetrics reads the metric names of API.md's "## Metrics" section.
+// apiMetrics reads the metric names of docs/metrics.md's "## Metrics" section (the core set).
 func apiMetrics(t *testing.T) (names []string, path string) {
 	t.Helper()
-	candidates := []string{os.Getenv("SLUICE_API_MD"), "../../shared/API.md", "../shared/API.md"}
-	for _, c := range candidates {
-		if c == "" {
-			continue
-		}
-		data, err := os.ReadFile(c)
-		if err != nil {
-			continue
-		}
-		s := string(data)
-		i := strings.Index(s, "\n## Metrics")
-		if i < 0 {
-			t.Fatalf("%s has no \"## Metrics\" section", c)
-		}
-		s = s[i+1:]
-		if j := strings.Index(s[3:], "\n## "); j >= 0 {
-			s = s[:j+3]
-		}
-		seen := map[string]bool{}
-		for _, m := range metricName.FindAllString(s, -1) {
-			if !seen[m] {
-				seen[m] = true
-				names = append(names, m)
-			}
-		}
-		if len(names) == 0 {
-			t.Fatalf("%s: no sluice_ metric in the Metrics section", c)
-		}
-		return names, c
+	c := "../docs/metrics.md"
+	data, err := os.ReadFile(c)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return nil, ""
+	s := string(data)
+	i := strings.Index(s, "\n## Metrics")
+	if i < 0 {
+		t.Fatalf("%s has no \"## Metrics\" section", c)
+	}
+	s = s[i+1:]
+	if j := strings.Index(s[3:], "\n## "); j >= 0 {
+		s = s[:j+3]
+	}
+	seen := map[string]bool{}
+	for _, m := range metricName.FindAllString(s, -1) {
+		if !seen[m] {
+			seen[m] = true
+			names = append(names, m)
+		}
+	}
+	if len(names) == 0 {
+		t.Fatalf("%s: no sluice_ metric in the Metrics section", c)
+	}
+	return names, c
 }
 
 func TestDashboardMetricsExist(t *testing.T) {
 	t.Parallel()
 	names, path := apiMetrics(t)
-	if path == "" {
-		t.Skip("API.md not found (set SLUICE_API_MD, or keep shared/ beside the repository): " +
-			"skipping only the check of dashboard metric names against API.md's Metrics section")
-	}
 	known := map[string]bool{}
 	for _, m := range append(names, ingressExtras...) {
 		known[m] = true

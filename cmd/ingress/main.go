@@ -1,6 +1,6 @@
 // Command ingress is sluice's front door: the HTTP API that admits messages into per-key
 // queues and answers rate-limit checks. With -dev it is the whole system in one process.
-// See README.md for flags and ../shared/API.md for the API.
+// See README.md for flags and api/openapi.yaml for the API.
 package main
 
 import (
