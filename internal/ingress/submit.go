@@ -23,21 +23,31 @@ import (
 // object) or as one item of a batch.
 type outcome struct {
 	status  int
-	resp    submitResponse   // 2xx
-	problem *httpx.Problem   // otherwise
-	limit   *httpx.RateLimit // rate-limit headers of a 202 or 429
-	queued  bool             // a 202 queued: written by writeQueued
+	resp    submitResponse  // 2xx
+	problem *httpx.Problem  // otherwise
+	limit   httpx.RateLimit // rate-limit headers of a 202 or 429 (when Policy is set)
+	queued  bool            // a 202 queued: written by writeQueued
 	depth   int64
 	cap     int64
 	eta     time.Time
+}
+
+// item is the submission's answer as a batch item carries it.
+func (o outcome) item() submitResponse {
+	r := o.resp
+	if o.queued {
+		depth, capacity := o.depth, o.cap
+		r.Depth, r.Capacity, r.ETA = &depth, &capacity, o.eta.UTC().Format(time.RFC3339Nano)
+	}
+	return r
 }
 
 func problemOutcome(p httpx.Problem) outcome { return outcome{status: p.Status, problem: &p} }
 
 // write answers one submission.
 func (s *Server) write(w http.ResponseWriter, o outcome) {
-	if o.limit != nil {
-		httpx.SetRateLimitHeaders(w.Header(), *o.limit)
+	if o.limit.Policy != "" {
+		httpx.SetRateLimitHeaders(w.Header(), o.limit)
 	}
 	switch {
 	case o.problem != nil:
@@ -112,7 +122,7 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 		}
 		return s.internalOutcome(rule.Name, err)
 	}
-	limit := &httpx.RateLimit{Policy: res.Policy, Limit: res.Limit, Remaining: res.Remaining,
+	limit := httpx.RateLimit{Policy: res.Policy, Limit: res.Limit, Remaining: res.Remaining,
 		Reset: res.Reset, Window: res.Window, RetryAfter: res.RetryAfter}
 	switch {
 	case res.Decision == admit.Rejected:
@@ -141,10 +151,10 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 		return replayOutcome(status.Status{ID: msg.ID, State: status.Queued})
 	default:
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionQueued).Inc()
-		depth, capacity := res.Depth, res.Capacity
-		return outcome{status: http.StatusAccepted, limit: limit, queued: true, depth: depth, cap: capacity, eta: res.ETA,
-			resp: submitResponse{ID: msg.ID, State: status.Queued, Depth: &depth, Capacity: &capacity,
-				ETA: res.ETA.UTC().Format(time.RFC3339Nano)}}
+		// The body is written by writeQueued from these fields; a batch item builds its
+		// submitResponse from them (item): nothing is formatted twice on this hot path.
+		return outcome{status: http.StatusAccepted, limit: limit, queued: true, depth: res.Depth, cap: res.Capacity, eta: res.ETA,
+			resp: submitResponse{ID: msg.ID, State: status.Queued}}
 	}
 }
 
@@ -401,7 +411,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte
 				if o.problem != nil {
 					items[i] = problemItem(*o.problem, i)
 				} else {
-					items[i] = batchItem{Status: o.status, submitResponse: o.resp}
+					items[i] = batchItem{Status: o.status, submitResponse: o.item()}
 				}
 			}
 		})
