@@ -27,8 +27,10 @@ import (
 // not grow with the number of messages. A real ingress with an in-process drainer on a
 // real nats-server and a private redis-server admits 30,000 messages over 1,000 keys into
 // a NATS-subject sink; once every one is delivered and every queue is empty, Redis holds
-// at most 2 bytes more per delivered message than before the flood (with the 1,000 keys
-// already touched once, so per-key state is in both figures) and no more keys.
+// no more keys than before the flood and at most 8 bytes more per delivered message (with
+// the 1,000 keys already touched once, so per-key state is in both figures). The bound is
+// the allocator's noise, not a budget: it measures 1.6–2.3 B here, run to run, while the
+// smallest per-message record (a bare message id) would cost more than 40 B.
 func TestRedisMemoryPerDeliveredMessage(t *testing.T) {
 	const keys, perKey = 1000, 30
 	total := keys * perKey
@@ -172,8 +174,8 @@ descriptors:
 	t.Logf("Redis after %d messages over %d keys (admitted in %v) were delivered: dataset %+d B (%.2f B per message), used_memory %+d B, keys %d → %d",
 		total, keys, admitted.Round(time.Millisecond), ds1-ds0, perMsg, used1-used0, keys0, keys1)
 	report(t, "redis-bytes-per-delivered-message", fmt.Sprintf("%.2f", perMsg))
-	if perMsg > 2 {
-		t.Errorf("Redis keeps %.2f bytes per delivered message, want at most 2", perMsg)
+	if perMsg > 8 {
+		t.Errorf("Redis keeps %.2f bytes per delivered message, want at most 8 (allocator noise)", perMsg)
 	}
 	if keys1 > keys0 {
 		t.Errorf("Redis holds %d keys after the flood, %d before: something of the messages stayed", keys1, keys0)
