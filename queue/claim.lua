@@ -6,7 +6,7 @@
 -- KEYS[4] dirty  HASH  key -> "1": MarkDue saw the key while it was claimed (see markdue.lua)
 -- KEYS[5] total  STRING     the rule's total_outflow meter: time (µs) the next message of any key may leave
 -- KEYS[6] try    HASH  key -> "<msg id>\n<attempts>\n<last error>": the key's head message is being retried
--- KEYS[7] depth  HASH  key -> messages queued, the ingress's counter (admitmark.lua); releases only
+-- KEYS[7] depth  HASH  key -> messages queued, the ingress's counter (admitcount.lua); releases only
 -- KEYS[8] idle   ZSET  key -> unused slot of a key that emptied (markdue.lua); releases only
 -- KEYS[9] fence  STRING     the rule's fencing counter: the last token handed to a claim
 --

@@ -7,9 +7,9 @@
 -- owner no longer held}. A key is held by `owner` under fence F when its `held` entry reads
 -- "<owner>#<F> <next>" (claim.lua); a release with fence 0 checks only the owner.
 --
--- It also keeps the ingress's per-key depth counter (admitmark.lua) in step: "next" counts
+-- It also keeps the ingress's per-key depth counter (admitcount.lua) in step: "next" counts
 -- one message out, "empty" forgets the key. And an emptied key's claimed-but-unused slot
--- (`at` of an "empty" release) goes to `idle`, which MarkDue/admitmark use as the earliest
+-- (`at` of an "empty" release) goes to `idle`, which MarkDue/admitcount.lua use as the earliest
 -- due time of a message arriving before that slot passes. The drainer pops only once the
 -- slot has come, so this only matters when the ingress's clock is behind the drainer's.
 --

@@ -64,7 +64,7 @@ type SchedulerConfig struct {
 //	<prefix>sl:{t}:dirty  HASH    key -> "1" (MarkDue ran while the key was claimed)
 //	<prefix>sl:{t}:total  STRING  total_outflow meter: µs the rule's next message may leave
 //	<prefix>sl:{t}:try    HASH    key -> "<msg id>\n<attempts>\n<last error>" (head being retried)
-//	<prefix>sl:{t}:depth  HASH    key -> messages queued, the ingress's estimate (admitmark.lua;
+//	<prefix>sl:{t}:depth  HASH    key -> messages queued, the ingress's estimate (admitcount.lua;
 //	                              releases count deliveries out, Reconcile resets it)
 //	<prefix>sl:{t}:idle   ZSET    key -> unused slot of a key that emptied, until it passes
 //	<prefix>sl:{t}:fence  STRING  the last fencing token handed to a claim (one per rule)

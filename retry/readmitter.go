@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-io/sluice/internal/backoff"
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/rules"
-	"github.com/sluice-io/sluice/internal/sink"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -349,7 +349,7 @@ func (r *Readmitter) handle(ctx context.Context, msg jetstream.Msg, held keyHold
 		if md != nil {
 			n = int(md.NumDelivered)
 		}
-		_ = msg.NakWithDelay(sink.Backoff(r.cfg.MinBackoff, r.cfg.ErrorBackoff, n, nil))
+		_ = msg.NakWithDelay(backoff.Exponential(r.cfg.MinBackoff, r.cfg.ErrorBackoff, n, nil))
 		return
 	}
 	r.runs.WithLabelValues(m.Rule, result).Inc()
@@ -422,7 +422,7 @@ func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleM
 	if strict {
 		at = now.Add(min(r.cfg.MaxBackoff, r.cfg.MinBackoff<<min(parks-1, 30)))
 	} else {
-		at = now.Add(sink.Backoff(r.cfg.MinBackoff, r.cfg.MaxBackoff, parks, nil))
+		at = now.Add(backoff.Exponential(r.cfg.MinBackoff, r.cfg.MaxBackoff, parks, nil))
 	}
 	if res.RetryAt.After(at) {
 		at = res.RetryAt
