@@ -289,13 +289,19 @@ type Popped struct {
 // no message. A head that is not a sluice message is ErrBadMessage, returned together with
 // its sequence, payload and whatever could be read.
 func (q *Queues) Pop(ctx context.Context, rule, key string) (Popped, error) {
+	return q.PopAfter(ctx, rule, key, 0)
+}
+
+// PopAfter is Pop of the key's first message after sequence after: the next message of a
+// key whose earlier messages are being delivered (delivery.max_in_flight > 1).
+func (q *Queues) PopAfter(ctx context.Context, rule, key string, after uint64) (Popped, error) {
 	s, err := q.stream(ctx, rule)
 	if err != nil {
 		return Popped{}, err
 	}
-	// Sequence 0 with a subject: the server returns the first message with seq >= 0 on that
-	// subject, i.e. the key's head, by looking it up in its per-subject index.
-	raw, err := s.GetMsg(ctx, 0, jetstream.WithGetMsgSubject(q.Subject(rule, key)))
+	// A sequence with a subject: the server returns the first message with seq >= it on
+	// that subject (after+1 = 1 is the key's head), found in its per-subject index.
+	raw, err := s.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(q.Subject(rule, key)))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Popped{}, ErrEmpty
 	}

@@ -24,6 +24,8 @@ var (
 	markDueSrc string
 	//go:embed renew.lua
 	renewSrc string
+	//go:embed step.lua
+	stepSrc string
 
 	// claim.lua and release.lua share release_keys (release_fn.lua): Redis scripts cannot
 	// include each other, so the function is prepended to both.
@@ -31,6 +33,7 @@ var (
 	releaseScript = redis.NewScript(releaseFnSrc + releaseSrc)
 	markDueScript = redis.NewScript(markDueSrc)
 	renewScript   = redis.NewScript(renewSrc)
+	stepScript    = redis.NewScript(stepSrc)
 
 	// unlockScript: KEYS[1] the lock, ARGV[1] the holder's token; deletes the lock only if
 	// it is still held by that token. Returns 1 if deleted, else 0.
@@ -510,6 +513,27 @@ type Renewed struct {
 	Held []bool
 	// Now is the time of the renewal (Redis's clock, or the time given).
 	Now time.Time
+}
+
+// Step gives the holder of a claim the key's next slot without releasing the key (see
+// step.lua): for a key with several deliveries in flight, called once a message has been
+// taken from the key's queue. The slot obeys the key's outflow and the rule's
+// total_outflow as a claim's does; the lease is extended to the slot plus lease. held is
+// false (and slot zero) when owner no longer holds the key under fence.
+func (s *Scheduler) Step(ctx context.Context, rule, owner, key string, fence int64, now time.Time, out Outflow, lease time.Duration) (slot, at time.Time, held bool, err error) {
+	k := s.keys(rule)
+	res, err := stepScript.Run(ctx, s.rdb, []string{k.lease, k.held, k.total, k.depth},
+		usOrZero(now), out.Every.Microseconds(), out.TotalEvery.Microseconds(), lease.Microseconds(), owner, key, fence).Int64Slice()
+	if err != nil {
+		return time.Time{}, time.Time{}, false, fmt.Errorf("queue: step key of rule %q: %w", rule, err)
+	}
+	if len(res) != 2 {
+		return time.Time{}, time.Time{}, false, fmt.Errorf("queue: step key of rule %q: unexpected reply of %d values", rule, len(res))
+	}
+	if res[1] == 0 {
+		return time.Time{}, fromUS(res[0]), false, nil
+	}
+	return fromUS(res[1]), fromUS(res[0]), true, nil
 }
 
 // Renew extends the leases of claims owner still holds to now+lease, in one round trip per

@@ -65,6 +65,13 @@ type heldKey struct {
 
 	mu     sync.Mutex
 	cancel context.CancelCauseFunc // the delivery in flight, if any
+
+	// flight is set for a key with several deliveries at once (see flight.go); stepped
+	// when this claim came from a step (it holds no claim token); popped once it took a
+	// message from the key's queue.
+	flight  *flight
+	stepped bool
+	popped  bool
 }
 
 // markLost records that the claim is gone and cancels its delivery in flight.
@@ -287,6 +294,9 @@ func (d *Drainer) claimLoop(c *claimer) {
 				d.giveTokens(c, n-len(res.Claims))
 				for _, cl := range res.Claims {
 					h := &heldKey{key: cl.Key, fence: cl.Fence}
+					if n := maxInFlight(r); n > 1 {
+						h.flight = &flight{max: n}
+					}
 					h.validUntil.Store(start.Add(d.cfg.Lease).UnixMicro())
 					c.hold(h)
 					d.inflight.Add(1)
@@ -383,6 +393,9 @@ func (d *Drainer) lostKey(c *claimer, r *rules.Rule, h *heldKey, when string) {
 	c.unhold(h)
 	d.lose(r.Name, h)
 	d.log.Warn("claim lease lost: the key is left to its new claim", "rule", r.Name, "key", h.key, "fence", h.fence, "when", when, "lease", d.cfg.Lease)
+	if h.flight != nil {
+		d.flightDone(c, r, d.cfg.Policy(r), h, queue.Release{}, false)
+	}
 }
 
 // renewLoop renews the leases of the rule's held keys every LeaseRenew, in one Redis call,

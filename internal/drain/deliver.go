@@ -28,7 +28,8 @@ func (d *Drainer) handle(c *claimer, r *rules.Rule, pol Policy, cl queue.Claim, 
 	defer d.inflight.Done()
 	defer c.active.Add(-1)
 	defer func() {
-		if h.delivery.Load() != deliveryAbandoned { // else the watchdog gave the token back
+		// A step holds no token; an abandoned delivery's token was given back by the watchdog.
+		if !h.stepped && h.delivery.Load() != deliveryAbandoned {
 			d.giveTokens(c, 1)
 		}
 	}()
@@ -60,7 +61,7 @@ func (d *Drainer) handle(c *claimer, r *rules.Rule, pol Policy, cl queue.Claim, 
 		return
 	}
 	d.m.lag.WithLabelValues(r.Name).Observe(max(0, c.toRedis(now).Sub(cl.Due).Seconds()))
-	rel, ok := d.deliverHead(ctx, c, r, cl, h, now)
+	rel, ok := d.deliverHead(ctx, c, r, pol, cl, h, now)
 	if h.delivery.Load() != deliveryAbandoned { // else the watchdog gave the worker back already
 		c.workers <- struct{}{}
 	}
@@ -69,6 +70,9 @@ func (d *Drainer) handle(c *claimer, r *rules.Rule, pol Policy, cl queue.Claim, 
 		return
 	}
 	d.release(c, r, pol, h, rel)
+	if h.flight != nil {
+		return // the flight asks for the key's slots itself (Step)
+	}
 	switch rel.Mode {
 	case queue.Released, queue.Retrying, queue.Later:
 		c.wakeBy(c.toLocal(maxTime(rel.At, cl.Slot.Add(pol.Outflow.Every))))
@@ -80,6 +84,10 @@ func (d *Drainer) handle(c *claimer, r *rules.Rule, pol Policy, cl queue.Claim, 
 // stop, with a short fresh context, so the key's next message is not held up until the
 // lease expires. Renewals of the claim end here.
 func (d *Drainer) release(c *claimer, r *rules.Rule, pol Policy, h *heldKey, rel queue.Release) {
+	if h.flight != nil {
+		d.flightDone(c, r, pol, h, rel, true)
+		return
+	}
 	rel.Fence = h.fence
 	c.unhold(h)
 	if c.addRelease(rel) {
@@ -107,10 +115,24 @@ func (d *Drainer) releaseNow(r *rules.Rule, pol Policy, rels ...queue.Release) {
 // now is the local clock; the release's times are Redis's. ok is false when the claim was
 // lost during the delivery: then nothing is released (the key belongs to a newer claim), and
 // only an accepted delivery is acted on (its message deleted).
-func (d *Drainer) deliverHead(ctx context.Context, c *claimer, r *rules.Rule, cl queue.Claim, h *heldKey, now time.Time) (rel queue.Release, ok bool) {
+func (d *Drainer) deliverHead(ctx context.Context, c *claimer, r *rules.Rule, pol Policy, cl queue.Claim, h *heldKey, now time.Time) (rel queue.Release, ok bool) {
 	keep := queue.Release{Key: cl.Key, Mode: queue.Released}
 	rnow := c.toRedis(now)
-	p, err := d.cfg.Queues.Pop(ctx, r.Name, cl.Key)
+	var p queue.Popped
+	var err error
+	if f := h.flight; f != nil {
+		// Several deliveries of this key at once: take the message after the last one taken,
+		// and ask for the key's next slot at once, while this one is at the sink.
+		p, err = d.cfg.Queues.PopAfter(ctx, r.Name, cl.Key, f.after())
+		if err == nil || errors.Is(err, queue.ErrBadMessage) {
+			h.popped = true
+			if f.taken(p.Seq, d.stopping()) {
+				d.step(c, r, pol, h)
+			}
+		}
+	} else {
+		p, err = d.cfg.Queues.Pop(ctx, r.Name, cl.Key)
+	}
 	switch {
 	case errors.Is(err, queue.ErrEmpty):
 		return queue.Release{Key: cl.Key, Mode: queue.Emptied, At: cl.Slot}, true
@@ -166,7 +188,9 @@ func (d *Drainer) deliverHead(ctx context.Context, c *claimer, r *rules.Rule, cl
 		if h.delivery.CompareAndSwap(deliveryRunning, deliveryAbandoned) {
 			d.lose(r.Name, h)
 			c.workers <- struct{}{}
-			d.giveTokens(c, 1)
+			if !h.stepped {
+				d.giveTokens(c, 1)
+			}
 			log.get().Warn("sink ignored the delivery deadline: delivery abandoned, its worker freed; the key goes to the next claim once its lease runs out",
 				"deadline", sinkTimeout(r)+d.cfg.LeaseRenew)
 		}

@@ -95,6 +95,10 @@ type Delivery struct {
 	MaxAttempts int           // default 8
 	MinBackoff  time.Duration // default 1s
 	MaxBackoff  time.Duration // default 5m
+	// MaxInFlight is how many of one key's messages may be at the sink at once (default 1).
+	// Above 1 the key's messages still leave at its outflow, one per slot, but a slow sink
+	// no longer holds back the next slot; it needs ordering: relaxed.
+	MaxInFlight int
 }
 
 // Park is the policy for parked messages.

@@ -77,7 +77,7 @@ var (
 	queueFields     = []string{"capacity", "outflow", "total_outflow", "max_scheduled", "max_age"}
 	parkFields      = []string{"max_age"}
 	sinkFields      = []string{"url", "nats_subject", "timeout", "sign_keys"}
-	deliveryFields  = []string{"max_attempts", "min_backoff", "max_backoff"}
+	deliveryFields  = []string{"max_attempts", "min_backoff", "max_backoff", "max_in_flight"}
 	replacesFields  = []string{"name"}
 )
 
@@ -662,7 +662,7 @@ func (p *fileParser) behaviour(m map[string]*yaml.Node, field string, item *yaml
 	rule.Overflow = DefaultOverflow
 	rule.Park = Park{MaxAge: DefaultParkMaxAge}
 	rule.Sink = Sink{Timeout: DefaultSinkTimeout}
-	rule.Delivery = Delivery{MaxAttempts: DefaultMaxAttempts, MinBackoff: DefaultMinBackoff, MaxBackoff: DefaultMaxBackoff}
+	rule.Delivery = Delivery{MaxAttempts: DefaultMaxAttempts, MinBackoff: DefaultMinBackoff, MaxBackoff: DefaultMaxBackoff, MaxInFlight: 1}
 	rule.Ordering = DefaultOrdering
 
 	if !isRule {
@@ -719,6 +719,9 @@ func (p *fileParser) behaviour(m map[string]*yaml.Node, field string, item *yaml
 	}
 	if n, has := m["ordering"]; has && !hasSink {
 		p.errorf(n, f("ordering"), "only applies to a rule with a sink")
+	}
+	if rule.Delivery.MaxInFlight > 1 && rule.Ordering != OrderingRelaxed {
+		p.errorf(m["delivery"], f("delivery.max_in_flight"), "above 1 needs ordering: relaxed (with several deliveries of a key at once, a later message may arrive first); got %d with ordering: %s", rule.Delivery.MaxInFlight, rule.Ordering)
 	}
 	if rule.Queue != nil && !hasSink {
 		p.errorf(item, f("sink"), "required for a rule with a queue (where should the drainers deliver?)")
@@ -1129,6 +1132,15 @@ func (p *fileParser) delivery(n *yaml.Node, field string, d *Delivery) {
 	if v, has := m["max_backoff"]; has {
 		if b, ok := p.duration(v, joinField(field, "max_backoff")); ok {
 			d.MaxBackoff = b
+		}
+	}
+	if v, has := m["max_in_flight"]; has {
+		if a, ok := p.int64(v, joinField(field, "max_in_flight")); ok {
+			if a < 1 || a > 1000 {
+				p.errorf(v, joinField(field, "max_in_flight"), "must be between 1 and 1000 (got %d)", a)
+			} else {
+				d.MaxInFlight = int(a)
+			}
 		}
 	}
 	if d.MaxBackoff < d.MinBackoff {

@@ -42,7 +42,7 @@ descriptors:
 		Queue:    &Queue{Capacity: 1, Outflow: Rate{1, time.Second}, MaxScheduled: 1},
 		Overflow: OverflowReject, Park: Park{MaxAge: 24 * time.Hour},
 		Sink:     Sink{URL: "http://x/y", Timeout: 10 * time.Second},
-		Delivery: Delivery{MaxAttempts: 8, MinBackoff: time.Second, MaxBackoff: 5 * time.Minute},
+		Delivery: Delivery{MaxAttempts: 8, MinBackoff: time.Second, MaxBackoff: 5 * time.Minute, MaxInFlight: 1},
 		Ordering: OrderingStrict, File: "test.yaml", Line: 4, varying: []int{0},
 	}
 	if !reflect.DeepEqual(q, want) {
@@ -120,7 +120,7 @@ descriptors:
 		Queue:    &Queue{Capacity: 50, Outflow: Rate{1, 500 * time.Millisecond}, TotalOutflow: Rate{600, time.Minute}, MaxScheduled: 7},
 		Overflow: OverflowPark, Park: Park{MaxAge: 48 * time.Hour},
 		Sink:     Sink{NATSSubject: "sms.send", Timeout: 3 * time.Second},
-		Delivery: Delivery{MaxAttempts: 3, MinBackoff: 2 * time.Second, MaxBackoff: time.Minute},
+		Delivery: Delivery{MaxAttempts: 3, MinBackoff: 2 * time.Second, MaxBackoff: time.Minute, MaxInFlight: 1},
 		Ordering: OrderingRelaxed, File: "test.yaml", Line: 9, varying: []int{1},
 	}
 	if !reflect.DeepEqual(r, want) {
@@ -341,6 +341,10 @@ func TestParseErrors(t *testing.T) {
 		{"bad delivery", "domain: x\ndescriptors:\n  - key: a\n    " + q + "\n    sink: {url: 'http://h/'}\n    delivery: {max_attempts: 0, min_backoff: 1m, max_backoff: 1s}\n",
 			[]string{"f.yaml:6: descriptors[0].delivery.max_attempts: must be between 1 and 1000000 (got 0)",
 				"f.yaml:6: descriptors[0].delivery.max_backoff: must be ≥ min_backoff (1s < 1m0s)"}},
+		{"max_in_flight with strict ordering", "domain: x\ndescriptors:\n  - key: a\n    " + q + "\n    sink: {url: 'http://h/'}\n    delivery: {max_in_flight: 5}\n",
+			[]string{"f.yaml:6: descriptors[0].delivery.max_in_flight: above 1 needs ordering: relaxed (with several deliveries of a key at once, a later message may arrive first); got 5 with ordering: strict"}},
+		{"bad max_in_flight", "domain: x\ndescriptors:\n  - key: a\n    " + q + "\n    sink: {url: 'http://h/'}\n    ordering: relaxed\n    delivery: {max_in_flight: 0}\n",
+			[]string{"f.yaml:7: descriptors[0].delivery.max_in_flight: must be between 1 and 1000 (got 0)"}},
 		{"behaviour on plain descriptor", "domain: x\ndescriptors:\n  - key: a\n    name: foo\n    sink: {url: 'http://h/'}\n    descriptors:\n      - key: b\n        rate_limit: {unit: second, requests_per_unit: 1}\n",
 			[]string{"f.yaml:4: descriptors[0].name: only applies to a descriptor with rate_limit or queue",
 				"f.yaml:5: descriptors[0].sink: only applies to a descriptor with rate_limit or queue"}},
