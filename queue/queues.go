@@ -24,11 +24,29 @@ var (
 	ErrGone = errors.New("queue: message already deleted")
 	// ErrNoQueue: the rule's stream does not exist (Ensure was never called for it).
 	ErrNoQueue = errors.New("queue: no stream for rule")
+	// ErrRuleFull: the rule's stream holds its max_bytes; nothing was stored. One rule's
+	// flood fills its own stream, not the store every rule shares.
+	ErrRuleFull = errors.New("queue: the rule's queue stream is at its max_bytes")
+	// ErrStoreFull: the JetStream server has no room left under its max_store (the store
+	// every stream shares); nothing was stored. It clears once messages are delivered and
+	// deleted, or the store is given more room.
+	ErrStoreFull = errors.New("queue: the queue store (NATS JetStream) is out of space")
 )
 
-// jsErrMaxMsgsPerSubject is the API error code of "maximum messages per subject exceeded":
-// the server's atomic "queue full" with DiscardNewPerSubject. nats.go has no sentinel for it.
-const jsErrMaxMsgsPerSubject = 10077
+// JetStream API error codes nats.go has no sentinels for.
+const (
+	// jsErrStoreFailed: storing a message failed; its description says why ("maximum
+	// messages per subject exceeded" — the server's atomic "queue full" with
+	// DiscardNewPerSubject —, "maximum bytes exceeded", …).
+	jsErrStoreFailed = 10077
+	// jsErrInsufficientResources: the server's JetStream store (max_store) is full.
+	jsErrInsufficientResources = 10023
+	// jsErrStorageReservation: a stream's max_bytes cannot be reserved in the store.
+	jsErrStorageReservation = 10047
+)
+
+// DefaultMaxBytes is a queue stream's default byte limit (Config.MaxBytes).
+const DefaultMaxBytes = 1 << 30
 
 // DefaultDuplicates is the queue streams' default duplicate window.
 const DefaultDuplicates = 2 * time.Minute
@@ -49,6 +67,12 @@ type Config struct {
 	Duplicates time.Duration
 	// APIPrefix of the JetStream API (a JetStream domain changes it). Default "$JS.API.".
 	APIPrefix string
+	// MaxBytes bounds each rule's stream, unless the rule sets its own (queue.max_bytes):
+	// a flood of one rule is refused (ErrRuleFull) while the others keep admitting.
+	// JetStream reserves it in the server's store when the stream is created, so the sum
+	// over queue rules (with the retry and dead-letter streams) must fit the server's
+	// max_store. Default DefaultMaxBytes (1 GiB); -1 = no limit of its own.
+	MaxBytes int64
 }
 
 // WithDefaults returns c with every unset field set to its default.
@@ -68,6 +92,9 @@ func (c Config) WithDefaults() Config {
 	if c.APIPrefix == "" {
 		c.APIPrefix = "$JS.API."
 	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultMaxBytes
+	}
 	return c
 }
 
@@ -82,6 +109,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("queue: SubjectPrefix %q must be one token of [A-Za-z0-9_-]", c.SubjectPrefix)
 	case RuleToken(c.StreamPrefix) != c.StreamPrefix:
 		return fmt.Errorf("queue: StreamPrefix %q must be of [A-Za-z0-9_-]", c.StreamPrefix)
+	case c.MaxBytes < -1:
+		return fmt.Errorf("queue: MaxBytes must be positive or -1 (no limit), got %d", c.MaxBytes)
 	}
 	return nil
 }
@@ -122,7 +151,8 @@ func (q *Queues) ruleSubjects(rule string) string {
 	return q.cfg.SubjectPrefix + "." + RuleToken(rule) + ".*"
 }
 
-// StreamConfig is the stream configuration of rule with the given capacity per key.
+// StreamConfig is the stream configuration of rule with the given capacity per key and
+// the default byte limit (Config.MaxBytes).
 //
 // WorkQueuePolicy: a message lives until the drainer deletes it. DiscardNew together with
 // DiscardNewPerSubject rejects the (capacity+1)-th message of a key with error 10077;
@@ -130,6 +160,20 @@ func (q *Queues) ruleSubjects(rule string) string {
 // FileStorage: memory storage degrades to ~100 pops/s when many keys interleave.
 // AllowDirect: GET /v1/messages/{id} finds a message in its key's subject (Find).
 func (q *Queues) StreamConfig(rule string, capacity int64) jetstream.StreamConfig {
+	return q.streamConfig(rule, Limits{Capacity: capacity})
+}
+
+// Limits are one rule's stream limits.
+type Limits struct {
+	Capacity int64 // messages per key (required)
+	MaxBytes int64 // bytes of the whole stream; 0 = Config.MaxBytes, -1 = none
+}
+
+func (q *Queues) streamConfig(rule string, l Limits) jetstream.StreamConfig {
+	maxBytes := l.MaxBytes
+	if maxBytes == 0 {
+		maxBytes = q.cfg.MaxBytes
+	}
 	return jetstream.StreamConfig{
 		Name:                 q.StreamName(rule),
 		Description:          "sluice queue of rule " + rule,
@@ -137,9 +181,9 @@ func (q *Queues) StreamConfig(rule string, capacity int64) jetstream.StreamConfi
 		Retention:            jetstream.WorkQueuePolicy,
 		Discard:              jetstream.DiscardNew,
 		DiscardNewPerSubject: true,
-		MaxMsgsPerSubject:    capacity,
+		MaxMsgsPerSubject:    l.Capacity,
 		MaxMsgs:              -1,
-		MaxBytes:             -1,
+		MaxBytes:             maxBytes, // DiscardNew: a full stream refuses (ErrRuleFull), drops nothing
 		Storage:              jetstream.FileStorage,
 		Replicas:             q.cfg.Replicas,
 		Duplicates:           q.cfg.Duplicates,
@@ -151,11 +195,22 @@ func (q *Queues) StreamConfig(rule string, capacity int64) jetstream.StreamConfi
 // takes effect at once for every ingress). Lowering the capacity does not remove messages
 // already queued; a key above the new capacity just accepts nothing until it drains.
 func (q *Queues) Ensure(ctx context.Context, rule string, capacity int64) error {
-	if capacity <= 0 {
-		return fmt.Errorf("queue: rule %q: capacity must be positive, got %d", rule, capacity)
+	return q.EnsureLimits(ctx, rule, Limits{Capacity: capacity})
+}
+
+// EnsureLimits is Ensure with the rule's own byte limit. A limit the server's store cannot
+// reserve is refused with an error that says what to change.
+func (q *Queues) EnsureLimits(ctx context.Context, rule string, l Limits) error {
+	if l.Capacity <= 0 {
+		return fmt.Errorf("queue: rule %q: capacity must be positive, got %d", rule, l.Capacity)
 	}
-	s, err := q.js.CreateOrUpdateStream(ctx, q.StreamConfig(rule, capacity))
+	cfg := q.streamConfig(rule, l)
+	s, err := q.js.CreateOrUpdateStream(ctx, cfg)
 	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jsErrStorageReservation || apiErr.ErrorCode == jsErrInsufficientResources) {
+			return fmt.Errorf("queue: the queue store cannot reserve %d bytes for rule %q's stream (%w): lower the rule's queue.max_bytes or the ingress's -queue-max-bytes, or give the NATS server's JetStream a larger max_store", cfg.MaxBytes, rule, err)
+		}
 		return fmt.Errorf("queue: ensure stream for rule %q: %w", rule, err)
 	}
 	q.mu.Lock()

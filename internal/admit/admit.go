@@ -34,6 +34,11 @@ import (
 // leader election, retry stream full). The caller answers 503 with Retry-After.
 var ErrUnavailable = errors.New("admit: cannot store the message now")
 
+// ErrStoreFull means the queue store (the JetStream server's max_store) has no room: the
+// server refused at once. The caller answers 503 with the cause; it clears as messages are
+// delivered, or when the store is given room.
+var ErrStoreFull = errors.New("admit: the queue store is out of space")
+
 // Decision is what happened to a message.
 type Decision string
 
@@ -50,6 +55,8 @@ const (
 const (
 	ReasonQueueFull = "queue-full"
 	ReasonLimit     = "rate-limit"
+	// ReasonRuleFull: the rule's whole queue holds its max_bytes (one rule's flood).
+	ReasonRuleFull = "rule-full"
 )
 
 // Result is the outcome of one admission, with everything the response headers need.
@@ -255,6 +262,26 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		res, err := a.refuse(ctx, r, m, o, out, now.Add(drain), allowPark)
 		res.Claimed = claimed
 		return res, err
+	}
+	if errors.Is(err, queue.ErrRuleFull) {
+		// The rule's stream is at its max_bytes: no key of this rule can be stored until its
+		// messages drain; other rules are untouched. One message leaves every interval.
+		every := outflow.Every()
+		if r.Queue.TotalOutflow.Requests > 0 {
+			every = min(every, r.Queue.TotalOutflow.Interval/time.Duration(r.Queue.TotalOutflow.Requests))
+		}
+		out := Result{
+			Reason: ReasonRuleFull, Depth: max(depth, 1), Capacity: capacity,
+			Policy: r.Name, Limit: capacity, Remaining: 0,
+			Reset: every, Window: every, RetryAfter: max(every, time.Second),
+			Violated: []string{r.Name},
+		}
+		res, err := a.refuse(ctx, r, m, o, out, now.Add(out.RetryAfter), allowPark)
+		res.Claimed = claimed
+		return res, err
+	}
+	if errors.Is(err, queue.ErrStoreFull) {
+		return Result{}, fmt.Errorf("%w: %v", ErrStoreFull, err)
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrUnavailable, err)

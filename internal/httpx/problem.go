@@ -41,6 +41,8 @@ const (
 	TypeTooLarge       = ProblemBase + "#payload-too-large"
 	TypeQuotaExceeded  = ProblemBase + "#quota-exceeded"
 	TypeUnavailable    = ProblemBase + "#unavailable"
+	// TypeStoreFull: the queue store (NATS JetStream) has no room left; 503, at once.
+	TypeStoreFull = ProblemBase + "#store-full"
 	TypeNotFound       = ProblemBase + "#not-found"
 	TypeUnauthorized   = ProblemBase + "#unauthorized"
 	TypeInternal       = ProblemBase + "#internal"

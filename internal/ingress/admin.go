@@ -321,7 +321,7 @@ func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
 	}
 	// A capacity change is a stream update, effective at once for every ingress.
 	eff, _ := overrides.Effective(rule, o)
-	if err := a.Queues.Ensure(ctx, rule.Name, eff.Queue.Capacity); err != nil {
+	if err := a.Queues.EnsureLimits(ctx, rule.Name, queue.Limits{Capacity: eff.Queue.Capacity, MaxBytes: eff.Queue.MaxBytes}); err != nil {
 		a.Logger.Error("admin: capacity not applied to the stream", "rule", rule.Name, "err", err)
 		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
 			Detail: "the override is stored but the stream could not be updated: " + err.Error(), RetryAfter: 1})

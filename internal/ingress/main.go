@@ -434,7 +434,10 @@ func (m *Main) Close() {
 // ensureStreams creates or updates the stream of every queue rule at its effective capacity.
 func ensureStreams(ctx context.Context, q *queue.Queues, set *rules.Set, effective func(*rules.Rule) *rules.Rule) error {
 	for _, r := range set.QueueRules() {
-		err := app.Retry(ctx, func(ctx context.Context) error { return q.Ensure(ctx, r.Name, effective(r).Queue.Capacity) })
+		eq := effective(r).Queue
+		err := app.Retry(ctx, func(ctx context.Context) error {
+			return q.EnsureLimits(ctx, r.Name, queue.Limits{Capacity: eq.Capacity, MaxBytes: eq.MaxBytes})
+		})
 		if err != nil {
 			return fmt.Errorf("ingress: %w", err)
 		}

@@ -33,6 +33,8 @@ type Server struct {
 	bufs    sync.Pool
 	refused refusals
 	envoy   *envoyState // envoy parity options (envoy.go)
+	// storeFull: when the queue store last refused a message for lack of room (storefull.go).
+	storeFull storeFull
 }
 
 // refusals counts this process's 429s per rule between two flushes to Redis (see
@@ -143,6 +145,7 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registry), mux: http.NewServeMux()}
 	s.envoy = newEnvoyState(cfg.Envoy, cfg.Registry)
+	s.registerStoreFull(cfg.Registry)
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	s.route("POST /v1/messages", s.submitAuth(s.handleSubmit))
 	s.route("GET /v1/messages/{id}", s.handleStatus)
@@ -465,5 +468,10 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.Header().Set("Content-Type", "text/plain")
+	if s.storeFull.active(s.cfg.Now()) {
+		// Still ready (see storeFull): the body says why submits get 503 #store-full.
+		io.WriteString(w, "ready; the queue store is full (submits answer 503 #store-full)\n")
+		return
+	}
 	io.WriteString(w, "ready\n")
 }

@@ -113,6 +113,10 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 		// The idempotency key stays claimed: a publish that timed out may still have been
 		// stored, and a retry under the same key re-admits under the same message id, which
 		// the stream's duplicate window then recognises.
+		if errors.Is(err, admit.ErrStoreFull) {
+			s.cfg.Logger.Warn("ingress: message not stored: the queue store is full", "rule", rule.Name, "err", err)
+			return s.storeFullOutcome(rule.Name)
+		}
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionError).Inc()
 		if errors.Is(err, admit.ErrUnavailable) {
 			s.cfg.Logger.Warn("ingress: message not stored", "rule", rule.Name, "key", match.Key, "err", err)
@@ -132,8 +136,11 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
 		s.refused.add(rule.Name)
 		detail := "the queue of this key is full"
-		if res.Reason == admit.ReasonLimit {
+		switch res.Reason {
+		case admit.ReasonLimit:
 			detail = "the admission limit of this key is exhausted"
+		case admit.ReasonRuleFull:
+			detail = "the queue of this rule is full (its max_bytes): no key of it is admitted until its messages drain"
 		}
 		o := problemOutcome(httpx.Problem{Type: httpx.TypeQuotaExceeded, Status: http.StatusTooManyRequests,
 			Title: "Quota exceeded", Detail: detail, ViolatedPolicies: res.Violated,

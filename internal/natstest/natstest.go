@@ -87,10 +87,16 @@ var nameSeq atomic.Int64
 // Start starts a single JetStream server for one test; it is shut down when the test ends.
 func Start(tb testing.TB) *Node { return StartTLS(tb, nil) }
 
+// StartWith is Start with the server's options changed by opt first (e.g. a small
+// JetStreamMaxStore, to fill the store).
+func StartWith(tb testing.TB, opt func(*server.Options)) *Node { return start(tb, nil, opt) }
+
 // StartTLS starts a single JetStream server that requires TLS with tc (its Certificates;
 // with ClientCAs and ClientAuth set, client certificates too); URL is then tls://. A nil
 // tc is Start.
-func StartTLS(tb testing.TB, tc *tls.Config) *Node {
+func StartTLS(tb testing.TB, tc *tls.Config) *Node { return start(tb, tc, nil) }
+
+func start(tb testing.TB, tc *tls.Config, opt func(*server.Options)) *Node {
 	tb.Helper()
 	port, err := freePort()
 	if err != nil {
@@ -109,6 +115,9 @@ func StartTLS(tb testing.TB, tc *tls.Config) *Node {
 		n.opts.TLS, n.opts.TLSConfig = true, tc
 		n.opts.TLSVerify = tc.ClientAuth == tls.RequireAndVerifyClientCert
 		n.opts.TLSTimeout = 5
+	}
+	if opt != nil {
+		opt(&n.opts)
 	}
 	if err := n.Restart(); err != nil {
 		tb.Fatal(err)

@@ -77,6 +77,10 @@ type Queue struct {
 	// MaxScheduled bounds the messages of one key waiting for a later delivery time
 	// (deliver_at / delay); more are refused (429) at submit. Default Capacity.
 	MaxScheduled int64
+	// MaxBytes bounds the rule's whole queue (its stream): a flood of this rule is refused
+	// (or parked) once it holds that much, while other rules keep admitting. 0 = the
+	// ingress's -queue-max-bytes (default 1 GiB).
+	MaxBytes int64
 }
 
 // Sink is where drainers deliver. Exactly one of URL and NATSSubject is set.

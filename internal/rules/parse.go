@@ -74,7 +74,7 @@ var (
 	}
 	listLimitFields = []string{"unit", "interval", "requests_per_unit", "name", "algorithm", "burst", "unit_multiplier", "time_zone"}
 	rateFields      = []string{"unit", "interval", "requests_per_unit"}
-	queueFields     = []string{"capacity", "outflow", "total_outflow", "max_scheduled", "max_age"}
+	queueFields     = []string{"capacity", "outflow", "total_outflow", "max_scheduled", "max_age", "max_bytes"}
 	parkFields      = []string{"max_age"}
 	sinkFields      = []string{"url", "nats_subject", "timeout", "sign_keys"}
 	deliveryFields  = []string{"max_attempts", "min_backoff", "max_backoff", "max_in_flight"}
@@ -1020,6 +1020,14 @@ func (p *fileParser) queue(n *yaml.Node, field string) *Queue {
 				p.errorf(v, joinField(field, "max_age"), "must be a positive duration (got %s)", d)
 			}
 			q.MaxAge = d
+		}
+	}
+	if v, has := m["max_bytes"]; has {
+		if b, ok := p.byteSize(v, joinField(field, "max_bytes")); ok {
+			if b < 1<<20 {
+				p.errorf(v, joinField(field, "max_bytes"), "must be at least 1MiB (got %d bytes)", b)
+			}
+			q.MaxBytes = b
 		}
 	}
 	q.MaxScheduled = q.Capacity // default: as many waiting for their time as waiting in the queue
