@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/rules"
@@ -30,8 +32,17 @@ type DeadConfig struct {
 	// MaxAge is how long a dead letter is kept before the server deletes it. Default 14
 	// days: long enough to notice over a holiday and replay.
 	MaxAge time.Duration
-	// MaxBytes bounds the stream; when reached, the oldest dead letters go first. Default 4 GiB.
+	// MaxBytes bounds the stream. When it is reached, a new dead letter is refused
+	// (ErrDeadFull: the drainer keeps the message where it is, its key waits, and
+	// sluice_dead_letters_refused_total counts it) unless DropOldest. Default 4 GiB.
 	MaxBytes int64
+	// DropOldest makes room for a new dead letter by deleting the oldest ones when the
+	// stream is full, each counted in sluice_dead_letters_dropped_total. Default false:
+	// no dead letter disappears unseen.
+	DropOldest bool
+	// Registerer registers sluice_dead_letters_refused_total{rule} and
+	// sluice_dead_letters_dropped_total. Default: none (counted, not exported).
+	Registerer prometheus.Registerer
 	// Rules looks a rule up by name for Replay. Required for Replay only.
 	Rules func(name string) *rules.Rule
 	// APIPrefix of the JetStream API. Default "$JS.API.".
@@ -89,6 +100,10 @@ type DeadLetter struct {
 	DeadAt  time.Time
 }
 
+// ErrDeadFull: the dead-letter stream is at its MaxBytes and DropOldest is off; nothing
+// was stored and nothing was dropped.
+var ErrDeadFull = errors.New("retry: the dead letters are full")
+
 // DeadLetters is the one place for messages that ran out of delivery attempts, were
 // refused by the sink, or outlived park.max_age. It implements drain.DeadLetters and the
 // admin API's list, get and replay. Safe for concurrent use.
@@ -96,7 +111,9 @@ type DeadLetters struct {
 	js  jetstream.JetStream
 	cfg DeadConfig
 
-	stream streamHandle
+	stream  streamHandle
+	refused *prometheus.CounterVec
+	dropped prometheus.Counter
 }
 
 // NewDeadLetters returns the dead letters on js. Call Ensure once (any process may) before use.
@@ -105,7 +122,27 @@ func NewDeadLetters(js jetstream.JetStream, cfg DeadConfig) (*DeadLetters, error
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &DeadLetters{js: js, cfg: cfg}, nil
+	d := &DeadLetters{js: js, cfg: cfg,
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_dead_letters_refused_total",
+			Help: "Dead letters the full dead-letter stream refused, by rule: each message stayed in its key's queue (the key waits) and is offered again later.",
+		}, []string{"rule"}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_dead_letters_dropped_total",
+			Help: "Oldest dead letters deleted to make room for new ones (only with the drop-oldest policy).",
+		}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{d.refused, d.dropped} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				var are prometheus.AlreadyRegisteredError
+				if !errors.As(err, &are) {
+					return nil, err
+				}
+			}
+		}
+	}
+	return d, nil
 }
 
 var _ drain.DeadLetters = (*DeadLetters)(nil)
@@ -117,7 +154,7 @@ func (d *DeadLetters) StreamConfig() jetstream.StreamConfig {
 		Description: "sluice dead letters",
 		Subjects:    []string{d.subject(">")},
 		Retention:   jetstream.LimitsPolicy,
-		Discard:     jetstream.DiscardOld,
+		Discard:     jetstream.DiscardNew, // full: refused (or the oldest deleted and counted, DropOldest)
 		Storage:     jetstream.FileStorage,
 		Replicas:    d.cfg.Replicas,
 		MaxAge:      d.cfg.MaxAge,
@@ -166,10 +203,55 @@ func (d *DeadLetters) Dead(ctx context.Context, rule *rules.Rule, m queue.Messag
 	msg.Header.Set(HeaderDeadReason, escapeHeader(reason))
 	msg.Header.Set(HeaderDeadAt, d.cfg.Now().UTC().Format(time.RFC3339Nano))
 	msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	if _, err := d.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(d.cfg.Stream)); err != nil {
-		return fmt.Errorf("retry: dead letter %s of rule %q: %w", m.ID, m.Rule, err)
+	for dropped := 0; ; dropped++ {
+		_, err := d.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(d.cfg.Stream))
+		if err == nil {
+			return nil
+		}
+		if !streamFull(err) {
+			return fmt.Errorf("retry: dead letter %s of rule %q: %w", m.ID, m.Rule, err)
+		}
+		if !d.cfg.DropOldest || dropped == 64 {
+			d.refused.WithLabelValues(m.Rule).Inc()
+			return fmt.Errorf("%w: dead letter %s of rule %q not stored (the stream holds its %d bytes): %v", ErrDeadFull, m.ID, m.Rule, d.cfg.MaxBytes, err)
+		}
+		if err := d.dropOldest(ctx); err != nil {
+			return fmt.Errorf("retry: make room for dead letter %s of rule %q: %w", m.ID, m.Rule, err)
+		}
 	}
-	return nil
+}
+
+// dropOldest deletes the oldest dead letter (DropOldest) and counts it. Two drainers may
+// drop at once: each counts only the deletion it made.
+func (d *DeadLetters) dropOldest(ctx context.Context) error {
+	st, err := d.handle(ctx)
+	if err != nil {
+		return err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if info.State.Msgs == 0 {
+		return errors.New("the stream is empty and still refuses")
+	}
+	err = st.DeleteMsg(ctx, info.State.FirstSeq)
+	switch {
+	case err == nil:
+		d.dropped.Inc()
+		return nil
+	case errors.Is(err, jetstream.ErrMsgNotFound), errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful):
+		return nil // another process dropped it first
+	}
+	return err
+}
+
+// streamFull reports the server's refusal of a message by a DiscardNew stream at its
+// MaxBytes or MaxMsgs (JetStream error 10077, whose description says which).
+func streamFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10077 &&
+		(strings.Contains(apiErr.Description, "maximum bytes") || strings.Contains(apiErr.Description, "maximum messages"))
 }
 
 // List returns up to limit dead letters of rule ("" = all rules) with a stream sequence
