@@ -228,23 +228,38 @@ func TestTwoReadmittersIdempotent(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	rule := e.rules.add(parkRule("r", time.Hour))
-	var slow atomic.Int32
+	ctx := context.Background()
+	const n = 40
+	ids := map[string]bool{}
+	var msgs []queue.Message
+	for i := range n {
+		m := newMessage(rule.Name, string(rune('a'+i%26)))
+		ids[m.ID] = true
+		msgs = append(msgs, m)
+	}
+	// The first admission of one message hangs until that message is delivered again (to
+	// either re-admitter) after AckWait: the redelivery is forced, not left to timing.
+	target := msgs[7].ID
+	var targetCalls atomic.Int32
+	redelivered := make(chan struct{})
 	q := newFakeQueue(func(call int, m queue.Message) (AdmitResult, error) {
-		if slow.Add(1) <= 3 { // the first few calls outlast AckWait: redelivered elsewhere
-			time.Sleep(1500 * time.Millisecond)
+		if m.ID == target {
+			switch targetCalls.Add(1) {
+			case 1:
+				select {
+				case <-redelivered:
+				case <-time.After(15 * time.Second):
+				}
+			case 2:
+				close(redelivered)
+			}
 		}
 		return AdmitResult{Outcome: Admitted}, nil
 	})
 	mod := func(c *ReadmitterConfig) { c.AckWait = time.Second; c.Workers = 4 }
 	startReadmitter(t, e, q.Admit, mod)
 	startReadmitter(t, e, q.Admit, mod)
-
-	ctx := context.Background()
-	const n = 40
-	ids := map[string]bool{}
-	for i := range n {
-		m := newMessage(rule.Name, string(rune('a'+i%26)))
-		ids[m.ID] = true
+	for _, m := range msgs {
 		if _, err := e.store.Park(ctx, rule, m, time.Now().Add(time.Second)); err != nil {
 			t.Fatal(err)
 		}
@@ -253,14 +268,19 @@ func TestTwoReadmittersIdempotent(t *testing.T) {
 		_, adm := q.snapshot()
 		return len(adm) == n && streamMsgs(t, e) == 0
 	})
+	select {
+	case <-redelivered:
+	default:
+		t.Fatalf("message %s was not delivered again while its first admission hung past AckWait", target)
+	}
 	calls, adm := q.snapshot()
 	for id := range adm {
 		if !ids[id] {
 			t.Errorf("admitted unknown msgID %q", id)
 		}
 	}
-	if len(calls) <= n {
-		t.Logf("no redelivery happened (%d calls for %d messages); idempotence untested this run", len(calls), n)
+	if len(adm) != n {
+		t.Errorf("%d distinct admissions of %d messages", len(adm), n)
 	}
 	for _, c := range calls {
 		if c.msgID != c.m.ID {
