@@ -242,6 +242,9 @@ type verdict struct {
 	ForeignDuplicates                             int // one message delivered under two ids (different Idempotency-Key)
 	Unacked                                       int // delivered although never acknowledged (in flight at a crash)
 	Missing                                       []string
+	// MaxPerSecond is the most deliveries of one key the sink saw within any 1 s window,
+	// every attempt and redelivery included ("never more", measured as such).
+	MaxPerSecond int
 }
 
 // verify waits (up to timeout) until every acknowledged message was accepted by the sink,
