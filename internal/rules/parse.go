@@ -42,18 +42,6 @@ const (
 // values and in admin URL path segments; this alphabet needs no escaping in any of them.
 var validName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
-// units are envoy's rate-limit units (case-insensitive, as envoy upper-cases them),
-// with envoy's fixed lengths for month (30 days) and year (365 days).
-var units = map[string]time.Duration{
-	"second": time.Second,
-	"minute": time.Minute,
-	"hour":   time.Hour,
-	"day":    24 * time.Hour,
-	"week":   7 * 24 * time.Hour,
-	"month":  30 * 24 * time.Hour,
-	"year":   365 * 24 * time.Hour,
-}
-
 var algorithms = map[Algorithm]bool{
 	TokenBucket: true, LeakyBucket: true, FixedWindow: true,
 	SlidingWindowLog: true, SlidingWindowCounter: true,
@@ -927,7 +915,7 @@ func (p *fileParser) rate(m map[string]*yaml.Node, field string, at *yaml.Node, 
 		ok = false
 	case hasUnit:
 		s, sok := p.str(unitNode, joinField(field, "unit"))
-		d, known := units[strings.ToLower(s)]
+		d, known := UnitDuration(s)
 		if sok && !known {
 			p.errorf(unitNode, joinField(field, "unit"), "must be second, minute, hour, day, week, month or year (got %q); or use interval: <duration>", s)
 		}
