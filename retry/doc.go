@@ -2,7 +2,7 @@
 // queue, delivery retries of `ordering: relaxed` rules, the re-admitter that puts both back
 // into their queues when their time comes, and the dead letters.
 //
-// # Streams and subjects (DESIGN.md "Retry / park queue")
+// # Streams and subjects (docs/design.md "Parking, re-admission and scheduling")
 //
 // The retry stream (Config.Stream, default SLUICE_RETRY) is separate from the per-rule
 // queue streams because scheduling cannot be combined with DiscardNew. It has
