@@ -44,6 +44,14 @@
 //   - Nothing in these streams carries a Nats-Msg-Id of the message id: the duplicate
 //     window would swallow a re-park or a second dead letter of the same id.
 //
+// # Using it outside sluice
+//
+// The API is made of this package's own types and queue.Message: a Rule says what the
+// retry queue needs of a rule (its name, ParkMaxAge, Relaxed ordering), a RuleLookup finds
+// one by name (Rules builds one from a fixed list), and an AdmitFunc puts a fired message
+// back wherever the program keeps its work. Store.Park, Schedule and ScheduleRetry take the
+// rule's name. The package example runs the whole loop on an embedded NATS server.
+//
 // # Concurrency, zero values, defaults
 //
 // Store, DeadLetters, Readmitter and Collector are safe for concurrent use; build them

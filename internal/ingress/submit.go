@@ -210,7 +210,7 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 			Detail: "this key has " + strconv.FormatUint(n, 10) + " messages scheduled, its rule's max_scheduled; " +
 				"they leave at their own times", ViolatedPolicies: []string{rule.Name}, RetryAfter: 60})
 	}
-	fire, err := park.Schedule(ctx, rule, msg, at)
+	fire, err := park.Schedule(ctx, rule.Name, msg, at)
 	if err != nil {
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionError).Inc()
 		if errors.Is(err, retry.ErrFull) {
