@@ -399,7 +399,8 @@ func TestProblemTypes(t *testing.T) {
 	doc := load(t)
 	enum, _ := get(doc, "components", "schemas", "ProblemType", "enum").([]any)
 	for _, typ := range []string{httpx.TypeInvalidRequest, httpx.TypeNoRule, httpx.TypeTooLarge, httpx.TypeQuotaExceeded,
-		httpx.TypeUnavailable, httpx.TypeNotFound, httpx.TypeUnauthorized, httpx.TypeInternal} {
+		httpx.TypeUnavailable, httpx.TypeNotFound, httpx.TypeUnauthorized, httpx.TypeInternal, httpx.TypeNeverSeen,
+		httpx.TypeNotTracked, httpx.TypeNotCancellable, httpx.TypeForbidden} {
 		if !slices.Contains(enum, any(typ)) {
 			t.Errorf("problem type %s is not documented", typ)
 		}
