@@ -359,3 +359,36 @@ func TestStandsAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// codeWords are the words inside the page's code spans (`…`): field names as the page
+// shows them, in a table cell or a JSON sketch such as `{"id","state"}`.
+func codeWords(md string) map[string]bool {
+	out := map[string]bool{}
+	md = regexp.MustCompile("(?ms)^```.*?^```").ReplaceAllString(md, "") // fenced blocks are not spans
+	for _, span := range regexp.MustCompile("`[^`]+`").FindAllString(md, -1) {
+		for _, w := range regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_-]*`).FindAllString(span, -1) {
+			out[w] = true
+		}
+	}
+	return out
+}
+
+// Every field of the answers openapi.yaml describes is named on http-api.md.
+func TestResponseFields(t *testing.T) {
+	t.Parallel()
+	doc := openapi(t)
+	words := codeWords(read(t, "http-api.md"))
+	for _, schema := range []string{"Submission", "MessageStatus", "Queue", "QueueKey", "QueuePatch", "DeadMessage",
+		"DeadList", "AuditRecord", "AuditList", "CheckResponse", "DescriptorStatus", "CurrentLimit", "BatchAnswer", "Problem"} {
+		props, ok := get(doc, "components", "schemas", schema, "properties").(map[string]any)
+		if !ok {
+			t.Errorf("api/openapi.yaml has no schema %s with properties", schema)
+			continue
+		}
+		for name := range props {
+			if !words[name] {
+				t.Errorf("field %s of %s (api/openapi.yaml) is not named in docs/http-api.md", name, schema)
+			}
+		}
+	}
+}
