@@ -24,7 +24,7 @@ import (
 	"github.com/sluice-io/sluice/retry"
 )
 
-// Admin serves /v1/admin/ (API.md "Operations"). The Server wraps it in bearer-token
+// Admin serves /v1/admin/ (docs/http-api.md "Admin"). The Server wraps it in bearer-token
 // authentication. Overrides are written to the NATS KV bucket of internal/overrides, whose
 // watchers push them to every drainer (and ingress) within milliseconds.
 type Admin struct {

@@ -21,7 +21,7 @@ import (
 
 // Limits on what a request may carry.
 const (
-	MaxKeyBytes            = 256 // a descriptor value (the key), API.md
+	MaxKeyBytes            = 256 // a descriptor value (the key), docs/http-api.md "Conventions"
 	MaxDomainBytes         = 256
 	MaxDescriptorEntries   = 16
 	MaxIdempotencyKeyBytes = 256

@@ -1,4 +1,4 @@
-// Package ingress is sluice's front door: the HTTP API of API.md (submit, status, check,
+// Package ingress is sluice's front door: the HTTP API of docs/http-api.md (submit, status, check,
 // health, metrics, admin) and the ingress process that serves it (Main).
 package ingress
 
