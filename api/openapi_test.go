@@ -253,8 +253,9 @@ func TestRefsResolveAndComponentsAreUsed(t *testing.T) {
 	}
 }
 
-// The operations of API.md and the ingress (its purge endpoints are not in API.md yet), no
-// more and no fewer; internal/ingress/routes_test.go checks them against the server.
+// The operations of docs/http-api.md and the ingress, no more and no fewer;
+// internal/ingress/routes_test.go checks them against the server, docs/docs_test.go against
+// the page.
 var documented = []api.Route{
 	{Method: "POST", Path: "/v1/messages", OperationID: "submitMessage"},
 	{Method: "GET", Path: "/v1/messages/{id}", OperationID: "getMessage"},
@@ -344,7 +345,7 @@ func headersOf(t *testing.T, r obj) []string {
 	return hs
 }
 
-// The submit table of API.md: every outcome, with its headers.
+// The submit table of docs/http-api.md: every outcome, with its headers.
 func TestSubmitTable(t *testing.T) {
 	t.Parallel()
 	doc := load(t)
@@ -398,7 +399,8 @@ func TestProblemTypes(t *testing.T) {
 	doc := load(t)
 	enum, _ := get(doc, "components", "schemas", "ProblemType", "enum").([]any)
 	for _, typ := range []string{httpx.TypeInvalidRequest, httpx.TypeNoRule, httpx.TypeTooLarge, httpx.TypeQuotaExceeded,
-		httpx.TypeUnavailable, httpx.TypeNotFound, httpx.TypeUnauthorized, httpx.TypeInternal} {
+		httpx.TypeUnavailable, httpx.TypeNotFound, httpx.TypeUnauthorized, httpx.TypeInternal, httpx.TypeNeverSeen,
+		httpx.TypeNotTracked, httpx.TypeNotCancellable, httpx.TypeForbidden} {
 		if !slices.Contains(enum, any(typ)) {
 			t.Errorf("problem type %s is not documented", typ)
 		}
@@ -411,7 +413,7 @@ func TestProblemTypes(t *testing.T) {
 	}
 }
 
-// The sink delivery contract is documented as a webhook with every header of API.md.
+// The sink delivery contract is documented as a webhook with every header of docs/delivery.md.
 func TestSinkWebhook(t *testing.T) {
 	t.Parallel()
 	doc := load(t)
@@ -433,7 +435,7 @@ func TestSinkWebhook(t *testing.T) {
 	}
 }
 
-// The admin response shapes carry the fields API.md names.
+// The admin response shapes carry the fields docs/http-api.md names.
 func TestAdminShapes(t *testing.T) {
 	t.Parallel()
 	doc := load(t)

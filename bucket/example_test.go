@@ -35,7 +35,7 @@ func ExampleNewMemory() {
 	// +3s allowed=false by "per-minute" remaining=0 retry=57.001s
 }
 
-// The response headers of API.md from a Result.
+// The rate-limit headers (docs/http-api.md "Rate-limit headers") from a Result.
 func ExampleResult_Decision() {
 	store := bucket.NewMemory(bucket.MemoryConfig{})
 	limits := []bucket.Limit{{Rate: 5, Interval: time.Minute, Name: "login"}} // fixed window

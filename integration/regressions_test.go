@@ -43,7 +43,7 @@ func TestIdempotentAdmissionFastWhileRedisDown(t *testing.T) {
 	}
 }
 
-// API.md: the same idempotency_key again answers 200 with the original, also when the
+// docs/http-api.md (POST /v1/messages): the same idempotency_key again answers 200 with the original, also when the
 // repeats arrive at once over both ingresses (found by this suite: repeats that arrived
 // before the first request's status was written answered 202; fixed in f6c9dc5).
 func TestConcurrentIdempotentRepeatsAnswer200(t *testing.T) {

@@ -318,7 +318,7 @@ descriptors:
 	}
 }
 
-// Every metric name of API.md is exposed by a process that admits and drains.
+// Every metric name of docs/metrics.md is exposed by a process that admits and drains.
 func TestMetricsExposeEveryNameOfTheContract(t *testing.T) {
 	t.Parallel()
 	s := startSystem(t, `

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// MaxKeyBytes is the longest key sluice accepts (API.md: any UTF-8 string up to 256 bytes).
+// MaxKeyBytes is the longest key sluice accepts (docs/http-api.md "Conventions": any UTF-8 string up to 256 bytes).
 const MaxKeyBytes = 256
 
 // ErrBadKey is returned for a key longer than MaxKeyBytes or not valid UTF-8.

@@ -9,7 +9,7 @@ import "time"
 // reaches the sink byte-for-byte.
 type Message struct {
 	ID         string    // uuid v7; also the Nats-Msg-Id and the sink's Idempotency-Key
-	Rule       string    // rule name (rules.Rule.Name)
+	Rule       string    // the rule's name
 	Key        string    // the key as submitted (any UTF-8, ≤ 256 bytes)
 	Payload    []byte    // JSON value exactly as submitted
 	CreatedAt  time.Time // first admission (Sluice-Enqueued-At at the sink)

@@ -11,13 +11,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-io/sluice/internal/drain"
-	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/queue"
 )
 
 // Dead-letter reasons set by this package (the drainer and the sink give their own).
 const (
 	ReasonRuleRemoved = "rule removed"
+	// ReasonExpired: the message was still parked or scheduled past its expiry (ttl,
+	// expires_at, the rule's queue.max_age). Drainers use the same reason for one they
+	// find expired at its key's head.
+	ReasonExpired = drain.ReasonExpired
 )
 
 // DeadConfig configures the dead letters. The zero value is valid.
@@ -44,7 +47,7 @@ type DeadConfig struct {
 	// sluice_dead_letters_dropped_total. Default: none (counted, not exported).
 	Registerer prometheus.Registerer
 	// Rules looks a rule up by name for Replay. Required for Replay only.
-	Rules func(name string) *rules.Rule
+	Rules RuleLookup
 	// APIPrefix of the JetStream API. Default "$JS.API.".
 	APIPrefix string
 	// Now is the clock. Default time.Now.
@@ -105,7 +108,7 @@ type DeadLetter struct {
 var ErrDeadFull = errors.New("retry: the dead letters are full")
 
 // DeadLetters is the one place for messages that ran out of delivery attempts, were
-// refused by the sink, or outlived park.max_age. It implements drain.DeadLetters and the
+// refused by the sink, or outlived park.max_age: where drainers hand them (Dead), and the
 // admin API's list, get and replay. Safe for concurrent use.
 type DeadLetters struct {
 	js  jetstream.JetStream
@@ -144,8 +147,6 @@ func NewDeadLetters(js jetstream.JetStream, cfg DeadConfig) (*DeadLetters, error
 	}
 	return d, nil
 }
-
-var _ drain.DeadLetters = (*DeadLetters)(nil)
 
 // StreamConfig is the dead-letter stream's configuration.
 func (d *DeadLetters) StreamConfig() jetstream.StreamConfig {
@@ -189,15 +190,15 @@ func (d *DeadLetters) ruleFilter(rule string) string {
 	return d.subject(token(rule), "*")
 }
 
-// Dead stores m as dead with reason (implements drain.DeadLetters). rule may be nil — a
-// rule that was removed — and m.Rule names it then. Storing the same message id again
+// Dead stores m as dead with reason under rule (the rule's name). rule may be "" — a rule
+// that was removed — and m.Rule names it then. Storing the same message id again
 // replaces its dead letter (rollup), so a repeated call after a crash keeps one.
-func (d *DeadLetters) Dead(ctx context.Context, rule *rules.Rule, m queue.Message, reason string) error {
+func (d *DeadLetters) Dead(ctx context.Context, rule string, m queue.Message, reason string) error {
 	if m.ID == "" {
 		return fmt.Errorf("retry: dead letter without message id")
 	}
-	if rule != nil && rule.Name != "" {
-		m.Rule = rule.Name
+	if rule != "" {
+		m.Rule = rule
 	}
 	msg := encode(d.Subject(m.Rule, m.ID), m)
 	msg.Header.Set(HeaderDeadReason, escapeHeader(reason))
@@ -332,8 +333,8 @@ func (d *DeadLetters) Replay(ctx context.Context, id string, admit AdmitFunc) (A
 	if err != nil {
 		return AdmitResult{}, err
 	}
-	rule := d.cfg.Rules(dl.Message.Rule)
-	if rule == nil {
+	rule, ok := d.cfg.Rules(dl.Message.Rule)
+	if !ok {
 		return AdmitResult{}, fmt.Errorf("%w: %q (dead letter %s)", ErrRuleNotFound, dl.Message.Rule, id)
 	}
 	m := dl.Message

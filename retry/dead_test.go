@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -20,9 +19,9 @@ func TestDeadLetterGetAndIdempotence(t *testing.T) {
 	ctx := context.Background()
 	m := newMessage(rule.Name, "m/42 café 🚀")
 	m.Attempt, m.LastError = 8, "sink: http 500 Internal Server Error: boom\nline two"
-	var dl drain.DeadLetters = e.dead
+	dl := e.dead
 	for range 2 { // a drainer that crashed after Dead and before deleting: same message again
-		if err := dl.Dead(ctx, rule, m, "max_attempts (8) reached"); err != nil {
+		if err := dl.Dead(ctx, rule.Name, m, "max_attempts (8) reached"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -56,11 +55,11 @@ func TestDeadLetterListPages(t *testing.T) {
 	for i := range 7 {
 		ma := newMessage(a.Name, "k")
 		wantA = append(wantA, ma.ID)
-		if err := e.dead.Dead(ctx, a, ma, "refused"); err != nil {
+		if err := e.dead.Dead(ctx, a.Name, ma, "refused"); err != nil {
 			t.Fatal(err)
 		}
 		if i%2 == 0 {
-			if err := e.dead.Dead(ctx, b, newMessage(b.Name, "k"), "refused"); err != nil {
+			if err := e.dead.Dead(ctx, b.Name, newMessage(b.Name, "k"), "refused"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -114,7 +113,7 @@ func TestDeadLetterReplay(t *testing.T) {
 	ctx := context.Background()
 	m := newMessage(rule.Name, "k")
 	m.Attempt, m.LastError, m.ParkedFrom = 3, "sink: http 400 Bad Request", time.Now()
-	if err := e.dead.Dead(ctx, rule, m, "sink: http 400 Bad Request"); err != nil {
+	if err := e.dead.Dead(ctx, rule.Name, m, "sink: http 400 Bad Request"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -157,7 +156,7 @@ func TestDeadLetterReplay(t *testing.T) {
 
 	// A rule that disappeared cannot be replayed into.
 	m2 := newMessage("vanished", "k")
-	if err := e.dead.Dead(ctx, nil, m2, ReasonRuleRemoved); err != nil {
+	if err := e.dead.Dead(ctx, "", m2, ReasonRuleRemoved); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.dead.Replay(ctx, m2.ID, q.Admit); !errors.Is(err, ErrRuleNotFound) {
@@ -172,7 +171,7 @@ func TestDeadLetterConcurrentReplay(t *testing.T) {
 	rule := e.rules.add(parkRule("r", time.Hour))
 	ctx := context.Background()
 	m := newMessage(rule.Name, "k")
-	if err := e.dead.Dead(ctx, rule, m, "refused"); err != nil {
+	if err := e.dead.Dead(ctx, rule.Name, m, "refused"); err != nil {
 		t.Fatal(err)
 	}
 	q := newFakeQueue(func(int, queue.Message) (AdmitResult, error) {
@@ -199,11 +198,11 @@ func TestCollector(t *testing.T) {
 	rule := e.rules.add(parkRule("r", time.Hour))
 	ctx := context.Background()
 	for range 3 {
-		if _, err := e.store.Park(ctx, rule, newMessage(rule.Name, "k"), time.Now().Add(time.Hour)); err != nil {
+		if _, err := e.store.Park(ctx, rule.Name, newMessage(rule.Name, "k"), time.Now().Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := e.dead.Dead(ctx, rule, newMessage(rule.Name, "k"), "x"); err != nil {
+	if err := e.dead.Dead(ctx, rule.Name, newMessage(rule.Name, "k"), "x"); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()

@@ -39,7 +39,7 @@ func TestDeadLettersFullPolicy(t *testing.T) {
 			for i := range 40 {
 				m := newMessage(rule.Name, fmt.Sprint("k", i))
 				m.Payload = []byte(`"` + strings.Repeat("x", 10_000) + `"`)
-				if full = dead.Dead(ctx, rule, m, "test"); full != nil {
+				if full = dead.Dead(ctx, rule.Name, m, "test"); full != nil {
 					break
 				}
 				ids = append(ids, m.ID)

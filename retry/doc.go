@@ -2,7 +2,7 @@
 // queue, delivery retries of `ordering: relaxed` rules, the re-admitter that puts both back
 // into their queues when their time comes, and the dead letters.
 //
-// # Streams and subjects (DESIGN.md "Retry / park queue")
+// # Streams and subjects (docs/design.md "Parking, re-admission and scheduling")
 //
 // The retry stream (Config.Stream, default SLUICE_RETRY) is separate from the per-rule
 // queue streams because scheduling cannot be combined with DiscardNew. It has
@@ -43,6 +43,14 @@
 //     a parked message that never entered its queue keeps its id.
 //   - Nothing in these streams carries a Nats-Msg-Id of the message id: the duplicate
 //     window would swallow a re-park or a second dead letter of the same id.
+//
+// # Using it outside sluice
+//
+// The API is made of this package's own types and queue.Message: a Rule says what the
+// retry queue needs of a rule (its name, ParkMaxAge, Relaxed ordering), a RuleLookup finds
+// one by name (Rules builds one from a fixed list), and an AdmitFunc puts a fired message
+// back wherever the program keeps its work. Store.Park, Schedule and ScheduleRetry take the
+// rule's name. The package example runs the whole loop on an embedded NATS server.
 //
 // # Concurrency, zero values, defaults
 //

@@ -2,62 +2,85 @@ package retry_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log"
+	"os"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
 )
 
-// Wiring the retry stream, the dead letters and a re-admitter inside a drainer process.
-// (Compiled, not run: it needs a NATS server, Redis and a rules watcher.)
-func Example_wiring() {
-	var (
-		js      jetstream.JetStream // connected to NATS
-		queues  *queue.Queues       // the per-key queues
-		sched   *queue.Scheduler    // the Redis outflow scheduler
-		watcher *rules.Watcher      // the current rules
-	)
+// startNATS runs an embedded NATS server with JetStream (the real server, in process) and
+// returns a JetStream client on it and a function that stops both.
+func startNATS() (jetstream.JetStream, func()) {
+	dir, err := os.MkdirTemp("", "retry-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		log.Fatal("nats-server not ready")
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return js, func() { nc.Close(); ns.Shutdown(); ns.WaitForShutdown(); os.RemoveAll(dir) }
+}
+
+// A message that found no room is parked until a given time; when its schedule fires, the
+// re-admitter offers it to the program's AdmitFunc, which here finds room the second time.
+// A message still without room when its rule's ParkMaxAge passes becomes a dead letter.
+func Example() {
+	js, stop := startNATS()
+	defer stop()
 	ctx := context.Background()
-	lookup := func(name string) *rules.Rule { return watcher.Current().Rule(name) }
 
 	store, err := retry.NewStore(js, retry.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	dead, err := retry.NewDeadLetters(js, retry.DeadConfig{Rules: lookup})
+	dead, err := retry.NewDeadLetters(js, retry.DeadConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := errors.Join(store.Ensure(ctx), dead.Ensure(ctx)); err != nil {
+	if err := store.Ensure(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if err := dead.Ensure(ctx); err != nil {
 		log.Fatal(err)
 	}
 
-	// Admit: the ingress's admission without the parking. Admission limits (bucket/) come
-	// first in the real wiring and answer WindowClosed with the window's reset.
-	admit := func(ctx context.Context, rule *rules.Rule, m queue.Message, msgID string) (retry.AdmitResult, error) {
-		_, err := queues.EnqueueAs(ctx, rule.Name, m, msgID) // a Duplicate is admitted too
-		if errors.Is(err, queue.ErrFull) {
-			depth, derr := queues.Depth(ctx, rule.Name, m.Key)
-			if derr != nil {
-				depth = 1
-			}
-			return retry.AdmitResult{
-				Outcome: retry.Full,
-				RetryAt: time.Now().Add(time.Duration(depth) * rule.Queue.Outflow.Every()),
-			}, nil
+	// The AdmitFunc puts a message back where it waits for delivery; it reports "no room"
+	// as a value. This one has room from the second offer on.
+	admitted := make(chan queue.Message)
+	var offers atomic.Int32
+	admit := func(ctx context.Context, rule retry.Rule, m queue.Message, msgID string) (retry.AdmitResult, error) {
+		if offers.Add(1) == 1 {
+			return retry.AdmitResult{Outcome: retry.Full, RetryAt: time.Now().Add(time.Second)}, nil
 		}
-		if err != nil {
-			return retry.AdmitResult{}, err
-		}
-		return retry.AdmitResult{Outcome: retry.Admitted}, sched.MarkDue(ctx, rule.Name, m.Key)
+		admitted <- m
+		return retry.AdmitResult{Outcome: retry.Admitted}, nil
 	}
-
-	r, err := retry.NewReadmitter(retry.ReadmitterConfig{Store: store, Dead: dead, Admit: admit, Rules: lookup})
+	r, err := retry.NewReadmitter(retry.ReadmitterConfig{
+		Store: store, Dead: dead, Admit: admit,
+		Rules:      retry.Rules(retry.Rule{Name: "orders", ParkMaxAge: time.Hour}),
+		MinBackoff: time.Second, MaxBackoff: time.Second,
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -66,6 +89,15 @@ func Example_wiring() {
 	}
 	defer r.Stop()
 
-	// The drainer takes store as its drain.Retrier and dead as its drain.DeadLetters; the
-	// ingress parks with store.Park and reports the returned time as retry_at.
+	id, err := queue.NewID("orders", "m-42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	m := queue.Message{ID: id, Key: "m-42", Payload: []byte(`{"order_id":991}`), CreatedAt: time.Now()}
+	if _, err := store.Park(ctx, "orders", m, time.Now()); err != nil {
+		log.Fatal(err)
+	}
+	got := <-admitted
+	fmt.Printf("re-admitted %s of rule %s after %d offers: %s\n", got.Key, got.Rule, offers.Load(), got.Payload)
+	// Output: re-admitted m-42 of rule orders after 2 offers: {"order_id":991}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-io/sluice/internal/natstest"
-	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -34,7 +33,7 @@ func newEnv(t *testing.T) *env {
 	node := natstest.Start(t)
 	_, js := natstest.Connect(t, node.URL())
 	n := testSeq.Add(1)
-	e := &env{node: node, js: js, rules: &ruleSet{m: map[string]*rules.Rule{}}}
+	e := &env{node: node, js: js, rules: &ruleSet{m: map[string]Rule{}}}
 	var err error
 	e.store, err = NewStore(js, Config{Stream: fmt.Sprintf("T%d_RETRY", n), SubjectPrefix: fmt.Sprintf("t%d", n)})
 	if err != nil {
@@ -57,10 +56,10 @@ func newEnv(t *testing.T) *env {
 // ruleSet is a rules lookup whose rules can be removed mid-test.
 type ruleSet struct {
 	mu sync.Mutex
-	m  map[string]*rules.Rule
+	m  map[string]Rule
 }
 
-func (r *ruleSet) add(rule *rules.Rule) *rules.Rule {
+func (r *ruleSet) add(rule Rule) Rule {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.m[rule.Name] = rule
@@ -73,20 +72,15 @@ func (r *ruleSet) remove(name string) {
 	delete(r.m, name)
 }
 
-func (r *ruleSet) get(name string) *rules.Rule {
+func (r *ruleSet) get(name string) (Rule, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.m[name]
+	rule, ok := r.m[name]
+	return rule, ok
 }
 
-func parkRule(name string, maxAge time.Duration) *rules.Rule {
-	return &rules.Rule{
-		Name:     name,
-		Queue:    &rules.Queue{Capacity: 10, Outflow: rules.Rate{Requests: 1, Interval: time.Second}},
-		Overflow: rules.OverflowPark,
-		Park:     rules.Park{MaxAge: maxAge},
-		Delivery: rules.Delivery{MaxAttempts: 8, MinBackoff: time.Second, MaxBackoff: 2 * time.Second},
-	}
+func parkRule(name string, maxAge time.Duration) Rule {
+	return Rule{Name: name, ParkMaxAge: maxAge}
 }
 
 func newMessage(rule, key string) queue.Message {
@@ -122,7 +116,7 @@ func newFakeQueue(decide func(call int, m queue.Message) (AdmitResult, error)) *
 	return &fakeQueue{admitted: map[string]queue.Message{}, decide: decide}
 }
 
-func (f *fakeQueue) Admit(ctx context.Context, rule *rules.Rule, m queue.Message, msgID string) (AdmitResult, error) {
+func (f *fakeQueue) Admit(ctx context.Context, rule Rule, m queue.Message, msgID string) (AdmitResult, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, admission{m: m, msgID: msgID, at: time.Now()})
 	n := len(f.calls)

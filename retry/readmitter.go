@@ -12,8 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-io/sluice/internal/backoff"
-	"github.com/sluice-io/sluice/internal/drain"
-	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -63,16 +61,16 @@ type AdmitResult struct {
 // the same fired message (two re-admitters, a redelivery after a crash) is deduplicated by
 // the queue stream while a legitimate later one is not. m.ID stays the message's id (the
 // sink's Idempotency-Key). Admit must be safe for concurrent use.
-type AdmitFunc func(ctx context.Context, rule *rules.Rule, m queue.Message, msgID string) (AdmitResult, error)
+type AdmitFunc func(ctx context.Context, rule Rule, m queue.Message, msgID string) (AdmitResult, error)
 
 // ReadmitterConfig configures a Readmitter. Store, Dead, Admit and Rules are required.
 type ReadmitterConfig struct {
 	Store *Store
 	Dead  *DeadLetters
 	Admit AdmitFunc
-	// Rules looks a rule up by name; nil means the rule was removed and the message goes to
-	// the dead letters with reason "rule removed".
-	Rules func(name string) *rules.Rule
+	// Rules looks a rule up by name; false means the rule was removed and the message goes
+	// to the dead letters with reason "rule removed".
+	Rules RuleLookup
 
 	// Consumer is the durable consumer's name, shared by every re-admitter on the same
 	// retry stream. Default "sluice-readmitter".
@@ -363,9 +361,9 @@ func (r *Readmitter) handle(ctx context.Context, msg jetstream.Msg, held keyHold
 // decide re-admits m, parks it again, or declares it dead, and returns the result label.
 // An error means nothing durable happened (or an idempotent step may be repeated).
 func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleMeta, held keyHolds) (string, error) {
-	rule := r.cfg.Rules(m.Rule)
-	if rule == nil {
-		if err := r.cfg.Dead.Dead(ctx, nil, m, ReasonRuleRemoved); err != nil {
+	rule, ok := r.cfg.Rules(m.Rule)
+	if !ok {
+		if err := r.cfg.Dead.Dead(ctx, "", m, ReasonRuleRemoved); err != nil {
 			return "", err
 		}
 		r.log.Info("dead: rule removed", "rule", m.Rule, "id", m.ID)
@@ -375,12 +373,12 @@ func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleM
 	if m.Expired(now) {
 		// Past its ttl, expires_at or queue.max_age while parked or scheduled: dead, not
 		// admitted (and not dropped silently).
-		if err := r.cfg.Dead.Dead(ctx, rule, m, drain.ReasonExpired); err != nil {
+		if err := r.cfg.Dead.Dead(ctx, rule.Name, m, ReasonExpired); err != nil {
 			return "", err
 		}
 		return ResultDead, nil
 	}
-	maxAge := rule.Park.MaxAge
+	maxAge := rule.ParkMaxAge
 	if maxAge <= 0 {
 		maxAge = r.cfg.DefaultMaxAge
 	}
@@ -389,7 +387,7 @@ func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleM
 		if m.LastError != "" {
 			reason += ": " + m.LastError
 		}
-		if err := r.cfg.Dead.Dead(ctx, rule, m, reason); err != nil {
+		if err := r.cfg.Dead.Dead(ctx, rule.Name, m, reason); err != nil {
 			return "", err
 		}
 		return ResultDead, nil
@@ -398,7 +396,7 @@ func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleM
 	// Strict ordering: once a message of this key went back to park in this round of
 	// firings, the key's later ones follow it rather than overtake it through a place that
 	// freed up meanwhile.
-	strict := rule.Ordering != rules.OrderingRelaxed
+	strict := !rule.Relaxed
 	hk := m.Rule + "\x00" + m.Key
 	var res AdmitResult
 	if h, ok := held[hk]; strict && ok && h.fired.Equal(meta.RetryAt) {
@@ -440,7 +438,7 @@ func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleM
 		at = deadline
 	}
 	m.LastError = "re-admission: " + res.Outcome.String()
-	if _, err := r.cfg.Store.schedule(ctx, KindPark, rule, m, at, parks); err != nil {
+	if _, err := r.cfg.Store.schedule(ctx, KindPark, rule.Name, m, at, parks); err != nil {
 		return "", err
 	}
 	return ResultReparked, nil

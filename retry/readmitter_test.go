@@ -25,7 +25,7 @@ func TestReadmitterAdmitsWhenThereIsRoom(t *testing.T) {
 	ctx := context.Background()
 
 	m := newMessage(rule.Name, "m/42 🚀")
-	fire, err := e.store.Park(ctx, rule, m, time.Now().Add(time.Second))
+	fire, err := e.store.Park(ctx, rule.Name, m, time.Now().Add(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestReadmitterReparksWhileFull(t *testing.T) {
 	startReadmitter(t, e, q.Admit, nil)
 	ctx := context.Background()
 	m := newMessage(rule.Name, "k")
-	if _, err := e.store.Park(ctx, rule, m, time.Now()); err != nil {
+	if _, err := e.store.Park(ctx, rule.Name, m, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 20*time.Second, "admitted on the third try", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
@@ -131,7 +131,7 @@ func TestReadmitterDeadAfterMaxAge(t *testing.T) {
 	ctx := context.Background()
 	m := newMessage(rule.Name, "k")
 	start := time.Now()
-	if _, err := e.store.Park(ctx, rule, m, time.Now()); err != nil {
+	if _, err := e.store.Park(ctx, rule.Name, m, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	var dl DeadLetter
@@ -160,7 +160,7 @@ func TestReadmitterRuleRemoved(t *testing.T) {
 	startReadmitter(t, e, q.Admit, nil)
 	ctx := context.Background()
 	m := newMessage(rule.Name, "k")
-	if _, err := e.store.Park(ctx, rule, m, time.Now().Add(time.Second)); err != nil {
+	if _, err := e.store.Park(ctx, rule.Name, m, time.Now().Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	e.rules.remove(rule.Name)
@@ -187,7 +187,7 @@ func TestReadmitterDeliveryRetry(t *testing.T) {
 	ctx := context.Background()
 	m := newMessage(rule.Name, "k")
 	m.Attempt, m.LastError = 2, "sink: http 503 Service Unavailable"
-	if err := e.store.ScheduleRetry(ctx, rule, m, time.Now().Add(time.Second)); err != nil {
+	if err := e.store.ScheduleRetry(ctx, rule.Name, m, time.Now().Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := e.store.Parked(ctx, rule.Name); n != 0 {
@@ -216,7 +216,7 @@ func TestReadmitterErrorIsRetried(t *testing.T) {
 	})
 	startReadmitter(t, e, q.Admit, func(c *ReadmitterConfig) { c.ErrorBackoff = time.Second })
 	m := newMessage(rule.Name, "k")
-	if _, err := e.store.Park(context.Background(), rule, m, time.Now()); err != nil {
+	if _, err := e.store.Park(context.Background(), rule.Name, m, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 15*time.Second, "admitted after an Admit error", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
@@ -260,7 +260,7 @@ func TestTwoReadmittersIdempotent(t *testing.T) {
 	startReadmitter(t, e, q.Admit, mod)
 	startReadmitter(t, e, q.Admit, mod)
 	for _, m := range msgs {
-		if _, err := e.store.Park(ctx, rule, m, time.Now().Add(time.Second)); err != nil {
+		if _, err := e.store.Park(ctx, rule.Name, m, time.Now().Add(time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -314,7 +314,7 @@ func TestReadmitterStartStopTwice(t *testing.T) {
 	// A stopped re-admitter leaves fired messages for the next one.
 	rule := e.rules.add(parkRule("r", time.Hour))
 	m := newMessage(rule.Name, "k")
-	if _, err := e.store.Park(ctx, rule, m, time.Now()); err != nil {
+	if _, err := e.store.Park(ctx, rule.Name, m, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "fired", func() bool { return len(firedMessages(t, e, rule.Name)) == 1 })
@@ -343,7 +343,7 @@ func TestReadmitterSurvivesRestarts(t *testing.T) {
 	const n = 30
 	for i := range n {
 		// Due over 3 seconds: some fire before the restarts, some after.
-		if _, err := e.store.Park(ctx, rule, newMessage(rule.Name, "k"), time.Now().Add(time.Duration(i%3)*time.Second)); err != nil {
+		if _, err := e.store.Park(ctx, rule.Name, newMessage(rule.Name, "k"), time.Now().Add(time.Duration(i%3)*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -41,7 +40,7 @@ func TestReadmissionLatenessReport(t *testing.T) {
 	// Admit: one publish into the queue stream, like queue.Queues.EnqueueAs.
 	var mu sync.Mutex
 	admitted := make(map[string]time.Time, n)
-	admit := func(ctx context.Context, r *rules.Rule, m queue.Message, msgID string) (AdmitResult, error) {
+	admit := func(ctx context.Context, r Rule, m queue.Message, msgID string) (AdmitResult, error) {
 		msg := queue.EncodeMessage("benchq."+token(r.Name)+"."+queue.KeyToken(m.Key), m)
 		msg.Header.Set(queue.HeaderMsgID, msgID)
 		if _, err := e.js.PublishMsg(ctx, msg); err != nil {
@@ -93,7 +92,7 @@ func TestReadmissionLatenessReport(t *testing.T) {
 
 // parkMany parks n messages due over `seconds` seconds starting 4s from now, from 16
 // goroutines, and returns their ids and retry_at.
-func parkMany(t *testing.T, e *env, rule *rules.Rule, n, seconds int) (ids []string, retryAt []time.Time, took time.Duration) {
+func parkMany(t *testing.T, e *env, rule Rule, n, seconds int) (ids []string, retryAt []time.Time, took time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	base := time.Now().Add(4 * time.Second).Truncate(time.Second)
@@ -113,7 +112,7 @@ func parkMany(t *testing.T, e *env, rule *rules.Rule, n, seconds int) (ids []str
 				}
 				m := newMessage(rule.Name, "key-"+string(rune('a'+i%26)))
 				at := base.Add(time.Duration(i%seconds) * time.Second).Add(time.Duration(i%1000) * time.Microsecond)
-				fire, err := e.store.Park(ctx, rule, m, at)
+				fire, err := e.store.Park(ctx, rule.Name, m, at)
 				if err != nil {
 					t.Error(err)
 					return

@@ -10,8 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sluice-io/sluice/internal/drain"
-	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -137,8 +135,6 @@ func NewStore(js jetstream.JetStream, cfg Config) (*Store, error) {
 	return &Store{js: js, cfg: cfg}, nil
 }
 
-var _ drain.Retrier = (*Store)(nil)
-
 // Config returns the store's completed configuration.
 func (s *Store) Config() Config { return s.cfg }
 
@@ -187,7 +183,7 @@ func (s *Store) ScheduleSubject(kind, rule, id string) string {
 // Schedule keeps m in the retry stream until at (rounded up to the second, never earlier),
 // then the re-admitter puts it into its key's queue — or parks it, if the queue has no room
 // then. It returns the fire time. ErrFull when the retry stream is nearly full.
-func (s *Store) Schedule(ctx context.Context, rule *rules.Rule, m queue.Message, at time.Time) (time.Time, error) {
+func (s *Store) Schedule(ctx context.Context, rule string, m queue.Message, at time.Time) (time.Time, error) {
 	if _, ok := queue.ParseID(m.ID); !ok {
 		return time.Time{}, fmt.Errorf("retry: schedule %s: not an id that names its key", m.ID)
 	}
@@ -216,27 +212,27 @@ func (s *Store) ReadySubject(rule string) string { return s.subject("ready", tok
 //
 // Parking the same message id again replaces its pending schedule (at most one per id).
 // ErrFull when the retry stream is nearly full; nothing was stored then.
-func (s *Store) Park(ctx context.Context, rule *rules.Rule, m queue.Message, at time.Time) (time.Time, error) {
+func (s *Store) Park(ctx context.Context, rule string, m queue.Message, at time.Time) (time.Time, error) {
 	return s.schedule(ctx, KindPark, rule, m, at, 1)
 }
 
-// ScheduleRetry implements drain.Retrier: a delivery retry of a relaxed rule, re-admitted
+// ScheduleRetry keeps a delivery retry of a relaxed rule: the message is re-admitted
 // into its key's queue at at (rounded up to the second). m.Attempt and m.LastError
 // describe the failed attempt.
-func (s *Store) ScheduleRetry(ctx context.Context, rule *rules.Rule, m queue.Message, at time.Time) error {
+func (s *Store) ScheduleRetry(ctx context.Context, rule string, m queue.Message, at time.Time) error {
 	_, err := s.schedule(ctx, KindRetry, rule, m, at, 0)
 	return err
 }
 
 // schedule publishes m as a one-time schedule firing at FireTime(at) on rule's ready subject.
-func (s *Store) schedule(ctx context.Context, kind string, rule *rules.Rule, m queue.Message, at time.Time, parks int) (time.Time, error) {
-	if rule == nil {
+func (s *Store) schedule(ctx context.Context, kind string, rule string, m queue.Message, at time.Time, parks int) (time.Time, error) {
+	if rule == "" {
 		return time.Time{}, fmt.Errorf("retry: %s %s: no rule", kind, m.ID)
 	}
 	if m.ID == "" {
 		return time.Time{}, fmt.Errorf("retry: %s: message without id", kind)
 	}
-	m.Rule = rule.Name
+	m.Rule = rule
 	now := s.cfg.Now()
 	if kind == KindPark && m.ParkedFrom.IsZero() {
 		m.ParkedFrom = now
@@ -245,7 +241,7 @@ func (s *Store) schedule(ctx context.Context, kind string, rule *rules.Rule, m q
 		return time.Time{}, err
 	}
 	fire := FireTime(at, now)
-	msg := encode(s.ScheduleSubject(kind, rule.Name, m.ID), m)
+	msg := encode(s.ScheduleSubject(kind, rule, m.ID), m)
 	msg.Header.Set(HeaderKind, kind)
 	msg.Header.Set(HeaderRetryAt, fire.Format(time.RFC3339))
 	if parks > 0 {
@@ -253,10 +249,10 @@ func (s *Store) schedule(ctx context.Context, kind string, rule *rules.Rule, m q
 	}
 	_, err := s.js.PublishMsg(ctx, msg,
 		jetstream.WithScheduleAt(fire),
-		jetstream.WithScheduleTarget(s.ReadySubject(rule.Name)),
+		jetstream.WithScheduleTarget(s.ReadySubject(rule)),
 		jetstream.WithExpectStream(s.cfg.Stream))
 	if err != nil {
-		return time.Time{}, fmt.Errorf("retry: %s %s of rule %q: %w", kind, m.ID, rule.Name, err)
+		return time.Time{}, fmt.Errorf("retry: %s %s of rule %q: %w", kind, m.ID, rule, err)
 	}
 	return fire, nil
 }

@@ -83,7 +83,7 @@ func TestParkFiresAtItsSecond(t *testing.T) {
 	for i, delay := range []time.Duration{1200 * time.Millisecond, 2 * time.Second, 2500 * time.Millisecond} {
 		m := newMessage(rule.Name, []string{"m/42 café 🚀", "a.b*c>", ""}[i])
 		now := time.Now()
-		fire, err := e.store.Park(ctx, rule, m, now.Add(delay))
+		fire, err := e.store.Park(ctx, rule.Name, m, now.Add(delay))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +145,7 @@ func TestParkAgainReplacesSchedule(t *testing.T) {
 	ctx := context.Background()
 	m := newMessage(rule.Name, "k")
 	for range 3 { // e.g. a client retry after a timeout
-		if _, err := e.store.Park(ctx, rule, m, time.Now().Add(time.Hour)); err != nil {
+		if _, err := e.store.Park(ctx, rule.Name, m, time.Now().Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -163,7 +163,7 @@ func TestParkSurvivesServerRestart(t *testing.T) {
 	rule := e.rules.add(parkRule("r", time.Hour))
 	ctx := context.Background()
 	m := newMessage(rule.Name, "k")
-	fire, err := e.store.Park(ctx, rule, m, time.Now().Add(3*time.Second))
+	fire, err := e.store.Park(ctx, rule.Name, m, time.Now().Add(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,11 +199,11 @@ func TestParkRefusesWhenStreamNearlyFull(t *testing.T) {
 	}
 	rule := parkRule("r", time.Hour)
 	for i := range 5 {
-		if _, err := s.Park(ctx, rule, newMessage("r", "k"), time.Now().Add(time.Hour)); err != nil {
+		if _, err := s.Park(ctx, rule.Name, newMessage("r", "k"), time.Now().Add(time.Hour)); err != nil {
 			t.Fatalf("park %d: %v", i, err)
 		}
 	}
-	if _, err := s.Park(ctx, rule, newMessage("r", "k"), time.Now().Add(time.Hour)); !errors.Is(err, ErrFull) {
+	if _, err := s.Park(ctx, rule.Name, newMessage("r", "k"), time.Now().Add(time.Hour)); !errors.Is(err, ErrFull) {
 		t.Fatalf("6th park: %v, want ErrFull", err)
 	}
 }

@@ -15,8 +15,7 @@ MAXSEC=${FUZZ_MAX_SECONDS:-0}
 
 # package            target                what it parses
 TARGETS=(
-	"./internal/ingress FuzzDecodeSubmit     submit body (fast decoder vs encoding/json)"
-	"./internal/ingress FuzzSkipJSONValue    JSON skipping of the fast decoder"
+	"./internal/ingress FuzzSubmitBody       submit body (decode and validate)"
 	"./internal/ingress FuzzSplitBatch       batch body (JSON array, NDJSON)"
 	"./internal/ingress FuzzCheckHeaders     a submission's headers"
 	"./internal/ingress FuzzCheckRequest     POST /v1/check and /json body"

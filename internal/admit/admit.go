@@ -359,7 +359,7 @@ func (a *Admitter) refuse(ctx context.Context, r *rules.Rule, m queue.Message, o
 		return Result{}, fmt.Errorf("%w: no retry stream to park in", ErrUnavailable)
 	}
 	m.LastError = out.Reason
-	fire, err := a.Parking.Park(ctx, r, m, retryAt)
+	fire, err := a.Parking.Park(ctx, r.Name, m, retryAt)
 	if errors.Is(err, retry.ErrFull) {
 		// The retry stream is nearly full: refuse rather than drop older parked messages.
 		out.Decision = Rejected

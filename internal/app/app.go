@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/admit"
 	"github.com/sluice-io/sluice/internal/overrides"
+	"github.com/sluice-io/sluice/internal/retryrules"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
 	"github.com/sluice-io/sluice/queue"
@@ -127,7 +128,7 @@ func Open(ctx context.Context, c Config) (s *Stack, err error) {
 		return s, err
 	}
 	if s.Dead, err = retry.NewDeadLetters(s.JS, retry.DeadConfig{Replicas: c.Replicas,
-		Rules: func(name string) *rules.Rule { return c.Rules().Rule(name) }}); err != nil {
+		Rules: retryrules.Lookup(func(name string) *rules.Rule { return c.Rules().Rule(name) })}); err != nil {
 		return s, err
 	}
 	s.Status = &status.Locator{Rules: c.Rules, Queues: s.Queues, Scheduler: s.Scheduler, Parking: s.Parking, Dead: s.Dead}

@@ -1,6 +1,6 @@
 // Package console is sluice's operator console: a web page, served by the ingress at /ui/,
 // to see and steer every queue (outflow, pause, purge, hottest keys, dead letters) at 3 a.m.
-// without reading API.md.
+// without reading docs/http-api.md.
 //
 // The page is plain HTML, CSS and JavaScript embedded in the binary (no CDN, no build
 // step). It holds no data of its own: it reads and writes the admin JSON API

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/app"
 	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/retryrules"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/sink"
@@ -71,7 +72,7 @@ func Start(ctx context.Context, d Deps) (*Process, error) {
 	cfg.Rules = func() []*rules.Rule { return d.Rules().QueueRules() }
 	counting := &countingSink{Sink: sink.Multi{HTTP: httpSink, NATS: natsSink}}
 	cfg.Sink = counting
-	cfg.Retrier, cfg.DeadLetters = st.Parking, st.Dead
+	cfg.Retrier, cfg.DeadLetters = retryrules.Retrier(st.Parking), retryrules.DeadLetters(st.Dead)
 	if st.Delivered != nil {
 		cfg.States = st.Delivered // opt-in records of delivered messages (-status-keep)
 	}
@@ -97,8 +98,9 @@ func Start(ctx context.Context, d Deps) (*Process, error) {
 		return nil, fmt.Errorf("drainer: %w", err)
 	}
 	rcfg := d.Readmit
-	rcfg.Store, rcfg.Dead, rcfg.Admit = st.Parking, st.Dead, st.Admitter.Readmit
-	rcfg.Rules = func(name string) *rules.Rule { return d.Rules().Rule(name) }
+	byName := func(name string) *rules.Rule { return d.Rules().Rule(name) }
+	rcfg.Store, rcfg.Dead, rcfg.Admit = st.Parking, st.Dead, retryrules.Admit(byName, st.Admitter.Readmit)
+	rcfg.Rules = retryrules.Lookup(byName)
 	rcfg.Registerer, rcfg.Logger = d.Registerer, d.Logger
 	ra, err := retry.NewReadmitter(rcfg)
 	if err != nil {

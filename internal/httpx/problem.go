@@ -1,5 +1,6 @@
 // Package httpx holds the HTTP plumbing shared by the ingress and drainer servers:
-// RFC 9457 problem details and the rate-limit headers of API.md.
+// RFC 9457 problem details and the rate-limit headers (docs/http-api.md "Problem types",
+// "Rate-limit headers").
 package httpx
 
 import (
@@ -42,10 +43,10 @@ const (
 	TypeQuotaExceeded  = ProblemBase + "#quota-exceeded"
 	TypeUnavailable    = ProblemBase + "#unavailable"
 	// TypeStoreFull: the queue store (NATS JetStream) has no room left; 503, at once.
-	TypeStoreFull = ProblemBase + "#store-full"
-	TypeNotFound       = ProblemBase + "#not-found"
-	TypeUnauthorized   = ProblemBase + "#unauthorized"
-	TypeInternal       = ProblemBase + "#internal"
+	TypeStoreFull    = ProblemBase + "#store-full"
+	TypeNotFound     = ProblemBase + "#not-found"
+	TypeUnauthorized = ProblemBase + "#unauthorized"
+	TypeInternal     = ProblemBase + "#internal"
 	// A message id sluice never issued (or whose rule is not in force).
 	TypeNeverSeen = ProblemBase + "#never-seen"
 	// A message that has left sluice: delivered, or removed by a purge.

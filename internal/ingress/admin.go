@@ -18,12 +18,13 @@ import (
 	"github.com/sluice-io/sluice/internal/audit"
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/overrides"
+	"github.com/sluice-io/sluice/internal/retryrules"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
 )
 
-// Admin serves /v1/admin/ (API.md "Operations"). The Server wraps it in bearer-token
+// Admin serves /v1/admin/ (docs/http-api.md "Admin"). The Server wraps it in bearer-token
 // authentication. Overrides are written to the NATS KV bucket of internal/overrides, whose
 // watchers push them to every drainer (and ingress) within milliseconds.
 type Admin struct {
@@ -466,9 +467,14 @@ func (a *Admin) listDead(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteJSON(w, http.StatusOK, resp)
 }
 
+// readmit is the admitter's Readmit as the retry package calls it: with the rule in force.
+func (a *Admin) readmit() retry.AdmitFunc {
+	return retryrules.Admit(func(name string) *rules.Rule { return a.Rules().Rule(name) }, a.Admitter.Readmit)
+}
+
 func (a *Admin) replayDead(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	res, err := a.Dead.Replay(r.Context(), id, a.Admitter.Readmit)
+	res, err := a.Dead.Replay(r.Context(), id, a.readmit())
 	switch {
 	case errors.Is(err, retry.ErrNotFound):
 		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no dead letter with id " + strconv.Quote(id)})
@@ -547,7 +553,7 @@ func (a *Admin) replayAllDead(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for _, d := range page {
-			res, err := a.Dead.Replay(ctx, d.Message.ID, a.Admitter.Readmit)
+			res, err := a.Dead.Replay(ctx, d.Message.ID, a.readmit())
 			switch {
 			case err != nil:
 				failed++

@@ -126,7 +126,7 @@ func TestAdminDeadLettersListAndReplay(t *testing.T) {
 	}
 	m := queue.Message{ID: id, Rule: "orders", Key: "m-7", Payload: []byte(`{"x":1}`),
 		CreatedAt: time.Now(), Attempt: 8, LastError: "sink answered 500"}
-	if err := dead.Dead(ctx, rule, m, "max attempts reached"); err != nil {
+	if err := dead.Dead(ctx, rule.Name, m, "max attempts reached"); err != nil {
 		t.Fatal(err)
 	}
 	l := e.admin("GET", "/v1/admin/dead?queue=orders", "")
@@ -232,7 +232,6 @@ func TestAdminConsoleAPI(t *testing.T) {
 
 	// Replay every dead letter of a queue.
 	_, js := natstest.Connect(t, e.nats.URL())
-	set, _ := rules.Parse("t.yaml", []byte(testRules))
 	dead, err := retry.NewDeadLetters(js, retry.DeadConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +240,7 @@ func TestAdminConsoleAPI(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		m := queue.Message{ID: "0190c3a2-0000-7000-8000-00000000aa0" + string(rune('0'+i)), Rule: "orders", Key: "dead-" + string(rune('a'+i)),
 			Payload: []byte(`1`), CreatedAt: time.Now(), Attempt: 8, LastError: "sink answered 500"}
-		if err := dead.Dead(ctx, set.Rule("orders"), m, "max attempts reached"); err != nil {
+		if err := dead.Dead(ctx, "orders", m, "max attempts reached"); err != nil {
 			t.Fatal(err)
 		}
 	}

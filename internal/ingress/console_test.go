@@ -21,7 +21,6 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/sluice-io/sluice/internal/natstest"
-	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sinktest"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
@@ -325,13 +324,12 @@ descriptors:
 
 	// A dead letter, replayed from the page and delivered.
 	_, js := natstest.Connect(t, n.URL())
-	set, _ := rules.Parse("r.yaml", []byte(rulesYAML))
 	dead, err := retry.NewDeadLetters(js, retry.DeadConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	deadID := "0190c3a2-0000-7000-8000-0000000c0501"
-	if err := dead.Dead(context.Background(), set.Rule("orders"), queue.Message{ID: deadID, Rule: "orders", Key: "m-dead",
+	if err := dead.Dead(context.Background(), "orders", queue.Message{ID: deadID, Rule: "orders", Key: "m-dead",
 		Payload: []byte(`{"order":"lost"}`), CreatedAt: time.Now(), Attempt: 8, LastError: "sink answered 500"}, "max attempts reached"); err != nil {
 		t.Fatal(err)
 	}

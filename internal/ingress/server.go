@@ -1,4 +1,4 @@
-// Package ingress is sluice's front door: the HTTP API of API.md (submit, status, check,
+// Package ingress is sluice's front door: the HTTP API of docs/http-api.md (submit, status, check,
 // health, metrics, admin) and the ingress process that serves it (Main).
 package ingress
 
@@ -318,7 +318,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req submitRequest
-	if p := decodeSubmit(r, body, &req); p != nil {
+	if p := decodeJSON(r, body, &req); p != nil {
 		httpx.WriteProblem(w, *p)
 		return
 	}

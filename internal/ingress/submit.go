@@ -82,7 +82,7 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 	if err != nil {
 		return s.internalOutcome(rule.Name, err)
 	}
-	msg := queue.Message{ID: id, Key: match.Key, Payload: req.Payload, CreatedAt: now, // decodeSubmit copied the payload out of the pooled body
+	msg := queue.Message{ID: id, Key: match.Key, Payload: req.Payload, CreatedAt: now, // decodeJSON copied the payload out of the pooled body
 		ExpiresAt: req.expiresAt(now, rule.Queue.MaxAge), Headers: req.Headers}
 	at := req.deliverAt(now)
 	if msg.Expired(now) || (!msg.ExpiresAt.IsZero() && at.After(msg.ExpiresAt)) {
@@ -217,7 +217,7 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 			Detail: "this key has " + strconv.FormatUint(n, 10) + " messages scheduled, its rule's max_scheduled; " +
 				"they leave at their own times", ViolatedPolicies: []string{rule.Name}, RetryAfter: 60})
 	}
-	fire, err := park.Schedule(ctx, rule, msg, at)
+	fire, err := park.Schedule(ctx, rule.Name, msg, at)
 	if err != nil {
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionError).Inc()
 		if errors.Is(err, retry.ErrFull) {
@@ -393,7 +393,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte
 	var order []string
 	for i, b := range raw {
 		req := &reqs[i]
-		if p := decodeSubmitBytes(b, req); p != nil {
+		if p := decodeJSONBytes(b, req); p != nil {
 			items[i] = problemItem(*p, i)
 			continue
 		}

@@ -1,5 +1,5 @@
 // Package overrides stores and distributes live operator overrides of queue rules
-// (API.md "Operations": PATCH /v1/admin/queues/{name}).
+// (docs/http-api.md, PATCH /v1/admin/queues/{name}).
 //
 // # Model
 //

@@ -102,10 +102,8 @@ type RateJSON struct {
 
 // EncodeRate returns r in the rules file's shape.
 func EncodeRate(r rules.Rate) RateJSON {
-	for _, u := range unitOrder {
-		if units[u] == r.Interval {
-			return RateJSON{Unit: u, RequestsPerUnit: r.Requests}
-		}
+	if u, ok := rules.UnitOf(r.Interval); ok {
+		return RateJSON{Unit: u, RequestsPerUnit: r.Requests}
 	}
 	return RateJSON{Interval: r.Interval.String(), RequestsPerUnit: r.Requests}
 }

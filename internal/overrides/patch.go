@@ -147,19 +147,8 @@ func (p *patchErrors) err() error {
 	return p.list
 }
 
-// units are the rules file's rate units (the same names and lengths as package rules).
-var units = map[string]time.Duration{
-	"second": time.Second,
-	"minute": time.Minute,
-	"hour":   time.Hour,
-	"day":    24 * time.Hour,
-	"week":   7 * 24 * time.Hour,
-	"month":  30 * 24 * time.Hour,
-	"year":   365 * 24 * time.Hour,
-}
-
-// unitOrder is units from short to long, for EncodeRate and messages.
-var unitOrder = []string{"second", "minute", "hour", "day", "week", "month", "year"}
+// unitOrder is the rules file's rate units from short to long, for messages.
+var unitOrder = rules.UnitNames()
 
 var (
 	patchFields = []string{"outflow", "total_outflow", "capacity", "paused", "reset"}
@@ -334,7 +323,7 @@ func decodeRate(rj RateJSON, field string, errs *patchErrors) (rules.Rate, bool)
 		errs.add(join(field, "interval"), "set either unit or interval, not both")
 		ok = false
 	case rj.Unit != "":
-		d, known := units[strings.ToLower(rj.Unit)]
+		d, known := rules.UnitDuration(rj.Unit)
 		if !known {
 			errs.add(join(field, "unit"), "must be one of %s (got %q); or use interval: <duration>",
 				strings.Join(unitOrder, ", "), rj.Unit)

@@ -11,7 +11,7 @@ import (
 	"github.com/sluice-io/sluice/internal/overrides"
 )
 
-// contract is API.md's "takes effect on every drainer within 1 s".
+// contract is docs/http-api.md's PATCH /v1/admin/queues/{name}: "reaches every drainer within a second".
 const contract = time.Second
 
 func startWatcher(t testing.TB, s *overrides.Store, cfg overrides.WatcherConfig) *overrides.Watcher {

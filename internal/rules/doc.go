@@ -1,5 +1,5 @@
 // Package rules loads, validates, matches and reloads sluice's rules files
-// (API.md "Rules file").
+// (docs/rules.md is the reference for every field).
 //
 // # Model
 //
@@ -34,6 +34,16 @@
 // sink.timeout 10s · delivery max_attempts 8, min_backoff 1s, max_backoff 5m ·
 // ordering strict · name = domain and path joined by "_", sanitised to [A-Za-z0-9_-].
 // envoy's `requests_per_unit: 0` is valid for a rate limit and denies everything.
+//
+// # Where each part is parsed
+//
+// load.go reads files and directories (Load, LoadWith, Parse); parse.go turns documents
+// into a Set (domains, merging with Options.MergeDomains, names); descriptor.go walks the
+// descriptor tree; limit.go reads rate_limit (rates, algorithms, burst, replaces) and
+// units.go holds the one table of rate units; timezone.go a fixed window's time_zone;
+// queue.go `queue`; behaviour.go overflow, ordering and park; delivery.go sink and
+// delivery; metadata.go envoy's metadata; yamlnode.go the YAML readers they share, each
+// naming the file, line and field of a problem.
 //
 // # Zero value and concurrency
 //

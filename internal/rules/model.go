@@ -2,7 +2,7 @@ package rules
 
 import "time"
 
-// This file is the validated, in-memory model of a rules file (API.md "Rules file").
+// This file is the validated, in-memory model of a rules file (docs/rules.md).
 // Loading, validation and matching build and read these values; every other package
 // (ingress, drainer, re-admitter) reads them and never sees YAML.
 //

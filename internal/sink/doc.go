@@ -3,7 +3,7 @@
 // drain.Sink and reports a drain.Outcome value; a failed delivery is an expected result,
 // never an error.
 //
-// # What the sink sees (API.md "Delivery to the sink")
+// # What the sink sees (docs/delivery.md "The request")
 //
 // The payload bytes exactly as submitted, with these headers (same names over HTTP and NATS):
 //
@@ -14,6 +14,8 @@
 //	Sluice-Rule: <rule name>
 //	Sluice-Key: <key, url.PathEscape'd>  any UTF-8 key survives as ASCII
 //	Sluice-Enqueued-At: <RFC 3339, ms>   first admission
+//	Sluice-Fence: <fencing token>        the drainer's claim on the key (see HeaderFence)
+//	Sluice-Signature: t=…,v1=…           HTTP only, when a signing key is configured
 //
 // # Outcomes
 //

@@ -9,7 +9,7 @@ import (
 	"github.com/sluice-io/sluice/queue"
 )
 
-// Header names seen by the sink (API.md "Delivery to the sink"). They are the same for
+// Header names seen by the sink (docs/delivery.md "The request"). They are the same for
 // HTTP and NATS sinks so one consumer library can read both.
 const (
 	HeaderContentType    = "Content-Type"

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/internal/retryrules"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
 	"github.com/sluice-io/sluice/queue"
@@ -63,7 +64,7 @@ descriptors:
 	if w.park, err = retry.NewStore(js, retry.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	if w.dead, err = retry.NewDeadLetters(js, retry.DeadConfig{Rules: set.Rule}); err != nil {
+	if w.dead, err = retry.NewDeadLetters(js, retry.DeadConfig{Rules: retryrules.Lookup(set.Rule)}); err != nil {
 		t.Fatal(err)
 	}
 	if w.rec, err = status.NewDeliveredRecords(nc, status.DeliveredConfig{Keep: time.Hour, Max: 1000}); err != nil {
@@ -152,7 +153,7 @@ func TestLocatorAnswersEveryStateFromWhereTheMessageIs(t *testing.T) {
 
 	// Parked: found by its id in the retry stream, with its retry_at.
 	pm := queue.Message{ID: mustID(t, key), Key: key, Payload: []byte(`{}`), CreatedAt: time.Now()}
-	fire, err := w.park.Park(w.ctx, w.rule, pm, time.Now().Add(time.Hour))
+	fire, err := w.park.Park(w.ctx, w.rule.Name, pm, time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestLocatorAnswersEveryStateFromWhereTheMessageIs(t *testing.T) {
 
 	// Dead.
 	dm := queue.Message{ID: mustID(t, key), Rule: "orders", Key: key, Payload: []byte(`{}`), CreatedAt: time.Now(), Attempt: 8}
-	if err := w.dead.Dead(w.ctx, w.rule, dm, "8 attempts, last error: 500"); err != nil {
+	if err := w.dead.Dead(w.ctx, w.rule.Name, dm, "8 attempts, last error: 500"); err != nil {
 		t.Fatal(err)
 	}
 	if st := w.get(t, dm.ID); st.State != status.Dead || st.LastError != "8 attempts, last error: 500" || st.Attempts != 8 || st.Domain != "shop" {
@@ -228,7 +229,7 @@ func TestLocatorAnswersEveryStateFromWhereTheMessageIs(t *testing.T) {
 	if _, err := w.loc.Get(w.ctx, legacy); !errors.As(err, &gone) || !gone.Legacy {
 		t.Fatalf("legacy id: %v", err)
 	}
-	if err := w.dead.Dead(w.ctx, w.rule, queue.Message{ID: legacy, Rule: "orders", Key: "k", Payload: []byte(`1`)}, "refused"); err != nil {
+	if err := w.dead.Dead(w.ctx, w.rule.Name, queue.Message{ID: legacy, Rule: "orders", Key: "k", Payload: []byte(`1`)}, "refused"); err != nil {
 		t.Fatal(err)
 	}
 	if st := w.get(t, legacy); st.State != status.Dead || st.Key != "k" {
@@ -242,7 +243,7 @@ func TestLocatorFindsAMessageReadmittedWhileLooking(t *testing.T) {
 	w := newWorld(t)
 	for i := 0; i < 50; i++ {
 		m := queue.Message{ID: mustID(t, "k"), Key: "k", Payload: []byte(`{}`), CreatedAt: time.Now()}
-		if _, err := w.park.Park(w.ctx, w.rule, m, time.Now().Add(time.Hour)); err != nil {
+		if _, err := w.park.Park(w.ctx, w.rule.Name, m, time.Now().Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)

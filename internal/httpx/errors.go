@@ -1,0 +1,119 @@
+package httpx
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// The one mapping from what went wrong to the problem answered (docs/http-api.md "Problem
+// types"): each constructor pairs a problem type with its status and default title, so a
+// handler says what happened and never spells a status code or a type URI itself. A
+// handler that has an error rather than a verdict calls FromError.
+
+// Invalid is a 400 #invalid-request naming the field at fault (as BadRequest).
+func Invalid(field, detail string) Problem { return BadRequest(field, detail) }
+
+// UnsupportedMediaType is a 415 #invalid-request: the body's Content-Type is not one the
+// route reads.
+func UnsupportedMediaType(detail string) Problem {
+	return Problem{Type: TypeInvalidRequest, Status: http.StatusUnsupportedMediaType, Title: "Unsupported media type", Detail: detail}
+}
+
+// PreconditionFailed is a 412 #invalid-request: an If-Match that is no longer current.
+func PreconditionFailed(detail string) Problem {
+	return Problem{Type: TypeInvalidRequest, Status: http.StatusPreconditionFailed, Title: "Precondition failed", Detail: detail}
+}
+
+// NotFound is a 404 #not-found: an unknown route, queue, key or dead letter. title may
+// be empty ("Not Found").
+func NotFound(title, detail string) Problem {
+	return Problem{Type: TypeNotFound, Status: http.StatusNotFound, Title: title, Detail: detail}
+}
+
+// NoRule is a 404 #no-matching-rule. title may be empty ("No matching rule").
+func NoRule(title, detail string) Problem {
+	if title == "" {
+		title = "No matching rule"
+	}
+	return Problem{Type: TypeNoRule, Status: http.StatusNotFound, Title: title, Detail: detail}
+}
+
+// TooLarge is a 413 #payload-too-large.
+func TooLarge(detail string) Problem {
+	return Problem{Type: TypeTooLarge, Status: http.StatusRequestEntityTooLarge, Title: "Payload too large", Detail: detail}
+}
+
+// QuotaExceeded is a 429 #quota-exceeded: retry after retryAfter (whole seconds, at least
+// 1), naming the policies that refused.
+func QuotaExceeded(detail string, retryAfter time.Duration, policies ...string) Problem {
+	return Problem{Type: TypeQuotaExceeded, Status: http.StatusTooManyRequests, Title: "Quota exceeded", Detail: detail,
+		ViolatedPolicies: policies, RetryAfter: Seconds(retryAfter, 1)}
+}
+
+// Unavailable is a 503 #unavailable: a store cannot answer now; retry after retryAfter
+// (whole seconds, at least 1). title may be empty ("Service Unavailable").
+func Unavailable(title, detail string, retryAfter time.Duration) Problem {
+	return Problem{Type: TypeUnavailable, Status: http.StatusServiceUnavailable, Title: title, Detail: detail,
+		RetryAfter: Seconds(retryAfter, 1)}
+}
+
+// Unauthorized is a 401 #unauthorized (the caller also sets WWW-Authenticate).
+func Unauthorized(detail string) Problem {
+	return Problem{Type: TypeUnauthorized, Status: http.StatusUnauthorized, Detail: detail}
+}
+
+// Forbidden is a 403 #forbidden: a known token whose scope does not allow the call.
+func Forbidden(detail string) Problem {
+	return Problem{Type: TypeForbidden, Status: http.StatusForbidden, Detail: detail}
+}
+
+// NeverSeen is a 404 #never-seen: a message id sluice never issued.
+func NeverSeen(detail string) Problem {
+	return Problem{Type: TypeNeverSeen, Status: http.StatusNotFound, Title: "Unknown message", Detail: detail}
+}
+
+// NotTracked is a 404 #no-longer-tracked: a message that has left sluice, with what its id
+// names.
+func NotTracked(detail, rule string, key *string, issuedAt string) Problem {
+	return Problem{Type: TypeNotTracked, Status: http.StatusNotFound, Title: "Message no longer tracked", Detail: detail,
+		Rule: rule, Key: key, IssuedAt: issuedAt}
+}
+
+// NotCancellable is a 409 #not-cancellable, with the message's state.
+func NotCancellable(detail, state string) Problem {
+	return Problem{Type: TypeNotCancellable, Status: http.StatusConflict, Title: "Message cannot be cancelled", Detail: detail, State: state}
+}
+
+// Internal is a 500 #internal. Its detail never carries the error: that is logged, not
+// sent.
+func Internal() Problem {
+	return Problem{Type: TypeInternal, Status: http.StatusInternalServerError, Detail: "internal error"}
+}
+
+// Error makes a Problem an error, so a function deep in a handler can return the verdict
+// it reached and the handler answers it with FromError.
+func (p Problem) Error() string {
+	if p.Detail != "" {
+		return p.Type + ": " + p.Detail
+	}
+	return p.Type
+}
+
+// FromError is the problem to answer for err: the Problem err wraps (errors.As), if any;
+// a 503 (retry after unavailable) when err is a context deadline — a store too slow to
+// answer now; otherwise Internal. Map a package's sentinel errors to problems by wrapping
+// them in one where they are first seen (e.g. fmt.Errorf("%w: %w", httpx.NotFound(…), err)).
+func FromError(err error, unavailable time.Duration) Problem {
+	var p Problem
+	switch {
+	case err == nil:
+		return Internal()
+	case errors.As(err, &p):
+		return p
+	case errors.Is(err, context.DeadlineExceeded):
+		return Unavailable("", err.Error(), unavailable)
+	}
+	return Internal()
+}
