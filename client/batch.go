@@ -43,7 +43,7 @@ type BatchResult struct {
 // The error is nil when the batch was answered; per-item failures are in the results.
 func (c *Client) SubmitBatch(ctx context.Context, items []BatchItem) ([]BatchResult, error) {
 	if len(items) == 0 {
-		return nil, fmt.Errorf("%w: SubmitBatch: no items", ErrInvalid)
+		return nil, invalidf("SubmitBatch: no items")
 	}
 	bodies := make([][]byte, len(items))
 	keys := make([]string, len(items))

@@ -46,7 +46,7 @@ func (s *MessageStatus) Final() bool { return s.State == StateDelivered || s.Sta
 // (delivered or purged, with no delivered record kept).
 func (c *Client) Status(ctx context.Context, id string) (*MessageStatus, error) {
 	if id == "" {
-		return nil, errors.New("client: Status: empty message id")
+		return nil, invalidf("Status: empty message id")
 	}
 	resp, err := c.do(ctx, call{
 		method: http.MethodGet,
@@ -72,7 +72,7 @@ func (c *Client) Status(ctx context.Context, id string) (*MessageStatus, error) 
 // answer was lost and is retried finds the message gone (ErrNoLongerTracked).
 func (c *Client) Cancel(ctx context.Context, id string) (*MessageStatus, error) {
 	if id == "" {
-		return nil, fmt.Errorf("%w: Cancel: empty message id", ErrInvalid)
+		return nil, invalidf("Cancel: empty message id")
 	}
 	resp, err := c.do(ctx, call{
 		method: http.MethodDelete,
@@ -248,7 +248,7 @@ func jsonDuration(raw json.RawMessage) (time.Duration, error) {
 // and when the connection could not be made.
 func (c *Client) Check(ctx context.Context, domain string, descriptors [][]Entry, hitsAddend int) (*CheckResult, error) {
 	if hitsAddend < 0 {
-		return nil, fmt.Errorf("client: Check: hitsAddend %d is negative", hitsAddend)
+		return nil, invalidf("Check: hitsAddend %d is negative", hitsAddend)
 	}
 	type desc struct {
 		Entries []Entry `json:"entries"`
@@ -273,7 +273,7 @@ func (c *Client) Check(ctx context.Context, domain string, descriptors [][]Entry
 		path:   "/v1/check",
 		body:   body,
 		conn:   neverSent,
-		retry:  retryUnavailable,
+		retry:  retryNotDone,
 		ok: func(status int) bool {
 			return is2xx(status) || status == http.StatusTooManyRequests
 		},
