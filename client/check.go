@@ -242,27 +242,60 @@ func jsonDuration(raw json.RawMessage) (time.Duration, error) {
 
 // Check asks whether the descriptors are within their limits and counts hitsAddend hits
 // (0 means 1, as in envoy) against each, without queueing anything. An over-limit answer
-// (HTTP 429) is a result with OverallCode CodeOverLimit, not an error.
+// (HTTP 429) is a result with OverallCode CodeOverLimit, not an error. CheckDescriptors
+// takes envoy's per-descriptor fields too (a hits_addend of its own, a limit override).
 //
-// A check counts hits, so it is retried only when it certainly was not counted: on 503
-// and when the connection could not be made.
+// A check counts hits, so it is retried only when it certainly was not counted: on the
+// ingress's own 503 and when the connection could not be made — never after a proxy's
+// 502, 503 or 504, which may have passed the check on.
 func (c *Client) Check(ctx context.Context, domain string, descriptors [][]Entry, hitsAddend int) (*CheckResult, error) {
+	ds := make([]CheckDescriptor, len(descriptors))
+	for i, d := range descriptors {
+		ds[i].Entries = d
+	}
+	return c.CheckDescriptors(ctx, domain, ds, hitsAddend)
+}
+
+// CheckDescriptor is one descriptor of CheckDescriptors, with envoy's per-descriptor fields.
+type CheckDescriptor struct {
+	Entries []Entry `json:"entries"`
+	// HitsAddend, when set, is counted against this descriptor instead of the request's;
+	// a HitsAddend of 0 checks without counting (a peek).
+	HitsAddend *int `json:"hits_addend,omitempty"`
+	// Limit, when set, replaces the matching rule's limit for this descriptor (envoy's
+	// RateLimitOverride), counted in a bucket of its own.
+	Limit *LimitOverride `json:"limit,omitempty"`
+	// NegativeHits gives HitsAddend hits back instead of counting them (envoy's
+	// is_negative_hits), e.g. to refund a request that did not happen.
+	NegativeHits bool `json:"is_negative_hits,omitempty"`
+}
+
+// LimitOverride is a limit sent with a check: RequestsPerUnit per UnitMultiplier × Unit
+// (SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR; UnitMultiplier 0 means 1).
+type LimitOverride struct {
+	RequestsPerUnit int64  `json:"requests_per_unit"`
+	Unit            string `json:"unit"`
+	UnitMultiplier  int64  `json:"unit_multiplier,omitempty"`
+}
+
+// CheckDescriptors is Check with per-descriptor hits and limit overrides.
+func (c *Client) CheckDescriptors(ctx context.Context, domain string, descriptors []CheckDescriptor, hitsAddend int) (*CheckResult, error) {
 	if hitsAddend < 0 {
 		return nil, invalidf("Check: hitsAddend %d is negative", hitsAddend)
 	}
-	type desc struct {
-		Entries []Entry `json:"entries"`
-	}
 	req := struct {
-		Domain      string `json:"domain"`
-		Descriptors []desc `json:"descriptors"`
-		HitsAddend  int    `json:"hits_addend,omitempty"`
-	}{Domain: domain, Descriptors: make([]desc, len(descriptors)), HitsAddend: hitsAddend}
+		Domain      string            `json:"domain"`
+		Descriptors []CheckDescriptor `json:"descriptors"`
+		HitsAddend  int               `json:"hits_addend,omitempty"`
+	}{Domain: domain, Descriptors: make([]CheckDescriptor, len(descriptors)), HitsAddend: hitsAddend}
 	for i, d := range descriptors {
-		if d == nil {
-			d = []Entry{}
+		if d.HitsAddend != nil && *d.HitsAddend < 0 {
+			return nil, invalidf("Check: descriptor %d: hitsAddend %d is negative", i, *d.HitsAddend)
 		}
-		req.Descriptors[i].Entries = d
+		if d.Entries == nil {
+			d.Entries = []Entry{}
+		}
+		req.Descriptors[i] = d
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
