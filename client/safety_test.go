@@ -20,8 +20,11 @@ func TestNotIdempotentNeverRetriedAfterProxyErrors(t *testing.T) {
 			_, err := c.Check(context.Background(), "auth", [][]client.Entry{{{Key: "user", Value: "u"}}}, 1)
 			return err
 		},
-		"Replay":     func(c *client.Client) error { _, err := c.Admin().Replay(context.Background(), "id-1"); return err },
-		"ReplayAll":  func(c *client.Client) error { _, err := c.Admin().ReplayAll(context.Background(), "orders", 0); return err },
+		"Replay": func(c *client.Client) error { _, err := c.Admin().Replay(context.Background(), "id-1"); return err },
+		"ReplayAll": func(c *client.Client) error {
+			_, err := c.Admin().ReplayAll(context.Background(), "orders", 0)
+			return err
+		},
 		"PurgeQueue": func(c *client.Client) error { return c.Admin().PurgeQueue(context.Background(), "orders") },
 		"PurgeKey":   func(c *client.Client) error { return c.Admin().PurgeKey(context.Background(), "orders", "m-1") },
 		"TuneIfMatch": func(c *client.Client) error {
