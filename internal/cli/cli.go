@@ -192,7 +192,8 @@ func (m *Main) parse(fs *flag.FlagSet, args []string, c *common) ([]string, erro
 				m.verbUsage(m.stdout(), strings.TrimPrefix(fs.Name(), "sluice "))
 				return nil, &exitError{code: ExitOK}
 			}
-			return nil, usageErr("%s: %v; run `sluice help %s`", fs.Name(), err, strings.TrimPrefix(fs.Name(), "sluice "))
+			name := strings.TrimPrefix(fs.Name(), "sluice ")
+			return nil, usageErr("%s: %v; run `sluice help %s`", name, err, name)
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {

@@ -397,7 +397,7 @@ func (m *Main) purge(ctx context.Context, args []string) error {
 			return explain(err, u)
 		}
 		if o.key == "" {
-			what += fmt.Sprintf(" (%d messages in %d keys)", q.Depth, q.ActiveKeys)
+			what += fmt.Sprintf(" (%d messages in %d key(s))", q.Depth, q.ActiveKeys)
 		}
 		fmt.Fprintf(m.stderr(), "Delete %s? This cannot be undone. [y/N] ", what)
 		line, _ := bufio.NewReader(m.Stdin).ReadString('\n')
@@ -504,7 +504,7 @@ func (m *Main) replay(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(pos) == 1 == (o.queue != "") || len(pos) > 1 {
-		return usageErr("replay wants a message ID or --queue Q, not both; run `sluice help replay`")
+		return usageErr("replay wants one message ID or --queue Q (one of them); run `sluice help replay`")
 	}
 	ctx, cancel := withTimeout(ctx, c)
 	defer cancel()
@@ -634,7 +634,9 @@ func (m *Main) submit(ctx context.Context, args []string) error {
 	rows := [][2]string{{"id", s.ID}, {"state", s.State}}
 	switch s.State {
 	case client.StateQueued:
-		rows = append(rows, [2]string{"depth", fmt.Sprintf("%d of %d", s.Depth, s.Capacity)}, [2]string{"eta", formatTime(s.ETA)})
+		if s.Capacity > 0 { // a duplicate's answer has no depth
+			rows = append(rows, [2]string{"depth", fmt.Sprintf("%d of %d", s.Depth, s.Capacity)}, [2]string{"eta", formatTime(s.ETA)})
+		}
 	case client.StateParked:
 		rows = append(rows, [2]string{"retry at", formatTime(s.RetryAt)})
 	case client.StateScheduled:
