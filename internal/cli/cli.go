@@ -84,6 +84,15 @@ func init() {
 	}
 }
 
+// Verbs returns the names of the verbs, in the order of `sluice help`.
+func Verbs() []string {
+	names := make([]string, len(verbs))
+	for i, v := range verbs {
+		names[i] = v.name
+	}
+	return names
+}
+
 // Run runs the command line args (without the program name) and returns the exit code.
 func (m *Main) Run(ctx context.Context, args []string) int {
 	if len(args) == 0 {
