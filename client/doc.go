@@ -15,7 +15,8 @@
 // Type, Title, Detail, Field). A 429 of Submit is an *OverLimitError (RetryAfter, Limit,
 // Remaining, Reset, Policy, ViolatedPolicies) that wraps the *ProblemError. Both match the
 // sentinels with errors.Is: ErrOverLimit, ErrNotFound, ErrNoRule, ErrInvalid, ErrTooLarge,
-// ErrUnauthorized, ErrUnavailable, ErrConflict (409), ErrPreconditionFailed (412).
+// ErrUnauthorized, ErrUnavailable, ErrConflict (409), ErrPreconditionFailed (412),
+// ErrIdempotencyKeyReused (422).
 // Arguments the client refuses before sending (an empty queue name, a payload that is not
 // JSON) match ErrInvalid too. A 429 of Check is not an error but a result whose
 // OverallCode is CodeOverLimit: a check asks a question and "no" is an answer.
@@ -30,8 +31,9 @@
 // a *SubmitError holding the key it used (IdempotencyKeyOf): submit again with
 // WithIdempotencyKey and that key, never a new one, to be sure of one message.
 //
-// The server answers a repeat with the original message whatever the repeat's payload:
-// do not reuse a key for different work.
+// A key reused for another request (another domain, descriptor or payload) is refused
+// with ErrIdempotencyKeyReused (422) rather than answered with the first message, by an
+// ingress of v0.4.0 or later (earlier ones answered 200 with the first message).
 //
 // # Concurrent operators
 //

@@ -45,6 +45,10 @@ var (
 	// someone else changed the queue since it was read. Read it again (Admin.Queue), decide
 	// again, and Tune with the new ETag.
 	ErrPreconditionFailed = errors.New("sluice: precondition failed")
+	// ErrIdempotencyKeyReused: Submit under an idempotency key that another request (another
+	// domain, descriptor or payload) used within the key's 24 h (422). Nothing was stored:
+	// new work needs a new key.
+	ErrIdempotencyKeyReused = errors.New("sluice: idempotency key reused for another request")
 )
 
 // invalidError is a request refused by the client before anything is sent (an empty
@@ -103,6 +107,8 @@ const (
 	ProblemNoLongerTracked = ProblemBase + "#no-longer-tracked"
 	// ProblemNotCancellable: a Cancel refused (see ErrNotCancellable).
 	ProblemNotCancellable = ProblemBase + "#not-cancellable"
+	// ProblemIdempotencyKeyReused: a Submit refused (see ErrIdempotencyKeyReused).
+	ProblemIdempotencyKeyReused = ProblemBase + "#idempotency-key-reused"
 )
 
 // ProblemError is an error answer of the ingress: its RFC 9457 problem details, or, for an
@@ -169,6 +175,8 @@ func (e *ProblemError) Is(target error) bool {
 		return e.Status == http.StatusConflict
 	case ErrPreconditionFailed:
 		return e.Status == http.StatusPreconditionFailed
+	case ErrIdempotencyKeyReused:
+		return e.Status == http.StatusUnprocessableEntity && e.Type == ProblemIdempotencyKeyReused
 	}
 	return false
 }

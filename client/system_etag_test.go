@@ -62,3 +62,28 @@ func TestSystemTuneIfMatch(t *testing.T) {
 		t.Fatalf("rules %+v", rules)
 	}
 }
+
+// A key reused for another payload is refused by the real ingress, and the client says so
+// with ErrIdempotencyKeyReused; the same payload again is still a duplicate.
+func TestSystemIdempotencyKeyReused(t *testing.T) {
+	t.Parallel()
+	sys := startSystem(t, systemRules)
+	c := sys.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	k := []client.Entry{{Key: "k", Value: "reuse"}}
+	first, err := c.Submit(ctx, "even", k, map[string]int{"n": 1}, client.WithIdempotencyKey("job-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.Submit(ctx, "even", k, map[string]int{"n": 1}, client.WithIdempotencyKey("job-1"))
+	if err != nil || !again.Duplicate || again.ID != first.ID {
+		t.Fatalf("the same request again: %+v %v", again, err)
+	}
+	_, err = c.Submit(ctx, "even", k, map[string]int{"n": 2}, client.WithIdempotencyKey("job-1"))
+	var pe *client.ProblemError
+	if !errors.Is(err, client.ErrIdempotencyKeyReused) || !errors.As(err, &pe) || pe.Status != 422 || pe.Attempts != 1 ||
+		client.IdempotencyKeyOf(err) != "job-1" {
+		t.Fatalf("another payload under the key: %v", err)
+	}
+}

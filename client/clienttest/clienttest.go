@@ -13,7 +13,8 @@
 // What it models, and what it does not:
 //   - POST /v1/messages accepts every submission (202, state queued, depth 4 of 100), except
 //     a descriptor whose first value is FullKey, refused 429 with Retry-After 3 as a full
-//     queue is. A repeated idempotency key answers 200 with the first message's id.
+//     queue is. A repeated idempotency key answers 200 with the first message's id, or 422
+//     (#idempotency-key-reused) when the domain, descriptor or payload differ.
 //     Nothing is ever delivered: message ids are 0193a1b2-7c4d-7e5f-8a9b-…, in order.
 //   - GET /v1/messages/{id} answers delivered for any id.
 //   - POST /v1/check allows 5 hits: hits_addend above 5 is over the limit (429).
@@ -30,6 +31,7 @@
 package clienttest
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -73,6 +75,7 @@ type Ingress struct {
 	mu       sync.Mutex
 	subs     []Submission
 	byKey    map[string]string // idempotency key → message id
+	reqOf    map[string]string // idempotency key → the request it was first used for
 	revision uint64            // of the queue's live changes: its ETag
 	queue    queueState
 }
@@ -91,7 +94,7 @@ type rate struct {
 
 // NewIngress starts an Ingress; Close it when done.
 func NewIngress() *Ingress {
-	i := &Ingress{byKey: map[string]string{}, queue: queueState{Capacity: 100, Outflow: rate{Unit: "second", RequestsPerUnit: 10}}}
+	i := &Ingress{byKey: map[string]string{}, reqOf: map[string]string{}, queue: queueState{Capacity: 100, Outflow: rate{Unit: "second", RequestsPerUnit: 10}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/messages", i.submit)
 	mux.HandleFunc("GET /v1/messages/{id}", i.status)
@@ -158,12 +161,27 @@ func (i *Ingress) submit(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"type":"https://sluice.dev/problems#quota-exceeded","title":"Too Many Requests","status":429,"detail":"the queue of key `+FullKey+` is full","violated-policies":["`+QueueName+`"],"retry_after":3}`)
 		return
 	}
+	var compact bytes.Buffer
+	json.Compact(&compact, req.Payload)
+	d, _ := json.Marshal(req.Descriptor)
+	fingerprint := req.Domain + "\x00" + string(d) + "\x00" + compact.String()
 	i.mu.Lock()
 	id, dup := i.byKey[req.IdempotencyKey]
+	if dup && i.reqOf[req.IdempotencyKey] != fingerprint {
+		i.subs = append(i.subs, sub)
+		i.mu.Unlock()
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		b, _ := json.Marshal(map[string]any{"type": "https://sluice.dev/problems#idempotency-key-reused", "title": "Idempotency key reused",
+			"status": 422, "field": "idempotency_key", "detail": "idempotency key " + strconv.Quote(req.IdempotencyKey) + " was used for another request, message " + id})
+		w.Write(b)
+		return
+	}
 	if !dup {
 		id = fmt.Sprintf("0193a1b2-7c4d-7e5f-8a9b-%012x", 0x0c1d2e3f4a5b+len(i.byKey))
 		if req.IdempotencyKey != "" {
 			i.byKey[req.IdempotencyKey] = id
+			i.reqOf[req.IdempotencyKey] = fingerprint
 		}
 	}
 	sub.ID = id

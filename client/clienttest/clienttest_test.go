@@ -33,6 +33,9 @@ func TestIngress(t *testing.T) {
 	if err != nil || !again.Duplicate || again.ID != first.ID {
 		t.Fatalf("a repeated key: %+v %v", again, err)
 	}
+	if _, err := c.Submit(ctx, "orders", merchant, json.RawMessage(`{"n":9}`), client.WithIdempotencyKey("order-1")); !errors.Is(err, client.ErrIdempotencyKeyReused) {
+		t.Fatalf("a key reused for another payload: %v", err)
+	}
 	other, err := c.Submit(ctx, "orders", merchant, json.RawMessage(`{"n":2}`))
 	if err != nil || other.ID == first.ID {
 		t.Fatalf("another key: %+v %v", other, err)
@@ -42,8 +45,8 @@ func TestIngress(t *testing.T) {
 		t.Fatalf("a full key: %v", err)
 	}
 	subs := ing.Submissions()
-	if len(subs) != 4 || string(subs[0].Payload) != `{"n":1}` || subs[0].IdempotencyKey != "order-1" ||
-		subs[0].Descriptor[0] != (clienttest.Entry{Key: "merchant_id", Value: "m-1"}) || subs[3].ID != "" {
+	if len(subs) != 5 || string(subs[0].Payload) != `{"n":1}` || subs[0].IdempotencyKey != "order-1" ||
+		subs[0].Descriptor[0] != (clienttest.Entry{Key: "merchant_id", Value: "m-1"}) || subs[2].ID != "" || subs[4].ID != "" {
 		t.Fatalf("recorded %+v", subs)
 	}
 

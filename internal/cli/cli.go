@@ -281,6 +281,8 @@ func explain(err error, url string) error {
 		return &exitError{ExitUnauthorized, "the admin token is not allowed to do this (" + detail + "); use a token with the admin scope"}
 	case errors.Is(err, client.ErrUnauthorized):
 		return &exitError{ExitUnauthorized, "the ingress at " + url + " refused the request without a valid admin token (" + detail + "); set SLUICE_ADMIN_TOKEN (or --token, --token-file) to its -admin-token"}
+	case errors.Is(err, client.ErrIdempotencyKeyReused):
+		return &exitError{ExitRefused, detail + "; submit new work under a new --idempotency-key"}
 	case errors.Is(err, client.ErrNoRule):
 		return &exitError{ExitRefused, "no rule matches (" + detail + "); run `sluice rules` to see the domains and descriptors"}
 	case errors.Is(err, client.ErrNotFound):

@@ -261,6 +261,8 @@ func TestOperatorVerbs(t *testing.T) {
 		}
 		s.sluice(t, opts{}, "submit", "orders", "merchant_id=m-1", "--payload", `{"order":1}`, "--idempotency-key", "order-1").
 			must(t, 0, "duplicate", "")
+		s.sluice(t, opts{}, "submit", "orders", "merchant_id=m-1", "--payload", `{"order":9}`, "--idempotency-key", "order-1").
+			must(t, 1, "", "new --idempotency-key")
 		s.sluice(t, opts{stdin: `{"order":2}`}, "submit", "orders", "merchant_id=m-1", "--payload", "-").must(t, 0, "queued", "")
 		s.sluice(t, opts{}, "submit", "orders", "merchant_id=m-2", "--payload", `{"order":3}`, "--delay", "1h").must(t, 0, "scheduled", "")
 		s.sluice(t, opts{}, "submit", "orders", "merchant_id=m-2", "--payload", `not json`).must(t, 2, "", "not valid JSON")
