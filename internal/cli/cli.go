@@ -173,6 +173,7 @@ func (m *Main) terminal() bool {
 // common holds the flags every verb that talks to an ingress takes.
 type common struct {
 	url, token, tokenFile, output string
+	submitToken                   string
 	timeout                       time.Duration
 }
 
@@ -184,6 +185,7 @@ func (m *Main) flags(name string, c *common) *flag.FlagSet {
 		fs.StringVar(&c.url, "url", "", "the ingress `URL` (default $SLUICE_URL, else "+DefaultURL+")")
 		fs.StringVar(&c.token, "token", "", "admin bearer `token` (default $SLUICE_ADMIN_TOKEN)")
 		fs.StringVar(&c.tokenFile, "token-file", "", "read the admin token from `file` (default $SLUICE_ADMIN_TOKEN_FILE)")
+		fs.StringVar(&c.submitToken, "submit-token", "", "bearer `token` of submit and status, for an ingress run with -submit-tokens (default $SLUICE_SUBMIT_TOKEN)")
 		fs.StringVar(&c.output, "o", "table", "output: table or json")
 		fs.DurationVar(&c.timeout, "timeout", DefaultTimeout, "give up after this long, retries included")
 	}
@@ -238,7 +240,8 @@ func (m *Main) connect(c *common) (*client.Client, string, error) {
 	}
 	// A person waits at the terminal: a few quick retries, then an answer; a 429 is
 	// reported at once rather than waited out.
-	cl, err := client.New(u, client.WithHTTPClient(hc), client.WithAdminToken(token), client.WithUserAgent("sluice-cli/1"),
+	submitToken := firstNonEmpty(c.submitToken, m.getenv("SLUICE_SUBMIT_TOKEN"))
+	cl, err := client.New(u, client.WithHTTPClient(hc), client.WithAdminToken(token), client.WithSubmitToken(submitToken), client.WithUserAgent("sluice-cli/1"),
 		client.WithMaxAttempts(3), client.WithMaxRetryWait(10*time.Second), client.WithOverLimitRetry(false))
 	if err != nil {
 		return nil, u, usageErr("--url / SLUICE_URL %q: want http(s)://host[:port][/prefix]", u)
@@ -329,13 +332,15 @@ Usage: sluice VERB [ARGS] [FLAGS]   (flags may follow or precede the arguments)
 Verbs:
 `)
 	for _, v := range verbs {
-		fmt.Fprintf(w, "  %s %s\n        %s\n", v.name, v.args, v.summary)
+		fmt.Fprintf(w, "  %s\n        %s\n", strings.TrimSpace(v.name+" "+v.args), v.summary)
 	}
 	fmt.Fprint(w, `
 Connection (every verb that talks to an ingress):
   --url URL          the ingress (default $SLUICE_URL, else `+DefaultURL+`)
   --token T          admin bearer token (default $SLUICE_ADMIN_TOKEN)
   --token-file F     read the token from F (default $SLUICE_ADMIN_TOKEN_FILE)
+  --submit-token T   bearer token of submit and status under -submit-tokens
+                     (default $SLUICE_SUBMIT_TOKEN)
   -o table|json      aligned tables for people (default), JSON for scripts
   --timeout D        give up after D, retries included (default 30s)
 

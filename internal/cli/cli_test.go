@@ -58,7 +58,7 @@ type system struct {
 	sink *sinktest.Sink
 }
 
-func start(t *testing.T) *system {
+func start(t *testing.T, extra ...string) *system {
 	t.Helper()
 	sink := sinktest.Start(t)
 	sink.Answer(func(d sinktest.Delivery) (int, string) {
@@ -73,8 +73,8 @@ func start(t *testing.T) *system {
 	}
 	n := natstest.Start(t)
 	r := redistest.Start(t, redistest.Options{})
-	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
-		"-drain", "true", "-status-keep", "1h", "-shutdown-timeout", "2s", "-admin-token", token},
+	cfg, err := ingress.ParseFlags(append([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
+		"-drain", "true", "-status-keep", "1h", "-shutdown-timeout", "2s", "-admin-token", token}, extra...),
 		func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -342,3 +342,21 @@ func TestOperatorVerbs(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Under -submit-tokens, submit and status take SLUICE_SUBMIT_TOKEN, and say so without it.
+func TestSubmitToken(t *testing.T) {
+	t.Parallel()
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	const submitToken = "shop-submit-token-0123456789"
+	if err := os.WriteFile(tokens, []byte("shop submit "+submitToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, "-submit-tokens", tokens)
+	s.sluice(t, opts{}, "submit", "orders", "merchant_id=m-1", "--payload", `{}`).must(t, 4, "", "set SLUICE_SUBMIT_TOKEN")
+	var sub struct {
+		ID string `json:"id"`
+	}
+	s.sluice(t, opts{env: map[string]string{"SLUICE_SUBMIT_TOKEN": submitToken}}, "submit", "orders", "merchant_id=m-1", "--payload", `{}`, "-o", "json").
+		must(t, 0, "", "").json(t, &sub)
+	s.sluice(t, opts{}, "status", sub.ID, "--submit-token", submitToken).must(t, 0, sub.ID, "")
+}

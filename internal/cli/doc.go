@@ -11,7 +11,9 @@
 // # Configuration
 //
 // SLUICE_URL (default http://localhost:8080) and SLUICE_ADMIN_TOKEN, or SLUICE_ADMIN_TOKEN_FILE
-// (a file holding the token); the flags --url, --token and --token-file win over them.
+// (a file holding the token), and SLUICE_SUBMIT_TOKEN for submit and status against an
+// ingress run with -submit-tokens; the flags --url, --token, --token-file and
+// --submit-token win over them.
 // Nothing else is read from the environment.
 //
 // # Output

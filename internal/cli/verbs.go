@@ -545,7 +545,7 @@ func (m *Main) status(ctx context.Context, args []string) error {
 		return &exitError{ExitRefused, "message " + pos[0] + " has left sluice (delivered or purged) and no delivery record is kept (the ingress's -status-keep)"}
 	}
 	if err != nil {
-		return explain(err, u)
+		return explainMessages(err, u)
 	}
 	if c.output == "json" {
 		return m.printJSON(s)
@@ -618,7 +618,7 @@ func (m *Main) submit(ctx context.Context, args []string) error {
 	defer cancel()
 	s, err := cl.Submit(ctx, pos[0], desc, json.RawMessage(payload), opts...)
 	if err != nil {
-		e := explain(err, u)
+		e := explainMessages(err, u)
 		var ee *exitError
 		if key := client.IdempotencyKeyOf(err); key != "" && errors.As(e, &ee) && ee.code == ExitUnreachable {
 			// The request may have been stored: the same key makes a resubmission safe.
@@ -650,6 +650,15 @@ func (m *Main) submit(ctx context.Context, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
 	}
 	return tw.Flush()
+}
+
+// explainMessages is explain for the /v1/messages calls, whose token is the submit token.
+func explainMessages(err error, url string) error {
+	if errors.Is(err, client.ErrUnauthorized) {
+		return &exitError{ExitUnauthorized, "the ingress at " + url + " refused the request (" + strings.TrimPrefix(err.Error(), "sluice: ") +
+			"); it runs with -submit-tokens: set SLUICE_SUBMIT_TOKEN (or --submit-token) to a token for this domain"}
+	}
+	return explain(err, url)
 }
 
 func zeroNil(t time.Time) any {
