@@ -36,3 +36,24 @@ func TestParseRate(t *testing.T) {
 		}
 	}
 }
+
+// Whatever a person types, parseRate never panics, and what it accepts it writes back
+// (formatRate) in a form it reads as the same rate.
+func FuzzParseRate(f *testing.F) {
+	for _, s := range []string{"5/s", "300/minute", "10/30s", "1/1m30s", "7/weeks", "0/h", "5/ms", "5//s", "-1/s", "9223372036854775807/s", "5/1e3s"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := parseRate(s)
+		if err != nil {
+			return
+		}
+		if r.RequestsPerUnit < 0 || (r.Unit == "") == (r.Interval == "") {
+			t.Fatalf("parseRate(%q) = %+v", s, r)
+		}
+		back, err := parseRate(formatRate(r))
+		if err != nil || *back != *r {
+			t.Fatalf("parseRate(%q) = %+v, written %q, read back %+v, %v", s, r, formatRate(r), back, err)
+		}
+	})
+}
