@@ -369,7 +369,7 @@ func (a *Admin) DeadPage(ctx context.Context, q DeadQuery) (*DeadPage, error) {
 
 // Replay puts a dead message back into its key's queue, with the same id (so the same
 // Idempotency-Key at the sink). It enqueues, so it is retried only when the connection
-// could not be made, or on 503.
+// could not be made, or on the ingress's own 503 (never a proxy's 502, 503 or 504).
 func (a *Admin) Replay(ctx context.Context, id string) (*Submission, error) {
 	if id == "" {
 		return nil, invalidf("Replay: empty message id")
@@ -392,7 +392,8 @@ func (a *Admin) Replay(ctx context.Context, id string) (*Submission, error) {
 
 // PurgeQueue deletes every message waiting in every key of a queue (parked and dead
 // messages are kept). Messages admitted while it runs may or may not be deleted. It
-// deletes, so it is retried only when the connection could not be made, or on 503.
+// deletes, so it is retried only when the connection could not be made, or on the
+// ingress's own 503 (never a proxy's 502, 503 or 504).
 func (a *Admin) PurgeQueue(ctx context.Context, name string) error {
 	if name == "" {
 		return invalidf("PurgeQueue: empty queue name")
