@@ -85,7 +85,8 @@
 // # Testing
 //
 // WithClock replaces the clock and the sleep between retries, so a test of code that uses
-// the client never waits. The package's own tests run against httptest servers that send
+// the client never waits. Package clienttest is a fake ingress for such tests (as river's
+// rivertest): it records what was submitted and answers as the API documents. The package's own tests run against httptest servers that send
 // the answers documented in API.md, and TestSystem (system_test.go) runs the client
 // against a real ingress started in-process (real NATS, Redis and a recording sink): a
 // burst far beyond a queue's capacity ends with every message accepted exactly once, at
