@@ -204,3 +204,23 @@ func TestCheckDescriptorsBody(t *testing.T) {
 		t.Fatalf("body\n%s\nwant\n%s", got, want)
 	}
 }
+
+// SubmitBatch's rounds are bounded by the same total wait: items refused "retry after a
+// minute" round after round come back as over limit once the next wait would pass 2 min.
+func TestBatchRetryWaitBounded(t *testing.T) {
+	t.Parallel()
+	item := `{"status":429,"type":"https://sluice.dev/problems#quota-exceeded","title":"Too Many Requests","detail":"full","retry_after":60}`
+	s := newScript(t, answer{status: 200, body: `{"items":[` + item + `]}`})
+	c, clk := newClient(t, s.URL)
+	res, err := c.SubmitBatch(context.Background(), []client.BatchItem{{Domain: "orders", Descriptor: orders, Payload: 1}})
+	if err != nil || len(res) != 1 || !client.IsOverLimit(res[0].Err) {
+		t.Fatalf("%v %+v", err, res)
+	}
+	var total time.Duration
+	for _, d := range clk.Sleeps() {
+		total += d
+	}
+	if total > client.DefaultMaxRetryWait || len(clk.Sleeps()) == 0 {
+		t.Fatalf("slept %v in all (%v), bound %v", total, clk.Sleeps(), client.DefaultMaxRetryWait)
+	}
+}
