@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -61,6 +61,11 @@ type Queue struct {
 	RulesFile *QueueConfig `json:"rules_file,omitempty"`
 	// OverrideUpdatedAt is when the live changes were last written; zero without any.
 	OverrideUpdatedAt time.Time `json:"override_updated_at,omitzero"`
+	// ETag is the revision of the queue's live changes ("0" with none), from the ETag
+	// header of Queue and Tune. Give it back as Patch.IfMatch so that a Tune fails with
+	// ErrPreconditionFailed instead of overwriting a change made since. Empty from Queues
+	// (a listing has no ETag) and from servers that predate it.
+	ETag string `json:"-"`
 }
 
 // UnmarshalJSON reads a queue, turning oldest_age_seconds into OldestAge.
@@ -108,6 +113,11 @@ type Patch struct {
 	// Restore names fields whose override is dropped: "outflow", "total_outflow",
 	// "capacity", "paused". Reset drops them all.
 	Restore []string `json:"-"`
+	// IfMatch is the Queue.ETag the change was decided on, sent as If-Match: when someone
+	// else has changed the queue since, the server refuses the patch (412,
+	// ErrPreconditionFailed) rather than silently undo their change. Empty sends none: the
+	// last writer wins.
+	IfMatch string `json:"-"`
 }
 
 // MarshalJSON writes the merge patch: the set fields, and null for each Restore field.
@@ -143,10 +153,10 @@ func (a *Admin) Queues(ctx context.Context) ([]Queue, error) {
 	return qs, nil
 }
 
-// Queue returns one queue rule by name; unknown names match ErrNotFound.
+// Queue returns one queue rule by name, with its ETag; unknown names match ErrNotFound.
 func (a *Admin) Queue(ctx context.Context, name string) (*Queue, error) {
 	if name == "" {
-		return nil, errors.New("client: Queue: empty queue name")
+		return nil, invalidf("Queue: empty queue name")
 	}
 	return a.queue(ctx, a.call(http.MethodGet, "/v1/admin/queues/"+escapeSegment(name), nil, anyTransient))
 }
@@ -155,7 +165,7 @@ func (a *Admin) Queue(ctx context.Context, name string) (*Queue, error) {
 // one percent-encoded path segment, so any key ("a/b", "..", "🙂 x") addresses only itself.
 func (a *Admin) Key(ctx context.Context, name, key string) (*QueueKey, error) {
 	if name == "" {
-		return nil, errors.New("client: Key: empty queue name")
+		return nil, invalidf("Key: empty queue name")
 	}
 	path := "/v1/admin/queues/" + escapeSegment(name) + "/keys/" + escapeSegment(key)
 	resp, err := a.c.do(ctx, a.call(http.MethodGet, path, nil, anyTransient))
@@ -174,7 +184,7 @@ func (a *Admin) Key(ctx context.Context, name, key string) (*QueueKey, error) {
 // queue has more than 10,000 non-empty keys and the answer is the deepest of those read.
 func (a *Admin) HotKeys(ctx context.Context, name string, top int) (keys []QueueKey, complete bool, err error) {
 	if name == "" {
-		return nil, false, errors.New("client: HotKeys: empty queue name")
+		return nil, false, invalidf("HotKeys: empty queue name")
 	}
 	path := "/v1/admin/queues/" + escapeSegment(name) + "/keys"
 	if top > 0 {
@@ -215,10 +225,11 @@ type ReplayReport struct {
 
 // ReplayAll puts the dead messages of one queue back into their keys' queues, oldest
 // first, up to limit (0: the server's default, 1,000). Each keeps its id. It enqueues, so
-// it is retried only when the connection could not be made, or on 503.
+// it is retried only when the connection could not be made, or on the ingress's own 503
+// (never on a proxy's 502, 503 or 504, which may have passed it on).
 func (a *Admin) ReplayAll(ctx context.Context, queue string, limit int) (*ReplayReport, error) {
 	if queue == "" {
-		return nil, errors.New("client: ReplayAll: empty queue name")
+		return nil, invalidf("ReplayAll: empty queue name")
 	}
 	q := url.Values{"queue": {queue}}
 	if limit > 0 {
@@ -236,26 +247,45 @@ func (a *Admin) ReplayAll(ctx context.Context, queue string, limit int) (*Replay
 	return &r, nil
 }
 
-// Tune changes a queue live and returns it as it is now. Setting the same patch twice is
-// harmless, so Tune is retried like a GET.
+// Tune changes a queue live and returns it as it is now, with its new ETag.
+//
+// Read the queue first and pass its ETag as p.IfMatch, so that two operators cannot
+// overwrite each other: a queue changed since it was read answers ErrPreconditionFailed.
+//
+//	q, err := admin.Queue(ctx, "orders")
+//	…
+//	q, err = admin.Tune(ctx, "orders", client.Patch{Outflow: &client.Rate{Unit: "second", RequestsPerUnit: 5}, IfMatch: q.ETag})
+//	if errors.Is(err, client.ErrPreconditionFailed) { … read again, decide again … }
+//
+// Without IfMatch, setting the same patch twice is harmless, so Tune is retried like a
+// GET. With IfMatch, a repeat of a patch that was applied would be refused as someone
+// else's change, so it is retried only when nothing was sent (or on the ingress's 503).
 func (a *Admin) Tune(ctx context.Context, name string, p Patch) (*Queue, error) {
 	if name == "" {
-		return nil, errors.New("client: Tune: empty queue name")
+		return nil, invalidf("Tune: empty queue name")
 	}
 	if p.Outflow == nil && p.TotalOutflow == nil && p.Capacity == nil && p.Paused == nil && len(p.Restore) == 0 {
-		return nil, errors.New("client: Tune: empty patch")
+		return nil, invalidf("Tune: empty patch")
 	}
 	body, err := json.Marshal(p)
 	if err != nil {
 		return nil, fmt.Errorf("client: Tune: %w", err)
 	}
-	return a.queue(ctx, a.call(http.MethodPatch, "/v1/admin/queues/"+escapeSegment(name), body, anyTransient))
+	conn := anyTransient
+	if p.IfMatch != "" {
+		conn = neverSent
+	}
+	cl := a.call(http.MethodPatch, "/v1/admin/queues/"+escapeSegment(name), body, conn)
+	if p.IfMatch != "" {
+		cl.header = http.Header{"If-Match": {strconv.Quote(strings.Trim(p.IfMatch, `"`))}}
+	}
+	return a.queue(ctx, cl)
 }
 
 // Reset drops every live change of a queue: it is again as the rules file says.
 func (a *Admin) Reset(ctx context.Context, name string) (*Queue, error) {
 	if name == "" {
-		return nil, errors.New("client: Reset: empty queue name")
+		return nil, invalidf("Reset: empty queue name")
 	}
 	return a.queue(ctx, a.call(http.MethodPatch, "/v1/admin/queues/"+escapeSegment(name), []byte(`{"reset":true}`), anyTransient))
 }
@@ -301,7 +331,7 @@ type DeadPage struct {
 //	}
 func (a *Admin) DeadPage(ctx context.Context, q DeadQuery) (*DeadPage, error) {
 	if q.Limit < 0 {
-		return nil, fmt.Errorf("client: DeadPage: negative limit %d", q.Limit)
+		return nil, invalidf("DeadPage: negative limit %d", q.Limit)
 	}
 	cl := a.call(http.MethodGet, "/v1/admin/dead", nil, anyTransient)
 	v := url.Values{}
@@ -339,10 +369,10 @@ func (a *Admin) DeadPage(ctx context.Context, q DeadQuery) (*DeadPage, error) {
 
 // Replay puts a dead message back into its key's queue, with the same id (so the same
 // Idempotency-Key at the sink). It enqueues, so it is retried only when the connection
-// could not be made, or on 503.
+// could not be made, or on the ingress's own 503 (never a proxy's 502, 503 or 504).
 func (a *Admin) Replay(ctx context.Context, id string) (*Submission, error) {
 	if id == "" {
-		return nil, errors.New("client: Replay: empty message id")
+		return nil, invalidf("Replay: empty message id")
 	}
 	path := "/v1/admin/dead/" + escapeSegment(id) + "/replay"
 	resp, err := a.c.do(ctx, a.call(http.MethodPost, path, nil, neverSent))
@@ -362,10 +392,11 @@ func (a *Admin) Replay(ctx context.Context, id string) (*Submission, error) {
 
 // PurgeQueue deletes every message waiting in every key of a queue (parked and dead
 // messages are kept). Messages admitted while it runs may or may not be deleted. It
-// deletes, so it is retried only when the connection could not be made, or on 503.
+// deletes, so it is retried only when the connection could not be made, or on the
+// ingress's own 503 (never a proxy's 502, 503 or 504).
 func (a *Admin) PurgeQueue(ctx context.Context, name string) error {
 	if name == "" {
-		return errors.New("client: PurgeQueue: empty queue name")
+		return invalidf("PurgeQueue: empty queue name")
 	}
 	_, err := a.c.do(ctx, a.call(http.MethodPost, "/v1/admin/queues/"+escapeSegment(name)+"/purge", nil, neverSent))
 	return err
@@ -375,7 +406,7 @@ func (a *Admin) PurgeQueue(ctx context.Context, name string) error {
 // percent-encoded path segment, so it can never address another key. Retried like PurgeQueue.
 func (a *Admin) PurgeKey(ctx context.Context, name, key string) error {
 	if name == "" {
-		return errors.New("client: PurgeKey: empty queue name")
+		return invalidf("PurgeKey: empty queue name")
 	}
 	path := "/v1/admin/queues/" + escapeSegment(name) + "/keys/" + escapeSegment(key)
 	_, err := a.c.do(ctx, a.call(http.MethodDelete, path, nil, neverSent))
@@ -383,7 +414,11 @@ func (a *Admin) PurgeKey(ctx context.Context, name, key string) error {
 }
 
 func (a *Admin) call(method, path string, body []byte, conn retryTransport) call {
-	return call{method: method, path: path, body: body, admin: true, conn: conn, retry: retryUnavailable, ok: is2xx}
+	retry := retryUnavailable
+	if conn == neverSent {
+		retry = retryNotDone
+	}
+	return call{method: method, path: path, body: body, admin: true, conn: conn, retry: retry, ok: is2xx}
 }
 
 func (a *Admin) queue(ctx context.Context, cl call) (*Queue, error) {
@@ -395,7 +430,58 @@ func (a *Admin) queue(ctx context.Context, cl call) (*Queue, error) {
 	if err := json.Unmarshal(resp.body, &q); err != nil {
 		return nil, fmt.Errorf("sluice: %s %s: %w", cl.method, cl.path, err)
 	}
+	q.ETag = strings.Trim(resp.header.Get("ETag"), `"`)
 	return &q, nil
+}
+
+// Rule is one rule of the rules file in force (GET /v1/admin/rules): what a check or an
+// admission is decided by.
+type Rule struct {
+	Name   string `json:"name"`
+	Domain string `json:"domain"`
+	// Descriptor is the rule's path; an entry with an empty Value is one bucket per value.
+	Descriptor []Entry `json:"descriptor"`
+	// Kind is "queue" (a queue rule: POST /v1/messages) or "check" (check only).
+	Kind string `json:"kind"`
+	// RateLimits are the rule's admission limits.
+	RateLimits []RuleLimit `json:"rate_limits"`
+	Unlimited  bool        `json:"unlimited,omitempty"`
+	ShadowMode bool        `json:"shadow_mode,omitempty"`
+	QuotaMode  bool        `json:"quota_mode,omitempty"`
+	// AllOrNothing, DetailedMetric and Metadata are as in the rules file.
+	AllOrNothing   bool           `json:"all_or_nothing,omitempty"`
+	DetailedMetric bool           `json:"detailed_metric,omitempty"`
+	Metadata       map[string]any `json:"metadata,omitempty"`
+	Replaces       []string       `json:"replaces,omitempty"`
+	// Queue is the queue as the rules file says (nil for a check-only rule); the live
+	// values, after Tune, are in Admin.Queue.
+	Queue *QueueConfig `json:"queue,omitempty"`
+	// Overflow is "reject" or "park" (queue rules only).
+	Overflow string `json:"overflow,omitempty"`
+	// Source is where the rule is defined, "file:line".
+	Source string `json:"source"`
+}
+
+// RuleLimit is one rate limit of a rule.
+type RuleLimit struct {
+	Name      string `json:"name,omitempty"`
+	Algorithm string `json:"algorithm"`
+	Burst     int64  `json:"burst,omitempty"`
+	TimeZone  string `json:"time_zone,omitempty"`
+	Rate
+}
+
+// Rules lists every rule in force, in definition order.
+func (a *Admin) Rules(ctx context.Context) ([]Rule, error) {
+	resp, err := a.c.do(ctx, a.call(http.MethodGet, "/v1/admin/rules", nil, anyTransient))
+	if err != nil {
+		return nil, err
+	}
+	var rs []Rule
+	if err := decodeList(resp.body, "rules", &rs); err != nil {
+		return nil, fmt.Errorf("sluice: GET /v1/admin/rules: %w", err)
+	}
+	return rs, nil
 }
 
 // decodeList reads a listing: {"<field>": [...]} as documented, or a bare array.

@@ -35,7 +35,8 @@ type BatchResult struct {
 // default) or 503 are sent again, with their idempotency keys, once their own Retry-After
 // has passed — the items of a round that came back together wait for the earliest of
 // them, and each goes again no sooner than its own — until every item has a final answer,
-// the client's attempts are used up, or a Retry-After exceeds WithMaxRetryAfter. A
+// the client's attempts are used up, the rounds' waits would pass WithMaxRetryWait in all,
+// or a Retry-After exceeds WithMaxRetryAfter. A
 // request that fails as a whole (connection, 503 of the batch) is retried as Submit is:
 // the idempotency keys make a repeat harmless, and items stored before the failure
 // answer 200.
@@ -43,7 +44,7 @@ type BatchResult struct {
 // The error is nil when the batch was answered; per-item failures are in the results.
 func (c *Client) SubmitBatch(ctx context.Context, items []BatchItem) ([]BatchResult, error) {
 	if len(items) == 0 {
-		return nil, fmt.Errorf("%w: SubmitBatch: no items", ErrInvalid)
+		return nil, invalidf("SubmitBatch: no items")
 	}
 	bodies := make([][]byte, len(items))
 	keys := make([]string, len(items))
@@ -68,6 +69,7 @@ func (c *Client) SubmitBatch(ctx context.Context, items []BatchItem) ([]BatchRes
 		pending[i] = i
 	}
 	notBefore := make([]time.Time, len(items))
+	var waited time.Duration // between rounds, against maxRetryWait
 	for round := 1; len(pending) > 0; round++ {
 		var body bytes.Buffer
 		body.WriteByte('[')
@@ -113,12 +115,13 @@ func (c *Client) SubmitBatch(ctx context.Context, items []BatchItem) ([]BatchRes
 		if len(again) == 0 {
 			break
 		}
-		if dl, ok := ctx.Deadline(); ok && c.now().Add(wait).After(dl) {
+		if dl, ok := ctx.Deadline(); ok && c.now().Add(wait).After(dl) || waited+wait > c.maxRetryWait {
 			break // the last answers say more than a deadline error would
 		}
 		if err := c.sleep(ctx, wait); err != nil {
 			break
 		}
+		waited += wait
 		// Only the items whose own Retry-After has passed go now; the others wait a round.
 		pending = pending[:0]
 		var later []int

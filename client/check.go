@@ -46,7 +46,7 @@ func (s *MessageStatus) Final() bool { return s.State == StateDelivered || s.Sta
 // (delivered or purged, with no delivered record kept).
 func (c *Client) Status(ctx context.Context, id string) (*MessageStatus, error) {
 	if id == "" {
-		return nil, errors.New("client: Status: empty message id")
+		return nil, invalidf("Status: empty message id")
 	}
 	resp, err := c.do(ctx, call{
 		method: http.MethodGet,
@@ -72,7 +72,7 @@ func (c *Client) Status(ctx context.Context, id string) (*MessageStatus, error) 
 // answer was lost and is retried finds the message gone (ErrNoLongerTracked).
 func (c *Client) Cancel(ctx context.Context, id string) (*MessageStatus, error) {
 	if id == "" {
-		return nil, fmt.Errorf("%w: Cancel: empty message id", ErrInvalid)
+		return nil, invalidf("Cancel: empty message id")
 	}
 	resp, err := c.do(ctx, call{
 		method: http.MethodDelete,
@@ -242,27 +242,60 @@ func jsonDuration(raw json.RawMessage) (time.Duration, error) {
 
 // Check asks whether the descriptors are within their limits and counts hitsAddend hits
 // (0 means 1, as in envoy) against each, without queueing anything. An over-limit answer
-// (HTTP 429) is a result with OverallCode CodeOverLimit, not an error.
+// (HTTP 429) is a result with OverallCode CodeOverLimit, not an error. CheckDescriptors
+// takes envoy's per-descriptor fields too (a hits_addend of its own, a limit override).
 //
-// A check counts hits, so it is retried only when it certainly was not counted: on 503
-// and when the connection could not be made.
+// A check counts hits, so it is retried only when it certainly was not counted: on the
+// ingress's own 503 and when the connection could not be made — never after a proxy's
+// 502, 503 or 504, which may have passed the check on.
 func (c *Client) Check(ctx context.Context, domain string, descriptors [][]Entry, hitsAddend int) (*CheckResult, error) {
-	if hitsAddend < 0 {
-		return nil, fmt.Errorf("client: Check: hitsAddend %d is negative", hitsAddend)
+	ds := make([]CheckDescriptor, len(descriptors))
+	for i, d := range descriptors {
+		ds[i].Entries = d
 	}
-	type desc struct {
-		Entries []Entry `json:"entries"`
+	return c.CheckDescriptors(ctx, domain, ds, hitsAddend)
+}
+
+// CheckDescriptor is one descriptor of CheckDescriptors, with envoy's per-descriptor fields.
+type CheckDescriptor struct {
+	Entries []Entry `json:"entries"`
+	// HitsAddend, when set, is counted against this descriptor instead of the request's;
+	// a HitsAddend of 0 checks without counting (a peek).
+	HitsAddend *int `json:"hits_addend,omitempty"`
+	// Limit, when set, replaces the matching rule's limit for this descriptor (envoy's
+	// RateLimitOverride), counted in a bucket of its own.
+	Limit *LimitOverride `json:"limit,omitempty"`
+	// NegativeHits gives HitsAddend hits back instead of counting them (envoy's
+	// is_negative_hits), e.g. to refund a request that did not happen.
+	NegativeHits bool `json:"is_negative_hits,omitempty"`
+}
+
+// LimitOverride is a limit sent with a check: RequestsPerUnit per UnitMultiplier × Unit
+// (SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR; UnitMultiplier 0 means 1).
+type LimitOverride struct {
+	RequestsPerUnit int64  `json:"requests_per_unit"`
+	Unit            string `json:"unit"`
+	UnitMultiplier  int64  `json:"unit_multiplier,omitempty"`
+}
+
+// CheckDescriptors is Check with per-descriptor hits and limit overrides.
+func (c *Client) CheckDescriptors(ctx context.Context, domain string, descriptors []CheckDescriptor, hitsAddend int) (*CheckResult, error) {
+	if hitsAddend < 0 {
+		return nil, invalidf("Check: hitsAddend %d is negative", hitsAddend)
 	}
 	req := struct {
-		Domain      string `json:"domain"`
-		Descriptors []desc `json:"descriptors"`
-		HitsAddend  int    `json:"hits_addend,omitempty"`
-	}{Domain: domain, Descriptors: make([]desc, len(descriptors)), HitsAddend: hitsAddend}
+		Domain      string            `json:"domain"`
+		Descriptors []CheckDescriptor `json:"descriptors"`
+		HitsAddend  int               `json:"hits_addend,omitempty"`
+	}{Domain: domain, Descriptors: make([]CheckDescriptor, len(descriptors)), HitsAddend: hitsAddend}
 	for i, d := range descriptors {
-		if d == nil {
-			d = []Entry{}
+		if d.HitsAddend != nil && *d.HitsAddend < 0 {
+			return nil, invalidf("Check: descriptor %d: hitsAddend %d is negative", i, *d.HitsAddend)
 		}
-		req.Descriptors[i].Entries = d
+		if d.Entries == nil {
+			d.Entries = []Entry{}
+		}
+		req.Descriptors[i] = d
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -273,7 +306,7 @@ func (c *Client) Check(ctx context.Context, domain string, descriptors [][]Entry
 		path:   "/v1/check",
 		body:   body,
 		conn:   neverSent,
-		retry:  retryUnavailable,
+		retry:  retryNotDone,
 		ok: func(status int) bool {
 			return is2xx(status) || status == http.StatusTooManyRequests
 		},

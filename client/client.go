@@ -28,6 +28,11 @@ const (
 	// server asking for a longer wait (a daily quota, a deep queue) gets its answer returned
 	// at once, so a caller never hangs for hours inside Submit.
 	DefaultMaxRetryAfter = time.Minute
+	// DefaultMaxRetryWait bounds the time one call spends sleeping between its attempts, all
+	// retries together (429s honoured, 503s, transport errors): a call that would sleep
+	// longer returns its last error instead. Without it, ten 429s each asking for a minute
+	// kept a Submit with context.Background() asleep for nine minutes.
+	DefaultMaxRetryWait = 2 * time.Minute
 	// DefaultTimeout is the per-request timeout of the http.Client made when none is given.
 	DefaultTimeout = 30 * time.Second
 	// DefaultUserAgent is sent unless WithUserAgent says otherwise.
@@ -48,6 +53,7 @@ type Client struct {
 	backoffBase   time.Duration
 	backoffCap    time.Duration
 	maxRetryAfter time.Duration
+	maxRetryWait  time.Duration
 	retryOverLim  bool
 	now           func() time.Time
 	sleep         func(ctx context.Context, d time.Duration) error
@@ -118,6 +124,19 @@ func WithMaxRetryAfter(d time.Duration) Option {
 	}
 }
 
+// WithMaxRetryWait bounds the total time one call sleeps between its attempts; a call
+// whose next wait would pass it returns its last error at once. Default
+// DefaultMaxRetryWait (2 min). The context's deadline, when sooner, still wins.
+func WithMaxRetryWait(d time.Duration) Option {
+	return func(c *Client) error {
+		if d < 0 {
+			return fmt.Errorf("client: WithMaxRetryWait(%v): negative", d)
+		}
+		c.maxRetryWait = d
+		return nil
+	}
+}
+
 // WithOverLimitRetry says whether Submit retries a 429 after its Retry-After (default true:
 // the client then paces a producer at the queue's outflow, which is what a deferred-work
 // producer wants). With false, Submit returns the *OverLimitError of the first 429 at once,
@@ -166,6 +185,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		backoffBase:   DefaultBackoffBase,
 		backoffCap:    DefaultBackoffCap,
 		maxRetryAfter: DefaultMaxRetryAfter,
+		maxRetryWait:  DefaultMaxRetryWait,
 		retryOverLim:  true,
 		now:           time.Now,
 		sleep:         sleepCtx,
@@ -228,8 +248,10 @@ func (c *Client) backoff(retry int) time.Duration {
 type retryTransport int
 
 const (
-	// neverSent: only errors that prove the request never left (dial failures). For calls
-	// that are not idempotent (Check counts hits, Replay enqueues).
+	// neverSent: only errors that prove the request never left (dial failures), and only
+	// the ingress's own 503 problem among the answers: never a 502 or 504, which a proxy
+	// may send after passing the request on. For calls that are not idempotent (Check
+	// counts hits, Replay and ReplayAll enqueue, purges delete).
 	neverSent retryTransport = iota
 	// anyTransient: also resets, timeouts and cut-off answers. For idempotent calls
 	// (GET, PATCH) and Submit, whose idempotency key makes a repeat harmless.
@@ -271,6 +293,7 @@ func (c *Client) url(path string, q url.Values) string {
 // last answer (from errorFor); resp is set whenever an answer was received.
 func (c *Client) do(ctx context.Context, cl call) (*response, error) {
 	var last *response
+	var waited time.Duration // slept so far, against maxRetryWait
 	for attempt := 1; ; attempt++ {
 		resp, err := c.once(ctx, cl)
 		if resp != nil {
@@ -295,6 +318,11 @@ func (c *Client) do(ctx context.Context, cl call) (*response, error) {
 			if !cl.retry(resp.status) || resp.status == http.StatusTooManyRequests && !cl.overLim {
 				return resp, err
 			}
+			if cl.conn == neverSent && !fromSluice(err, ProblemUnavailable) {
+				// A call that is not idempotent is repeated only on the ingress's own "not
+				// done" (its 503 problem); a proxy's 5xx may have been sent on, and done.
+				return resp, err
+			}
 			ra, has := retryAfter(resp.header, c.now())
 			if !has {
 				var pe *ProblemError
@@ -309,7 +337,7 @@ func (c *Client) do(ctx context.Context, cl call) (*response, error) {
 			// the retries pile up, and spreads clients that were refused in the same second.
 			wait = max(ra, c.backoff(attempt))
 		}
-		if attempt >= c.maxAttempts {
+		if attempt >= c.maxAttempts || waited+wait > c.maxRetryWait {
 			return last, err
 		}
 		if dl, ok := ctx.Deadline(); ok && c.now().Add(wait).After(dl) {
@@ -319,6 +347,7 @@ func (c *Client) do(ctx context.Context, cl call) (*response, error) {
 		if serr := c.sleep(ctx, wait); serr != nil {
 			return last, fmt.Errorf("%w (stopped waiting to retry: %w)", err, serr)
 		}
+		waited += wait
 	}
 }
 
@@ -387,6 +416,17 @@ func retryUnavailable(status int) bool {
 	// 503 is sluice's "cannot store durably now"; 502 and 504 come from proxies in front of
 	// an ingress that is restarting. Nothing else can succeed by repeating it.
 	return status == http.StatusServiceUnavailable || status == http.StatusBadGateway || status == http.StatusGatewayTimeout
+}
+
+// retryNotDone is the status policy of calls that are not idempotent: only 503, and do
+// retries it only when it is the ingress's own problem (fromSluice).
+func retryNotDone(status int) bool { return status == http.StatusServiceUnavailable }
+
+// fromSluice reports whether err is a problem of the ingress itself of type typ (a
+// proxy's error page is "about:blank").
+func fromSluice(err error, typ string) bool {
+	var pe *ProblemError
+	return errors.As(err, &pe) && pe.Type == typ
 }
 
 func retryOverLimitOrUnavailable(status int) bool {

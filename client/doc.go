@@ -15,7 +15,10 @@
 // Type, Title, Detail, Field). A 429 of Submit is an *OverLimitError (RetryAfter, Limit,
 // Remaining, Reset, Policy, ViolatedPolicies) that wraps the *ProblemError. Both match the
 // sentinels with errors.Is: ErrOverLimit, ErrNotFound, ErrNoRule, ErrInvalid, ErrTooLarge,
-// ErrUnauthorized, ErrUnavailable. A 429 of Check is not an error but a result whose
+// ErrUnauthorized, ErrUnavailable, ErrConflict (409), ErrPreconditionFailed (412),
+// ErrIdempotencyKeyReused (422).
+// Arguments the client refuses before sending (an empty queue name, a payload that is not
+// JSON) match ErrInvalid too. A 429 of Check is not an error but a result whose
 // OverallCode is CodeOverLimit: a check asks a question and "no" is an answer.
 //
 // # Idempotency
@@ -24,17 +27,34 @@
 // WithIdempotencyKey) and sends it on every attempt of that call, as the Idempotency-Key
 // header and the idempotency_key field. The server keeps a key for 24 h: a repeat is
 // answered 200 with the original submission, which Submit returns with Duplicate set.
-// That is what makes retrying a Submit after a lost answer safe.
+// That is what makes retrying a Submit after a lost answer safe. A failed Submit returns
+// a *SubmitError holding the key it used (IdempotencyKeyOf): submit again with
+// WithIdempotencyKey and that key, never a new one, to be sure of one message.
+//
+// A key reused for another request (another domain, descriptor or payload) is refused
+// with ErrIdempotencyKeyReused (422) rather than answered with the first message, by an
+// ingress of v0.4.0 or later (earlier ones answered 200 with the first message).
+//
+// # Concurrent operators
+//
+// Admin.Queue returns the queue's ETag; pass it as Patch.IfMatch to Admin.Tune and a queue
+// changed by someone else since is refused with ErrPreconditionFailed (412) instead of
+// overwritten.
 //
 // # Retry policy
 //
-// One call makes at most MaxAttempts HTTP requests (default 10, WithMaxAttempts), and never
-// outlives its context: if the next wait would end after ctx's deadline, the call returns
-// the last answer's error at once rather than sleep into a deadline error.
+// One call makes at most MaxAttempts HTTP requests (default 10, WithMaxAttempts), sleeps
+// at most MaxRetryWait between them in all (default 2 min, DefaultMaxRetryWait,
+// WithMaxRetryWait), and never outlives its context: if the next wait would pass either
+// bound, the call returns the last answer's error at once rather than sleep into it.
 //
 // What is retried:
 //   - 503 (the ingress cannot store durably), and 502/504 (a proxy in front of a restarting
-//     ingress): on every call except the /healthz and /readyz probes.
+//     ingress): on the idempotent calls (Submit, Status, Cancel, the admin GETs, Tune
+//     without IfMatch). The calls that are not idempotent — Check, Admin.Replay,
+//     ReplayAll, PurgeQueue, PurgeKey, and Tune with IfMatch — are retried only on the
+//     ingress's own 503 problem (it did nothing), never on a 502, a 504 or a proxy's 503,
+//     which may come after the request was passed on and done.
 //   - 429: on Submit and Status, by default. This is the user-friendly default for a
 //     producer of deferred work: a full queue frees a place every 1/outflow, so honouring
 //     Retry-After paces the producer at the queue's outflow instead of failing its work.
@@ -44,8 +64,8 @@
 //     slept through: "your daily quota is spent" comes back to the caller at once.
 //   - Transport errors (connection refused or reset, timeouts, an answer cut off): on
 //     Submit (its idempotency key makes a repeat harmless), Status, and the admin GETs and
-//     PATCHes. Check and Admin.Replay are not idempotent (a check counts hits, a replay
-//     enqueues), so they retry only failures to connect, when nothing was sent.
+//     PATCHes. The calls that are not idempotent (above) retry only failures to connect,
+//     when nothing was sent.
 //   - Never: 400, 401, 403, 404, 409, 413, 415, 422 or any other 4xx, nor 500: repeating
 //     them cannot succeed.
 //
@@ -65,7 +85,8 @@
 // # Testing
 //
 // WithClock replaces the clock and the sleep between retries, so a test of code that uses
-// the client never waits. The package's own tests run against httptest servers that send
+// the client never waits. Package clienttest is a fake ingress for such tests (as river's
+// rivertest): it records what was submitted and answers as the API documents. The package's own tests run against httptest servers that send
 // the answers documented in API.md, and TestSystem (system_test.go) runs the client
 // against a real ingress started in-process (real NATS, Redis and a recording sink): a
 // burst far beyond a queue's capacity ends with every message accepted exactly once, at

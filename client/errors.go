@@ -12,7 +12,8 @@ import (
 )
 
 // Sentinel errors, for errors.Is. Every error answer is a *ProblemError (429s on Submit an
-// *OverLimitError wrapping one) that matches the sentinel of its status or type.
+// *OverLimitError wrapping one) that matches the sentinel of its status or type. Arguments
+// the client refuses before sending anything match ErrInvalid too.
 var (
 	// ErrOverLimit: the request was refused for its rate limit or a full queue (429).
 	ErrOverLimit = errors.New("sluice: over limit")
@@ -37,7 +38,57 @@ var (
 	// ErrUnavailable: the ingress cannot store durably now (503, or 502/504 from a proxy),
 	// still so after the retries.
 	ErrUnavailable = errors.New("sluice: unavailable")
+	// ErrConflict: the request conflicts with the resource's state (409); ErrNotCancellable
+	// is one such conflict.
+	ErrConflict = errors.New("sluice: conflict")
+	// ErrPreconditionFailed: a Tune whose Patch.IfMatch is no longer the queue's ETag (412):
+	// someone else changed the queue since it was read. Read it again (Admin.Queue), decide
+	// again, and Tune with the new ETag.
+	ErrPreconditionFailed = errors.New("sluice: precondition failed")
+	// ErrIdempotencyKeyReused: Submit under an idempotency key that another request (another
+	// domain, descriptor or payload) used within the key's 24 h (422). Nothing was stored:
+	// new work needs a new key.
+	ErrIdempotencyKeyReused = errors.New("sluice: idempotency key reused for another request")
 )
+
+// invalidError is a request refused by the client before anything is sent (an empty
+// name, a negative limit): it matches ErrInvalid, as the server's 400 would.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return "client: " + e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+
+// invalidf returns an error matching ErrInvalid, for arguments refused locally.
+func invalidf(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
+}
+
+// SubmitError is an error of Submit once the request may have been sent: it carries the
+// idempotency key the call used, so the caller can submit again with
+// WithIdempotencyKey(e.IdempotencyKey) and get the first message back (200, Duplicate)
+// if the lost attempt was in fact accepted, instead of enqueueing it twice. It wraps the
+// cause: errors.Is and errors.As see the *OverLimitError, *ProblemError or transport error.
+type SubmitError struct {
+	// IdempotencyKey is the key every attempt of the call was sent with.
+	IdempotencyKey string
+	// Err is the cause.
+	Err error
+}
+
+func (e *SubmitError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *SubmitError) Unwrap() error { return e.Err }
+
+// IdempotencyKeyOf returns the idempotency key of a failed Submit ("" when err did not
+// come from Submit, or nothing was sent).
+func IdempotencyKeyOf(err error) string {
+	var se *SubmitError
+	if errors.As(err, &se) {
+		return se.IdempotencyKey
+	}
+	return ""
+}
 
 // Problem types of API.md (RFC 9457 "type" URIs).
 const (
@@ -56,6 +107,8 @@ const (
 	ProblemNoLongerTracked = ProblemBase + "#no-longer-tracked"
 	// ProblemNotCancellable: a Cancel refused (see ErrNotCancellable).
 	ProblemNotCancellable = ProblemBase + "#not-cancellable"
+	// ProblemIdempotencyKeyReused: a Submit refused (see ErrIdempotencyKeyReused).
+	ProblemIdempotencyKeyReused = ProblemBase + "#idempotency-key-reused"
 )
 
 // ProblemError is an error answer of the ingress: its RFC 9457 problem details, or, for an
@@ -118,6 +171,12 @@ func (e *ProblemError) Is(target error) bool {
 		return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
 	case ErrUnavailable:
 		return retryUnavailable(e.Status)
+	case ErrConflict:
+		return e.Status == http.StatusConflict
+	case ErrPreconditionFailed:
+		return e.Status == http.StatusPreconditionFailed
+	case ErrIdempotencyKeyReused:
+		return e.Status == http.StatusUnprocessableEntity && e.Type == ProblemIdempotencyKeyReused
 	}
 	return false
 }

@@ -5,110 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log"
-	"net/http"
-	"net/http/httptest"
-	"strings"
 	"time"
 
 	"github.com/sluice-io/sluice/client"
+	"github.com/sluice-io/sluice/client/clienttest"
 )
 
-// exampleIngress stands in for a sluice ingress in the examples: it sends the answers
-// API.md documents, so the examples run without NATS or Redis. Point client.New at a real
-// ingress ("http://localhost:8080" after `make run`) and the code is the same.
-func exampleIngress() *httptest.Server {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Descriptor []client.Entry `json:"descriptor"`
-		}
-		json.NewDecoder(r.Body).Decode(&req)
-		h := w.Header()
-		h.Set("RateLimit-Policy", `"orders-per-merchant";q=100;w=10`)
-		h.Set("X-RateLimit-Limit", "100")
-		if req.Descriptor[0].Value == "m-full" {
-			h.Set("Content-Type", "application/problem+json")
-			h.Set("Retry-After", "3")
-			h.Set("X-RateLimit-Remaining", "0")
-			h.Set("X-RateLimit-Reset", "1")
-			h.Set("RateLimit", `"orders-per-merchant";r=0;t=1`)
-			w.WriteHeader(http.StatusTooManyRequests)
-			io.WriteString(w, `{"type":"https://sluice.dev/problems#quota-exceeded","title":"Too Many Requests","status":429,"detail":"the queue of key m-full is full","violated-policies":["orders-per-merchant"],"retry_after":3}`)
-			return
-		}
-		h.Set("Content-Type", "application/json")
-		h.Set("Location", "/v1/messages/0193a1b2-7c4d-7e5f-8a9b-0c1d2e3f4a5b")
-		h.Set("X-RateLimit-Remaining", "96")
-		h.Set("X-RateLimit-Reset", "1")
-		h.Set("RateLimit", `"orders-per-merchant";r=96;t=1`)
-		w.WriteHeader(http.StatusAccepted)
-		io.WriteString(w, `{"id":"0193a1b2-7c4d-7e5f-8a9b-0c1d2e3f4a5b","state":"queued","depth":4,"capacity":100,"eta":"2026-11-22T05:00:00.4Z"}`)
-	})
-	mux.HandleFunc("GET /v1/messages/{id}", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"id":%q,"domain":"orders","rule":"orders-per-merchant","key":"m-42","state":"delivered","attempts":1,"created_at":"2026-11-22T05:00:00Z","updated_at":"2026-11-22T05:00:00.4Z","last_error":""}`, r.PathValue("id"))
-	})
-	mux.HandleFunc("POST /v1/check", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			HitsAddend int `json:"hits_addend"`
-		}
-		json.NewDecoder(r.Body).Decode(&req)
-		w.Header().Set("Content-Type", "application/json")
-		if req.HitsAddend > 5 {
-			w.WriteHeader(http.StatusTooManyRequests)
-			io.WriteString(w, `{"overall_code":"OVER_LIMIT","statuses":[{"code":"OVER_LIMIT","current_limit":{"requests_per_unit":5,"unit":"MINUTE","name":"login"},"limit_remaining":0,"duration_until_reset":"42s"}]}`)
-			return
-		}
-		io.WriteString(w, `{"overall_code":"OK","statuses":[{"code":"OK","current_limit":{"requests_per_unit":5,"unit":"MINUTE","name":"login"},"limit_remaining":4,"duration_until_reset":"42s"}]}`)
-	})
-	admin := func(h http.HandlerFunc) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get("Authorization") != "Bearer example-token" {
-				w.Header().Set("Content-Type", "application/problem+json")
-				w.WriteHeader(http.StatusUnauthorized)
-				io.WriteString(w, `{"type":"https://sluice.dev/problems#unauthorized","title":"Unauthorized","status":401}`)
-				return
-			}
-			w.Header().Set("Content-Type", "application/json")
-			h(w, r)
-		}
-	}
-	mux.HandleFunc("PATCH /v1/admin/queues/{name}", admin(func(w http.ResponseWriter, r *http.Request) {
-		var p struct {
-			Outflow client.Rate `json:"outflow"`
-		}
-		json.NewDecoder(r.Body).Decode(&p)
-		fmt.Fprintf(w, `{"name":%q,"capacity":100,"outflow":{"unit":%q,"requests_per_unit":%d},"paused":false,"depth":1234,"active_keys":56,"parked":0,"dead":0,"drained_per_second":560}`,
-			r.PathValue("name"), p.Outflow.Unit, p.Outflow.RequestsPerUnit)
-	}))
-	mux.HandleFunc("GET /v1/admin/queues/{name}/keys/{key}", admin(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, `{"queue":%q,"key":%q,"depth":4,"next_dispatch_at":"2026-11-22T05:00:00.1Z"}`, r.PathValue("name"), r.PathValue("key"))
-	}))
-	mux.HandleFunc("GET /v1/admin/dead", admin(func(w http.ResponseWriter, r *http.Request) {
-		// Three dead letters, two a page; the cursor is the last one's sequence.
-		all := []string{"0193a1b2-0000-7000-8000-000000000001", "0193a1b2-0000-7000-8000-000000000002", "0193a1b2-0000-7000-8000-000000000003"}
-		from := 0
-		fmt.Sscan(r.URL.Query().Get("after"), &from)
-		to := min(from+2, len(all))
-		var msgs []string
-		for _, id := range all[from:to] {
-			msgs = append(msgs, fmt.Sprintf(`{"id":%q,"rule":"orders-per-merchant","key":"m-42","state":"dead","reason":"sink answered 422","attempts":1,"last_error":"422 Unprocessable Entity","created_at":"2026-11-22T05:00:00Z","updated_at":"2026-11-22T05:00:01Z"}`, id))
-		}
-		next := ""
-		if to < len(all) {
-			next = fmt.Sprintf(`,"next":"/v1/admin/dead?after=%d&limit=2&queue=orders-per-merchant"`, to)
-		}
-		fmt.Fprintf(w, `{"messages":[%s]%s}`, strings.Join(msgs, ","), next)
-	}))
-	mux.HandleFunc("POST /v1/admin/dead/{id}/replay", admin(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Location", "/v1/messages/"+r.PathValue("id"))
-		w.WriteHeader(http.StatusAccepted)
-		fmt.Fprintf(w, `{"id":%q,"state":"queued"}`, r.PathValue("id"))
-	}))
-	return httptest.NewServer(mux)
-}
+// exampleIngress stands in for a sluice ingress in the examples: clienttest.Ingress sends
+// the answers the API documents, so the examples run without NATS or Redis. Point
+// client.New at a real ingress ("http://localhost:8080" after `make run`) and the code is
+// the same.
+func exampleIngress() *clienttest.Ingress { return clienttest.NewIngress() }
 
 func ExampleClient_Submit() {
 	srv := exampleIngress()
@@ -192,6 +100,8 @@ func ExampleClient_Check() {
 	// OVER_LIMIT false 0 of 5 per MINUTE reset in 42s
 }
 
+// Read the queue, decide, and change it with the ETag of what was read: a change made by
+// someone else in between is refused (ErrPreconditionFailed), not overwritten.
 func ExampleAdmin_Tune() {
 	srv := exampleIngress()
 	defer srv.Close()
@@ -200,15 +110,29 @@ func ExampleAdmin_Tune() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	q, err := c.Admin().Tune(context.Background(), "orders-per-merchant", client.Patch{
+	ctx := context.Background()
+	a := c.Admin()
+	q, err := a.Queue(ctx, "orders-per-merchant")
+	if err != nil {
+		log.Fatal(err)
+	}
+	stale := q.ETag
+	q, err = a.Tune(ctx, "orders-per-merchant", client.Patch{
 		Outflow: &client.Rate{Unit: "second", RequestsPerUnit: 20},
+		IfMatch: q.ETag,
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(q.Name, q.Outflow.RequestsPerUnit, "per", q.Outflow.Unit)
+
+	// A second operator who read the queue before that change:
+	paused := true
+	_, err = a.Tune(ctx, "orders-per-merchant", client.Patch{Paused: &paused, IfMatch: stale})
+	fmt.Println(errors.Is(err, client.ErrPreconditionFailed))
 	// Output:
 	// orders-per-merchant 20 per second
+	// true
 }
 
 // Keys are data: any UTF-8 key, slashes and emoji included, addresses exactly its queue.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -146,7 +145,8 @@ func SubmitOverLimitRetry(retry bool) SubmitOption {
 }
 
 // ErrInvalidPayload is returned, before anything is sent, for a payload that is not JSON.
-var ErrInvalidPayload = errors.New("client: payload is not valid JSON")
+// It matches ErrInvalid too.
+var ErrInvalidPayload error = &invalidError{msg: "payload is not valid JSON"}
 
 // Submit asks sluice to deliver payload to the sink of the rule that domain and
 // descriptor match, at that key's outflow.
@@ -156,9 +156,10 @@ var ErrInvalidPayload = errors.New("client: payload is not valid JSON")
 // encoding/json (without HTML escaping).
 //
 // One idempotency key (a UUIDv7 unless WithIdempotencyKey) is used for every attempt of
-// the call, so retries after a lost answer cannot enqueue twice. Over-limit refusals
-// come back as *OverLimitError, other refusals as *ProblemError; see the package doc for
-// what is retried.
+// the call, so retries after a lost answer cannot enqueue twice. Once a request may have
+// been sent, an error is a *SubmitError carrying that key (IdempotencyKeyOf), wrapping the
+// cause: over-limit refusals as *OverLimitError, other refusals as *ProblemError; see the
+// package doc for what is retried.
 func (c *Client) Submit(ctx context.Context, domain string, descriptor []Entry, payload any, opts ...SubmitOption) (*Submission, error) {
 	var o submitOptions
 	for _, fn := range opts {
@@ -191,7 +192,7 @@ func (c *Client) Submit(ctx context.Context, domain string, descriptor []Entry, 
 		overLim: overLim,
 	})
 	if err != nil {
-		return nil, err
+		return nil, &SubmitError{IdempotencyKey: o.idemKey, Err: err}
 	}
 	s := &Submission{}
 	if err := json.Unmarshal(resp.body, s); err != nil {

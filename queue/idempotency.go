@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,41 +13,60 @@ import (
 // Idempotency keys are opt-in per request and bounded by their TTL: one Redis string per
 // key, in the rule's hash slot,
 //
-//	<prefix>sl:{t}:idem:<idempotency key>   STRING  the id of the message that first used it
+//	<prefix>sl:{t}:idem:<idempotency key>   STRING  "<id>" or "<id> <digest>" (IdempotencyValue)
 //
-// about 200 bytes of Redis memory for a 36-byte key and a 55-byte id (MEMORY USAGE, as
-// TestClaimIdempotency measures it), kept for the TTL whatever happens to the message.
+// the id of the message that first used it and, when the caller gave one, a digest of the
+// request that made it, so that a repeat carrying another request is told apart from a
+// retry (ids never contain a space). About 200 bytes of Redis memory for a 36-byte key and a
+// 55-byte id, plus the digest's 22 (MEMORY USAGE, as TestClaimIdempotency measures it), kept
+// for the TTL whatever happens to the message.
+
+// IdempotencyValue is what a claim stores: the message id, and digest when not empty.
+func IdempotencyValue(id, digest string) string {
+	if digest == "" {
+		return id
+	}
+	return id + " " + digest
+}
+
+// SplitIdempotencyValue returns the id and the digest of a claim's value; digest is ""
+// for a value stored without one (or by a version before digests).
+func SplitIdempotencyValue(v string) (id, digest string) {
+	id, digest, _ = strings.Cut(v, " ")
+	return id, digest
+}
 
 func (s *Scheduler) idemKey(rule, k string) string {
 	return s.prefix + "sl:{" + RuleToken(rule) + "}:idem:" + k
 }
 
 // ClaimIdempotencyPipe queues, on a pipeline the caller executes, the claim of idempotency
-// key k of rule for message id: SET NX GET with the TTL. The command's value is the id that
-// already owned the key, or redis.Nil when this claim took it.
-func (s *Scheduler) ClaimIdempotencyPipe(ctx context.Context, pipe redis.Pipeliner, rule, k, id string, ttl time.Duration) *redis.StatusCmd {
-	return pipe.SetArgs(ctx, s.idemKey(rule, k), id, redis.SetArgs{Mode: "NX", Get: true, TTL: ttl})
+// key k of rule for value (a message id, or IdempotencyValue): SET NX GET with the TTL. The
+// command's value is the value that already owned the key, or redis.Nil when this claim
+// took it.
+func (s *Scheduler) ClaimIdempotencyPipe(ctx context.Context, pipe redis.Pipeliner, rule, k, value string, ttl time.Duration) *redis.StatusCmd {
+	return pipe.SetArgs(ctx, s.idemKey(rule, k), value, redis.SetArgs{Mode: "NX", Get: true, TTL: ttl})
 }
 
-// ReleaseIdempotency removes the mapping of k if it still points at id, so a request that
-// was not accepted (429) can be retried with the same key.
-func (s *Scheduler) ReleaseIdempotency(ctx context.Context, rule, k, id string) error {
-	err := unlockScript.Run(ctx, s.rdb, []string{s.idemKey(rule, k)}, id).Err()
+// ReleaseIdempotency removes the mapping of k if it still holds value (as claimed), so a
+// request that was not accepted (429) can be retried with the same key.
+func (s *Scheduler) ReleaseIdempotency(ctx context.Context, rule, k, value string) error {
+	err := unlockScript.Run(ctx, s.rdb, []string{s.idemKey(rule, k)}, value).Err()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("queue: release idempotency key: %w", err)
 	}
 	return nil
 }
 
-// ClaimIdempotency is ClaimIdempotencyPipe in a round trip of its own: it returns the id
-// that owns k (id itself when this claim took it).
-func (s *Scheduler) ClaimIdempotency(ctx context.Context, rule, k, id string, ttl time.Duration) (string, error) {
+// ClaimIdempotency is ClaimIdempotencyPipe in a round trip of its own: it returns the value
+// that owns k (value itself when this claim took it).
+func (s *Scheduler) ClaimIdempotency(ctx context.Context, rule, k, value string, ttl time.Duration) (string, error) {
 	pipe := s.rdb.Pipeline()
-	cmd := s.ClaimIdempotencyPipe(ctx, pipe, rule, k, id, ttl)
+	cmd := s.ClaimIdempotencyPipe(ctx, pipe, rule, k, value, ttl)
 	pipe.Exec(ctx)
 	switch owner, err := cmd.Result(); {
 	case errors.Is(err, redis.Nil):
-		return id, nil
+		return value, nil
 	case err != nil:
 		return "", fmt.Errorf("queue: claim idempotency key: %w", err)
 	default:

@@ -27,6 +27,7 @@ TARGETS=(
 	"./queue            FuzzKeyToken         key to token and back"
 	"./queue            FuzzDecodeMessage    NATS message headers"
 	"./client           FuzzParseRateLimit   RateLimit response headers"
+	"./internal/cli     FuzzParseRate        a rate typed to sluice tune"
 	"./internal/sink    FuzzParseRetryAfter  a sink's Retry-After"
 )
 

@@ -49,6 +49,10 @@ const (
 	// KeyTaken: the idempotency key belongs to another message (Result.Owner); nothing was
 	// stored.
 	KeyTaken Decision = "key-taken"
+	// KeyReused: the idempotency key belongs to another message (Result.Owner) made from
+	// another request (Options.RequestDigest differs): a key reused for other work, not a
+	// retry. Nothing was stored.
+	KeyReused Decision = "key-reused"
 )
 
 // Why a message was not queued.
@@ -153,6 +157,11 @@ type Options struct {
 	// publish: a key that belongs to another message answers KeyTaken and stores nothing.
 	// While Redis is unreachable it is not checked (logged).
 	IdempotencyKey string
+	// RequestDigest, when set, is stored with the idempotency key's claim: a key owned by a
+	// message whose claim has another digest answers KeyReused instead of KeyTaken. The
+	// claim's value is then queue.IdempotencyValue(m.ID, RequestDigest), which is what a
+	// release must name.
+	RequestDigest string
 	// Park lets a refusal be parked when the rule says overflow: park. The re-admitter
 	// passes false: it parks again itself.
 	Park bool
@@ -215,15 +224,20 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 	if o.IdempotencyKey != "" {
 		var owner string
 		var cerr error
-		cres, owner, werr, cerr = a.Redis.CountClaim(r.Name, m.Key, capacity, now, o.IdempotencyKey, m.ID).Claimed()
+		value := queue.IdempotencyValue(m.ID, o.RequestDigest)
+		cres, owner, werr, cerr = a.Redis.CountClaim(r.Name, m.Key, capacity, now, o.IdempotencyKey, value).Claimed()
 		switch {
 		case cerr != nil:
 			a.throttledWarn("idempotency", "admit: idempotency key not checked (Redis unreachable)", "rule", r.Name, "err", cerr)
-		case owner != m.ID:
+		case owner != value:
 			if werr == nil {
 				a.Redis.Undo(r.Name, m.Key)
 			}
-			return Result{Decision: KeyTaken, Owner: owner, Capacity: capacity}, nil
+			ownerID, digest := queue.SplitIdempotencyValue(owner)
+			if o.RequestDigest != "" && digest != "" && digest != o.RequestDigest {
+				return Result{Decision: KeyReused, Owner: ownerID, Capacity: capacity}, nil
+			}
+			return Result{Decision: KeyTaken, Owner: ownerID, Capacity: capacity}, nil
 		default:
 			claimed = true
 		}

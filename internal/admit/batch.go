@@ -176,8 +176,9 @@ func (b *Batcher) send(o *op) Pending {
 	return Pending{o}
 }
 
-// CountClaim is Count together with the claim of idempotency key k of rule for message id
-// (for IdempotencyTTL), in the same pipeline: Claimed tells who owns the key. A count whose
+// CountClaim is Count together with the claim of idempotency key k of rule for id (a
+// message id, or queue.IdempotencyValue) (for IdempotencyTTL), in the same pipeline:
+// Claimed tells who owns the key. A count whose
 // claim found another owner must be taken back (Undo): the message is not published.
 func (b *Batcher) CountClaim(rule, key string, capacity int64, now time.Time, k, id string) Pending {
 	b.start()
@@ -192,8 +193,8 @@ func (b *Batcher) ClaimNow(ctx context.Context, rule, k, id string) (owner strin
 	return b.Scheduler.ClaimIdempotency(ctx, rule, k, id, b.ttl())
 }
 
-// Claimed returns the result of a CountClaim: the count as Result does, the id that owns
-// the idempotency key (id itself when this claim took it) and the claim's error (the count
+// Claimed returns the result of a CountClaim: the count as Result does, the value that owns
+// the idempotency key (the claim's own when it took it) and the claim's error (the count
 // may have succeeded without it). Call it (or Wait, Result) exactly once.
 func (p Pending) Claimed() (res queue.Admitted, owner string, countErr, claimErr error) {
 	o := p.op

@@ -56,6 +56,8 @@ const (
 
 	// A known token whose scope does not allow the request (403).
 	TypeForbidden = ProblemBase + "#forbidden"
+	// An idempotency key already used for another request (422).
+	TypeIdempotencyKeyReused = ProblemBase + "#idempotency-key-reused"
 )
 
 // WriteProblem writes p with its status code and Content-Type application/problem+json.

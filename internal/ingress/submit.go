@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -97,8 +100,13 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 	}
 
 	// Idempotency: the first request with a key owns it for the TTL (claimed with the
-	// admission's count, before the publish); repeats get its answer.
-	res, err := s.cfg.Admitter.Admit(ctx, rule, msg, admit.Options{Park: true, IdempotencyKey: req.IdempotencyKey})
+	// admission's count, before the publish, with the request's digest); repeats get its
+	// answer, and another request under the same key a 422.
+	digest := req.digest()
+	res, err := s.cfg.Admitter.Admit(ctx, rule, msg, admit.Options{Park: true, IdempotencyKey: req.IdempotencyKey, RequestDigest: digest})
+	if err == nil && res.Decision == admit.KeyReused {
+		return keyReusedOutcome(req.IdempotencyKey, res.Owner)
+	}
 	if err == nil && res.Decision == admit.KeyTaken {
 		if o, done := s.replayOwner(ctx, &msg, res.Owner); done {
 			s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc() // or a 503: counted with the repeats
@@ -131,7 +139,7 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 	switch {
 	case res.Decision == admit.Rejected:
 		if res.Claimed {
-			s.cfg.Admitter.Scheduler.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, req.IdempotencyKey, msg.ID)
+			s.cfg.Admitter.Scheduler.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, req.IdempotencyKey, queue.IdempotencyValue(msg.ID, digest))
 		}
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
 		s.refused.add(rule.Name)
@@ -185,13 +193,19 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 		return problemOutcome(httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
 			Detail: "no retry stream to keep scheduled messages in", RetryAfter: 1})
 	}
+	digest := req.digest()
+	claim := queue.IdempotencyValue(msg.ID, digest)
 	if req.IdempotencyKey != "" {
-		owner, err := s.cfg.Admitter.Redis.ClaimNow(ctx, rule.Name, req.IdempotencyKey, msg.ID)
+		owner, err := s.cfg.Admitter.Redis.ClaimNow(ctx, rule.Name, req.IdempotencyKey, claim)
 		switch {
 		case err != nil:
 			s.cfg.Logger.Warn("ingress: idempotency key not checked (Redis unreachable)", "rule", rule.Name, "err", err)
-		case owner != msg.ID:
-			if o, done := s.replayOwner(ctx, &msg, owner); done {
+		case owner != claim:
+			ownerID, ownerDigest := queue.SplitIdempotencyValue(owner)
+			if ownerDigest != "" && ownerDigest != digest {
+				return keyReusedOutcome(req.IdempotencyKey, ownerID)
+			}
+			if o, done := s.replayOwner(ctx, &msg, ownerID); done {
 				s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
 				return o
 			}
@@ -199,7 +213,7 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 	}
 	release := func() {
 		if req.IdempotencyKey != "" {
-			s.cfg.Admitter.Scheduler.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, req.IdempotencyKey, msg.ID)
+			s.cfg.Admitter.Scheduler.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, req.IdempotencyKey, claim)
 		}
 	}
 	n, err := park.ScheduledCount(ctx, rule.Name, msg.Key)
@@ -230,6 +244,42 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 	}
 	s.metrics.admissions.WithLabelValues(rule.Name, decisionScheduled).Inc()
 	return outcome{status: http.StatusAccepted, resp: submitResponse{ID: msg.ID, State: status.Scheduled, ETA: fire.UTC().Format(time.RFC3339Nano)}}
+}
+
+// keyReusedOutcome is the 422 of an idempotency key already used, within its TTL, by
+// another request (another domain, descriptor or payload): answering 200 with the first
+// message would tell the caller its new work was accepted when it was not.
+func keyReusedOutcome(key, owner string) outcome {
+	return problemOutcome(httpx.Problem{Type: httpx.TypeIdempotencyKeyReused, Status: http.StatusUnprocessableEntity,
+		Title: "Idempotency key reused", Field: "idempotency_key",
+		Detail: "idempotency key " + strconv.Quote(key) + " was used for another request (its domain, descriptor or payload differ), " +
+			"message " + owner + "; send new work under a new key, or repeat the original request exactly"})
+}
+
+// digest identifies a submission for its idempotency key: a hash of its domain, descriptor
+// and payload (compacted, so whitespace does not count), 22 characters; "" without a key.
+func (req *submitRequest) digest() string {
+	if req.IdempotencyKey == "" {
+		return ""
+	}
+	h := sha256.New()
+	field := func(s string) { // length-prefixed: no two requests write the same bytes
+		h.Write(binary.AppendUvarint(nil, uint64(len(s))))
+		h.Write([]byte(s))
+	}
+	field(req.Domain)
+	for _, e := range req.Descriptor {
+		field(e.Key)
+		field(e.Value)
+	}
+	var compact bytes.Buffer
+	if json.Compact(&compact, req.Payload) == nil {
+		h.Write(compact.Bytes())
+	} else {
+		h.Write(req.Payload)
+	}
+	var sum [sha256.Size]byte
+	return base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0])[:16])
 }
 
 // replayOwner answers a repeated idempotency key with the message that owns it: 200 and

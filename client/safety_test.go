@@ -1,0 +1,226 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-io/sluice/client"
+)
+
+// A call that is not idempotent (a check counts hits, a replay enqueues, a purge deletes)
+// is never repeated after an answer a proxy may have sent after passing it on: 502, 504,
+// or a 503 that is not the ingress's own problem. The ingress's own 503 is retried.
+func TestNotIdempotentNeverRetriedAfterProxyErrors(t *testing.T) {
+	t.Parallel()
+	calls := map[string]func(c *client.Client) error{
+		"Check": func(c *client.Client) error {
+			_, err := c.Check(context.Background(), "auth", [][]client.Entry{{{Key: "user", Value: "u"}}}, 1)
+			return err
+		},
+		"Replay": func(c *client.Client) error { _, err := c.Admin().Replay(context.Background(), "id-1"); return err },
+		"ReplayAll": func(c *client.Client) error {
+			_, err := c.Admin().ReplayAll(context.Background(), "orders", 0)
+			return err
+		},
+		"PurgeQueue": func(c *client.Client) error { return c.Admin().PurgeQueue(context.Background(), "orders") },
+		"PurgeKey":   func(c *client.Client) error { return c.Admin().PurgeKey(context.Background(), "orders", "m-1") },
+		"TuneIfMatch": func(c *client.Client) error {
+			paused := true
+			_, err := c.Admin().Tune(context.Background(), "orders", client.Patch{Paused: &paused, IfMatch: "3"})
+			return err
+		},
+	}
+	proxy := []answer{
+		{status: 502, header: map[string]string{"Content-Type": "text/html"}, body: "<html>bad gateway</html>"},
+		{status: 504, header: map[string]string{"Content-Type": "text/html"}, body: "<html>gateway timeout</html>"},
+		{status: 503, header: map[string]string{"Content-Type": "text/html", "Retry-After": "1"}, body: "<html>upstream reset</html>"},
+	}
+	for name, fn := range calls {
+		for _, a := range proxy {
+			t.Run(fmt.Sprintf("%s/%d", name, a.status), func(t *testing.T) {
+				t.Parallel()
+				s := newScript(t, a, answer{status: 200, body: `{}`})
+				c, clk := newClient(t, s.URL)
+				if err := fn(c); !errors.Is(err, client.ErrUnavailable) {
+					t.Fatalf("err %v, want ErrUnavailable", err)
+				}
+				if n := len(s.requests()); n != 1 || len(clk.Sleeps()) != 0 {
+					t.Fatalf("%d requests, sleeps %v: a request that may have been done was repeated", n, clk.Sleeps())
+				}
+			})
+		}
+		t.Run(name+"/sluice-503", func(t *testing.T) {
+			t.Parallel()
+			s := newScript(t, answer{status: 503, header: map[string]string{"Retry-After": "1"},
+				body: `{"type":"https://sluice.dev/problems#unavailable","title":"Service Unavailable","status":503}`},
+				answer{status: 418, body: `{"type":"about:blank","title":"teapot","status":418}`})
+			c, clk := newClient(t, s.URL)
+			fn(c) // the second answer ends it; what matters is that there was one
+			if n := len(s.requests()); n != 2 || len(clk.Sleeps()) != 1 {
+				t.Fatalf("%d requests, sleeps %v: the ingress's own 503 (nothing done) should be retried once", n, clk.Sleeps())
+			}
+		})
+	}
+}
+
+// Idempotent calls still ride out a proxy's 502 while an ingress restarts.
+func TestIdempotentRetriedAfterBadGateway(t *testing.T) {
+	t.Parallel()
+	s := newScript(t, answer{status: 502, header: map[string]string{"Content-Type": "text/html"}, body: "<html>bad gateway</html>"},
+		answer{status: 200, body: `{"queues":[{"name":"orders","capacity":10}]}`})
+	c, clk := newClient(t, s.URL)
+	qs, err := c.Admin().Queues(context.Background())
+	if err != nil || len(qs) != 1 || qs[0].Name != "orders" {
+		t.Fatalf("%v %+v", err, qs)
+	}
+	if len(s.requests()) != 2 || len(clk.Sleeps()) != 1 {
+		t.Fatalf("%d requests, sleeps %v", len(s.requests()), clk.Sleeps())
+	}
+}
+
+// The sleeps of one call are bounded in total: a Submit refused with "retry after 60 s"
+// again and again gives up once the next wait would pass DefaultMaxRetryWait (2 min),
+// instead of sleeping nine minutes under context.Background().
+func TestRetryWaitBounded(t *testing.T) {
+	t.Parallel()
+	h := map[string]string{"Retry-After": "60", "X-RateLimit-Limit": "1", "X-RateLimit-Remaining": "0"}
+	s := newScript(t, answer{status: 429, header: h, body: overBody})
+	c, clk := newClient(t, s.URL)
+	_, err := c.Submit(context.Background(), "orders", orders, 1)
+	if !client.IsOverLimit(err) {
+		t.Fatal(err)
+	}
+	var total time.Duration
+	for _, d := range clk.Sleeps() {
+		total += d
+	}
+	// Each wait is 60 s plus at most the jitter ceiling; the first two fit in 2 min only if
+	// the jitter is small, so one or two sleeps, and never more than the bound.
+	if total > client.DefaultMaxRetryWait || len(clk.Sleeps()) == 0 || len(clk.Sleeps()) > 2 {
+		t.Fatalf("slept %v in all (%v), bound %v", total, clk.Sleeps(), client.DefaultMaxRetryWait)
+	}
+
+	c, clk = newClient(t, s.URL, client.WithMaxRetryWait(0))
+	if _, err := c.Submit(context.Background(), "orders", orders, 1); !client.IsOverLimit(err) || len(clk.Sleeps()) != 0 {
+		t.Fatalf("WithMaxRetryWait(0): %v, sleeps %v", err, clk.Sleeps())
+	}
+}
+
+// A failed Submit says which idempotency key it used, so the caller can resubmit safely:
+// the generated one, or the one given.
+func TestSubmitErrorCarriesIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	s := newScript(t, answer{status: 500, body: `{"type":"https://sluice.dev/problems#internal","title":"Internal error","status":500}`})
+	c, _ := newClient(t, s.URL)
+	_, err := c.Submit(context.Background(), "orders", orders, 1)
+	var se *client.SubmitError
+	if !errors.As(err, &se) || se.IdempotencyKey == "" || client.IdempotencyKeyOf(err) != se.IdempotencyKey {
+		t.Fatalf("%#v", err)
+	}
+	if sent := s.requests()[0].Header.Get("Idempotency-Key"); sent != se.IdempotencyKey {
+		t.Fatalf("sent %q, error says %q", sent, se.IdempotencyKey)
+	}
+	var pe *client.ProblemError
+	if !errors.As(err, &pe) || pe.Status != 500 {
+		t.Fatalf("the cause is not reachable: %v", err)
+	}
+	_, err = c.Submit(context.Background(), "orders", orders, 1, client.WithIdempotencyKey("order-7"))
+	if client.IdempotencyKeyOf(err) != "order-7" {
+		t.Fatalf("%v", err)
+	}
+}
+
+// Arguments refused before anything is sent match ErrInvalid, as the server's 400 does.
+func TestLocalValidationIsErrInvalid(t *testing.T) {
+	t.Parallel()
+	s := newScript(t, answer{status: 200, body: `{}`})
+	c, _ := newClient(t, s.URL)
+	ctx := context.Background()
+	a := c.Admin()
+	neg := -1
+	for name, err := range map[string]error{
+		"Queue":      func() error { _, err := a.Queue(ctx, ""); return err }(),
+		"Tune":       func() error { _, err := a.Tune(ctx, "q", client.Patch{}); return err }(),
+		"Replay":     func() error { _, err := a.Replay(ctx, ""); return err }(),
+		"PurgeQueue": a.PurgeQueue(ctx, ""),
+		"DeadPage":   func() error { _, err := a.DeadPage(ctx, client.DeadQuery{Limit: -1}); return err }(),
+		"Status":     func() error { _, err := c.Status(ctx, ""); return err }(),
+		"Check":      func() error { _, err := c.Check(ctx, "d", nil, -1); return err }(),
+		"CheckDescriptors": func() error {
+			_, err := c.CheckDescriptors(ctx, "d", []client.CheckDescriptor{{HitsAddend: &neg}}, 0)
+			return err
+		}(),
+		"Submit": func() error { _, err := c.Submit(ctx, "d", nil, []byte("{oops")); return err }(),
+	} {
+		if !errors.Is(err, client.ErrInvalid) {
+			t.Errorf("%s: %v does not match ErrInvalid", name, err)
+		}
+	}
+	if len(s.requests()) != 0 {
+		t.Fatalf("%d requests sent", len(s.requests()))
+	}
+}
+
+func TestConflictSentinels(t *testing.T) {
+	t.Parallel()
+	s := newScript(t, answer{status: 412, body: `{"type":"https://sluice.dev/problems#invalid-request","title":"Precondition Failed","status":412,"detail":"revision 4, not 3"}`})
+	c, clk := newClient(t, s.URL)
+	paused := true
+	_, err := c.Admin().Tune(context.Background(), "orders", client.Patch{Paused: &paused, IfMatch: "3"})
+	if !errors.Is(err, client.ErrPreconditionFailed) || errors.Is(err, client.ErrInvalid) || errors.Is(err, client.ErrConflict) {
+		t.Fatalf("%v", err)
+	}
+	if got := s.requests()[0].Header.Get("If-Match"); got != `"3"` {
+		t.Fatalf("If-Match %q", got)
+	}
+	if len(clk.Sleeps()) != 0 {
+		t.Fatal("a 412 was retried")
+	}
+	s = newScript(t, answer{status: 409, body: `{"type":"https://sluice.dev/problems#not-cancellable","title":"Conflict","status":409}`})
+	c, _ = newClient(t, s.URL)
+	_, err = c.Cancel(context.Background(), "id")
+	if !errors.Is(err, client.ErrConflict) || !errors.Is(err, client.ErrNotCancellable) || errors.Is(err, client.ErrPreconditionFailed) {
+		t.Fatalf("%v", err)
+	}
+}
+
+// CheckDescriptors sends envoy's per-descriptor fields as the ingress reads them.
+func TestCheckDescriptorsBody(t *testing.T) {
+	t.Parallel()
+	s := newScript(t, answer{status: 200, body: `{"overall_code":"OK","statuses":[{"code":"OK","limit_remaining":4}]}`})
+	c, _ := newClient(t, s.URL)
+	zero := 0
+	_, err := c.CheckDescriptors(context.Background(), "auth", []client.CheckDescriptor{
+		{Entries: []client.Entry{{Key: "user", Value: "u"}}, HitsAddend: &zero, Limit: &client.LimitOverride{RequestsPerUnit: 5, Unit: "MINUTE"}},
+	}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"domain":"auth","descriptors":[{"entries":[{"key":"user","value":"u"}],"hits_addend":0,"limit":{"requests_per_unit":5,"unit":"MINUTE"}}],"hits_addend":3}`
+	if got := string(s.requests()[0].Body); got != want {
+		t.Fatalf("body\n%s\nwant\n%s", got, want)
+	}
+}
+
+// SubmitBatch's rounds are bounded by the same total wait: items refused "retry after a
+// minute" round after round come back as over limit once the next wait would pass 2 min.
+func TestBatchRetryWaitBounded(t *testing.T) {
+	t.Parallel()
+	item := `{"status":429,"type":"https://sluice.dev/problems#quota-exceeded","title":"Too Many Requests","detail":"full","retry_after":60}`
+	s := newScript(t, answer{status: 200, body: `{"items":[` + item + `]}`})
+	c, clk := newClient(t, s.URL)
+	res, err := c.SubmitBatch(context.Background(), []client.BatchItem{{Domain: "orders", Descriptor: orders, Payload: 1}})
+	if err != nil || len(res) != 1 || !client.IsOverLimit(res[0].Err) {
+		t.Fatalf("%v %+v", err, res)
+	}
+	var total time.Duration
+	for _, d := range clk.Sleeps() {
+		total += d
+	}
+	if total > client.DefaultMaxRetryWait || len(clk.Sleeps()) == 0 {
+		t.Fatalf("slept %v in all (%v), bound %v", total, clk.Sleeps(), client.DefaultMaxRetryWait)
+	}
+}

@@ -1,0 +1,411 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluice-io/sluice/client"
+)
+
+// Exit codes of the command (see the package doc and `sluice help`).
+const (
+	ExitOK           = 0 // done
+	ExitRefused      = 1 // the server said no (or `check` found problems)
+	ExitUsage        = 2 // the command line is wrong
+	ExitUnreachable  = 3 // cannot reach the ingress, or it cannot serve now
+	ExitUnauthorized = 4 // the admin token is missing or not allowed
+)
+
+// DefaultURL is the ingress the command talks to without SLUICE_URL or --url: where
+// `sluice dev` and `make run` listen.
+const DefaultURL = "http://localhost:8080"
+
+// DefaultTimeout bounds one command, retries included (--timeout).
+const DefaultTimeout = 30 * time.Second
+
+// Main is the sluice command. The zero value reads nothing and writes nowhere; cmd/sluice
+// sets the process's streams and environment.
+type Main struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Getenv reads the environment (SLUICE_URL, SLUICE_ADMIN_TOKEN, SLUICE_ADMIN_TOKEN_FILE);
+	// nil reads none.
+	Getenv func(string) string
+	// Terminal reports whether a person can answer a question on Stdin (purge asks one).
+	// Nil: whether Stdin is a character device.
+	Terminal func() bool
+	// Dev runs `sluice dev ARGS…` (the dev stack: embedded NATS, in-process store and
+	// drainer, demo sink) and returns its exit code. Nil in a binary without the dev stack.
+	Dev func(ctx context.Context, args []string) int
+	// HTTPClient makes the requests; nil makes one with the --timeout.
+	HTTPClient *http.Client
+}
+
+// verb is one subcommand.
+type verb struct {
+	name    string
+	args    string // the synopsis after the name
+	summary string
+	run     func(m *Main, ctx context.Context, args []string) error
+}
+
+var verbs []verb
+
+func init() {
+	// Assigned here, not in the declaration: the verbs refer to usage, which reads verbs.
+	verbs = []verb{
+		{"queues", "", "list the queue rules with their depth and outflow", (*Main).queues},
+		{"queue", "NAME", "show one queue: live settings, rules-file values, ETag", (*Main).queue},
+		{"tune", "NAME [RATE] [--capacity N] [--total-outflow RATE] [--restore F,…] [--reset] [--force]", "change a queue live (RATE like 5/s, 300/m, 10/30s); refused if someone changed it since it was read", (*Main).tune},
+		{"pause", "NAME", "stop delivering a queue (admission continues up to capacity)", (*Main).pause},
+		{"resume", "NAME", "deliver a paused queue again", (*Main).resume},
+		{"purge", "NAME [--key KEY] [--yes]", "delete the messages waiting in a queue (or one key); asks first", (*Main).purge},
+		{"keys", "NAME [--top N]", "the deepest keys of a queue", (*Main).keys},
+		{"dead", "[--queue Q] [--limit N] [--all]", "list dead messages, oldest first", (*Main).dead},
+		{"replay", "ID | --queue Q [--limit N]", "put dead messages back into their queue", (*Main).replay},
+		{"status", "ID", "where a message is", (*Main).status},
+		{"submit", "DOMAIN KEY=VALUE… --payload @FILE|-|JSON [--idempotency-key K] [--delay D | --deliver-at T] [--ttl D]", "submit a message", (*Main).submit},
+		{"rules", "", "the rules in force on the ingress", (*Main).rules},
+		{"check", "RULES… [--merge-domain-config]", "validate rules files or directories offline", (*Main).check},
+		{"dev", "[FLAGS]", "run the dev stack (embedded NATS, store, drainer, demo sink)", (*Main).dev},
+		{"version", "", "print the version", (*Main).version},
+		{"help", "[VERB]", "this help, or a verb's", (*Main).help},
+	}
+}
+
+// Verbs returns the names of the verbs, in the order of `sluice help`.
+func Verbs() []string {
+	names := make([]string, len(verbs))
+	for i, v := range verbs {
+		names[i] = v.name
+	}
+	return names
+}
+
+// Run runs the command line args (without the program name) and returns the exit code.
+func (m *Main) Run(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		m.usage(m.stderr())
+		return ExitUsage
+	}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help":
+		name = "help"
+	}
+	for _, v := range verbs {
+		if v.name == name {
+			return m.exit(v.run(m, ctx, args[1:]))
+		}
+	}
+	fmt.Fprintf(m.stderr(), "sluice: unknown verb %q; run `sluice help`\n", name)
+	return ExitUsage
+}
+
+// exitError is an error with its exit code and a message that says what to do.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func usageErr(format string, args ...any) error {
+	return &exitError{code: ExitUsage, msg: fmt.Sprintf(format, args...)}
+}
+
+// exit writes err, explained, and returns its exit code.
+func (m *Main) exit(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintln(m.stderr(), "sluice: "+ee.msg)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(m.stderr(), "sluice: "+err.Error())
+	return ExitRefused
+}
+
+func (m *Main) stdout() io.Writer { return orDiscard(m.Stdout) }
+func (m *Main) stderr() io.Writer { return orDiscard(m.Stderr) }
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+func (m *Main) getenv(k string) string {
+	if m.Getenv == nil {
+		return ""
+	}
+	return m.Getenv(k)
+}
+
+func (m *Main) terminal() bool {
+	if m.Terminal != nil {
+		return m.Terminal()
+	}
+	f, ok := m.Stdin.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// common holds the flags every verb that talks to an ingress takes.
+type common struct {
+	url, token, tokenFile, output string
+	submitToken                   string
+	timeout                       time.Duration
+}
+
+// flags returns the flag set of a verb; with c, the connection and output flags too.
+func (m *Main) flags(name string, c *common) *flag.FlagSet {
+	fs := flag.NewFlagSet("sluice "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported by parse, help by m.help
+	if c != nil {
+		fs.StringVar(&c.url, "url", "", "the ingress `URL` (default $SLUICE_URL, else "+DefaultURL+")")
+		fs.StringVar(&c.token, "token", "", "admin bearer `token` (default $SLUICE_ADMIN_TOKEN)")
+		fs.StringVar(&c.tokenFile, "token-file", "", "read the admin token from `file` (default $SLUICE_ADMIN_TOKEN_FILE)")
+		fs.StringVar(&c.submitToken, "submit-token", "", "bearer `token` of submit and status, for an ingress run with -submit-tokens (default $SLUICE_SUBMIT_TOKEN)")
+		fs.StringVar(&c.output, "o", "table", "output: table or json")
+		fs.DurationVar(&c.timeout, "timeout", DefaultTimeout, "give up after this long, retries included")
+	}
+	return fs
+}
+
+// parse parses flags placed anywhere among the positional arguments (`purge orders --yes`
+// as well as `purge --yes orders`) and returns the positional ones. After "--" every
+// argument is positional.
+func (m *Main) parse(fs *flag.FlagSet, args []string, c *common) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				m.verbUsage(m.stdout(), strings.TrimPrefix(fs.Name(), "sluice "))
+				return nil, &exitError{code: ExitOK}
+			}
+			name := strings.TrimPrefix(fs.Name(), "sluice ")
+			return nil, usageErr("%s: %v; run `sluice help %s`", name, err, name)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	if c != nil && c.output != "table" && c.output != "json" {
+		return nil, usageErr("-o %q: want table or json", c.output)
+	}
+	return pos, nil
+}
+
+// connect returns the client of the flags and environment, and the URL it talks to.
+func (m *Main) connect(c *common) (*client.Client, string, error) {
+	u := firstNonEmpty(c.url, m.getenv("SLUICE_URL"), DefaultURL)
+	token := firstNonEmpty(c.token, m.getenv("SLUICE_ADMIN_TOKEN"))
+	if file := firstNonEmpty(c.tokenFile, m.getenv("SLUICE_ADMIN_TOKEN_FILE")); token == "" && file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, u, usageErr("reading the admin token: %v", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	hc := m.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: c.timeout}
+	}
+	// A person waits at the terminal: a few quick retries, then an answer; a 429 is
+	// reported at once rather than waited out.
+	submitToken := firstNonEmpty(c.submitToken, m.getenv("SLUICE_SUBMIT_TOKEN"))
+	cl, err := client.New(u, client.WithHTTPClient(hc), client.WithAdminToken(token), client.WithSubmitToken(submitToken), client.WithUserAgent("sluice-cli/1"),
+		client.WithMaxAttempts(3), client.WithMaxRetryWait(10*time.Second), client.WithOverLimitRetry(false))
+	if err != nil {
+		return nil, u, usageErr("--url / SLUICE_URL %q: want http(s)://host[:port][/prefix]", u)
+	}
+	return cl, u, nil
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// withTimeout bounds a command by --timeout.
+func withTimeout(ctx context.Context, c *common) (context.Context, context.CancelFunc) {
+	if c.timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+// explain turns an error of the client into what to do about it, with its exit code.
+func explain(err error, url string) error {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err
+	}
+	var pe *client.ProblemError
+	detail := err.Error()
+	if errors.As(err, &pe) {
+		detail = strings.TrimPrefix(pe.Error(), "sluice: ")
+	}
+	var dns *net.DNSError
+	var op *net.OpError
+	switch {
+	case errors.Is(err, client.ErrUnauthorized) && pe != nil && pe.Status == http.StatusForbidden:
+		return &exitError{ExitUnauthorized, "the admin token is not allowed to do this (" + detail + "); use a token with the admin scope"}
+	case errors.Is(err, client.ErrUnauthorized):
+		return &exitError{ExitUnauthorized, "the ingress at " + url + " refused the request without a valid admin token (" + detail + "); set SLUICE_ADMIN_TOKEN (or --token, --token-file) to its -admin-token"}
+	case errors.Is(err, client.ErrIdempotencyKeyReused):
+		return &exitError{ExitRefused, detail + "; submit new work under a new --idempotency-key"}
+	case errors.Is(err, client.ErrNoRule):
+		return &exitError{ExitRefused, "no rule matches (" + detail + "); run `sluice rules` to see the domains and descriptors"}
+	case errors.Is(err, client.ErrNotFound):
+		return &exitError{ExitRefused, "not found: " + detail}
+	case errors.Is(err, client.ErrOverLimit):
+		return &exitError{ExitRefused, strings.TrimPrefix(err.Error(), "sluice: ")}
+	case errors.Is(err, client.ErrUnavailable):
+		return &exitError{ExitUnreachable, "the ingress at " + url + " cannot serve now (" + detail + "); retry in a moment"}
+	case pe != nil:
+		return &exitError{ExitRefused, detail}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &exitError{ExitUnreachable, "no answer from the ingress at " + url + " in time (--timeout); is it overloaded or unreachable?"}
+	case errors.Is(err, context.Canceled):
+		return &exitError{ExitUnreachable, "interrupted"}
+	case errors.As(err, &dns):
+		return &exitError{ExitUnreachable, "cannot find host " + dns.Name + " of " + url + "; check SLUICE_URL or --url"}
+	case errors.As(err, &op) && op.Op == "dial":
+		return &exitError{ExitUnreachable, "cannot reach the ingress at " + url + " (" + op.Err.Error() + "); is it running? Set SLUICE_URL or --url to where it listens"}
+	}
+	if errors.Is(err, client.ErrInvalid) { // refused by the client before sending
+		return &exitError{ExitUsage, strings.TrimPrefix(err.Error(), "client: ")}
+	}
+	return &exitError{ExitUnreachable, "talking to the ingress at " + url + ": " + err.Error()}
+}
+
+// printJSON writes v as indented JSON.
+func (m *Main) printJSON(v any) error {
+	enc := json.NewEncoder(m.stdout())
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// table returns a writer of aligned columns; Flush it.
+func (m *Main) table() *tabwriter.Writer {
+	return tabwriter.NewWriter(m.stdout(), 0, 0, 2, ' ', 0)
+}
+
+func (m *Main) usage(w io.Writer) {
+	fmt.Fprint(w, `sluice — operate a sluice ingress from the command line.
+
+Usage: sluice VERB [ARGS] [FLAGS]   (flags may follow or precede the arguments)
+
+Verbs:
+`)
+	for _, v := range verbs {
+		fmt.Fprintf(w, "  %s\n        %s\n", strings.TrimSpace(v.name+" "+v.args), v.summary)
+	}
+	fmt.Fprint(w, `
+Connection (every verb that talks to an ingress):
+  --url URL          the ingress (default $SLUICE_URL, else `+DefaultURL+`)
+  --token T          admin bearer token (default $SLUICE_ADMIN_TOKEN)
+  --token-file F     read the token from F (default $SLUICE_ADMIN_TOKEN_FILE)
+  --submit-token T   bearer token of submit and status under -submit-tokens
+                     (default $SLUICE_SUBMIT_TOKEN)
+  -o table|json      aligned tables for people (default), JSON for scripts
+  --timeout D        give up after D, retries included (default 30s)
+
+Exit codes:
+  0  done
+  1  the server said no: not found, invalid, over limit, changed by someone else,
+     a conflict; check: the rules have problems
+  2  usage: unknown verb or flag, missing argument, purge without --yes off a terminal
+  3  cannot reach the ingress, or it cannot serve now (refused, timeout, 502/503/504)
+  4  not authorized (401, 403): set SLUICE_ADMIN_TOKEN
+
+Run 'sluice help VERB' for a verb's flags.
+`)
+}
+
+func (m *Main) verbUsage(w io.Writer, name string) bool {
+	for _, v := range verbs {
+		if v.name != name {
+			continue
+		}
+		fmt.Fprintf(w, "Usage: sluice %s %s\n\n%s.\n", v.name, v.args, v.summary)
+		if name == "help" || name == "dev" || name == "version" {
+			return true
+		}
+		var c common
+		cp := &c
+		if name == "check" {
+			cp = nil
+		}
+		fs := m.flags(name, cp)
+		addVerbFlags(name, fs)
+		fmt.Fprintln(w, "\nFlags:")
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		return true
+	}
+	return false
+}
+
+func (m *Main) help(_ context.Context, args []string) error {
+	if len(args) == 0 {
+		m.usage(m.stdout())
+		return nil
+	}
+	if !m.verbUsage(m.stdout(), args[0]) {
+		return usageErr("unknown verb %q; run `sluice help`", args[0])
+	}
+	return nil
+}
+
+func (m *Main) version(_ context.Context, _ []string) error {
+	v := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		v = bi.Main.Version
+	}
+	fmt.Fprintln(m.stdout(), "sluice "+v)
+	return nil
+}
+
+func (m *Main) dev(ctx context.Context, args []string) error {
+	if m.Dev == nil {
+		return usageErr("this binary was built without the dev stack; run `make run` from the repository")
+	}
+	if code := m.Dev(ctx, args); code != 0 {
+		return &exitError{code: code}
+	}
+	return nil
+}
