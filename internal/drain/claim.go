@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/queue"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // claimer claims the keys of one rule. Each rule has its own claim tokens and workers, so a
@@ -51,6 +53,8 @@ func newClaimer(name string, workers, maxClaimed int) *claimer {
 type heldKey struct {
 	key   string
 	fence int64
+	// claimSpan is the claim's span when tracing is on: the delivery span links to it.
+	claimSpan trace.SpanContext
 	// validUntil (local unix µs): the lease surely lasts until then (start of the last
 	// successful claim or renewal + Lease). Past it, without a renewal, the key may be gone.
 	validUntil atomic.Int64
@@ -257,6 +261,7 @@ func (d *Drainer) claimLoop(c *claimer) {
 				return
 			}
 			start := d.cfg.Clock()
+			t0 := time.Now() // the claim span's start (start may be a test's clock)
 			c.wakeAt.Store(0)
 			rels := c.takeReleases()
 			// The zero time: Redis's clock decides slots and leases, not this process's.
@@ -285,8 +290,12 @@ func (d *Drainer) claimLoop(c *claimer) {
 						"rule", r.Name, "keys", res.Lost, "lease", d.cfg.Lease)
 				}
 				d.giveTokens(c, n-len(res.Claims))
+				var claimSpan trace.SpanContext
+				if len(res.Claims) > 0 && telemetry.On() {
+					claimSpan = traceClaim(d.runCtx, r, t0, len(res.Claims), n)
+				}
 				for _, cl := range res.Claims {
-					h := &heldKey{key: cl.Key, fence: cl.Fence}
+					h := &heldKey{key: cl.Key, fence: cl.Fence, claimSpan: claimSpan}
 					h.validUntil.Store(start.Add(d.cfg.Lease).UnixMicro())
 					c.hold(h)
 					d.inflight.Add(1)

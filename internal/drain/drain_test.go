@@ -241,7 +241,9 @@ func TestDeliversEveryKeyInOrderAndDeletes(t *testing.T) {
 		seen[mf.GetName()] = true
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() != "rule" && l.GetName() != "outcome" {
+				switch l.GetName() { // never a key
+				case "rule", "outcome", "class", "kind":
+				default:
 					t.Errorf("metric %s has label %s", mf.GetName(), l.GetName())
 				}
 			}
@@ -251,9 +253,27 @@ func TestDeliversEveryKeyInOrderAndDeletes(t *testing.T) {
 			if mf.GetName() == "sluice_dispatch_lag_seconds" && m.GetHistogram().GetSampleCount() < 35 {
 				t.Errorf("lag histogram has %d samples", m.GetHistogram().GetSampleCount())
 			}
+			// 35 messages, each accepted at its first attempt by a sink that answers 2xx.
+			if mf.GetName() == "sluice_time_in_queue_seconds" && m.GetHistogram().GetSampleCount() != 35 {
+				t.Errorf("time in queue histogram has %d samples, want 35", m.GetHistogram().GetSampleCount())
+			}
+			if mf.GetName() == "sluice_delivery_attempts" {
+				if h := m.GetHistogram(); h.GetSampleCount() != 35 || h.GetSampleSum() != 35 {
+					t.Errorf("attempts histogram: %d samples summing to %v, want 35 of 1 attempt", h.GetSampleCount(), h.GetSampleSum())
+				}
+			}
+			if mf.GetName() == "sluice_sink_responses_total" {
+				if len(m.GetLabel()) != 2 || m.GetLabel()[0].GetValue() != "2xx" || m.GetCounter().GetValue() != 35 {
+					t.Errorf("sink responses %v = %v, want class 2xx = 35", m.GetLabel(), m.GetCounter().GetValue())
+				}
+			}
+			if mf.GetName() == "sluice_drainer_running" && m.GetGauge().GetValue() != 1 {
+				t.Errorf("sluice_drainer_running = %v, want 1", m.GetGauge().GetValue())
+			}
 		}
 	}
-	for _, name := range []string{"sluice_deliveries_total", "sluice_dispatch_lag_seconds", "sluice_outflow_rate"} {
+	for _, name := range []string{"sluice_deliveries_total", "sluice_dispatch_lag_seconds", "sluice_outflow_rate",
+		"sluice_time_in_queue_seconds", "sluice_delivery_attempts", "sluice_sink_responses_total", "sluice_drainer_running"} {
 		if !seen[name] {
 			t.Errorf("metric %s not registered", name)
 		}
