@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -21,6 +22,10 @@ import (
 
 // ScopeName is the instrumentation scope of sluice's spans.
 const ScopeName = "github.com/sluice-io/sluice"
+
+// ShutdownTimeout bounds the flush of the last spans at shutdown when the caller's
+// context has no deadline.
+const ShutdownTimeout = 5 * time.Second
 
 // active is the tracer of the installed provider; nil while tracing is off.
 var active atomic.Pointer[tracerBox]
@@ -164,6 +169,11 @@ func Setup(ctx context.Context, service string, getenv func(string) string) (shu
 	restore := Install(tp)
 	return func(ctx context.Context) error {
 		restore()
+		if _, ok := ctx.Deadline(); !ok { // an unreachable collector must not hold the exit
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, ShutdownTimeout)
+			defer cancel()
+		}
 		if err := tp.Shutdown(ctx); err != nil {
 			return fmt.Errorf("telemetry: shutdown: %w", err)
 		}
