@@ -107,8 +107,8 @@ func TestMessageWireFormRoundTrip(t *testing.T) {
 		TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "vendor=a,other=b",
 	}
 	nm := queue.EncodeMessage("q.r.x", in)
-	if got := nm.Header.Get("traceparent"); got != in.TraceParent {
-		t.Errorf("traceparent header = %q, want %q (the W3C name, for NATS-aware tracers)", got, in.TraceParent)
+	if got := nm.Header.Get("Sluice-Traceparent"); got != in.TraceParent {
+		t.Errorf("Sluice-Traceparent header = %q, want %q", got, in.TraceParent)
 	}
 	for k, vs := range nm.Header {
 		for _, v := range vs {

@@ -12,15 +12,19 @@ import (
 	"path/filepath"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/internal/telemetry"
 )
 
 // BenchmarkSubmit is one admission through the ingress's handler, in process (no client,
 // no socket): decode, match, Redis count (batched), JetStream publish, 202. It is what
 // tracing must not make dearer when it is off (allocs/op). "traceparent" sends a W3C
-// traceparent header, which is stored with the message even with tracing off.
+// traceparent header, which is stored with the message even with tracing off;
+// "tracing-on" records every span (an SDK provider without exporter), for comparison.
 func BenchmarkSubmit(b *testing.B) {
 	n := natstest.Start(b)
 	r := redistest.Start(b, redistest.Options{})
@@ -48,14 +52,22 @@ descriptors:
 	for i := range bodies {
 		bodies[i] = fmt.Appendf(nil, `{"domain":"orders","descriptor":[{"key":"merchant_id","value":"m-%d"}],"payload":{"order":"%0100d"}}`, i, i)
 	}
+	tp := http.Header{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
 	for _, bm := range []struct {
 		name   string
 		header http.Header
+		traced bool
 	}{
-		{"plain", nil},
-		{"traceparent", http.Header{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}},
+		{"plain", nil, false},
+		{"traceparent", tp, false},
+		{"tracing-on", tp, true},
 	} {
 		b.Run(bm.name, func(b *testing.B) {
+			if bm.traced {
+				provider := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+				defer provider.Shutdown(context.Background())
+				defer telemetry.Install(provider)()
+			}
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
