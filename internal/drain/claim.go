@@ -9,10 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/queue"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // claimer claims the keys of one rule. Each rule has its own claim tokens and workers, so a

@@ -10,11 +10,12 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluice-io/sluice/internal/backoff"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/queue"
-	"go.opentelemetry.io/otel/trace"
 )
 
 func sinkTimeout(r *rules.Rule) time.Duration {

@@ -41,15 +41,27 @@ func (p *pair) Set(k, v string) {
 
 func (p *pair) Keys() []string { return []string{HeaderTraceParent, HeaderTraceState} }
 
+// Bounds of what is kept of a request's trace context (it is stored with every message):
+// a version-00 traceparent is 55 characters, later versions may append fields; W3C asks to
+// propagate at least 512 characters of tracestate, and allows dropping it beyond.
+const (
+	minTraceParent = 55
+	maxTraceParent = 128
+	maxTraceState  = 512
+)
+
 // FromHTTP returns the W3C trace context of an HTTP request's headers (traceparent,
 // tracestate), as stored with its message. No allocation: the header values are returned
-// as they are, and checked when used (Context).
+// as they are, and parsed when used (Context); a traceparent of impossible length is
+// dropped (with its tracestate), and so is a tracestate beyond 512 characters.
 func FromHTTP(h http.Header) (traceparent, tracestate string) {
-	if v := h["Traceparent"]; len(v) > 0 {
-		traceparent = v[0]
-		if v := h["Tracestate"]; len(v) > 0 {
-			tracestate = v[0]
-		}
+	v := h["Traceparent"]
+	if len(v) == 0 || len(v[0]) < minTraceParent || len(v[0]) > maxTraceParent {
+		return "", ""
+	}
+	traceparent = v[0]
+	if v := h["Tracestate"]; len(v) > 0 && len(v[0]) <= maxTraceState {
+		tracestate = v[0]
 	}
 	return traceparent, tracestate
 }

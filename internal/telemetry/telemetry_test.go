@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -141,5 +142,27 @@ func TestSetupExportsOverOTLP(t *testing.T) {
 	}
 	if telemetry.On() {
 		t.Error("tracing still on after shutdown")
+	}
+}
+
+func TestFromHTTPBounds(t *testing.T) {
+	t.Parallel()
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, tc := range []struct {
+		name          string
+		h             http.Header
+		parent, state string
+	}{
+		{"none", http.Header{}, "", ""},
+		{"both", http.Header{"Traceparent": {parent}, "Tracestate": {"a=1"}}, parent, "a=1"},
+		{"short traceparent", http.Header{"Traceparent": {"00-1-2-01"}, "Tracestate": {"a=1"}}, "", ""},
+		{"long traceparent", http.Header{"Traceparent": {parent + strings.Repeat("-x", 40)}}, "", ""},
+		{"long tracestate", http.Header{"Traceparent": {parent}, "Tracestate": {strings.Repeat("a", 513)}}, parent, ""},
+		{"tracestate alone", http.Header{"Tracestate": {"a=1"}}, "", ""},
+	} {
+		p, s := telemetry.FromHTTP(tc.h)
+		if p != tc.parent || s != tc.state {
+			t.Errorf("%s: FromHTTP = %q, %q; want %q, %q", tc.name, p, s, tc.parent, tc.state)
+		}
 	}
 }
