@@ -11,7 +11,7 @@ BENCH_OUT ?= bench-results.txt
 GOTOOLCHAIN ?= go1.27.3
 export GOTOOLCHAIN
 
-.PHONY: run test test-race bench faults soak lint fmt build clean redis chromium vulncheck fuzz
+.PHONY: run test test-race bench faults soak lint fmt build clean redis chromium promtool vulncheck fuzz
 
 ## Vulnerability database: golang.org/x/vulndb at this pseudo-version (the module has no
 ## tags) ships the OSV entries govulncheck reads, built offline by scripts/vulncheck.sh.
@@ -32,7 +32,7 @@ build:
 	$(GO) build -o bin/ ./cmd/...
 
 ## test: every test, against private redis-server and embedded NATS servers (and Chromium for the console)
-test: redis chromium vulncheck
+test: redis chromium promtool vulncheck
 	$(GO) vet $(PKGS)
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
@@ -80,6 +80,10 @@ redis:
 
 chromium:
 	@./scripts/ensure-chromium.sh
+
+## promtool: Prometheus's promtool for the alert-rule tests (deploy/alerts_test.go)
+promtool:
+	@./scripts/ensure-promtool.sh
 
 clean:
 	rm -rf bin data $(BENCH_OUT) .cache/vulncheck

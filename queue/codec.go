@@ -148,6 +148,12 @@ func EncodeMessage(subject string, m Message) *nats.Msg {
 	if !m.ExpiresAt.IsZero() {
 		put(HeaderExpiresAt, m.ExpiresAt.UTC().Format(time.RFC3339Nano))
 	}
+	if m.TraceParent != "" {
+		put(HeaderTraceParent, m.TraceParent)
+		if m.TraceState != "" {
+			put(HeaderTraceState, m.TraceState)
+		}
+	}
 	for k, v := range m.Headers {
 		put(HeaderPrefixUser+k, v)
 	}
@@ -201,5 +207,6 @@ func DecodeMessage(h nats.Header, data []byte) (Message, error) {
 			return Message{}, fmt.Errorf("%w: %s: %v", ErrBadMessage, HeaderExpiresAt, err)
 		}
 	}
+	m.TraceParent, m.TraceState = h.Get(HeaderTraceParent), h.Get(HeaderTraceState)
 	return m, nil
 }

@@ -289,6 +289,9 @@ func (q *Queues) Depth(ctx context.Context, rule, key string) (uint64, error) {
 type Stats struct {
 	Msgs uint64 // messages queued, all keys together
 	Keys uint64 // keys with at least one message
+	// Oldest is when the oldest message still queued was stored (the stream's first
+	// message); zero when the queue is empty.
+	Oldest time.Time
 }
 
 // Stats returns the rule's total depth and number of active keys (one cheap stream info
@@ -302,7 +305,26 @@ func (q *Queues) Stats(ctx context.Context, rule string) (Stats, error) {
 	if err != nil {
 		return Stats{}, fmt.Errorf("queue: stats of rule %q: %w", rule, err)
 	}
-	return Stats{Msgs: info.State.Msgs, Keys: uint64(info.State.NumSubjects)}, nil
+	st := Stats{Msgs: info.State.Msgs, Keys: uint64(info.State.NumSubjects)}
+	if st.Msgs > 0 {
+		st.Oldest = info.State.FirstTime
+	}
+	return st, nil
+}
+
+// Usage is JetStream's storage use of the account the queues live in.
+type Usage struct {
+	Store    uint64 // bytes of file storage used, every stream of the account
+	MaxStore int64  // the account's file storage limit in bytes; ≤ 0 when unlimited
+}
+
+// Usage reads the account's storage use (one account info request).
+func (q *Queues) Usage(ctx context.Context) (Usage, error) {
+	ai, err := q.js.AccountInfo(ctx)
+	if err != nil {
+		return Usage{}, fmt.Errorf("queue: account info: %w", err)
+	}
+	return Usage{Store: ai.Store, MaxStore: ai.Limits.MaxStore}, nil
 }
 
 // Keys lists every key that has messages, with its depth. It uses a wildcard subject filter

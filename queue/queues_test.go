@@ -103,9 +103,13 @@ func TestMessageWireFormRoundTrip(t *testing.T) {
 	in := queue.Message{
 		ID: "0190-id", Rule: "r", Key: "a.b\n🦀 %", Payload: []byte(` {"x": 1.50} `),
 		CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), Attempt: 3, LastError: "boom\r\nline 2",
-		ParkedFrom: time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC),
+		ParkedFrom:  time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC),
+		TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "vendor=a,other=b",
 	}
 	nm := queue.EncodeMessage("q.r.x", in)
+	if got := nm.Header.Get("Sluice-Traceparent"); got != in.TraceParent {
+		t.Errorf("Sluice-Traceparent header = %q, want %q", got, in.TraceParent)
+	}
 	for k, vs := range nm.Header {
 		for _, v := range vs {
 			for i := 0; i < len(v); i++ {
@@ -121,7 +125,7 @@ func TestMessageWireFormRoundTrip(t *testing.T) {
 	}
 	if !bytes.Equal(out.Payload, in.Payload) || out.ID != in.ID || out.Key != in.Key || out.Rule != in.Rule ||
 		!out.CreatedAt.Equal(in.CreatedAt) || out.Attempt != in.Attempt || out.LastError != in.LastError ||
-		!out.ParkedFrom.Equal(in.ParkedFrom) {
+		!out.ParkedFrom.Equal(in.ParkedFrom) || out.TraceParent != in.TraceParent || out.TraceState != in.TraceState {
 		t.Errorf("round trip:\n got %+v\nwant %+v", out, in)
 	}
 }

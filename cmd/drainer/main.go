@@ -52,6 +52,7 @@ import (
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sign"
+	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/internal/tlsx"
 )
 
@@ -66,6 +67,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "drainer:", err)
 		os.Exit(2)
 	}
+	stopTracing, err := telemetry.Setup(ctx, "sluice-drainer", os.Getenv) // off unless OTEL_* says otherwise
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "drainer:", err)
+		os.Exit(2)
+	}
+	defer stopTracing(context.WithoutCancel(ctx))
 	if err := m.Run(ctx); err != nil {
 		m.Close()
 		fmt.Fprintln(os.Stderr, "drainer:", err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/telemetry"
 )
 
 func main() {
@@ -52,6 +53,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
+	stopTracing, err := telemetry.Setup(ctx, "sluice-ingress", os.Getenv) // off unless OTEL_* says otherwise
+	if err != nil {
+		return err
+	}
+	defer stopTracing(context.WithoutCancel(ctx))
 	m := &ingress.Main{Config: cfg}
 	if err := m.Run(ctx); err != nil {
 		return err

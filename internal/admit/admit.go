@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
 )
@@ -246,7 +247,13 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 	}
 
 	// 3. Enqueue: JetStream enforces the capacity atomically.
-	enq, err := a.Queues.EnqueueAs(ctx, r.Name, m, msgID)
+	var enq queue.Enqueued
+	var err error
+	if telemetry.On() {
+		enq, err = a.tracedEnqueue(ctx, r, m, msgID)
+	} else {
+		enq, err = a.Queues.EnqueueAs(ctx, r.Name, m, msgID)
+	}
 	if o.IdempotencyKey == "" {
 		cres, werr = counted.Result()
 	}

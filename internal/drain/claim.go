@@ -9,7 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -51,6 +54,8 @@ func newClaimer(name string, workers, maxClaimed int) *claimer {
 type heldKey struct {
 	key   string
 	fence int64
+	// claimSpan is the claim's span when tracing is on: the delivery span links to it.
+	claimSpan trace.SpanContext
 	// validUntil (local unix µs): the lease surely lasts until then (start of the last
 	// successful claim or renewal + Lease). Past it, without a renewal, the key may be gone.
 	validUntil atomic.Int64
@@ -264,6 +269,7 @@ func (d *Drainer) claimLoop(c *claimer) {
 				return
 			}
 			start := d.cfg.Clock()
+			t0 := time.Now() // the claim span's start (start may be a test's clock)
 			c.wakeAt.Store(0)
 			rels := c.takeReleases()
 			// The zero time: Redis's clock decides slots and leases, not this process's.
@@ -292,8 +298,12 @@ func (d *Drainer) claimLoop(c *claimer) {
 						"rule", r.Name, "keys", res.Lost, "lease", d.cfg.Lease)
 				}
 				d.giveTokens(c, n-len(res.Claims))
+				var claimSpan trace.SpanContext
+				if len(res.Claims) > 0 && telemetry.On() {
+					claimSpan = traceClaim(d.runCtx, r, t0, len(res.Claims), n)
+				}
 				for _, cl := range res.Claims {
-					h := &heldKey{key: cl.Key, fence: cl.Fence}
+					h := &heldKey{key: cl.Key, fence: cl.Fence, claimSpan: claimSpan}
 					if n := maxInFlight(r); n > 1 {
 						h.flight = &flight{max: n}
 					}

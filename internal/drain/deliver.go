@@ -10,8 +10,11 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluice-io/sluice/internal/backoff"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -195,7 +198,23 @@ func (d *Drainer) deliverHead(ctx context.Context, c *claimer, r *rules.Rule, po
 				"deadline", sinkTimeout(r)+d.cfg.LeaseRenew)
 		}
 	})
+	if attempt == 1 && !m.CreatedAt.IsZero() {
+		d.m.inQueue.WithLabelValues(r.Name).Observe(max(0, now.Sub(m.CreatedAt).Seconds()))
+	}
+	// The message's trace context (the admission's span, or the submitter's) is the
+	// delivery's parent, and reaches the sink even when this process does not trace.
+	dctx = telemetry.Context(dctx, m.TraceParent, m.TraceState)
+	var span trace.Span
+	if telemetry.On() {
+		dctx, span = d.startDelivery(dctx, r, m, attempt, h)
+	}
 	out := d.cfg.Sink.Deliver(dctx, r, m)
+	if span != nil {
+		endDelivery(span, out)
+	}
+	if class := responseClass(out); ctx.Err() == nil {
+		d.m.responses.WithLabelValues(r.Name, class).Inc()
+	}
 	wd.Stop()
 	h.delivery.CompareAndSwap(deliveryRunning, deliveryReturned) // fails if abandoned meanwhile
 	cancelDeadline()
@@ -215,6 +234,7 @@ func (d *Drainer) deliverHead(ctx context.Context, c *claimer, r *rules.Rule, po
 		// accepted delivery is acted on, so the message is not delivered once more for it.
 		if out.Verdict == Delivered {
 			d.deleteAfter(ctx, r, p.Seq, log)
+			d.observeFinal(r, Delivered.String(), attempt)
 			d.m.deliveries.WithLabelValues(r.Name, Delivered.String()).Inc()
 			d.record(ctx, m.ID, StateDelivered, attempt, "")
 		}
@@ -230,6 +250,7 @@ func (d *Drainer) deliverHead(ctx context.Context, c *claimer, r *rules.Rule, po
 	switch out.Verdict {
 	case Delivered:
 		d.deleteAfter(ctx, r, p.Seq, log)
+		d.observeFinal(r, Delivered.String(), attempt)
 		d.m.deliveries.WithLabelValues(r.Name, Delivered.String()).Inc()
 		d.record(ctx, m.ID, StateDelivered, attempt, "")
 		if d.log.Enabled(ctx, slog.LevelDebug) {
@@ -285,6 +306,7 @@ func (d *Drainer) dead(ctx context.Context, r *rules.Rule, p queue.Popped, m que
 		log.get().Error("message dead; no dead-letter store configured, dropping it", "attempts", m.Attempt, "reason", reason)
 	}
 	d.deleteAfter(ctx, r, p.Seq, log)
+	d.observeFinal(r, Dead.String(), m.Attempt)
 	d.m.deliveries.WithLabelValues(r.Name, Dead.String()).Inc()
 	d.record(ctx, m.ID, StateDead, m.Attempt, reason)
 	return queue.Release{Key: m.Key, Mode: queue.Released}

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-io/sluice/internal/drain"
@@ -241,7 +242,9 @@ func TestDeliversEveryKeyInOrderAndDeletes(t *testing.T) {
 		seen[mf.GetName()] = true
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() != "rule" && l.GetName() != "outcome" {
+				switch l.GetName() { // never a key
+				case "rule", "outcome", "class", "kind":
+				default:
 					t.Errorf("metric %s has label %s", mf.GetName(), l.GetName())
 				}
 			}
@@ -251,9 +254,27 @@ func TestDeliversEveryKeyInOrderAndDeletes(t *testing.T) {
 			if mf.GetName() == "sluice_dispatch_lag_seconds" && m.GetHistogram().GetSampleCount() < 35 {
 				t.Errorf("lag histogram has %d samples", m.GetHistogram().GetSampleCount())
 			}
+			// 35 messages, each accepted at its first attempt by a sink that answers 2xx.
+			if mf.GetName() == "sluice_time_in_queue_seconds" && m.GetHistogram().GetSampleCount() != 35 {
+				t.Errorf("time in queue histogram has %d samples, want 35", m.GetHistogram().GetSampleCount())
+			}
+			if mf.GetName() == "sluice_delivery_attempts" {
+				if h := m.GetHistogram(); h.GetSampleCount() != 35 || h.GetSampleSum() != 35 {
+					t.Errorf("attempts histogram: %d samples summing to %v, want 35 of 1 attempt", h.GetSampleCount(), h.GetSampleSum())
+				}
+			}
+			if mf.GetName() == "sluice_sink_responses_total" {
+				if len(m.GetLabel()) != 2 || m.GetLabel()[0].GetValue() != "2xx" || m.GetCounter().GetValue() != 35 {
+					t.Errorf("sink responses %v = %v, want class 2xx = 35", m.GetLabel(), m.GetCounter().GetValue())
+				}
+			}
+			if mf.GetName() == "sluice_drainer_running" && m.GetGauge().GetValue() != 1 {
+				t.Errorf("sluice_drainer_running = %v, want 1", m.GetGauge().GetValue())
+			}
 		}
 	}
-	for _, name := range []string{"sluice_deliveries_total", "sluice_dispatch_lag_seconds", "sluice_outflow_rate"} {
+	for _, name := range []string{"sluice_deliveries_total", "sluice_dispatch_lag_seconds", "sluice_outflow_rate",
+		"sluice_time_in_queue_seconds", "sluice_delivery_attempts", "sluice_sink_responses_total", "sluice_drainer_running"} {
 		if !seen[name] {
 			t.Errorf("metric %s not registered", name)
 		}
@@ -391,8 +412,33 @@ func TestStrictRetryHoldsBackTheKeyThenDead(t *testing.T) {
 	}}
 	dead := &deadRec{}
 	states := &stateRec{}
-	e.drainer(context.Background(), sink, func(c *drain.Config) { c.DeadLetters = dead; c.States = states })
+	reg := prometheus.NewRegistry()
+	e.drainer(context.Background(), sink, func(c *drain.Config) { c.DeadLetters = dead; c.States = states; c.Registerer = reg })
 	waitFor(t, 20*time.Second, "queue drained", func() bool { return e.depth(r) == 0 && sink.count() == 9 })
+	// Final outcomes: flaky delivered at its 3rd attempt, after and next at their 1st; doomed
+	// dead after 3, bad dead at its 1st.
+	waitFor(t, 10*time.Second, "five final outcomes", func() bool {
+		n := 0
+		for _, h := range histograms(reg, "sluice_delivery_attempts") {
+			n += int(h.GetSampleCount())
+		}
+		return n == 5
+	})
+	for outcome, want := range map[string][2]float64{"delivered": {3, 5}, "dead": {2, 4}} {
+		h := histograms(reg, "sluice_delivery_attempts")[outcome]
+		if h == nil || float64(h.GetSampleCount()) != want[0] || h.GetSampleSum() != want[1] {
+			t.Errorf("attempts of %s messages: %v, want %v messages taking %v attempts", outcome, h, want[0], want[1])
+		}
+	}
+	// Nine sink answers: 2 (flaky) + 3 (doomed) classed as errors (no status), 1 (bad) too,
+	// 3 accepted.
+	classes := map[string]float64{}
+	for _, m := range gather(reg, "sluice_sink_responses_total") {
+		classes[label(m, "class")] += m.GetCounter().GetValue()
+	}
+	if classes["2xx"] != 3 || classes["error"] != 6 || len(classes) != 2 {
+		t.Errorf("sink responses by class %v, want 2xx 3, error 6", classes)
+	}
 	var k, k2 []string
 	for _, d := range sink.deliveries() {
 		switch d.Key {
@@ -604,6 +650,20 @@ func TestPausedRuleClaimsNothingAndDepthIsReported(t *testing.T) {
 		return -1
 	}
 	waitFor(t, 10*time.Second, "depth gauge", func() bool { return depth() == 1 })
+	// The same sampling: the oldest message's age, JetStream's storage, the heartbeat.
+	gauge := func(name string) float64 {
+		for _, m := range gather(reg, name) {
+			return m.GetGauge().GetValue()
+		}
+		return -1
+	}
+	waitFor(t, 10*time.Second, "oldest message age", func() bool { return gauge("sluice_queue_oldest_age_seconds") > 0 })
+	if used := gauge("sluice_jetstream_store_bytes"); used <= 0 {
+		t.Errorf("JetStream store used = %v bytes with a message stored", used)
+	}
+	if hb := gauge("sluice_drainer_heartbeat_timestamp_seconds"); time.Since(time.UnixMilli(int64(hb*1e3))) > time.Minute {
+		t.Errorf("heartbeat %v is not recent", hb)
+	}
 	start := polls.Load()
 	waitFor(t, 10*time.Second, "ten claim-loop turns while paused", func() bool { return polls.Load() >= start+10 })
 	if n := sink.count(); n != 0 {
@@ -612,6 +672,36 @@ func TestPausedRuleClaimsNothingAndDepthIsReported(t *testing.T) {
 	paused.Store(false)
 	waitFor(t, 10*time.Second, "delivery after unpause", func() bool { return sink.count() == 1 })
 	waitFor(t, 10*time.Second, "depth gauge back to 0", func() bool { return depth() == 0 })
+	waitFor(t, 10*time.Second, "oldest age back to 0", func() bool { return gauge("sluice_queue_oldest_age_seconds") == 0 })
+}
+
+// gather returns the series of one metric of reg.
+func gather(reg *prometheus.Registry, name string) []*dto.Metric {
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()
+		}
+	}
+	return nil
+}
+
+// histograms returns one histogram metric of reg by its outcome label.
+func histograms(reg *prometheus.Registry, name string) map[string]*dto.Histogram {
+	out := map[string]*dto.Histogram{}
+	for _, m := range gather(reg, name) {
+		out[label(m, "outcome")] = m.GetHistogram()
+	}
+	return out
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
 }
 
 func TestRefusedDeadLetterStaysQueuedAndIsNotRedelivered(t *testing.T) {

@@ -100,6 +100,7 @@ func (d *Drainer) Start(ctx context.Context) error {
 	d.started = true
 	d.runCtx, d.cancel = context.WithCancel(ctx)
 	d.loops.Add(2)
+	d.m.running.Inc()
 	go d.manage()
 	go d.maintain()
 	go d.waitStop()
@@ -154,6 +155,7 @@ func (d *Drainer) waitStop() {
 	close(d.flushed)
 	d.renewers.Wait()
 	d.log.Info("drainer stopped", "hard", hard)
+	d.m.running.Dec()
 	close(d.done)
 }
 

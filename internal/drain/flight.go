@@ -123,7 +123,7 @@ func (d *Drainer) step(c *claimer, r *rules.Rule, pol Policy, h *heldKey) {
 		slot, now, held, err := d.cfg.Scheduler.Step(ctx, r.Name, d.cfg.Owner, h.key, h.fence, time.Time{}, pol.Outflow, d.cfg.Lease)
 		cancel()
 		got := d.cfg.Clock()
-		nh := &heldKey{key: h.key, fence: h.fence, flight: h.flight, stepped: true}
+		nh := &heldKey{key: h.key, fence: h.fence, flight: h.flight, stepped: true, claimSpan: h.claimSpan}
 		switch {
 		case err != nil:
 			if d.redisLog.allow() {

@@ -22,6 +22,7 @@ func (d *Drainer) maintain() {
 		suspect                 bool // the last check saw more keys in the stream than scheduled
 	}
 	lasts := map[string]*last{}
+	var lastStore time.Time
 	period := min(d.cfg.DepthEvery, d.cfg.RulesEvery)
 	if d.cfg.ReconcileEvery > 0 {
 		period = min(period, d.cfg.ReconcileEvery)
@@ -43,6 +44,13 @@ func (d *Drainer) maintain() {
 		}
 		d.claimersMu.Unlock()
 		now := d.cfg.Clock()
+		d.m.heartbeat.Set(float64(time.Now().UnixMilli()) / 1e3)
+		if now.Sub(lastStore) >= d.cfg.DepthEvery {
+			lastStore = now
+			ctx, cancel := context.WithTimeout(d.runCtx, time.Minute)
+			d.sampleStore(ctx)
+			cancel()
+		}
 		for _, r := range rs {
 			l := lasts[r.Name]
 			if l == nil {
@@ -54,6 +62,8 @@ func (d *Drainer) maintain() {
 				l.depth = now
 				if st, err := d.cfg.Queues.Stats(ctx, r.Name); err == nil {
 					d.m.depth.WithLabelValues(r.Name).Set(float64(st.Msgs))
+					// The same stream info: the oldest message's store time costs nothing more.
+					d.m.oldest.WithLabelValues(r.Name).Set(oldestAge(time.Now(), st.Oldest))
 				}
 			}
 			if d.cfg.ReconcileEvery > 0 && now.Sub(l.reconcile) >= d.cfg.ReconcileEvery {

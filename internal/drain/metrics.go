@@ -14,6 +14,15 @@ type metrics struct {
 	outflow    *prometheus.GaugeVec     // rule: configured outflow per key, messages/s
 	lag        *prometheus.HistogramVec // rule: dispatch time − due time, seconds
 	lost       *prometheus.CounterVec   // rule: claims lost before the drainer was done with the key
+
+	// The on-call's signals (signals.go).
+	inQueue   *prometheus.HistogramVec // rule: admission → first delivery start, seconds
+	oldest    *prometheus.GaugeVec     // rule: age of the oldest message in the rule's queue stream, seconds
+	responses *prometheus.CounterVec   // rule, class: sink responses by status class
+	attempts  *prometheus.HistogramVec // rule, outcome: attempts a message took to its final outcome
+	store     *prometheus.GaugeVec     // kind (used|limit): JetStream file storage of the account, bytes
+	running   prometheus.Gauge         // drainers running in this process
+	heartbeat prometheus.Gauge         // unix time of the last maintenance pass
 }
 
 // lagBuckets go from 1 ms to 10 s (×~2.15 per bucket: 1, 2.15, 4.6, 10 ms, …).
@@ -43,6 +52,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Claims whose lease this drainer lost before it was done with the key (it stopped before delivering, or its delivery may overlap another drainer's).",
 		}, []string{"rule"}),
 	}
+	m.addSignals()
 	if reg == nil {
 		return m, nil
 	}
@@ -61,6 +71,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.lost, err = register(reg, m.lost); err != nil {
+		return nil, err
+	}
+	if err := m.registerSignals(reg); err != nil {
 		return nil, err
 	}
 	return m, nil

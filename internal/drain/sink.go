@@ -73,6 +73,9 @@ type Outcome struct {
 	Err string
 	// Status is the sink's status code when it has one (HTTP status), for logs; 0 otherwise.
 	Status int
+	// Timeout: the sink did not answer within its timeout (sluice_sink_responses_total
+	// counts it as class "timeout").
+	Timeout bool
 }
 
 // OutcomeDelivered is the outcome of an accepted delivery.

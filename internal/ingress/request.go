@@ -49,6 +49,10 @@ type submitRequest struct {
 	// checkHeaders for the limits.
 	Headers map[string]string `json:"headers"`
 
+	// traceParent and traceState are the request's W3C trace context headers, stored
+	// with the message (telemetry).
+	traceParent, traceState string
+
 	at      time.Time     // DeliverAt parsed (validate)
 	delay   time.Duration // Delay parsed (validate)
 	expires time.Time     // ExpiresAt parsed (validate)

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
+	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -305,7 +306,7 @@ type submitResponse struct {
 	RetryAt  string `json:"retry_at,omitempty"`
 }
 
-func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 	body, bp, prob := s.readBody(w, r)
 	defer s.releaseBody(bp)
 	if prob != nil {
@@ -332,6 +333,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, *p)
 		return
 	}
+	req.traceParent, req.traceState = telemetry.FromHTTP(r.Header)
 	s.write(w, s.submit(r.Context(), &req))
 }
 

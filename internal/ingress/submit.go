@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
+	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
 )
@@ -86,7 +87,11 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 		return s.internalOutcome(rule.Name, err)
 	}
 	msg := queue.Message{ID: id, Key: match.Key, Payload: req.Payload, CreatedAt: now, // decodeJSON copied the payload out of the pooled body
-		ExpiresAt: req.expiresAt(now, rule.Queue.MaxAge), Headers: req.Headers}
+		ExpiresAt: req.expiresAt(now, rule.Queue.MaxAge), Headers: req.Headers,
+		TraceParent: req.traceParent, TraceState: req.traceState}
+	if telemetry.On() {
+		traceAdmission(ctx, &msg, rule.Name)
+	}
 	at := req.deliverAt(now)
 	if msg.Expired(now) || (!msg.ExpiresAt.IsZero() && at.After(msg.ExpiresAt)) {
 		field := "ttl"
@@ -451,6 +456,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte
 			items[i] = problemItem(*p, i)
 			continue
 		}
+		req.traceParent, req.traceState = telemetry.FromHTTP(r.Header)
 		k := groupKey(req)
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)

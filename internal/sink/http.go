@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sign"
+	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -154,6 +155,7 @@ func (h *HTTP) Deliver(ctx context.Context, rule *rules.Rule, m queue.Message) d
 		return drain.OutcomeDead(fmt.Sprintf("sink: bad url: %v", err))
 	}
 	deliveryHeaders(rule, m, req.Header.Set)
+	telemetry.Inject(ctx, req.Header.Set) // the delivery span's traceparent: the sink's span joins the trace
 	req.Header.Set("User-Agent", h.cfg.UserAgent)
 	if signer, err := h.signers.signerFor(rule, h.cfg.Signer); err != nil {
 		return drain.OutcomeRetry(0, "sink: "+err.Error())
@@ -167,7 +169,9 @@ func (h *HTTP) Deliver(ctx context.Context, rule *rules.Rule, m queue.Message) d
 		case ctx.Err() != nil:
 			return drain.OutcomeRetry(0, "sink: delivery cancelled: "+context.Cause(ctx).Error())
 		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
-			return drain.OutcomeRetry(0, fmt.Sprintf("sink: timeout after %s", timeout))
+			o := drain.OutcomeRetry(0, fmt.Sprintf("sink: timeout after %s", timeout))
+			o.Timeout = true
+			return o
 		default:
 			return drain.OutcomeRetry(0, "sink: "+err.Error())
 		}

@@ -209,7 +209,7 @@ func TestHTTPTimeout(t *testing.T) {
 	rule.Sink.Timeout = 150 * time.Millisecond
 	start := time.Now()
 	o := newHTTP(t).Deliver(context.Background(), rule, testMessage())
-	if o.Verdict != drain.Retry || !strings.Contains(o.Err, "timeout") {
+	if o.Verdict != drain.Retry || !strings.Contains(o.Err, "timeout") || !o.Timeout {
 		t.Fatalf("outcome = %+v, want retry with a timeout", o)
 	}
 	if el := time.Since(start); el > 10*time.Second {
@@ -237,8 +237,8 @@ func TestHTTPConnectionRefused(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	o := newHTTP(t).Deliver(context.Background(), testRule("http://"+addr+"/x"), testMessage())
-	if o.Verdict != drain.Retry || o.Err == "" {
-		t.Fatalf("outcome = %+v, want retry with an error", o)
+	if o.Verdict != drain.Retry || o.Err == "" || o.Timeout {
+		t.Fatalf("outcome = %+v, want retry with an error (not a timeout)", o)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -105,6 +106,7 @@ func (n *NATS) Deliver(ctx context.Context, rule *rules.Rule, m queue.Message) d
 	msg := nats.NewMsg(subject)
 	msg.Data = m.Payload
 	deliveryHeaders(rule, m, msg.Header.Set)
+	telemetry.Inject(ctx, msg.Header.Set) // traceparent, tracestate (W3C names)
 
 	stream, err := n.boundToStream(actx, subject)
 	if err != nil {
@@ -161,7 +163,9 @@ func (n *NATS) failure(ctx context.Context, err error, timeout time.Duration) dr
 	case ctx.Err() != nil:
 		return drain.OutcomeRetry(0, "sink: delivery cancelled: "+context.Cause(ctx).Error())
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
-		return drain.OutcomeRetry(0, fmt.Sprintf("sink: nats timeout after %s", timeout))
+		o := drain.OutcomeRetry(0, fmt.Sprintf("sink: nats timeout after %s", timeout))
+		o.Timeout = true
+		return o
 	case errors.Is(err, nats.ErrBadSubject):
 		return drain.OutcomeDead("sink: " + err.Error())
 	case errors.As(err, &apiErr):
