@@ -329,8 +329,10 @@ func faultLeaderKill(t *testing.T, p faultParams) faultRow {
 	if pause > 15*time.Second {
 		t.Errorf("admission paused %v after the stream leader died (want ≤ ~10 s)", pause)
 	}
-	if pause > 3*time.Second && l.unavailable.Load() == 0 {
-		t.Errorf("admission paused %v without a single 503 + Retry-After", pause)
+	// Submits ride through the election (queue.Config.PublishWait, 10 s; the load's client
+	// waits 30 s): an election shorter than that answers no 503 at all.
+	if n := l.unavailable.Load(); pause < 9*time.Second && n > 0 {
+		t.Errorf("%d answers 503 during an admission pause of %v: submits should wait for the new leader", n, pause)
 	}
 	if err := node.Restart(); err != nil {
 		t.Fatal(err)
@@ -338,7 +340,7 @@ func faultLeaderKill(t *testing.T, p faultParams) faultRow {
 	time.Sleep(p.after)
 	v := faultFinish(t, p, c, l, "stream leader killed")
 	return faultRow{Fault: "NATS stream leader SIGKILLed", V: v, Recovery: pause,
-		What: "longest time without any 202 (admission pause)",
+		What: "longest time without any 202 (admission pause; submits wait for the new leader)",
 		Note: fmt.Sprintf("nats-server processes; leader %s → %s; %d answers 503 + Retry-After meanwhile; node restarted afterwards", leader, newLeader, l.unavailable.Load())}
 }
 

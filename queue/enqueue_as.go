@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -28,7 +30,7 @@ func (q *Queues) EnqueueAs(ctx context.Context, rule string, m Message, msgID st
 		msg.Header.Set(HeaderID, m.ID)
 		msg.Header.Set(HeaderMsgID, msgID)
 	}
-	ack, err := q.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(q.StreamName(rule)))
+	ack, err := q.publish(ctx, msg, q.StreamName(rule))
 	if err != nil {
 		if full := storeRefusal(err); full != nil {
 			return Enqueued{}, fmt.Errorf("%w (rule %q)", full, rule)
@@ -60,4 +62,66 @@ func storeRefusal(err error) error {
 		return ErrStoreFull
 	}
 	return nil
+}
+
+// publishAttempt bounds one publish attempt: an attempt sent to a stream leader that died
+// before answering is given up after this and sent again (the new leader answers it, or
+// recognises it by its Nats-Msg-Id if the old one stored it).
+const publishAttempt = 2 * time.Second
+
+// publish stores msg in stream and rides through the stream's leader election: a publish
+// that finds no leader (no responders, "temporarily unavailable") or whose leader died
+// before answering is sent again, every 100 ms to 500 ms, for up to Config.PublishWait or
+// until ctx ends (the client went away), instead of failing at once. Attempts carry the
+// same Nats-Msg-Id, so one that was stored after all is not stored twice; when such an
+// earlier attempt may have been stored, the stream's "duplicate" answer is this message's
+// own, not another's. A client without a connection fails at once: nothing to wait for.
+func (q *Queues) publish(ctx context.Context, msg *nats.Msg, stream string) (*jetstream.PubAck, error) {
+	budget, cancel := context.WithTimeout(ctx, q.cfg.PublishWait)
+	defer cancel()
+	mayBeStored := false
+	pause := 100 * time.Millisecond
+	for {
+		actx, acancel := context.WithTimeout(budget, publishAttempt)
+		ack, err := q.js.PublishMsg(actx, msg, jetstream.WithExpectStream(stream), jetstream.WithRetryAttempts(0))
+		timedOut := errors.Is(actx.Err(), context.DeadlineExceeded)
+		acancel()
+		if err == nil {
+			if mayBeStored && ack.Duplicate {
+				ack.Duplicate = false // an earlier attempt of this very publish was stored
+			}
+			return ack, nil
+		}
+		if budget.Err() != nil || !electing(err, timedOut) || !q.js.Conn().IsConnected() {
+			return nil, err
+		}
+		mayBeStored = mayBeStored || timedOut
+		t := time.NewTimer(pause)
+		select {
+		case <-budget.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
+}
+
+// jsErrClusterNotAvailable: "JetStream system temporarily unavailable" (no meta or stream
+// leader yet).
+const jsErrClusterNotAvailable = 10008
+
+// electing reports an error that a stream's leader election explains: nobody answers the
+// stream's subjects, the system is temporarily unavailable, or the attempt timed out.
+func electing(err error, timedOut bool) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout):
+		return true
+	case timedOut && errors.Is(err, context.DeadlineExceeded):
+		return true
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrClusterNotAvailable:
+		return true
+	}
+	return false
 }

@@ -73,7 +73,14 @@ type Config struct {
 	// over queue rules (with the retry and dead-letter streams) must fit the server's
 	// max_store. Default DefaultMaxBytes (1 GiB); -1 = no limit of its own.
 	MaxBytes int64
+	// PublishWait is how long an Enqueue keeps trying while its stream has no leader (an
+	// R3 stream elects one in ~5–7 s after its leader dies) before it fails; the caller's
+	// context ends it sooner. Default DefaultPublishWait (10 s).
+	PublishWait time.Duration
 }
+
+// DefaultPublishWait is Config.PublishWait's default: an R3 stream's election fits in it.
+const DefaultPublishWait = 10 * time.Second
 
 // WithDefaults returns c with every unset field set to its default.
 func (c Config) WithDefaults() Config {
@@ -95,6 +102,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxBytes == 0 {
 		c.MaxBytes = DefaultMaxBytes
 	}
+	if c.PublishWait == 0 {
+		c.PublishWait = DefaultPublishWait
+	}
 	return c
 }
 
@@ -109,6 +119,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("queue: SubjectPrefix %q must be one token of [A-Za-z0-9_-]", c.SubjectPrefix)
 	case RuleToken(c.StreamPrefix) != c.StreamPrefix:
 		return fmt.Errorf("queue: StreamPrefix %q must be of [A-Za-z0-9_-]", c.StreamPrefix)
+	case c.PublishWait < 0:
+		return fmt.Errorf("queue: PublishWait must not be negative, got %s", c.PublishWait)
 	case c.MaxBytes < -1:
 		return fmt.Errorf("queue: MaxBytes must be positive or -1 (no limit), got %d", c.MaxBytes)
 	}

@@ -358,3 +358,69 @@ func TestReplicatedQueueOnACluster(t *testing.T) {
 		t.Fatalf("second delete on R3: %v", err)
 	}
 }
+
+// A publish rides through its stream's leader election: two of an R3 stream's three
+// nodes, its leader among them, go down while messages are enqueued one after another, so
+// the stream has no quorum until one of them is back 3 s later. No enqueue fails (each
+// waits, up to PublishWait, for a leader), none is stored twice, and the longest wait is
+// the outage's. Before the ride-through, enqueues failed after nats.go's 0.5 s of retries.
+func TestEnqueueRidesThroughLeaderElection(t *testing.T) {
+	t.Parallel()
+	nodes := natstest.StartCluster(t, 3)
+	_, js := natstest.Connect(t, natstest.ClusterURL(nodes))
+	q, err := queue.NewQueues(js, queue.Config{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := q.Ensure(ctx, "r3", 10_000); err != nil {
+		t.Fatal(err)
+	}
+	info, err := js.Stream(ctx, q.StreamName("r3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := info.CachedInfo().Cluster.Leader
+	var down []*natstest.Node
+	for _, node := range nodes {
+		if node.Name() == leader {
+			down = append(down, node)
+		}
+	}
+	for _, node := range nodes {
+		if node.Name() != leader && len(down) < 2 {
+			down = append(down, node)
+		}
+	}
+	if len(down) != 2 || down[0].Name() != leader {
+		t.Fatalf("stream leader %q is none of the nodes", leader)
+	}
+	var longest time.Duration
+	const n = 120
+	back := make(chan error, 1)
+	for i := range n {
+		if i == 40 {
+			down[0].Shutdown()
+			down[1].Shutdown()
+			go func() {
+				time.Sleep(3 * time.Second)
+				back <- down[1].Restart()
+			}()
+		}
+		start := time.Now()
+		if _, err := q.Enqueue(ctx, "r3", msg(fmt.Sprint("k", i%7), fmt.Sprint(i))); err != nil {
+			t.Fatalf("message %d failed after %v, with two of three nodes down: %v", i, time.Since(start), err)
+		}
+		longest = max(longest, time.Since(start))
+	}
+	if err := <-back; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("longest enqueue across the outage: %v", longest.Round(time.Millisecond))
+	if longest < 2*time.Second {
+		t.Errorf("the longest enqueue took %v: the stream was never without a leader", longest)
+	}
+	if st, err := q.Stats(ctx, "r3"); err != nil || st.Msgs != n {
+		t.Fatalf("stream holds %+v (%v), want %d messages", st, err, n)
+	}
+}
