@@ -6,14 +6,15 @@ import (
 	"testing"
 
 	"github.com/sluice-io/sluice/internal/ingress"
+	"github.com/sluice-io/sluice/internal/process"
 )
 
 // The envoy parity flags: defaults as envoy's (all off), each flag and its SLUICE_*
 // variable, a bad value refused naming the flag, and -check-config taking -rules' list.
 func TestEnvoyParityFlags(t *testing.T) {
 	t.Parallel()
-	parse := func(env map[string]string, args ...string) (ingress.Config, error) {
-		return ingress.ParseFlags(append([]string{"-rules", "r.yaml"}, args...), func(k string) string { return env[k] }, io.Discard)
+	parse := func(env map[string]string, args ...string) (process.IngressConfig, error) {
+		return process.ParseIngressFlags(append([]string{"-rules", "r.yaml"}, args...), func(k string) string { return env[k] }, io.Discard)
 	}
 	c, err := parse(nil)
 	if err != nil {
@@ -43,18 +44,18 @@ func TestEnvoyParityFlags(t *testing.T) {
 		t.Fatalf("the flag must win over the environment: %v %v", c.ShadowMode, err)
 	}
 	for _, bad := range [][]string{{"-shadow-mode=yes please"}, {"-quota-mode=2"}, {"-merge-domain-config=x"},
-		{"-response-dynamic-metadata=on"}, {"-local-cache-bytes", "-1"}, {"-local-cache-bytes", "1MB"}, {"-detailed-metric-values", "-2"}} {
+		{"-response-dynamic-metadata=on"}, {"-local-cache-bytes", "-1"}, {"-local-cache-bytes", "1XB"}, {"-detailed-metric-values", "-2"}} {
 		name := strings.SplitN(bad[0], "=", 2)[0]
 		if _, err := parse(nil, bad...); err == nil || !strings.Contains(err.Error(), name+":") && !strings.Contains(err.Error(), "for flag "+name) {
 			t.Errorf("%v: %v, want an error naming %s", bad, err, name)
 		}
 	}
-	for name, v := range map[string]string{"SLUICE_SHADOW_MODE": "maybe", "SLUICE_LOCAL_CACHE_SIZE_IN_BYTES": "1MB", "SLUICE_DETAILED_METRIC_VALUES": "x"} {
+	for name, v := range map[string]string{"SLUICE_SHADOW_MODE": "maybe", "SLUICE_LOCAL_CACHE_SIZE_IN_BYTES": "lots", "SLUICE_DETAILED_METRIC_VALUES": "x"} {
 		if _, err := parse(map[string]string{name: v}); err == nil || !strings.HasPrefix(err.Error(), name+":") {
 			t.Errorf("%s=%s: %v, want an error naming %s", name, v, err, name)
 		}
 	}
-	c, err = ingress.ParseFlags([]string{"-check-config", "a.yaml, dir/ ,b.yml"}, func(string) string { return "" }, io.Discard)
+	c, err = process.ParseIngressFlags([]string{"-check-config", "a.yaml, dir/ ,b.yml"}, func(string) string { return "" }, io.Discard)
 	if err != nil || strings.Join(c.CheckConfig, "|") != "a.yaml|dir/|b.yml" {
 		t.Fatalf("-check-config list: %q %v", c.CheckConfig, err)
 	}

@@ -1,0 +1,347 @@
+package process
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sluice-io/sluice/bucket"
+	"github.com/sluice-io/sluice/internal/audit"
+	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/ingress"
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/sign"
+	"github.com/sluice-io/sluice/internal/tlsx"
+	"github.com/sluice-io/sluice/queue"
+	"github.com/sluice-io/sluice/retry"
+)
+
+// RunIngress is the ingress binary: flags, -version, -check-config, or the process until
+// ctx ends, then a soft stop.
+func RunIngress(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := ParseIngressFlags(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	switch {
+	case cfg.Version:
+		fmt.Fprintln(stdout, "ingress", Version())
+		return nil
+	case len(cfg.CheckConfig) > 0:
+		if err := rules.CheckConfigWith(stdout, rules.Options{MergeDomains: cfg.MergeDomainConfig}, cfg.CheckConfig...); err != nil {
+			return fmt.Errorf("%w: %w: %w", ErrReported, ErrUsage, err) // CheckConfigWith wrote it
+		}
+		return nil
+	}
+	m := &Ingress{Config: cfg, Logger: NewLogger(cfg.LogFormat, cfg.LogLevel, stderr)}
+	if err := m.Run(ctx); err != nil {
+		return err
+	}
+	return untilDone(ctx, m.Logger, "ingress", cfg.ShutdownTimeout, m.Close)
+}
+
+// Ingress is the ingress process: it runs in cmd/ingress, inside `sluice dev`, and
+// whole in tests.
+type Ingress struct {
+	Config IngressConfig
+	Logger *slog.Logger // default: built from the config, on stderr
+	// Now is the clock of admissions and checks; default time.Now. Tests freeze it to
+	// compare answers that depend on time.
+	Now func() time.Time
+
+	// Limits decides admission limits and checks; nil = Redis (degrading to a local
+	// limiter while Redis is unreachable). `sluice dev` sets an in-memory store.
+	Limits bucket.Store
+	// SinkDial, when set, dials the connections of the in-process drainer's HTTP sink
+	// deliveries (`sluice dev` sends the example rules' sink addresses to its demo sink).
+	SinkDial func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// Set by Run.
+	Server    *ingress.Server
+	Addr      net.Addr     // the HTTP listener's address (useful with -http :0)
+	GRPCAddr  net.Addr     // the gRPC listener's address; nil when -grpc is empty
+	DebugAddr net.Addr     // the pprof listener's address; nil without -debug-addr
+	Drainer   *Draining    // the in-process drainer (-drain), or nil
+	Stack     *Stack       // connections, streams, admission
+	TLS       *tlsx.Server // the listeners' certificates (-tls-cert); nil = plain text
+	Rules     func() *rules.Set
+
+	closers []func()
+	httpSrv *http.Server
+	grpcSrv *ingress.GRPCServer
+	once    sync.Once
+}
+
+// withDefaults fills what a config built by hand (not by ParseIngressFlags) left zero.
+func (c IngressConfig) withDefaults() IngressConfig {
+	var d IngressConfig
+	ingressFlags(&d, func(string) string { return "" }, io.Discard)
+	for _, f := range []struct {
+		p *time.Duration
+		v time.Duration
+	}{{&c.RulesPoll, d.RulesPoll}, {&c.ShutdownTimeout, d.ShutdownTimeout}, {&c.ReadHeaderTimeout, d.ReadHeaderTimeout},
+		{&c.MaxDelay, d.MaxDelay}, {&c.IdempotencyTTL, d.IdempotencyTTL}, {&c.AuditKeep, d.AuditKeep}, {&c.ReadmitMaxBackoff, d.ReadmitMaxBackoff}} {
+		if *f.p == 0 {
+			*f.p = f.v
+		}
+	}
+	for _, f := range []struct {
+		p *int64
+		v int64
+	}{{&c.MaxBody, d.MaxBody}, {&c.RetryMaxBytes, d.RetryMaxBytes}, {&c.DeadMaxBytes, d.DeadMaxBytes}, {&c.StatusKeepMax, d.StatusKeepMax}, {&c.AuditMax, d.AuditMax}} {
+		if *f.p == 0 {
+			*f.p = f.v
+		}
+	}
+	for _, f := range []struct {
+		p *int
+		v int
+	}{{&c.Replicas, d.Replicas}, {&c.MaxBatch, d.MaxBatch}, {&c.DrainWorkers, d.DrainWorkers}} {
+		if *f.p == 0 {
+			*f.p = f.v
+		}
+	}
+	return c
+}
+
+// Run starts everything and returns once the listeners listen. ctx bounds the start only;
+// stop the process with Close.
+func (m *Ingress) Run(ctx context.Context) (err error) {
+	c := m.Config.withDefaults()
+	m.Config = c
+	if m.Logger == nil {
+		m.Logger = NewLogger(c.LogFormat, c.LogLevel, os.Stderr)
+	}
+	log := m.Logger
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Certificates and secrets first: a process that cannot serve as configured must not
+	// start.
+	if c.TLSCert != "" {
+		if m.TLS, err = tlsx.NewServer(tlsx.ServerFiles{CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA, Logger: log}); err != nil {
+			return fmt.Errorf("ingress: %w", err)
+		}
+		reg.MustRegister(m.TLS.NotAfterCollector())
+	}
+	sinkTLS, err := tlsx.NewClient("-sink-ca", c.SinkCA)
+	if err != nil {
+		return fmt.Errorf("ingress: %w", err)
+	}
+	signer, err := sign.NewSigner(c.SignKeys, log)
+	if err != nil {
+		return fmt.Errorf("ingress: %w", err)
+	}
+	auth, err := ingress.OpenAuth(ingress.AuthFiles{AdminToken: c.AdminToken, AdminTokenFile: c.AdminTokenFile,
+		AdminTokensFile: c.AdminTokensFile, SubmitTokensFile: c.SubmitTokensFile}, log)
+	if err != nil {
+		return fmt.Errorf("ingress: %w", err)
+	}
+
+	// Rules next: a process with bad rules must not start.
+	var srv *ingress.Server
+	watcher, err := rules.NewWatcher(rules.WatcherConfig{
+		Paths: c.Rules, Interval: c.RulesPoll, Logger: log, Options: rules.Options{MergeDomains: c.MergeDomainConfig},
+		OnReload: func(set *rules.Set, err error) {
+			if srv != nil {
+				srv.RulesReloaded(set, err)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("ingress: rules: %w", err)
+	}
+	m.Rules = watcher.Current
+
+	capacityChanged := make(chan struct{}, 1)
+	st, err := Open(ctx, StackConfig{
+		Name: "ingress", NATSURL: c.NATSURL, RedisURL: c.RedisURL, Replicas: c.Replicas,
+		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey,
+		Rules: watcher.Current, Limits: m.Limits, Logger: log,
+		IdempotencyTTL: c.IdempotencyTTL, StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
+		RetryMaxBytes: c.RetryMaxBytes, DeadMaxBytes: c.DeadMaxBytes,
+		OnDegraded: func(on bool) {
+			if srv != nil {
+				srv.SetDegraded(on)
+			}
+		},
+		// An override changed: re-apply effective capacities to the streams.
+		OnOverride: func(string) {
+			select {
+			case capacityChanged <- struct{}{}:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	m.closers = append(m.closers, st.Close)
+	m.Stack = st
+
+	// Every queue rule's stream must exist, at its effective capacity (not the rules
+	// file's, or a restarted ingress would undo a PATCH), before admitting.
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := ensureStreams(startCtx, st.Queues, watcher.Current(), st.Effective); err != nil {
+		return err
+	}
+
+	auditLog := audit.New(st.JS, audit.Config{MaxAge: c.AuditKeep, MaxMsgs: c.AuditMax, Replicas: c.Replicas, Logger: log})
+	// Its own 30 s: on a fresh cluster whose processes all start at once, the streams above
+	// may have used most of theirs.
+	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+	defer acancel()
+	if err := Retry(actx, auditLog.Ensure); err != nil {
+		return fmt.Errorf("ingress: %w", err)
+	}
+	admin := &ingress.Admin{Audit: auditLog, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
+		JS: st.JS, Parking: st.Parking, Dead: st.Dead, Admitter: st.Admitter, Logger: log}
+	srv = ingress.NewServer(ingress.ServerConfig{
+		Rules: watcher.Current, Admitter: st.Admitter, Status: st.Status, Limits: st.Limits,
+		Admin: admin, Auth: auth, MaxBody: c.MaxBody, MaxBatch: c.MaxBatch, MaxDelay: c.MaxDelay, Registry: reg, Logger: log,
+		Ready: st.Ready, GRPCResponseHeaders: c.GRPCResponseHeaders, Now: m.Now,
+		Envoy: ingress.EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,
+			LocalCacheBytes: c.LocalCacheBytes, DetailedMetricValues: c.DetailedMetricValues},
+	})
+	m.Server = srv
+	srv.RulesReloaded(watcher.Current(), nil)
+
+	if c.Drain {
+		proc, err := startDraining(context.WithoutCancel(ctx), drainDeps{
+			Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
+			SinkTLS: sinkTLS, Signer: signer, SinkDial: m.SinkDial,
+			Drain:   drain.Config{Workers: c.DrainWorkers, StopTimeout: c.ShutdownTimeout},
+			Readmit: retry.ReadmitterConfig{MaxBackoff: c.ReadmitMaxBackoff},
+		})
+		if err != nil {
+			return err
+		}
+		m.Drainer = proc
+		m.closers = append(m.closers, proc.Stop)
+	}
+
+	// Reloads: keep streams in step with the rules (new queue rules, capacity changes).
+	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.closers = append(m.closers, wcancel, watcher.Stop)
+	if err := watcher.Start(wctx); err != nil {
+		return err
+	}
+	go m.followRules(wctx, watcher.Current, capacityChanged)
+	go srv.FlushRefusals(wctx, st.Scheduler, time.Second)
+	if st.Degraded != nil {
+		if err := ingress.CountPeers(wctx, st.NATS, log, st.Degraded.SetProcesses); err != nil {
+			log.Warn("ingress: live ingress count unavailable; degraded limits assume 1 process", "err", err)
+		}
+	}
+
+	ln, err := listen("http", c.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("ingress: %w", err)
+	}
+	m.Addr = ln.Addr()
+	m.httpSrv = newHTTPServer(srv, log, c.ReadHeaderTimeout)
+	serve(m.httpSrv, ln, m.TLS, log, "ingress")
+	if c.GRPCAddr != "" {
+		gln, err := listen("grpc", c.GRPCAddr)
+		if err != nil {
+			return fmt.Errorf("ingress: %w", err)
+		}
+		m.GRPCAddr = gln.Addr()
+		gc := ingress.GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log}
+		if m.TLS != nil {
+			gc.TLS = m.TLS.Config()
+		}
+		m.grpcSrv = srv.NewGRPCServer(gc)
+		go func() {
+			if err := m.grpcSrv.Serve(gln); err != nil {
+				log.Error("ingress: gRPC server stopped", "err", err)
+			}
+		}()
+		log.Info("ingress: envoy rate limit service listening (gRPC)", "addr", m.GRPCAddr.String())
+	}
+	if c.DebugAddr != "" {
+		addr, stop, err := serveDebug(c.DebugAddr, log, "ingress")
+		if err != nil {
+			return fmt.Errorf("ingress: %w", err)
+		}
+		m.DebugAddr = addr
+		m.closers = append(m.closers, stop)
+	}
+	log.Info("ingress: listening", "addr", m.Addr.String(), "tls", m.TLS != nil, "mtls", c.TLSClientCA != "", "nats", c.NATSURL,
+		"rules", len(watcher.Current().Rules()), "drain", c.Drain, "version", Version())
+	return nil
+}
+
+// followRules keeps the queue streams in step with the rules and the overrides until ctx
+// ends: a new queue rule gets its stream, a capacity change reaches its stream.
+func (m *Ingress) followRules(ctx context.Context, current func() *rules.Set, capacityChanged <-chan struct{}) {
+	last := current()
+	t := time.NewTicker(m.Config.RulesPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-capacityChanged:
+			last = nil // an override changed: re-apply effective capacities
+		}
+		if cur := current(); cur != last {
+			ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			if err := ensureStreams(ectx, m.Stack.Queues, cur, m.Stack.Effective); err != nil {
+				m.Logger.Error("ingress: streams not updated after a rules or override change", "err", err)
+			} else {
+				last = cur
+			}
+			cancel()
+		}
+	}
+}
+
+// Close stops the process softly: both listeners stop taking new work and finish
+// in-flight requests within -shutdown-timeout, then the in-process drainer and
+// everything else stop in reverse start order. Safe to call twice.
+func (m *Ingress) Close() {
+	m.once.Do(func() {
+		var wg sync.WaitGroup
+		if m.grpcSrv != nil {
+			wg.Go(func() { m.grpcSrv.Stop(m.Config.ShutdownTimeout) })
+		}
+		if m.httpSrv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
+			m.httpSrv.Shutdown(ctx)
+			cancel()
+		}
+		wg.Wait()
+		for i := len(m.closers) - 1; i >= 0; i-- {
+			m.closers[i]()
+		}
+	})
+}
+
+// ensureStreams creates or updates the stream of every queue rule at its effective capacity.
+func ensureStreams(ctx context.Context, q *queue.Queues, set *rules.Set, effective func(*rules.Rule) *rules.Rule) error {
+	for _, r := range set.QueueRules() {
+		err := Retry(ctx, func(ctx context.Context) error { return q.Ensure(ctx, r.Name, effective(r).Queue.Capacity) })
+		if err != nil {
+			return fmt.Errorf("ingress: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,253 @@
+package process
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/ingress"
+)
+
+// IngressConfig is everything the ingress process is told from outside. Every field is a
+// flag with a SLUICE_* environment variable (the flag wins); its default is written once,
+// in ingressFlags, and in the README's table (checked by a test).
+type IngressConfig struct {
+	Rules      []string // -rules: rules files or directories, comma-separated. Required unless -check-config.
+	HTTPAddr   string   // -http: the API's listen address (also /metrics, /healthz, /readyz). Default ":8080".
+	NATSURL    string   // -nats: NATS server URL(s), comma-separated. Default "nats://127.0.0.1:4222".
+	RedisURL   string   // -redis: redis://, rediss://, unix://, Cluster or Sentinel URL (ParseRedisURL). Default "redis://127.0.0.1:6379".
+	AdminToken string   // -admin-token: bearer token of /v1/admin; empty disables the admin API (401).
+	// GRPCAddr is where the envoy rate limit service (RLS v3 gRPC), gRPC health and
+	// reflection listen. -grpc; default ":8081" (envoyproxy/ratelimit's port); empty disables.
+	GRPCAddr string
+	// GRPCResponseHeaders adds the rate-limit headers to every gRPC answer, not only for
+	// rules with response_headers: true. -grpc-response-headers; default false.
+	GRPCResponseHeaders bool
+	// DebugAddr serves Go's pprof profiles (/debug/pprof/) on a listener of its own; keep
+	// it off public networks. -debug-addr; default empty (off).
+	DebugAddr string
+
+	// CheckConfig validates rules files or directories, comma-separated as -rules, and
+	// exits. -check-config (an action: no environment variable); default empty.
+	CheckConfig []string
+	// Version prints the build's version and exits. -version (an action).
+	Version bool
+
+	// Envoy parity knobs (README "Envoy / Istio"), each off by default as in
+	// envoyproxy/ratelimit: -merge-domain-config, -shadow-mode, -quota-mode,
+	// -response-dynamic-metadata, -local-cache-bytes (0 = off), and
+	// -detailed-metric-values (default 100).
+	MergeDomainConfig       bool
+	ShadowMode              bool
+	QuotaMode               bool
+	ResponseDynamicMetadata bool
+	LocalCacheBytes         int64
+	DetailedMetricValues    int
+
+	// Drain runs a drainer (and re-admitter) inside this process. -drain; default false
+	// (production runs separate drainer processes; `sluice dev` turns it on).
+	Drain bool
+	// DrainWorkers is the in-process drainer's concurrent deliveries per queue rule.
+	// -drain-workers; default 32.
+	DrainWorkers int
+	// ReadmitMaxBackoff caps the wait between two re-admission attempts of a parked
+	// message that still finds no room. -readmit-max-backoff; default 5m.
+	ReadmitMaxBackoff time.Duration
+
+	MaxBody         int64         // -max-body: largest request body (a whole batch too), a byte size. Default 1MiB.
+	MaxBatch        int           // -max-batch: most messages in one batch submission. Default 500.
+	MaxDelay        time.Duration // -max-delay: how far ahead deliver_at / delay may be. Default 720h (30 days).
+	Replicas        int           // -replicas: replicas of the streams (1 or 3). Default 1.
+	ShutdownTimeout time.Duration // -shutdown-timeout: time to finish in-flight requests on SIGTERM. Default 10s.
+	LogFormat       string        // -log-format: json or text. Default json.
+	LogLevel        string        // -log-level: debug, info, warn, error. Default info.
+	RulesPoll       time.Duration // -rules-poll: how often rules files are checked for changes. Default 1s.
+
+	// ReadHeaderTimeout is how long a client has to send a request's headers
+	// (slowloris). -read-header-timeout; default 5s. The listener's other limits are fixed
+	// (README "Hostile input").
+	ReadHeaderTimeout time.Duration
+	// IdempotencyTTL is how long an idempotency key maps to its first message.
+	// -idempotency-ttl; default 24h.
+	IdempotencyTTL time.Duration
+	// StatusKeep keeps a record of each delivered message this long, so GET
+	// /v1/messages/{id} answers "delivered" (set the same on drainers: they write them).
+	// -status-keep; default 0s (off). StatusKeepMax bounds them: -status-keep-max,
+	// default 1000000.
+	StatusKeep    time.Duration
+	StatusKeepMax int64
+	// RetryMaxBytes and DeadMaxBytes bound the JetStream storage of the retry and
+	// dead-letter streams (file storage is reserved up front: a NATS whose store is
+	// smaller refuses them). -retry-max-bytes, -dead-max-bytes; default 1GiB each.
+	RetryMaxBytes, DeadMaxBytes int64
+
+	// Security (README "Security"): -tls-cert, -tls-key, -tls-client-ca for the
+	// listeners; -nats-ca, -nats-cert, -nats-key for NATS; -sink-ca and -sign-keys for the
+	// in-process drainer's deliveries; -admin-tokens, -admin-token-file, -submit-tokens.
+	// All default empty (off).
+	TLSCert, TLSKey, TLSClientCA string
+	NATSCA, NATSCert, NATSKey    string
+	SinkCA                       string
+	SignKeys                     []string
+	AdminTokensFile              string
+	AdminTokenFile               string
+	SubmitTokensFile             string
+	// AuditKeep is how long operator changes are kept in the SLUICE_AUDIT stream, and
+	// AuditMax how many at most. -audit-keep, default 2160h (90 days); -audit-max,
+	// default 100000.
+	AuditKeep time.Duration
+	AuditMax  int64
+}
+
+// Default stream bounds: room for a million parked 1 KiB messages each, and small enough
+// that both fit the NATS Helm chart's default 10 Gi volume beside the queues.
+const (
+	DefaultRetryMaxBytes = 1 << 30
+	DefaultDeadMaxBytes  = 1 << 30
+)
+
+// ingressFlags declares the ingress's flags into c.
+func ingressFlags(c *IngressConfig, getenv func(string) string, stderr io.Writer) *FlagSet {
+	f := NewFlagSet("ingress", getenv, stderr)
+	f.List(&c.Rules, "rules", "SLUICE_RULES", "", "rules files or directories, comma-separated (required)")
+	f.String(&c.HTTPAddr, "http", "SLUICE_HTTP_ADDR", ":8080", "HTTP API listen address, also /metrics, /healthz, /readyz")
+	f.String(&c.GRPCAddr, "grpc", "SLUICE_GRPC_ADDR", ":8081", "envoy rate limit service (gRPC) listen address; empty disables")
+	f.String(&c.DebugAddr, "debug-addr", "SLUICE_DEBUG_ADDR", "", "pprof listen address, e.g. 127.0.0.1:6070; empty disables")
+	f.String(&c.NATSURL, "nats", "SLUICE_NATS_URL", "nats://127.0.0.1:4222", "NATS URL(s), comma-separated")
+	f.String(&c.RedisURL, "redis", "SLUICE_REDIS_URL", "redis://127.0.0.1:6379", "Redis URL: redis://, rediss://, unix://, a cluster (redis://h1:p?addr=h2:p) or Sentinel (redis+sentinel://s1:26379?master_name=M)")
+	f.String(&c.AdminToken, "admin-token", "SLUICE_ADMIN_TOKEN", "", "bearer token of the admin API (scope operate); empty: no static token")
+	f.String(&c.AdminTokenFile, "admin-token-file", "SLUICE_ADMIN_TOKEN_FILE", "", "file holding the -admin-token value")
+	f.String(&c.AdminTokensFile, "admin-tokens", "SLUICE_ADMIN_TOKENS", "", "file of scoped admin tokens, 'name scope token' lines")
+	f.String(&c.SubmitTokensFile, "submit-tokens", "SLUICE_SUBMIT_TOKENS", "", "file of submit tokens: POST /v1/messages then needs one")
+	f.Bool(&c.Drain, "drain", "SLUICE_DRAIN", false, "run a drainer in this process too")
+	f.Int(&c.DrainWorkers, "drain-workers", "SLUICE_DRAIN_WORKERS", 32, "deliveries in flight at once per queue rule of the in-process drainer")
+	f.Duration(&c.ReadmitMaxBackoff, "readmit-max-backoff", "SLUICE_READMIT_MAX_BACKOFF", 5*time.Minute, "longest wait between re-admission attempts of a parked message (with -drain)")
+	f.Bytes(&c.MaxBody, "max-body", "SLUICE_MAX_BODY", 1<<20, "largest request body, a whole batch too (a byte size: 1048576, 512KiB, 1MiB)")
+	f.Int(&c.MaxBatch, "max-batch", "SLUICE_MAX_BATCH", ingress.DefaultMaxBatch, "most messages in one batch submission; more is 413")
+	f.Duration(&c.MaxDelay, "max-delay", "SLUICE_MAX_DELAY", ingress.DefaultMaxDelay, "how far ahead a submission's deliver_at or delay may be")
+	f.Duration(&c.IdempotencyTTL, "idempotency-ttl", "SLUICE_IDEMPOTENCY_TTL", 24*time.Hour, "how long an idempotency key maps to its first message")
+	f.Duration(&c.ReadHeaderTimeout, "read-header-timeout", "SLUICE_READ_HEADER_TIMEOUT", httpx.ReadHeaderTimeout, "how long a client has to send a request's headers; slower ones are disconnected")
+	f.Int(&c.Replicas, "replicas", "SLUICE_REPLICAS", 1, "replicas of the streams, 1 or 3")
+	f.Bytes(&c.RetryMaxBytes, "retry-max-bytes", "SLUICE_RETRY_MAX_BYTES", DefaultRetryMaxBytes, "JetStream storage of the retry stream (parked messages)")
+	f.Bytes(&c.DeadMaxBytes, "dead-max-bytes", "SLUICE_DEAD_MAX_BYTES", DefaultDeadMaxBytes, "JetStream storage of the dead-letter stream")
+	f.Duration(&c.StatusKeep, "status-keep", "SLUICE_STATUS_KEEP", 0, "keep a record of each delivered message this long, for GET /v1/messages/{id}; 0s = off")
+	f.Int64(&c.StatusKeepMax, "status-keep-max", "SLUICE_STATUS_KEEP_MAX", 1_000_000, "most delivered records kept, oldest dropped first")
+	f.Duration(&c.AuditKeep, "audit-keep", "SLUICE_AUDIT_KEEP", 90*24*time.Hour, "how long operator changes are kept in the SLUICE_AUDIT stream")
+	f.Int64(&c.AuditMax, "audit-max", "SLUICE_AUDIT_MAX", 100_000, "most operator changes kept, oldest dropped first")
+	f.Duration(&c.ShutdownTimeout, "shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", 10*time.Second, "on SIGTERM: time to finish in-flight requests")
+	f.Duration(&c.RulesPoll, "rules-poll", "SLUICE_RULES_POLL", time.Second, "how often rules files are checked for changes")
+	f.String(&c.LogFormat, "log-format", "SLUICE_LOG_FORMAT", "json", "json or text")
+	f.String(&c.LogLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
+	f.String(&c.TLSCert, "tls-cert", "SLUICE_TLS_CERT", "", "PEM certificate (chain) of the HTTP and gRPC listeners; reloaded when it changes")
+	f.String(&c.TLSKey, "tls-key", "SLUICE_TLS_KEY", "", "PEM private key of -tls-cert")
+	f.String(&c.TLSClientCA, "tls-client-ca", "SLUICE_TLS_CLIENT_CA", "", "PEM CA bundle: require client certificates it signed (mutual TLS)")
+	f.String(&c.NATSCA, "nats-ca", "SLUICE_NATS_CA", "", "PEM CA bundle of the NATS servers' certificates")
+	f.String(&c.NATSCert, "nats-cert", "SLUICE_NATS_CERT", "", "PEM client certificate for NATS")
+	f.String(&c.NATSKey, "nats-key", "SLUICE_NATS_KEY", "", "PEM private key of -nats-cert")
+	f.String(&c.SinkCA, "sink-ca", "SLUICE_SINK_CA", "", "PEM CA bundle trusted for https:// sinks of the in-process drainer")
+	f.List(&c.SignKeys, "sign-keys", "SLUICE_SIGN_KEYS", "", "HMAC key files, comma-separated: HTTP deliveries are signed with the first")
+	f.Bool(&c.MergeDomainConfig, "merge-domain-config", "SLUICE_MERGE_DOMAIN_CONFIG", false, "merge rules documents of one domain, as envoy's MERGE_DOMAIN_CONFIG")
+	f.Bool(&c.ShadowMode, "shadow-mode", "SLUICE_SHADOW_MODE", false, "answer every check OK overall, as envoy's SHADOW_MODE")
+	f.Bool(&c.QuotaMode, "quota-mode", "SLUICE_QUOTA_MODE", false, "every descriptor in quota mode, as envoy's QUOTA_MODE")
+	f.Bool(&c.ResponseDynamicMetadata, "response-dynamic-metadata", "SLUICE_RESPONSE_DYNAMIC_METADATA", false, "add envoy's dynamic_metadata to answers, as envoy's RESPONSE_DYNAMIC_METADATA")
+	f.Bool(&c.GRPCResponseHeaders, "grpc-response-headers", "SLUICE_GRPC_RESPONSE_HEADERS", false, "add rate-limit headers to every gRPC answer, not only for rules with response_headers")
+	f.Bytes(&c.LocalCacheBytes, "local-cache-bytes", "SLUICE_LOCAL_CACHE_SIZE_IN_BYTES", 0, "size of the local over-limit cache, as envoy's LOCAL_CACHE_SIZE_IN_BYTES; 0 disables")
+	f.Int(&c.DetailedMetricValues, "detailed-metric-values", "SLUICE_DETAILED_METRIC_VALUES", ingress.DefaultDetailedMetricValues, "distinct values per detailed_metric rule in sluice_checks_detailed_total, the rest counted as _other")
+	// Actions, not settings: no environment variable.
+	f.FS().Var((*listValue)(&c.CheckConfig), "check-config", "validate these rules files or directories (comma-separated, as -rules) and exit")
+	f.FS().Var((*boolValue)(&c.Version), "version", "print the version and exit")
+	return f
+}
+
+// IngressFlags lists the ingress's flags (not the -check-config and -version actions)
+// with their environment variables and defaults.
+func IngressFlags() []Flag {
+	var c IngressConfig
+	return ingressFlags(&c, func(string) string { return "" }, io.Discard).Flags()
+}
+
+// ParseIngressFlags reads args (without the program name) and the environment (getenv;
+// nil = os.Getenv) into a validated IngressConfig. Errors name the flag and the value;
+// they match ErrUsage.
+func ParseIngressFlags(args []string, getenv func(string) string, stderr io.Writer) (IngressConfig, error) {
+	var c IngressConfig
+	if err := ingressFlags(&c, getenv, stderr).Parse(args); err != nil {
+		return c, usageErr(err)
+	}
+	if c.Version {
+		return c, nil
+	}
+	return c, usageErr(c.Validate())
+}
+
+// Validate checks the config; an error names the flag and its bad value.
+func (c *IngressConfig) Validate() error {
+	switch {
+	case len(c.CheckConfig) == 0 && len(c.Rules) == 0:
+		return errors.New("-rules is required (a rules file or directory; see deploy/examples)")
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return errors.New("-tls-cert and -tls-key: give both or neither")
+	case c.TLSClientCA != "" && c.TLSCert == "":
+		return errors.New("-tls-client-ca: needs -tls-cert and -tls-key (client certificates are only asked for over TLS)")
+	case (c.NATSCert == "") != (c.NATSKey == ""):
+		return errors.New("-nats-cert and -nats-key: give both or neither")
+	case c.AdminToken != "" && c.AdminTokenFile != "":
+		return errors.New("-admin-token-file: give it or -admin-token, not both")
+	case c.AuditKeep <= 0:
+		return fmt.Errorf("-audit-keep: want a positive duration, got %s", c.AuditKeep)
+	case c.AuditMax <= 0:
+		return fmt.Errorf("-audit-max: want a positive number of records, got %d", c.AuditMax)
+	case c.LocalCacheBytes < 0:
+		return fmt.Errorf("-local-cache-bytes: want 0 (off) or a positive size, got %d", c.LocalCacheBytes)
+	case c.DetailedMetricValues < 0 || c.DetailedMetricValues > 1<<20:
+		return fmt.Errorf("-detailed-metric-values: want 0 to %d, got %d", 1<<20, c.DetailedMetricValues)
+	case c.ReadHeaderTimeout <= 0:
+		return fmt.Errorf("-read-header-timeout: want a positive duration, got %s", c.ReadHeaderTimeout)
+	case c.IdempotencyTTL <= 0:
+		return fmt.Errorf("-idempotency-ttl: want a positive duration, got %s", c.IdempotencyTTL)
+	case c.MaxDelay <= 0:
+		return fmt.Errorf("-max-delay: want a positive duration, got %s", c.MaxDelay)
+	case c.MaxBatch <= 0:
+		return fmt.Errorf("-max-batch: want a positive number of messages, got %d", c.MaxBatch)
+	case c.MaxBody <= 0:
+		return fmt.Errorf("-max-body: want a positive size, got %d", c.MaxBody)
+	case c.StatusKeep < 0:
+		return fmt.Errorf("-status-keep: want 0s (off) or a positive duration, got %s", c.StatusKeep)
+	case c.StatusKeepMax <= 0:
+		return fmt.Errorf("-status-keep-max: want a positive number of records, got %d", c.StatusKeepMax)
+	case c.Replicas != 1 && c.Replicas != 3:
+		return fmt.Errorf("-replicas: want 1 or 3, got %d", c.Replicas)
+	case c.ShutdownTimeout <= 0:
+		return fmt.Errorf("-shutdown-timeout: want a positive duration, got %s", c.ShutdownTimeout)
+	case c.RulesPoll <= 0:
+		return fmt.Errorf("-rules-poll: want a positive duration, got %s", c.RulesPoll)
+	case c.DrainWorkers < 1:
+		return fmt.Errorf("-drain-workers: want a positive number, got %d", c.DrainWorkers)
+	case c.ReadmitMaxBackoff <= 0:
+		return fmt.Errorf("-readmit-max-backoff: want a positive duration, got %s", c.ReadmitMaxBackoff)
+	}
+	if err := checkStreamBytes(c.RetryMaxBytes, c.DeadMaxBytes); err != nil {
+		return err
+	}
+	if err := checkLog(c.LogFormat, c.LogLevel); err != nil {
+		return err
+	}
+	if len(c.CheckConfig) == 0 {
+		if _, err := ParseRedisURL(c.RedisURL, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkStreamBytes(retry, dead int64) error {
+	if retry <= 0 {
+		return fmt.Errorf("-retry-max-bytes: want a positive size, got %d", retry)
+	}
+	if dead <= 0 {
+		return fmt.Errorf("-dead-max-bytes: want a positive size, got %d", dead)
+	}
+	return nil
+}
