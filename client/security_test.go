@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/client"
+	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
-	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/redistest"
 )
 
@@ -37,12 +37,12 @@ descriptors:
 	os.WriteFile(admin, []byte("grafana read read-token-0123456789ab\n"), 0o600)
 	n := natstest.Start(t)
 	r := redistest.Start(t, redistest.Options{})
-	cfg, err := process.ParseIngressFlags([]string{"-rules", rules, "-http", "127.0.0.1:0", "-grpc", "", "-nats", n.URL(), "-redis", r.URL(),
+	cfg, err := ingress.ParseFlags([]string{"-rules", rules, "-http", "127.0.0.1:0", "-grpc", "", "-nats", n.URL(), "-redis", r.URL(),
 		"-submit-tokens", submit, "-admin-tokens", admin, "-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &process.Ingress{Config: cfg, Logger: slog.New(slog.DiscardHandler)}
+	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := m.Run(ctx); err != nil {

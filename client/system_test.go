@@ -16,13 +16,13 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/client"
+	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
-	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/sinktest"
 )
 
-// The client against the real thing: an ingress (process.Ingress, as cmd/ingress runs it)
+// The client against the real thing: an ingress (ingress.Main, as cmd/ingress runs it)
 // with an in-process drainer and re-admitter, a real NATS server, a real Redis and a
 // recording sink. The httptest scripts of the other tests check that the client reads
 // the answers of API.md; these check that its retry policy, against sluice's actual
@@ -78,13 +78,13 @@ func startSystem(t *testing.T, rulesYAML string) *system {
 	}
 	n := natstest.Start(t)
 	r := redistest.Start(t, redistest.Options{})
-	cfg, err := process.ParseIngressFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
+	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
 		"-drain", "-status-keep", "1h", "-readmit-max-backoff", "2s", "-shutdown-timeout", "2s", "-admin-token", systemToken},
 		func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &process.Ingress{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := m.Run(ctx); err != nil {

@@ -1,5 +1,5 @@
 // Package examples_test builds the example programs and runs them against a whole sluice
-// started in-process: the ingress (process.Ingress, with an in-process drainer and
+// started in-process: the ingress (ingress.Main, with an in-process drainer and
 // re-admitter, as `make run` has), a real NATS server, a real Redis and a recording sink,
 // loaded with the rules of deploy/examples — the sinks replaced by the recording one.
 package examples_test
@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
-	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/sinktest"
 )
@@ -75,12 +75,12 @@ func startSluice(t *testing.T) (base string, sink *sinktest.Sink) {
 	}
 	n := natstest.Start(t)
 	r := redistest.Start(t, redistest.Options{})
-	cfg, err := process.ParseIngressFlags([]string{"-rules", rulesDir, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
+	cfg, err := ingress.ParseFlags([]string{"-rules", rulesDir, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
 		"-drain", "-status-keep", "1h", "-readmit-max-backoff", "2s", "-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &process.Ingress{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := m.Run(ctx); err != nil {

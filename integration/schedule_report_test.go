@@ -16,8 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
-	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/redistest"
 )
 
@@ -61,12 +61,12 @@ descriptors:
     queue: {capacity: 100, outflow: {unit: second, requests_per_unit: %d}}
     sink: {nats_subject: sched.out}
 `, rate)), 0o644)
-	cfg, err := process.ParseIngressFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "", "-nats", n.URL(), "-redis", r.URL(),
+	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "", "-nats", n.URL(), "-redis", r.URL(),
 		"-drain", "-drain-workers", "256", "-max-body", "8388608"}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &process.Ingress{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if err := m.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}

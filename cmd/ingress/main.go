@@ -8,9 +8,10 @@ import (
 	"os"
 	_ "time/tzdata" // rules' time_zone works in a container without zoneinfo
 
+	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
 )
 
 func main() {
-	os.Exit(process.Exec("ingress", process.RunIngress))
+	os.Exit(process.Exec("ingress", ingress.Run))
 }

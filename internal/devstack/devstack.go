@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/devenv"
+	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/rules"
 )
@@ -113,9 +114,9 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // Stack is a running dev stack.
 type Stack struct {
 	Config  Config
-	Ingress *process.Ingress // with its in-process drainer
-	NATSURL string           // the embedded NATS server
-	SinkURL string           // the demo sink, "http://127.0.0.1:8090"
+	Ingress *ingress.Main // with its in-process drainer
+	NATSURL string        // the embedded NATS server
+	SinkURL string        // the demo sink, "http://127.0.0.1:8090"
 	Sink    *devenv.Sink
 
 	closers []func()
@@ -150,8 +151,8 @@ func Start(ctx context.Context, c Config, log *slog.Logger) (s *Stack, err error
 	s.closers = append(s.closers, func() { sink.Close(context.Background()) })
 	s.NATSURL, s.SinkURL, s.Sink = ns.URL(), sink.URL(), sink
 
-	s.Ingress = &process.Ingress{
-		Config: process.IngressConfig{
+	s.Ingress = &ingress.Main{
+		Config: ingress.Config{
 			Rules: c.Rules, HTTPAddr: c.HTTPAddr, GRPCAddr: c.GRPCAddr,
 			NATSURL: ns.URL(), RedisURL: rs.URL(), AdminToken: c.AdminToken,
 			Drain: true, StatusKeep: c.StatusKeep, RulesPoll: c.RulesPoll, ShutdownTimeout: c.ShutdownTimeout,

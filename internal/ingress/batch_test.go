@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-io/sluice/internal/process"
+	"github.com/sluice-io/sluice/internal/ingress"
 )
 
 type batchAnswer struct {
@@ -96,7 +96,7 @@ func TestBatchSubmit(t *testing.T) {
 
 // A batch larger than -max-batch is refused whole with 413, naming the limit.
 func TestBatchTooLarge(t *testing.T) {
-	e := start(t, func(c *process.IngressConfig) { c.MaxBatch = 2 })
+	e := start(t, func(c *ingress.Config) { c.MaxBatch = 2 })
 	var items []string
 	for i := 0; i < 3; i++ {
 		items = append(items, submit("orders", merchant(fmt.Sprint("m-", i)), `1`))

@@ -28,8 +28,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
-	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/redistest"
 )
 
@@ -217,11 +217,11 @@ descriptors:
     queue: {capacity: 10000, outflow: {unit: second, requests_per_unit: 10}}
     sink: {url: "http://127.0.0.1:1/unused"}
 `), 0o644)
-	cfg, err := process.ParseIngressFlags([]string{"-rules", rulesPath, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL()}, func(string) string { return "" }, io.Discard)
+	cfg, err := ingress.ParseFlags([]string{"-rules", rulesPath, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL()}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &process.Ingress{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if err := m.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -474,12 +474,12 @@ descriptors:
     queue: {capacity: 1000000, outflow: {unit: second, requests_per_unit: 10}}
     sink: {url: "http://127.0.0.1:1/unused"}
 `), 0o644)
-	cfg, err := process.ParseIngressFlags([]string{"-rules", rulesPath, "-http", "127.0.0.1:0", "-grpc", "", "-nats", n.URL(), "-redis", r.URL(),
+	cfg, err := ingress.ParseFlags([]string{"-rules", rulesPath, "-http", "127.0.0.1:0", "-grpc", "", "-nats", n.URL(), "-redis", r.URL(),
 		"-max-body", "4194304"}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &process.Ingress{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if err := m.Run(ctx); err != nil {
 		t.Fatal(err)
 	}

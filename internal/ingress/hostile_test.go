@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluice-io/sluice/internal/ingress"
-	"github.com/sluice-io/sluice/internal/process"
 )
 
 // A client that sends its headers one byte at a time (slowloris) is disconnected once
@@ -220,8 +219,8 @@ func TestHostileCountsRefused(t *testing.T) {
 // timeout that is no timeout is refused.
 func TestReadHeaderTimeoutFlag(t *testing.T) {
 	t.Parallel()
-	parse := func(env string, args ...string) (process.IngressConfig, error) {
-		return process.ParseIngressFlags(append([]string{"-rules", "x"}, args...), func(k string) string {
+	parse := func(env string, args ...string) (ingress.Config, error) {
+		return ingress.ParseFlags(append([]string{"-rules", "x"}, args...), func(k string) string {
 			if k == "SLUICE_READ_HEADER_TIMEOUT" {
 				return env
 			}

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
-	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/queue"
 )
@@ -64,11 +64,11 @@ type env struct {
 	t     *testing.T
 	base  string
 	nats  *natstest.Node
-	main  *process.Ingress
+	main  *ingress.Main
 	token string
 }
 
-func start(t *testing.T, mutate func(*process.IngressConfig)) *env {
+func start(t *testing.T, mutate func(*ingress.Config)) *env {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(path, []byte(testRules), 0o644); err != nil {
@@ -80,11 +80,11 @@ func start(t *testing.T, mutate func(*process.IngressConfig)) *env {
 // launch runs an ingress (Main, as cmd/ingress does) on rulesPaths with a private embedded
 // NATS and Redis, the admin token s3cret, a gRPC listener on a free port and the given
 // extra flags; clock (nil = time.Now) decides admissions and checks.
-func launch(t *testing.T, rulesPaths string, clock func() time.Time, mutate func(*process.IngressConfig), args ...string) *env {
+func launch(t *testing.T, rulesPaths string, clock func() time.Time, mutate func(*ingress.Config), args ...string) *env {
 	t.Helper()
 	n := natstest.Start(t)
 	r := redistest.Start(t, redistest.Options{})
-	cfg, err := process.ParseIngressFlags(append([]string{"-rules", rulesPaths, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
+	cfg, err := ingress.ParseFlags(append([]string{"-rules", rulesPaths, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
 		"-admin-token", "s3cret", "-shutdown-timeout", "2s"}, args...), func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func launch(t *testing.T, rulesPaths string, clock func() time.Time, mutate func
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	m := &process.Ingress{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock}
+	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := m.Run(ctx); err != nil {
@@ -320,7 +320,7 @@ func TestRejectedRequestDoesNotKeepTheIdempotencyKey(t *testing.T) {
 
 func TestBadRequests(t *testing.T) {
 	t.Parallel()
-	e := start(t, func(c *process.IngressConfig) { c.MaxBody = 4096 })
+	e := start(t, func(c *ingress.Config) { c.MaxBody = 4096 })
 	cases := []struct {
 		name, body string
 		code       int

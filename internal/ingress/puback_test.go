@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
-	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/redistest"
 )
 
@@ -36,12 +36,12 @@ descriptors:
     queue: {capacity: 10, outflow: {unit: second, requests_per_unit: 10}}
     sink: {url: "http://127.0.0.1:1/unused"}
 `), 0o644)
-	cfg, err := process.ParseIngressFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "", "-nats", "nats://" + proxy.addr, "-redis", r.URL()},
+	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "", "-nats", "nats://" + proxy.addr, "-redis", r.URL()},
 		func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &process.Ingress{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := m.Run(ctx); err != nil {

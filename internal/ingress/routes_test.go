@@ -22,8 +22,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluice-io/sluice/api"
+	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
-	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/redistest"
 )
 
@@ -106,12 +106,12 @@ func startForRoutes(t *testing.T) string {
 	}
 	n := natstest.Start(t)
 	r := redistest.Start(t, redistest.Options{})
-	cfg, err := process.ParseIngressFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
+	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
 		"-admin-token", routesToken, "-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &process.Ingress{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := m.Run(ctx); err != nil {

@@ -20,8 +20,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
-	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/tlsx/tlstest"
@@ -29,19 +29,19 @@ import (
 
 // startTLS runs an ingress whose listeners serve the certificate files in dir
 // (server.crt, server.key) with the extra flags.
-func startTLS(t *testing.T, extra ...string) *process.Ingress {
+func startTLS(t *testing.T, extra ...string) *ingress.Main {
 	t.Helper()
 	return startWith(t, io.Discard, extra...)
 }
 
 // startWith runs an ingress on routesRules with the extra flags, logging to logw.
-func startWith(t *testing.T, logw io.Writer, extra ...string) *process.Ingress {
+func startWith(t *testing.T, logw io.Writer, extra ...string) *ingress.Main {
 	t.Helper()
 	return startRules(t, routesRules, logw, extra...)
 }
 
 // startRules runs an ingress on rulesYAML with the extra flags, logging to logw.
-func startRules(t *testing.T, rulesYAML string, logw io.Writer, extra ...string) *process.Ingress {
+func startRules(t *testing.T, rulesYAML string, logw io.Writer, extra ...string) *ingress.Main {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(path, []byte(rulesYAML), 0o644); err != nil {
@@ -51,11 +51,11 @@ func startRules(t *testing.T, rulesYAML string, logw io.Writer, extra ...string)
 	r := redistest.Start(t, redistest.Options{})
 	args := append([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
 		"-admin-token", routesToken, "-shutdown-timeout", "2s"}, extra...)
-	cfg, err := process.ParseIngressFlags(args, func(string) string { return "" }, io.Discard)
+	cfg, err := ingress.ParseFlags(args, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &process.Ingress{Config: cfg, Logger: slog.New(slog.NewJSONHandler(logw, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewJSONHandler(logw, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := m.Run(ctx); err != nil {
@@ -284,13 +284,13 @@ func TestTLSFlagErrors(t *testing.T) {
 		{[]string{"-nats-cert", "a.crt"}, "-nats-cert and -nats-key"},
 		{[]string{"-audit-keep", "0s"}, "-audit-keep"},
 	} {
-		_, err := process.ParseIngressFlags(append([]string{"-rules", "x.yaml"}, c.args...), func(string) string { return "" }, io.Discard)
+		_, err := ingress.ParseFlags(append([]string{"-rules", "x.yaml"}, c.args...), func(string) string { return "" }, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want an error naming %s", c.args, err, c.want)
 		}
 	}
 	// A missing certificate file stops the process at start, naming the flag.
-	m := &process.Ingress{Config: process.IngressConfig{Rules: []string{"testdata/none"}, TLSCert: "/nonexistent.crt", TLSKey: "/nonexistent.key"},
+	m := &ingress.Main{Config: ingress.Config{Rules: []string{"testdata/none"}, TLSCert: "/nonexistent.crt", TLSKey: "/nonexistent.key"},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if err := m.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "-tls-cert") {
 		t.Fatalf("Run with a missing certificate: %v", err)
@@ -306,7 +306,7 @@ func TestSecurityFlagsFromEnv(t *testing.T) {
 		"SLUICE_SIGN_KEYS": "a.key, b.key", "SLUICE_ADMIN_TOKENS": "tokens", "SLUICE_SUBMIT_TOKENS": "submit",
 		"SLUICE_ADMIN_TOKEN_FILE": "admin", "SLUICE_AUDIT_KEEP": "720h", "SLUICE_AUDIT_MAX": "5000",
 	}
-	c, err := process.ParseIngressFlags([]string{"-sink-ca", "flag.pem"}, func(k string) string { return env[k] }, io.Discard)
+	c, err := ingress.ParseFlags([]string{"-sink-ca", "flag.pem"}, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,21 +316,21 @@ func TestSecurityFlagsFromEnv(t *testing.T) {
 		c.AuditKeep != 720*time.Hour || c.AuditMax != 5000 {
 		t.Fatalf("config from the environment: %+v", c)
 	}
-	d, err := process.ParseIngressFlags([]string{"-rules", "r.yaml"}, func(string) string { return "" }, io.Discard)
+	d, err := ingress.ParseFlags([]string{"-rules", "r.yaml"}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.TLSCert != "" || d.SinkCA != "" || d.SignKeys != nil || d.AuditKeep != 90*24*time.Hour || d.AuditMax != 100_000 {
 		t.Fatalf("defaults: %+v", d)
 	}
-	if _, err := process.ParseIngressFlags([]string{"-rules", "r", "-admin-token", "x", "-admin-token-file", "f"}, func(string) string { return "" }, io.Discard); err == nil ||
+	if _, err := ingress.ParseFlags([]string{"-rules", "r", "-admin-token", "x", "-admin-token-file", "f"}, func(string) string { return "" }, io.Discard); err == nil ||
 		!strings.Contains(err.Error(), "-admin-token-file") {
 		t.Fatalf("-admin-token with -admin-token-file: %v", err)
 	}
 	// A bad token file stops the start, naming the flag, file and line.
 	bad := filepath.Join(t.TempDir(), "tokens")
 	os.WriteFile(bad, []byte("ok read 0123456789abcdef0123\nalice admin 0123456789abcdef0123\n"), 0o600)
-	m := &process.Ingress{Config: process.IngressConfig{Rules: []string{"testdata/none"}, AdminTokensFile: bad},
+	m := &ingress.Main{Config: ingress.Config{Rules: []string{"testdata/none"}, AdminTokensFile: bad},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if err := m.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "-admin-tokens: "+bad+":2: scope \"admin\"") {
 		t.Fatalf("Run with a bad token file: %v", err)

@@ -6,8 +6,8 @@
 // cmd/ingress and cmd/drainer are each one call to Exec with RunIngress or RunDrainer.
 // Tests run the same processes whole, in-process, on :0 ports:
 //
-//	cfg, err := process.ParseIngressFlags(args, getenv, stderr)
-//	m := &process.Ingress{Config: cfg, Logger: log}
+//	cfg, err := ingress.ParseFlags(args, getenv, stderr)
+//	m := &ingress.Main{Config: cfg, Logger: log}
 //	err = m.Run(ctx) // returns once listening; m.Addr, m.Stack
 //	m.Close()        // soft stop; safe to call twice
 //

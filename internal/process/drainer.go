@@ -36,7 +36,7 @@ func RunDrainer(ctx context.Context, args []string, getenv func(string) string, 
 	if err := m.Run(ctx); err != nil {
 		return err
 	}
-	return untilDone(ctx, m.Logger, "drainer", cfg.ShutdownTimeout, m.Close)
+	return WaitForStop(ctx, m.Logger, "drainer", cfg.ShutdownTimeout, m.Close)
 }
 
 // DrainerConfig is everything the drainer process is told from outside. Every field is a
@@ -96,7 +96,7 @@ func drainerFlags(c *DrainerConfig, getenv func(string) string, stderr io.Writer
 	f.String(&c.NATSKey, "nats-key", "SLUICE_NATS_KEY", "", "PEM private key of -nats-cert")
 	f.String(&c.SinkCA, "sink-ca", "SLUICE_SINK_CA", "", "PEM CA bundle trusted for https:// sinks")
 	f.List(&c.SignKeys, "sign-keys", "SLUICE_SIGN_KEYS", "", "HMAC key files, comma-separated: HTTP deliveries are signed with the first")
-	f.FS().Var((*boolValue)(&c.Version), "version", "print the version and exit")
+	f.BoolAction(&c.Version, "version", "print the version and exit")
 	return f
 }
 
@@ -113,12 +113,12 @@ func DrainerFlags() []Flag {
 func ParseDrainerFlags(args []string, getenv func(string) string, stderr io.Writer) (DrainerConfig, error) {
 	var c DrainerConfig
 	if err := drainerFlags(&c, getenv, stderr).Parse(args); err != nil {
-		return c, usageErr(err)
+		return c, UsageError(err)
 	}
 	if c.Version {
 		return c, nil
 	}
-	return c, usageErr(c.Validate())
+	return c, UsageError(c.Validate())
 }
 
 // Validate checks the config; an error names the flag and its bad value.
@@ -149,10 +149,10 @@ func (c *DrainerConfig) Validate() error {
 	case c.StatusKeepMax <= 0:
 		return fmt.Errorf("-status-keep-max: want a positive number of records, got %d", c.StatusKeepMax)
 	}
-	if err := checkStreamBytes(c.RetryMaxBytes, c.DeadMaxBytes); err != nil {
+	if err := CheckStreamBytes(c.RetryMaxBytes, c.DeadMaxBytes); err != nil {
 		return err
 	}
-	if err := checkLog(c.LogFormat, c.LogLevel); err != nil {
+	if err := CheckLog(c.LogFormat, c.LogLevel); err != nil {
 		return err
 	}
 	_, err := ParseRedisURL(c.RedisURL, 0)
@@ -234,7 +234,7 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 	}
 	m.Stack = st
 	m.closers = append(m.closers, st.Close)
-	proc, err := startDraining(bg, drainDeps{
+	proc, err := StartDraining(bg, DrainDeps{
 		Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
 		SinkTLS: sinkTLS, Signer: signer,
 		Drain: drain.Config{Workers: c.Workers, StopTimeout: c.ShutdownTimeout, Lease: c.Lease, LeaseRenew: c.LeaseRenew},
@@ -256,15 +256,15 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 		}
 		io.WriteString(w, "ok\n")
 	})
-	ln, err := listen("http", c.HTTPAddr)
+	ln, err := Listen("http", c.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("drainer: %w", err)
 	}
 	m.Addr = ln.Addr()
-	m.httpSrv = newHTTPServer(mux, log, 0)
-	serve(m.httpSrv, ln, tlsSrv, log, "drainer")
+	m.httpSrv = NewHTTPServer(mux, log, 0)
+	Serve(m.httpSrv, ln, tlsSrv, log, "drainer")
 	if c.DebugAddr != "" {
-		addr, stop, err := serveDebug(c.DebugAddr, log, "drainer")
+		addr, stop, err := ServeDebug(c.DebugAddr, log, "drainer")
 		if err != nil {
 			return fmt.Errorf("drainer: %w", err)
 		}

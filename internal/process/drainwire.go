@@ -24,8 +24,8 @@ import (
 	"github.com/sluice-io/sluice/retry"
 )
 
-// drainDeps are the parts a drainer process is built from; Registerer is optional.
-type drainDeps struct {
+// DrainDeps are the parts a drainer is built from; Registerer is optional.
+type DrainDeps struct {
 	Stack  *Stack // connections, streams, scheduler, statuses, overrides, admission
 	Rules  func() *rules.Set
 	Logger *slog.Logger
@@ -51,8 +51,8 @@ type Draining struct {
 	stopCounting context.CancelFunc
 }
 
-// Start builds and starts the drainer's parts.
-func startDraining(ctx context.Context, d drainDeps) (*Draining, error) {
+// StartDraining builds and starts a drainer's parts on d.Stack.
+func StartDraining(ctx context.Context, d DrainDeps) (*Draining, error) {
 	st := d.Stack
 	hc := sink.HTTPConfig{Signer: d.Signer}
 	if d.SinkTLS != nil || d.SinkDial != nil {

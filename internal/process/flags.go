@@ -96,11 +96,16 @@ func (f *FlagSet) List(p *[]string, name, env, def, usage string) {
 	f.add((*listValue)(p), name, env, def, usage)
 }
 
+// BoolAction declares a bool flag that asks for an action (-version): no environment
+// variable, not listed by Flags.
+func (f *FlagSet) BoolAction(p *bool, name, usage string) { f.fs.Var((*boolValue)(p), name, usage) }
+
+// ListAction declares a list flag that asks for an action (-check-config): no
+// environment variable, not listed by Flags.
+func (f *FlagSet) ListAction(p *[]string, name, usage string) { f.fs.Var((*listValue)(p), name, usage) }
+
 // Flags lists the flags declared so far (not the actions declared on FS).
 func (f *FlagSet) Flags() []Flag { return f.list }
-
-// FS is the underlying flag.FlagSet, for actions without an environment variable.
-func (f *FlagSet) FS() *flag.FlagSet { return f.fs }
 
 // Parse reads args; an environment error comes first, as it was met first.
 func (f *FlagSet) Parse(args []string) error {
@@ -111,6 +116,12 @@ func (f *FlagSet) Parse(args []string) error {
 		return f.envErr
 	}
 	if f.fs.NArg() > 0 {
+		if a := f.fs.Arg(0); a == "true" || a == "false" {
+			// "-drain true": a bool flag takes its value after "=", and the flag package
+			// stopped at "true".
+			return fmt.Errorf("unexpected arguments: %s (a flag that is on or off takes its value after =, as -drain=%s, or alone to mean true)",
+				strings.Join(f.fs.Args(), " "), a)
+		}
 		return fmt.Errorf("unexpected arguments: %s", strings.Join(f.fs.Args(), " "))
 	}
 	return nil

@@ -71,12 +71,13 @@ func ExitCode(name string, err error, stderr io.Writer) int {
 	return ExitError
 }
 
-// usage wraps a flag or environment error so that it exits 2 and reads as itself.
+// usage is a flag or environment error: it exits 2 and reads as itself.
 type usage struct{ err error }
 
 func (u usage) Error() string   { return u.err.Error() }
 func (u usage) Unwrap() []error { return []error{u.err, ErrUsage} }
-func usageErr(err error) error {
+// UsageError marks err (unless nil or -help's) as the user's: it matches ErrUsage.
+func UsageError(err error) error {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return err
 	}
@@ -130,7 +131,8 @@ func NewLogger(format, level string, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
-func checkLog(format, level string) error {
+// CheckLog checks -log-format and -log-level.
+func CheckLog(format, level string) error {
 	if format != "json" && format != "text" {
 		return fmt.Errorf("-log-format: want json or text, got %q", format)
 	}
@@ -141,9 +143,9 @@ func checkLog(format, level string) error {
 	return fmt.Errorf("-log-level: want debug, info, warn or error, got %q", level)
 }
 
-// listen opens a TCP listener; the error names the flag and the address, at once (a busy
+// Listen opens a TCP listener; the error names the flag and the address, at once (a busy
 // port is "address already in use").
-func listen(flagName, addr string) (net.Listener, error) {
+func Listen(flagName, addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("-%s %s: %w", flagName, addr, err)
@@ -151,10 +153,10 @@ func listen(flagName, addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-// newHTTPServer is an HTTP server with the limits of README "Hostile input": what a slow
+// NewHTTPServer is an HTTP server with the limits of README "Hostile input": what a slow
 // or hostile client can hold of a connection. Handshake errors of probes and scanners go
 // to the debug log, not stderr.
-func newHTTPServer(h http.Handler, log *slog.Logger, readHeaderTimeout time.Duration) *http.Server {
+func NewHTTPServer(h http.Handler, log *slog.Logger, readHeaderTimeout time.Duration) *http.Server {
 	if readHeaderTimeout <= 0 {
 		readHeaderTimeout = httpx.ReadHeaderTimeout
 	}
@@ -169,8 +171,8 @@ func newHTTPServer(h http.Handler, log *slog.Logger, readHeaderTimeout time.Dura
 	}
 }
 
-// serve serves srv on ln in the background, over TLS when t is set.
-func serve(srv *http.Server, ln net.Listener, t *tlsx.Server, log *slog.Logger, what string) {
+// Serve serves srv on ln in the background, over TLS when t is set.
+func Serve(srv *http.Server, ln net.Listener, t *tlsx.Server, log *slog.Logger, what string) {
 	run := srv.Serve
 	if t != nil {
 		srv.TLSConfig = t.Config()
@@ -183,10 +185,10 @@ func serve(srv *http.Server, ln net.Listener, t *tlsx.Server, log *slog.Logger, 
 	}()
 }
 
-// serveDebug serves net/http/pprof's handlers on addr (-debug-addr), not on the default
+// ServeDebug serves net/http/pprof's handlers on addr (-debug-addr), not on the default
 // mux, which no process serves. It returns the listener's address and how to close it.
-func serveDebug(addr string, log *slog.Logger, what string) (net.Addr, func(), error) {
-	ln, err := listen("debug-addr", addr)
+func ServeDebug(addr string, log *slog.Logger, what string) (net.Addr, func(), error) {
+	ln, err := Listen("debug-addr", addr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -206,10 +208,10 @@ func serveDebug(addr string, log *slog.Logger, what string) (net.Addr, func(), e
 // process gives up on it and exits 1.
 const hardStopGrace = 5 * time.Second
 
-// untilDone waits for ctx to end, then stops the process softly with stop. A stop that
+// WaitForStop waits for ctx to end, then stops the process softly with stop. A stop that
 // outlasts timeout + hardStopGrace is abandoned (the hard stop): the error says so and the
 // binary exits 1 with whatever was still running.
-func untilDone(ctx context.Context, log *slog.Logger, what string, timeout time.Duration, stop func()) error {
+func WaitForStop(ctx context.Context, log *slog.Logger, what string, timeout time.Duration, stop func()) error {
 	<-ctx.Done()
 	log.Info(what+": shutting down", "timeout", formatDuration(timeout))
 	done := make(chan struct{})

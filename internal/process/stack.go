@@ -266,3 +266,22 @@ func storageHint(err error, flagName string, size int64) error {
 	return fmt.Errorf("%w: the stream reserves %s (%s %s): lower %s, or give NATS more JetStream storage (max_file_store)",
 		err, FormatBytes(size), flagName, FormatBytes(size), flagName)
 }
+
+// Default stream bounds (-retry-max-bytes, -dead-max-bytes): room for a million parked
+// 1 KiB messages each, and small enough that both fit the NATS Helm chart's default 10 Gi
+// volume beside the queues. JetStream reserves a file stream's MaxBytes up front.
+const (
+	DefaultRetryMaxBytes = 1 << 30
+	DefaultDeadMaxBytes  = 1 << 30
+)
+
+// CheckStreamBytes checks -retry-max-bytes and -dead-max-bytes.
+func CheckStreamBytes(retry, dead int64) error {
+	if retry <= 0 {
+		return fmt.Errorf("-retry-max-bytes: want a positive size, got %d", retry)
+	}
+	if dead <= 0 {
+		return fmt.Errorf("-dead-max-bytes: want a positive size, got %d", dead)
+	}
+	return nil
+}

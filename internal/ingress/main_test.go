@@ -1,4 +1,4 @@
-package process_test
+package ingress_test
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
 )
 
@@ -21,7 +22,7 @@ func TestCheckConfigPrintsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	code := process.ExitCode("ingress", process.RunIngress(context.Background(), []string{"-check-config", bad}, func(string) string { return "" }, &stdout, &stderr), &stderr)
+	code := process.ExitCode("ingress", ingress.Run(context.Background(), []string{"-check-config", bad}, func(string) string { return "" }, &stdout, &stderr), &stderr)
 	all := stdout.String() + stderr.String()
 	problem := `descriptors[0].rate_limit.unit: must be second, minute, hour, day, week, month or year (got "sec")`
 	if code != 2 || strings.Count(all, problem) != 1 || !strings.HasPrefix(stdout.String(), "rules: 1 problem(s):\n") {
@@ -31,7 +32,7 @@ func TestCheckConfigPrintsOnce(t *testing.T) {
 	stdout.Reset()
 	stderr.Reset()
 	missing := filepath.Join(dir, "missing.yaml")
-	code = process.ExitCode("ingress", process.RunIngress(context.Background(), []string{"-check-config", missing}, func(string) string { return "" }, &stdout, &stderr), &stderr)
+	code = process.ExitCode("ingress", ingress.Run(context.Background(), []string{"-check-config", missing}, func(string) string { return "" }, &stdout, &stderr), &stderr)
 	all = stdout.String() + stderr.String()
 	if code != 2 || strings.Count(all, "missing.yaml") != 1 {
 		t.Errorf("missing file: exit %d, output:\n%s", code, all)
@@ -49,7 +50,7 @@ descriptors:
 	}
 	stdout.Reset()
 	stderr.Reset()
-	code = process.ExitCode("ingress", process.RunIngress(context.Background(), []string{"-check-config", good}, func(string) string { return "" }, &stdout, &stderr), &stderr)
+	code = process.ExitCode("ingress", ingress.Run(context.Background(), []string{"-check-config", good}, func(string) string { return "" }, &stdout, &stderr), &stderr)
 	if code != 0 || stderr.Len() != 0 ||
 		!strings.Contains(stdout.String(), "limit 5/1s token_bucket burst=20") ||
 		!strings.Contains(stdout.String(), "limit 100/24h0m0s fixed_window time_zone=Asia/Seoul") {

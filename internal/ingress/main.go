@@ -1,4 +1,4 @@
-package process
+package ingress
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/audit"
 	"github.com/sluice-io/sluice/internal/drain"
-	"github.com/sluice-io/sluice/internal/ingress"
+	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/tlsx"
@@ -25,34 +25,34 @@ import (
 	"github.com/sluice-io/sluice/retry"
 )
 
-// RunIngress is the ingress binary: flags, -version, -check-config, or the process until
+// Run is the ingress binary: flags, -version, -check-config, or the process until
 // ctx ends, then a soft stop.
-func RunIngress(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, err := ParseIngressFlags(args, getenv, stderr)
+func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := ParseFlags(args, getenv, stderr)
 	if err != nil {
 		return err
 	}
 	switch {
 	case cfg.Version:
-		fmt.Fprintln(stdout, "ingress", Version())
+		fmt.Fprintln(stdout, "ingress", process.Version())
 		return nil
 	case len(cfg.CheckConfig) > 0:
 		if err := rules.CheckConfigWith(stdout, rules.Options{MergeDomains: cfg.MergeDomainConfig}, cfg.CheckConfig...); err != nil {
-			return fmt.Errorf("%w: %w: %w", ErrReported, ErrUsage, err) // CheckConfigWith wrote it
+			return fmt.Errorf("%w: %w: %w", process.ErrReported, process.ErrUsage, err) // CheckConfigWith wrote it
 		}
 		return nil
 	}
-	m := &Ingress{Config: cfg, Logger: NewLogger(cfg.LogFormat, cfg.LogLevel, stderr)}
+	m := &Main{Config: cfg, Logger: process.NewLogger(cfg.LogFormat, cfg.LogLevel, stderr)}
 	if err := m.Run(ctx); err != nil {
 		return err
 	}
-	return untilDone(ctx, m.Logger, "ingress", cfg.ShutdownTimeout, m.Close)
+	return process.WaitForStop(ctx, m.Logger, "ingress", cfg.ShutdownTimeout, m.Close)
 }
 
-// Ingress is the ingress process: it runs in cmd/ingress, inside `sluice dev`, and
+// Main is the ingress process: it runs in cmd/ingress, inside `sluice dev`, and
 // whole in tests.
-type Ingress struct {
-	Config IngressConfig
+type Main struct {
+	Config Config
 	Logger *slog.Logger // default: built from the config, on stderr
 	// Now is the clock of admissions and checks; default time.Now. Tests freeze it to
 	// compare answers that depend on time.
@@ -66,25 +66,25 @@ type Ingress struct {
 	SinkDial func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	// Set by Run.
-	Server    *ingress.Server
-	Addr      net.Addr     // the HTTP listener's address (useful with -http :0)
-	GRPCAddr  net.Addr     // the gRPC listener's address; nil when -grpc is empty
-	DebugAddr net.Addr     // the pprof listener's address; nil without -debug-addr
-	Drainer   *Draining    // the in-process drainer (-drain), or nil
-	Stack     *Stack       // connections, streams, admission
-	TLS       *tlsx.Server // the listeners' certificates (-tls-cert); nil = plain text
+	Server    *Server
+	Addr      net.Addr          // the HTTP listener's address (useful with -http :0)
+	GRPCAddr  net.Addr          // the gRPC listener's address; nil when -grpc is empty
+	DebugAddr net.Addr          // the pprof listener's address; nil without -debug-addr
+	Drainer   *process.Draining // the in-process drainer (-drain), or nil
+	Stack     *process.Stack    // connections, streams, admission
+	TLS       *tlsx.Server      // the listeners' certificates (-tls-cert); nil = plain text
 	Rules     func() *rules.Set
 
 	closers []func()
 	httpSrv *http.Server
-	grpcSrv *ingress.GRPCServer
+	grpcSrv *GRPCServer
 	once    sync.Once
 }
 
-// withDefaults fills what a config built by hand (not by ParseIngressFlags) left zero.
-func (c IngressConfig) withDefaults() IngressConfig {
-	var d IngressConfig
-	ingressFlags(&d, func(string) string { return "" }, io.Discard)
+// withDefaults fills what a config built by hand (not by ParseFlags) left zero.
+func (c Config) withDefaults() Config {
+	var d Config
+	declareFlags(&d, func(string) string { return "" }, io.Discard)
 	for _, f := range []struct {
 		p *time.Duration
 		v time.Duration
@@ -115,11 +115,11 @@ func (c IngressConfig) withDefaults() IngressConfig {
 
 // Run starts everything and returns once the listeners listen. ctx bounds the start only;
 // stop the process with Close.
-func (m *Ingress) Run(ctx context.Context) (err error) {
+func (m *Main) Run(ctx context.Context) (err error) {
 	c := m.Config.withDefaults()
 	m.Config = c
 	if m.Logger == nil {
-		m.Logger = NewLogger(c.LogFormat, c.LogLevel, os.Stderr)
+		m.Logger = process.NewLogger(c.LogFormat, c.LogLevel, os.Stderr)
 	}
 	log := m.Logger
 	defer func() {
@@ -147,14 +147,14 @@ func (m *Ingress) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
-	auth, err := ingress.OpenAuth(ingress.AuthFiles{AdminToken: c.AdminToken, AdminTokenFile: c.AdminTokenFile,
+	auth, err := OpenAuth(AuthFiles{AdminToken: c.AdminToken, AdminTokenFile: c.AdminTokenFile,
 		AdminTokensFile: c.AdminTokensFile, SubmitTokensFile: c.SubmitTokensFile}, log)
 	if err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
 
 	// Rules next: a process with bad rules must not start.
-	var srv *ingress.Server
+	var srv *Server
 	watcher, err := rules.NewWatcher(rules.WatcherConfig{
 		Paths: c.Rules, Interval: c.RulesPoll, Logger: log, Options: rules.Options{MergeDomains: c.MergeDomainConfig},
 		OnReload: func(set *rules.Set, err error) {
@@ -169,7 +169,7 @@ func (m *Ingress) Run(ctx context.Context) (err error) {
 	m.Rules = watcher.Current
 
 	capacityChanged := make(chan struct{}, 1)
-	st, err := Open(ctx, StackConfig{
+	st, err := process.Open(ctx, process.StackConfig{
 		Name: "ingress", NATSURL: c.NATSURL, RedisURL: c.RedisURL, Replicas: c.Replicas,
 		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey,
 		Rules: watcher.Current, Limits: m.Limits, Logger: log,
@@ -207,23 +207,23 @@ func (m *Ingress) Run(ctx context.Context) (err error) {
 	// may have used most of theirs.
 	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
 	defer acancel()
-	if err := Retry(actx, auditLog.Ensure); err != nil {
+	if err := process.Retry(actx, auditLog.Ensure); err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
-	admin := &ingress.Admin{Audit: auditLog, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
+	admin := &Admin{Audit: auditLog, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
 		JS: st.JS, Parking: st.Parking, Dead: st.Dead, Admitter: st.Admitter, Logger: log}
-	srv = ingress.NewServer(ingress.ServerConfig{
+	srv = NewServer(ServerConfig{
 		Rules: watcher.Current, Admitter: st.Admitter, Status: st.Status, Limits: st.Limits,
 		Admin: admin, Auth: auth, MaxBody: c.MaxBody, MaxBatch: c.MaxBatch, MaxDelay: c.MaxDelay, Registry: reg, Logger: log,
 		Ready: st.Ready, GRPCResponseHeaders: c.GRPCResponseHeaders, Now: m.Now,
-		Envoy: ingress.EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,
+		Envoy: EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,
 			LocalCacheBytes: c.LocalCacheBytes, DetailedMetricValues: c.DetailedMetricValues},
 	})
 	m.Server = srv
 	srv.RulesReloaded(watcher.Current(), nil)
 
 	if c.Drain {
-		proc, err := startDraining(context.WithoutCancel(ctx), drainDeps{
+		proc, err := process.StartDraining(context.WithoutCancel(ctx), process.DrainDeps{
 			Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
 			SinkTLS: sinkTLS, Signer: signer, SinkDial: m.SinkDial,
 			Drain:   drain.Config{Workers: c.DrainWorkers, StopTimeout: c.ShutdownTimeout},
@@ -245,25 +245,25 @@ func (m *Ingress) Run(ctx context.Context) (err error) {
 	go m.followRules(wctx, watcher.Current, capacityChanged)
 	go srv.FlushRefusals(wctx, st.Scheduler, time.Second)
 	if st.Degraded != nil {
-		if err := ingress.CountPeers(wctx, st.NATS, log, st.Degraded.SetProcesses); err != nil {
+		if err := CountPeers(wctx, st.NATS, log, st.Degraded.SetProcesses); err != nil {
 			log.Warn("ingress: live ingress count unavailable; degraded limits assume 1 process", "err", err)
 		}
 	}
 
-	ln, err := listen("http", c.HTTPAddr)
+	ln, err := process.Listen("http", c.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
 	m.Addr = ln.Addr()
-	m.httpSrv = newHTTPServer(srv, log, c.ReadHeaderTimeout)
-	serve(m.httpSrv, ln, m.TLS, log, "ingress")
+	m.httpSrv = process.NewHTTPServer(srv, log, c.ReadHeaderTimeout)
+	process.Serve(m.httpSrv, ln, m.TLS, log, "ingress")
 	if c.GRPCAddr != "" {
-		gln, err := listen("grpc", c.GRPCAddr)
+		gln, err := process.Listen("grpc", c.GRPCAddr)
 		if err != nil {
 			return fmt.Errorf("ingress: %w", err)
 		}
 		m.GRPCAddr = gln.Addr()
-		gc := ingress.GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log}
+		gc := GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log}
 		if m.TLS != nil {
 			gc.TLS = m.TLS.Config()
 		}
@@ -276,7 +276,7 @@ func (m *Ingress) Run(ctx context.Context) (err error) {
 		log.Info("ingress: envoy rate limit service listening (gRPC)", "addr", m.GRPCAddr.String())
 	}
 	if c.DebugAddr != "" {
-		addr, stop, err := serveDebug(c.DebugAddr, log, "ingress")
+		addr, stop, err := process.ServeDebug(c.DebugAddr, log, "ingress")
 		if err != nil {
 			return fmt.Errorf("ingress: %w", err)
 		}
@@ -284,13 +284,13 @@ func (m *Ingress) Run(ctx context.Context) (err error) {
 		m.closers = append(m.closers, stop)
 	}
 	log.Info("ingress: listening", "addr", m.Addr.String(), "tls", m.TLS != nil, "mtls", c.TLSClientCA != "", "nats", c.NATSURL,
-		"rules", len(watcher.Current().Rules()), "drain", c.Drain, "version", Version())
+		"rules", len(watcher.Current().Rules()), "drain", c.Drain, "version", process.Version())
 	return nil
 }
 
 // followRules keeps the queue streams in step with the rules and the overrides until ctx
 // ends: a new queue rule gets its stream, a capacity change reaches its stream.
-func (m *Ingress) followRules(ctx context.Context, current func() *rules.Set, capacityChanged <-chan struct{}) {
+func (m *Main) followRules(ctx context.Context, current func() *rules.Set, capacityChanged <-chan struct{}) {
 	last := current()
 	t := time.NewTicker(m.Config.RulesPoll)
 	defer t.Stop()
@@ -317,7 +317,7 @@ func (m *Ingress) followRules(ctx context.Context, current func() *rules.Set, ca
 // Close stops the process softly: both listeners stop taking new work and finish
 // in-flight requests within -shutdown-timeout, then the in-process drainer and
 // everything else stop in reverse start order. Safe to call twice.
-func (m *Ingress) Close() {
+func (m *Main) Close() {
 	m.once.Do(func() {
 		var wg sync.WaitGroup
 		if m.grpcSrv != nil {
@@ -338,7 +338,7 @@ func (m *Ingress) Close() {
 // ensureStreams creates or updates the stream of every queue rule at its effective capacity.
 func ensureStreams(ctx context.Context, q *queue.Queues, set *rules.Set, effective func(*rules.Rule) *rules.Rule) error {
 	for _, r := range set.QueueRules() {
-		err := Retry(ctx, func(ctx context.Context) error { return q.Ensure(ctx, r.Name, effective(r).Queue.Capacity) })
+		err := process.Retry(ctx, func(ctx context.Context) error { return q.Ensure(ctx, r.Name, effective(r).Queue.Capacity) })
 		if err != nil {
 			return fmt.Errorf("ingress: %w", err)
 		}

@@ -1,4 +1,4 @@
-package process
+package ingress
 
 import (
 	"errors"
@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/internal/httpx"
-	"github.com/sluice-io/sluice/internal/ingress"
+	"github.com/sluice-io/sluice/internal/process"
 )
 
-// IngressConfig is everything the ingress process is told from outside. Every field is a
+// Config is everything the ingress process is told from outside. Every field is a
 // flag with a SLUICE_* environment variable (the flag wins); its default is written once,
-// in ingressFlags, and in the README's table (checked by a test).
-type IngressConfig struct {
+// in flags, and in the README's table (checked by a test).
+type Config struct {
 	Rules      []string // -rules: rules files or directories, comma-separated. Required unless -check-config.
 	HTTPAddr   string   // -http: the API's listen address (also /metrics, /healthz, /readyz). Default ":8080".
 	NATSURL    string   // -nats: NATS server URL(s), comma-separated. Default "nats://127.0.0.1:4222".
@@ -101,16 +101,9 @@ type IngressConfig struct {
 	AuditMax  int64
 }
 
-// Default stream bounds: room for a million parked 1 KiB messages each, and small enough
-// that both fit the NATS Helm chart's default 10 Gi volume beside the queues.
-const (
-	DefaultRetryMaxBytes = 1 << 30
-	DefaultDeadMaxBytes  = 1 << 30
-)
-
-// ingressFlags declares the ingress's flags into c.
-func ingressFlags(c *IngressConfig, getenv func(string) string, stderr io.Writer) *FlagSet {
-	f := NewFlagSet("ingress", getenv, stderr)
+// declareFlags declares the ingress's flags into c.
+func declareFlags(c *Config, getenv func(string) string, stderr io.Writer) *process.FlagSet {
+	f := process.NewFlagSet("ingress", getenv, stderr)
 	f.List(&c.Rules, "rules", "SLUICE_RULES", "", "rules files or directories, comma-separated (required)")
 	f.String(&c.HTTPAddr, "http", "SLUICE_HTTP_ADDR", ":8080", "HTTP API listen address, also /metrics, /healthz, /readyz")
 	f.String(&c.GRPCAddr, "grpc", "SLUICE_GRPC_ADDR", ":8081", "envoy rate limit service (gRPC) listen address; empty disables")
@@ -125,13 +118,13 @@ func ingressFlags(c *IngressConfig, getenv func(string) string, stderr io.Writer
 	f.Int(&c.DrainWorkers, "drain-workers", "SLUICE_DRAIN_WORKERS", 32, "deliveries in flight at once per queue rule of the in-process drainer")
 	f.Duration(&c.ReadmitMaxBackoff, "readmit-max-backoff", "SLUICE_READMIT_MAX_BACKOFF", 5*time.Minute, "longest wait between re-admission attempts of a parked message (with -drain)")
 	f.Bytes(&c.MaxBody, "max-body", "SLUICE_MAX_BODY", 1<<20, "largest request body, a whole batch too (a byte size: 1048576, 512KiB, 1MiB)")
-	f.Int(&c.MaxBatch, "max-batch", "SLUICE_MAX_BATCH", ingress.DefaultMaxBatch, "most messages in one batch submission; more is 413")
-	f.Duration(&c.MaxDelay, "max-delay", "SLUICE_MAX_DELAY", ingress.DefaultMaxDelay, "how far ahead a submission's deliver_at or delay may be")
+	f.Int(&c.MaxBatch, "max-batch", "SLUICE_MAX_BATCH", DefaultMaxBatch, "most messages in one batch submission; more is 413")
+	f.Duration(&c.MaxDelay, "max-delay", "SLUICE_MAX_DELAY", DefaultMaxDelay, "how far ahead a submission's deliver_at or delay may be")
 	f.Duration(&c.IdempotencyTTL, "idempotency-ttl", "SLUICE_IDEMPOTENCY_TTL", 24*time.Hour, "how long an idempotency key maps to its first message")
 	f.Duration(&c.ReadHeaderTimeout, "read-header-timeout", "SLUICE_READ_HEADER_TIMEOUT", httpx.ReadHeaderTimeout, "how long a client has to send a request's headers; slower ones are disconnected")
 	f.Int(&c.Replicas, "replicas", "SLUICE_REPLICAS", 1, "replicas of the streams, 1 or 3")
-	f.Bytes(&c.RetryMaxBytes, "retry-max-bytes", "SLUICE_RETRY_MAX_BYTES", DefaultRetryMaxBytes, "JetStream storage of the retry stream (parked messages)")
-	f.Bytes(&c.DeadMaxBytes, "dead-max-bytes", "SLUICE_DEAD_MAX_BYTES", DefaultDeadMaxBytes, "JetStream storage of the dead-letter stream")
+	f.Bytes(&c.RetryMaxBytes, "retry-max-bytes", "SLUICE_RETRY_MAX_BYTES", process.DefaultRetryMaxBytes, "JetStream storage of the retry stream (parked messages)")
+	f.Bytes(&c.DeadMaxBytes, "dead-max-bytes", "SLUICE_DEAD_MAX_BYTES", process.DefaultDeadMaxBytes, "JetStream storage of the dead-letter stream")
 	f.Duration(&c.StatusKeep, "status-keep", "SLUICE_STATUS_KEEP", 0, "keep a record of each delivered message this long, for GET /v1/messages/{id}; 0s = off")
 	f.Int64(&c.StatusKeepMax, "status-keep-max", "SLUICE_STATUS_KEEP_MAX", 1_000_000, "most delivered records kept, oldest dropped first")
 	f.Duration(&c.AuditKeep, "audit-keep", "SLUICE_AUDIT_KEEP", 90*24*time.Hour, "how long operator changes are kept in the SLUICE_AUDIT stream")
@@ -154,36 +147,36 @@ func ingressFlags(c *IngressConfig, getenv func(string) string, stderr io.Writer
 	f.Bool(&c.ResponseDynamicMetadata, "response-dynamic-metadata", "SLUICE_RESPONSE_DYNAMIC_METADATA", false, "add envoy's dynamic_metadata to answers, as envoy's RESPONSE_DYNAMIC_METADATA")
 	f.Bool(&c.GRPCResponseHeaders, "grpc-response-headers", "SLUICE_GRPC_RESPONSE_HEADERS", false, "add rate-limit headers to every gRPC answer, not only for rules with response_headers")
 	f.Bytes(&c.LocalCacheBytes, "local-cache-bytes", "SLUICE_LOCAL_CACHE_SIZE_IN_BYTES", 0, "size of the local over-limit cache, as envoy's LOCAL_CACHE_SIZE_IN_BYTES; 0 disables")
-	f.Int(&c.DetailedMetricValues, "detailed-metric-values", "SLUICE_DETAILED_METRIC_VALUES", ingress.DefaultDetailedMetricValues, "distinct values per detailed_metric rule in sluice_checks_detailed_total, the rest counted as _other")
+	f.Int(&c.DetailedMetricValues, "detailed-metric-values", "SLUICE_DETAILED_METRIC_VALUES", DefaultDetailedMetricValues, "distinct values per detailed_metric rule in sluice_checks_detailed_total, the rest counted as _other")
 	// Actions, not settings: no environment variable.
-	f.FS().Var((*listValue)(&c.CheckConfig), "check-config", "validate these rules files or directories (comma-separated, as -rules) and exit")
-	f.FS().Var((*boolValue)(&c.Version), "version", "print the version and exit")
+	f.ListAction(&c.CheckConfig, "check-config", "validate these rules files or directories (comma-separated, as -rules) and exit")
+	f.BoolAction(&c.Version, "version", "print the version and exit")
 	return f
 }
 
-// IngressFlags lists the ingress's flags (not the -check-config and -version actions)
+// Flags lists the ingress's flags (not the -check-config and -version actions)
 // with their environment variables and defaults.
-func IngressFlags() []Flag {
-	var c IngressConfig
-	return ingressFlags(&c, func(string) string { return "" }, io.Discard).Flags()
+func Flags() []process.Flag {
+	var c Config
+	return declareFlags(&c, func(string) string { return "" }, io.Discard).Flags()
 }
 
-// ParseIngressFlags reads args (without the program name) and the environment (getenv;
-// nil = os.Getenv) into a validated IngressConfig. Errors name the flag and the value;
-// they match ErrUsage.
-func ParseIngressFlags(args []string, getenv func(string) string, stderr io.Writer) (IngressConfig, error) {
-	var c IngressConfig
-	if err := ingressFlags(&c, getenv, stderr).Parse(args); err != nil {
-		return c, usageErr(err)
+// ParseFlags reads args (without the program name) and the environment (getenv;
+// nil = os.Getenv) into a validated Config. Errors name the flag and the value;
+// they match process.ErrUsage.
+func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	var c Config
+	if err := declareFlags(&c, getenv, stderr).Parse(args); err != nil {
+		return c, process.UsageError(err)
 	}
 	if c.Version {
 		return c, nil
 	}
-	return c, usageErr(c.Validate())
+	return c, process.UsageError(c.Validate())
 }
 
 // Validate checks the config; an error names the flag and its bad value.
-func (c *IngressConfig) Validate() error {
+func (c *Config) Validate() error {
 	switch {
 	case len(c.CheckConfig) == 0 && len(c.Rules) == 0:
 		return errors.New("-rules is required (a rules file or directory; see deploy/examples)")
@@ -228,26 +221,16 @@ func (c *IngressConfig) Validate() error {
 	case c.ReadmitMaxBackoff <= 0:
 		return fmt.Errorf("-readmit-max-backoff: want a positive duration, got %s", c.ReadmitMaxBackoff)
 	}
-	if err := checkStreamBytes(c.RetryMaxBytes, c.DeadMaxBytes); err != nil {
+	if err := process.CheckStreamBytes(c.RetryMaxBytes, c.DeadMaxBytes); err != nil {
 		return err
 	}
-	if err := checkLog(c.LogFormat, c.LogLevel); err != nil {
+	if err := process.CheckLog(c.LogFormat, c.LogLevel); err != nil {
 		return err
 	}
 	if len(c.CheckConfig) == 0 {
-		if _, err := ParseRedisURL(c.RedisURL, 0); err != nil {
+		if _, err := process.ParseRedisURL(c.RedisURL, 0); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-func checkStreamBytes(retry, dead int64) error {
-	if retry <= 0 {
-		return fmt.Errorf("-retry-max-bytes: want a positive size, got %d", retry)
-	}
-	if dead <= 0 {
-		return fmt.Errorf("-dead-max-bytes: want a positive size, got %d", dead)
 	}
 	return nil
 }
