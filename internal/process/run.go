@@ -76,6 +76,7 @@ type usage struct{ err error }
 
 func (u usage) Error() string   { return u.err.Error() }
 func (u usage) Unwrap() []error { return []error{u.err, ErrUsage} }
+
 // UsageError marks err (unless nil or -help's) as the user's: it matches ErrUsage.
 func UsageError(err error) error {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
