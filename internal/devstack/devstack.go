@@ -124,11 +124,11 @@ type Stack struct {
 
 // Start starts the embedded servers, the demo sink and the ingress with its drainer. It
 // returns once all listen; stop it with Close.
-func Start(ctx context.Context, c Config, log *slog.Logger) (s *Stack, err error) {
-	s = &Stack{Config: c}
+func Start(ctx context.Context, c Config, log *slog.Logger) (_ *Stack, err error) {
+	s := &Stack{Config: c}
 	defer func() {
 		if err != nil {
-			s.Close()
+			s.Close() // what started, in reverse
 		}
 	}()
 	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -520,4 +522,48 @@ func (l *devLog) lines() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return strings.Join(s.logLines, "\n")
+}
+
+// TestBusyPortsFailAtOnce: every port `sluice dev` binds, when busy, stops the start at
+// once with an error naming the flag and the address (a busy NATS port used to wait 15 s
+// and then say only "embedded NATS server not ready after 15s").
+func TestBusyPortsFailAtOnce(t *testing.T) {
+	t.Parallel()
+	examples, _ := filepath.Abs("../../deploy/examples")
+	for _, flagName := range []string{"-http", "-grpc", "-nats-addr", "-sink-addr"} {
+		t.Run(flagName, func(t *testing.T) {
+			t.Parallel()
+			busy, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer busy.Close()
+			addrs := map[string]string{"-http": "127.0.0.1:0", "-grpc": "127.0.0.1:0", "-nats-addr": "127.0.0.1:0", "-sink-addr": "127.0.0.1:0"}
+			addrs[flagName] = busy.Addr().String()
+			args := []string{"-rules", examples, "-data", t.TempDir()}
+			for f, a := range addrs {
+				args = append(args, f, a)
+			}
+			cfg, err := devstack.ParseFlags(args, func(string) string { return "" }, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			start := time.Now()
+			dev, err := devstack.Start(ctx, cfg, slog.New(slog.DiscardHandler))
+			took := time.Since(start)
+			if err == nil {
+				dev.Close()
+				t.Fatalf("started with %s %s busy", flagName, busy.Addr())
+			}
+			if !strings.Contains(err.Error(), flagName+" "+busy.Addr().String()) || !strings.Contains(err.Error(), "address already in use") {
+				t.Errorf("error %q, want it to name %s %s and say the address is in use", err, flagName, busy.Addr())
+			}
+			// Everything else starts in well under a second; 15 s was the old wait.
+			if took > 10*time.Second {
+				t.Errorf("failed after %s, want at once", took)
+			}
+		})
+	}
 }
