@@ -116,11 +116,11 @@ func (f *FlagSet) Parse(args []string) error {
 		return f.envErr
 	}
 	if f.fs.NArg() > 0 {
-		if a := f.fs.Arg(0); a == "true" || a == "false" {
+		if i := len(args) - f.fs.NArg(); i > 0 && (args[i] == "true" || args[i] == "false") && strings.HasPrefix(args[i-1], "-") {
 			// "-drain true": a bool flag takes its value after "=", and the flag package
 			// stopped at "true".
-			return fmt.Errorf("unexpected arguments: %s (a flag that is on or off takes its value after =, as -drain=%s, or alone to mean true)",
-				strings.Join(f.fs.Args(), " "), a)
+			return fmt.Errorf("unexpected arguments: %s (a flag that is on or off takes its value after =, as %s=%s, or alone to mean true)",
+				strings.Join(f.fs.Args(), " "), args[i-1], args[i])
 		}
 		return fmt.Errorf("unexpected arguments: %s", strings.Join(f.fs.Args(), " "))
 	}
