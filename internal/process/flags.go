@@ -48,6 +48,11 @@ func NewFlagSet(name string, getenv func(string) string, stderr io.Writer) *Flag
 }
 
 func (f *FlagSet) add(v flag.Value, name, env, def, usage string) {
+	f.addKind(v, "", name, env, def, usage)
+}
+
+// addKind declares v; kind names its value in -help ("-max-body size").
+func (f *FlagSet) addKind(v flag.Value, kind, name, env, def, usage string) {
 	if err := v.Set(def); err != nil {
 		panic(fmt.Sprintf("process: default of -%s: %v", name, err)) // a typo in this file
 	}
@@ -56,13 +61,21 @@ func (f *FlagSet) add(v flag.Value, name, env, def, usage string) {
 			f.envErr = fmt.Errorf("%s: %w (the environment variable of -%s)", env, err, name)
 		}
 	}
-	f.fs.Var(v, name, usage+" (env "+env+")")
+	switch kind {
+	case "string": // the flag package's own type, so that -help says "string"
+		sv := v.(*stringValue)
+		f.fs.StringVar((*string)(sv), name, string(*sv), usage+" (env "+env+")")
+	case "":
+		f.fs.Var(v, name, usage+" (env "+env+")")
+	default:
+		f.fs.Var(v, name, usage+" (`"+kind+"`; env "+env+")")
+	}
 	f.list = append(f.list, Flag{Name: name, Env: env, Default: def, Usage: usage})
 }
 
 // String declares a string flag.
 func (f *FlagSet) String(p *string, name, env, def, usage string) {
-	f.add((*stringValue)(p), name, env, def, usage)
+	f.addKind((*stringValue)(p), "string", name, env, def, usage)
 }
 
 // Bool declares a bool flag: -name alone means true.
@@ -72,28 +85,28 @@ func (f *FlagSet) Bool(p *bool, name, env string, def bool, usage string) {
 
 // Int declares an int flag.
 func (f *FlagSet) Int(p *int, name, env string, def int, usage string) {
-	f.add((*intValue)(p), name, env, strconv.Itoa(def), usage)
+	f.addKind((*intValue)(p), "int", name, env, strconv.Itoa(def), usage)
 }
 
 // Int64 declares an int64 flag.
 func (f *FlagSet) Int64(p *int64, name, env string, def int64, usage string) {
-	f.add((*int64Value)(p), name, env, strconv.FormatInt(def, 10), usage)
+	f.addKind((*int64Value)(p), "int", name, env, strconv.FormatInt(def, 10), usage)
 }
 
 // Duration declares a time.Duration flag.
 func (f *FlagSet) Duration(p *time.Duration, name, env string, def time.Duration, usage string) {
-	f.add((*durationValue)(p), name, env, formatDuration(def), usage)
+	f.addKind((*durationValue)(p), "duration", name, env, formatDuration(def), usage)
 }
 
 // Bytes declares a byte-size flag: a whole number of bytes, or one with a unit (KiB, MiB, GiB, TiB;
 // KB, MB, GB, TB are powers of 1000): 1048576, 512KiB, 1GiB.
 func (f *FlagSet) Bytes(p *int64, name, env string, def int64, usage string) {
-	f.add((*bytesValue)(p), name, env, FormatBytes(def), usage)
+	f.addKind((*bytesValue)(p), "size", name, env, FormatBytes(def), usage)
 }
 
 // List declares a comma-separated list flag; blanks around items and empty items are dropped.
 func (f *FlagSet) List(p *[]string, name, env, def, usage string) {
-	f.add((*listValue)(p), name, env, def, usage)
+	f.addKind((*listValue)(p), "list", name, env, def, usage)
 }
 
 // BoolAction declares a bool flag that asks for an action (-version): no environment
@@ -102,7 +115,9 @@ func (f *FlagSet) BoolAction(p *bool, name, usage string) { f.fs.Var((*boolValue
 
 // ListAction declares a list flag that asks for an action (-check-config): no
 // environment variable, not listed by Flags.
-func (f *FlagSet) ListAction(p *[]string, name, usage string) { f.fs.Var((*listValue)(p), name, usage) }
+func (f *FlagSet) ListAction(p *[]string, name, usage string) {
+	f.fs.Var((*listValue)(p), name, usage+" (`list`)")
+}
 
 // Flags lists the flags declared so far (not the actions declared on FS).
 func (f *FlagSet) Flags() []Flag { return f.list }
