@@ -70,10 +70,12 @@ type Main struct {
 	Addr      net.Addr          // the HTTP listener's address (useful with -http :0)
 	GRPCAddr  net.Addr          // the gRPC listener's address; nil when -grpc is empty
 	DebugAddr net.Addr          // the pprof listener's address; nil without -debug-addr
+	NATSURL   string            // Config.NATSURL
+	RedisURL  string            // Config.RedisURL
 	Drainer   *process.Draining // the in-process drainer (-drain), or nil
 	Stack     *process.Stack    // connections, streams, admission
 	TLS       *tlsx.Server      // the listeners' certificates (-tls-cert); nil = plain text
-	Rules     func() *rules.Set
+	Rules     func() *rules.Set // the rules in force
 
 	closers []func()
 	httpSrv *http.Server
@@ -118,6 +120,7 @@ func (c Config) withDefaults() Config {
 func (m *Main) Run(ctx context.Context) (err error) {
 	c := m.Config.withDefaults()
 	m.Config = c
+	m.NATSURL, m.RedisURL = c.NATSURL, c.RedisURL
 	if m.Logger == nil {
 		m.Logger = process.NewLogger(c.LogFormat, c.LogLevel, os.Stderr)
 	}
