@@ -21,6 +21,16 @@ func TestProductionBinariesWithoutDevWorld(t *testing.T) {
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	dir := t.TempDir()
 	forbidden := []string{"github.com/nats-io/nats-server", "github.com/alicebob/miniredis", "github.com/chromedp"}
+	// The drainer does not link the ingress's server either (gRPC, envoy's protos, the console).
+	deps, err := exec.Command(goBin, "list", "-deps", "../../cmd/drainer").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps ./cmd/drainer: %v\n%s", err, deps)
+	}
+	for _, pkg := range []string{"github.com/sluice-io/sluice/internal/ingress", "github.com/sluice-io/sluice/internal/devstack", "github.com/sluice-io/sluice/internal/devenv"} {
+		if strings.Contains(string(deps), pkg+"\n") {
+			t.Errorf("cmd/drainer depends on %s", pkg)
+		}
+	}
 	for _, name := range []string{"ingress", "drainer", "sluice"} {
 		bin := filepath.Join(dir, name)
 		build := exec.Command(goBin, "build", "-o", bin, "./cmd/"+name)
