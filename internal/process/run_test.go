@@ -20,7 +20,9 @@ func TestWaitForStop(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		stopped := false
 		done := make(chan error)
-		go func() { done <- process.WaitForStop(ctx, slog.New(slog.DiscardHandler), "x", 2*time.Second, func() { stopped = true }) }()
+		go func() {
+			done <- process.WaitForStop(ctx, slog.New(slog.DiscardHandler), "x", 2*time.Second, func() { stopped = true })
+		}()
 		synctest.Wait()
 		if stopped {
 			t.Fatal("stopped before the signal")
