@@ -36,5 +36,5 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		_, err := fmt.Fprint(stdout, usage)
 		return err
 	}
-	return fmt.Errorf("%w: unknown command %q\n%s", process.ErrUsage, args[0], usage)
+	return process.UsageError(fmt.Errorf("unknown command %q\n%s", args[0], usage))
 }

@@ -2,6 +2,7 @@ package devstack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -64,19 +65,19 @@ func Flags() []process.Flag {
 func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	var c Config
 	if err := devFlags(&c, getenv, stderr).Parse(args); err != nil {
-		return c, fmt.Errorf("%w: %w", process.ErrUsage, err)
+		return c, process.UsageError(err)
 	}
 	switch {
 	case len(c.Rules) == 0:
-		return c, fmt.Errorf("%w: -rules: want a rules file or directory", process.ErrUsage)
+		return c, process.UsageError(errors.New("-rules: want a rules file or directory"))
 	case c.StatusKeep < 0:
-		return c, fmt.Errorf("%w: -status-keep: want 0s (off) or a positive duration, got %s", process.ErrUsage, c.StatusKeep)
+		return c, process.UsageError(fmt.Errorf("-status-keep: want 0s (off) or a positive duration, got %s", c.StatusKeep))
 	case c.RulesPoll <= 0:
-		return c, fmt.Errorf("%w: -rules-poll: want a positive duration, got %s", process.ErrUsage, c.RulesPoll)
+		return c, process.UsageError(fmt.Errorf("-rules-poll: want a positive duration, got %s", c.RulesPoll))
 	case c.ShutdownTimeout <= 0:
-		return c, fmt.Errorf("%w: -shutdown-timeout: want a positive duration, got %s", process.ErrUsage, c.ShutdownTimeout)
+		return c, process.UsageError(fmt.Errorf("-shutdown-timeout: want a positive duration, got %s", c.ShutdownTimeout))
 	}
-	return c, nil
+	return c, process.UsageError(process.CheckLog("text", c.LogLevel))
 }
 
 // Run is `sluice dev ARGS`: it starts the stack, prints where everything is on stdout,
