@@ -12,12 +12,12 @@ import (
 
 // Config is everything the ingress process is told from outside. Every field is a
 // flag with a SLUICE_* environment variable (the flag wins); its default is written once,
-// in flags, and in the README's table (checked by a test).
+// in declareFlags, and in the README's table (checked by a test).
 type Config struct {
 	Rules      []string // -rules: rules files or directories, comma-separated. Required unless -check-config.
 	HTTPAddr   string   // -http: the API's listen address (also /metrics, /healthz, /readyz). Default ":8080".
 	NATSURL    string   // -nats: NATS server URL(s), comma-separated. Default "nats://127.0.0.1:4222".
-	RedisURL   string   // -redis: redis://, rediss://, unix://, Cluster or Sentinel URL (ParseRedisURL). Default "redis://127.0.0.1:6379".
+	RedisURL   string   // -redis: redis://, rediss://, unix://, Cluster or Sentinel URL (process.ParseRedisURL). Default "redis://127.0.0.1:6379".
 	AdminToken string   // -admin-token: bearer token of /v1/admin; empty disables the admin API (401).
 	// GRPCAddr is where the envoy rate limit service (RLS v3 gRPC), gRPC health and
 	// reflection listen. -grpc; default ":8081" (envoyproxy/ratelimit's port); empty disables.
