@@ -21,11 +21,20 @@ export GOTOOLCHAIN
 VULNDB_VERSION ?= v0.0.0-20261105234957-e22db6528018
 VULN_VERSION   ?= v1.9.0
 
-## run: the whole system in one process (embedded NATS, in-process drainer, demo sink, example rules)
-## The console at /ui/ signs in with SLUICE_ADMIN_TOKEN (default "dev" here).
+## run: `sluice dev`, the whole system in one process (embedded NATS, in-process store and
+## drainer, demo sink, example rules). Its ports are variables: `make run HTTP_ADDR=:9080`.
+## The example rules reach the demo sink wherever SINK_ADDR puts it. The console at /ui/
+## signs in with SLUICE_ADMIN_TOKEN (default "dev" here).
 SLUICE_ADMIN_TOKEN ?= dev
+HTTP_ADDR ?= :8080
+GRPC_ADDR ?= :8081
+NATS_ADDR ?= 127.0.0.1:4222
+SINK_ADDR ?= 127.0.0.1:8090
+RULES     ?= deploy/examples
+DATA      ?= ./data
 run:
-	$(GO) run ./cmd/ingress -dev -rules deploy/examples -data ./data -admin-token '$(SLUICE_ADMIN_TOKEN)'
+	$(GO) run ./cmd/sluice dev -rules '$(RULES)' -data '$(DATA)' -http '$(HTTP_ADDR)' -grpc '$(GRPC_ADDR)' \
+		-nats-addr '$(NATS_ADDR)' -sink-addr '$(SINK_ADDR)' -admin-token '$(SLUICE_ADMIN_TOKEN)'
 
 ## build: compile the binaries into ./bin
 build:

@@ -17,7 +17,7 @@ import (
 // TestLive is a smoke test of the client against a running ingress, skipped unless
 // SLUICE_LIVE_URL is set. The ingress must load testdata/live-rules.yaml:
 //
-//	ingress -dev -rules client/testdata/live-rules.yaml -admin-token live-token &
+//	sluice dev -rules client/testdata/live-rules.yaml -admin-token live-token &
 //	SLUICE_LIVE_URL=http://127.0.0.1:8080 SLUICE_LIVE_ADMIN_TOKEN=live-token go test -run Live ./client
 //
 // Every run uses fresh keys, so it can be repeated against the same process (the check

@@ -440,7 +440,7 @@ func TestCompose(t *testing.T) {
 	for _, kind := range []struct {
 		prefix, target, port string
 		n                    int
-	}{{"ingress-", "ingress", ":8080", 2}, {"drainer-", "drainer", ":8081", 3}} {
+	}{{"ingress-", "ingress", ":8080", 2}, {"drainer-", "drainer", ":8082", 3}} {
 		names := servicesWithPrefix(c, kind.prefix)
 		if len(names) != kind.n {
 			t.Errorf("want %d %s services, got %v", kind.n, kind.target, names)
@@ -536,8 +536,8 @@ func TestCompose(t *testing.T) {
 		}
 	}
 	for _, n := range servicesWithPrefix(c, "drainer-") {
-		if !scraped[n+":8081"] {
-			t.Errorf("prometheus does not scrape %s:8081/metrics", n)
+		if !scraped[n+":8082"] {
+			t.Errorf("prometheus does not scrape %s:8082/metrics", n)
 		}
 	}
 }
@@ -768,7 +768,7 @@ func TestK8s(t *testing.T) {
 	}
 
 	wantReplicas := map[string]int{"sluice-ingress": 2, "sluice-drainer": 3}
-	wantPort := map[string]int{"sluice-ingress": 8080, "sluice-drainer": 8081}
+	wantPort := map[string]int{"sluice-ingress": 8080, "sluice-drainer": 8082}
 	if len(byKind["Deployment"]) != len(wantReplicas) {
 		t.Fatalf("want Deployments %v, got %d", wantReplicas, len(byKind["Deployment"]))
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-io/sluice/internal/app"
+	"github.com/sluice-io/sluice/internal/process"
 )
 
 // The Sentinel variant (docker-compose.sentinel.yml on top of docker-compose.yml): a
@@ -86,12 +86,12 @@ func TestComposeSentinel(t *testing.T) {
 			continue
 		}
 		u := s.Environment["SLUICE_REDIS_URL"]
-		rc, err := app.ParseRedisURL(u, 0)
+		rc, err := process.ParseRedisURL(u, 0)
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
 			continue
 		}
-		if rc.Kind != app.RedisSentinel || rc.Failover.MasterName != master {
+		if rc.Kind != process.RedisSentinel || rc.Failover.MasterName != master {
 			t.Errorf("%s: SLUICE_REDIS_URL %s is %s of master %q, want Sentinel of %q", name, u, rc.Kind, rc.Failover.MasterName, master)
 			continue
 		}

@@ -189,7 +189,7 @@ func (g goroutineTB) Fatalf(format string, args ...any) {
 func (c *cluster) newIngress(name string) *proctest.Proc {
 	return c.startProc(proctest.Spec{Name: name, Bin: bins.ingress, ReadyMsg: "ingress: listening", Args: []string{
 		"-rules", c.rulesPath, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", c.natsURL, "-redis", c.redisURL,
-		"-admin-token", adminToken, "-replicas", "3", "-drain", "false", "-status-keep", "1h", "-shutdown-timeout", "3s",
+		"-admin-token", adminToken, "-replicas", "3", "-drain=false", "-status-keep", "1h", "-shutdown-timeout", "3s",
 		"-log-format", "json", "-rules-poll", "250ms",
 	}})
 }

@@ -63,7 +63,7 @@ descriptors:
     sink: {nats_subject: flood.out}
 `), 0o644)
 	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "", "-nats", n.URL(), "-redis", r.URL(),
-		"-drain", "true", "-drain-workers", "64", "-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
+		"-drain", "-drain-workers", "64", "-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,7 +62,7 @@ descriptors:
     sink: {nats_subject: sched.out}
 `, rate)), 0o644)
 	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "", "-nats", n.URL(), "-redis", r.URL(),
-		"-drain", "true", "-drain-workers", "256", "-max-body", "8388608"}, func(string) string { return "" }, io.Discard)
+		"-drain", "-drain-workers", "256", "-max-body", "8388608"}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

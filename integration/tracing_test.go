@@ -78,7 +78,7 @@ descriptors:
 	n := natstest.Start(t)
 	r := redistest.Start(t, redistest.Options{})
 	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "", "-nats", n.URL(), "-redis", r.URL(),
-		"-drain", "true", "-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
+		"-drain", "-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,12 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/sluice-io/sluice/client"
+	"github.com/sluice-io/sluice/internal/process"
 )
 
 // Exit codes of the command (see the package doc and `sluice help`).
@@ -392,11 +392,7 @@ func (m *Main) help(_ context.Context, args []string) error {
 }
 
 func (m *Main) version(_ context.Context, _ []string) error {
-	v := "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		v = bi.Main.Version
-	}
-	fmt.Fprintln(m.stdout(), "sluice "+v)
+	fmt.Fprintln(m.stdout(), "sluice", process.Version()) // the binaries' one version string
 	return nil
 }
 

@@ -74,7 +74,7 @@ func start(t *testing.T, extra ...string) *system {
 	n := natstest.Start(t)
 	r := redistest.Start(t, redistest.Options{})
 	cfg, err := ingress.ParseFlags(append([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
-		"-drain", "true", "-status-keep", "1h", "-shutdown-timeout", "2s", "-admin-token", token}, extra...),
+		"-drain", "-status-keep", "1h", "-shutdown-timeout", "2s", "-admin-token", token}, extra...),
 		func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)

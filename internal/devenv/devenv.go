@@ -1,12 +1,12 @@
-// Package devenv runs, inside one process, what `ingress -dev` needs besides sluice
+// Package devenv runs, inside one process, what `sluice dev` (internal/devstack) needs besides sluice
 // itself: an embedded NATS server with JetStream, an in-process Redis-compatible store, and
 // a demo sink that logs every delivery.
 //
 // The embedded NATS server is the real nats-server. The in-process store is miniredis
-// (github.com/alicebob/miniredis), which runs sluice's Lua scripts unchanged, so -dev uses
+// (github.com/alicebob/miniredis), which runs sluice's Lua scripts unchanged, so `sluice dev` uses
 // the same code paths as production for the outflow scheduler, the admission counts and the
 // idempotency keys instead of a second implementation (admission limits and /v1/check use
-// bucket's in-memory store in -dev: one process needs no shared counters). It is never used
+// bucket's in-memory store there: one process needs no shared counters). It is never used
 // by tests or in production, where a real Redis is required.
 // miniredis does not expire keys on its own, so Redis advances its clock every second.
 package devenv
@@ -47,6 +47,14 @@ func StartNATS(dir, addr string) (*NATS, error) {
 	}
 	if port == 0 {
 		port = server.RANDOM_PORT
+	} else {
+		// A busy port fails now, naming the address: nats-server itself would only log it
+		// and never become ready.
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("devenv: nats: %w", err)
+		}
+		ln.Close()
 	}
 	srv, err := server.NewServer(&server.Options{
 		ServerName: "sluice-dev",
@@ -77,7 +85,7 @@ func (n *NATS) Close() {
 	n.srv.WaitForShutdown()
 }
 
-// Redis is an in-process Redis-compatible store for -dev.
+// Redis is an in-process Redis-compatible store for `sluice dev`.
 type Redis struct {
 	mr   *miniredis.Miniredis
 	stop chan struct{}
@@ -172,6 +180,9 @@ func StartSink(addr string, log *slog.Logger) (*Sink, error) {
 
 // URL is the sink's base URL.
 func (s *Sink) URL() string { return "http://" + s.ln.Addr().String() }
+
+// Addr is the address the sink listens on.
+func (s *Sink) Addr() string { return s.ln.Addr().String() }
 
 // Count is the number of deliveries received.
 func (s *Sink) Count() int64 { return s.count.Load() }

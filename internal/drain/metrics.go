@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	// Several drainers in one process (tests, `ingress -dev`) share the collectors.
+	// Several drainers in one process (tests, `sluice dev`) share the collectors.
 	var err error
 	if m.deliveries, err = register(reg, m.deliveries); err != nil {
 		return nil, err

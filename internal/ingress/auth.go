@@ -340,3 +340,41 @@ func (s *Server) requestDomain(r *http.Request) (string, error) {
 	}
 	return v.Domain, nil
 }
+
+// AuthFiles says where the ingress's tokens come from: -admin-token, -admin-token-file,
+// -admin-tokens and -submit-tokens. Empty fields are off.
+type AuthFiles struct {
+	AdminToken       string
+	AdminTokenFile   string
+	AdminTokensFile  string
+	SubmitTokensFile string
+}
+
+// OpenAuth reads the tokens of c; an error names the flag of the file at fault.
+func OpenAuth(c AuthFiles, log *slog.Logger) (*Auth, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	a := &Auth{}
+	if c.AdminToken != "" {
+		a.Static = []Token{NewStaticToken("admin-token", ScopeOperate, c.AdminToken)}
+	}
+	var err error
+	if c.AdminTokenFile != "" {
+		a.File = &TokenFile{path: c.AdminTokenFile, flag: "-admin-token-file", single: true, log: log}
+		if err := a.File.reload(); err != nil {
+			return nil, err
+		}
+	}
+	if c.AdminTokensFile != "" {
+		if a.Admin, err = OpenTokenFile("-admin-tokens", c.AdminTokensFile, true, log); err != nil {
+			return nil, err
+		}
+	}
+	if c.SubmitTokensFile != "" {
+		if a.Submit, err = OpenTokenFile("-submit-tokens", c.SubmitTokensFile, false, log); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}

@@ -225,7 +225,7 @@ descriptors:
 	if err := os.WriteFile(path, []byte(rulesYAML), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e := launch(t, path, nil, nil, "-admin-token", consoleToken, "-drain", "true", "-drain-workers", "4")
+	e := launch(t, path, nil, nil, "-admin-token", consoleToken, "-drain", "-drain-workers", "4")
 	n := e.nats
 	t.Logf("screenshots in %s", b.dir)
 

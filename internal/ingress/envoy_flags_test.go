@@ -43,13 +43,13 @@ func TestEnvoyParityFlags(t *testing.T) {
 		t.Fatalf("the flag must win over the environment: %v %v", c.ShadowMode, err)
 	}
 	for _, bad := range [][]string{{"-shadow-mode=yes please"}, {"-quota-mode=2"}, {"-merge-domain-config=x"},
-		{"-response-dynamic-metadata=on"}, {"-local-cache-bytes", "-1"}, {"-local-cache-bytes", "1MB"}, {"-detailed-metric-values", "-2"}} {
+		{"-response-dynamic-metadata=on"}, {"-local-cache-bytes", "-1"}, {"-local-cache-bytes", "1XB"}, {"-detailed-metric-values", "-2"}} {
 		name := strings.SplitN(bad[0], "=", 2)[0]
 		if _, err := parse(nil, bad...); err == nil || !strings.Contains(err.Error(), name+":") && !strings.Contains(err.Error(), "for flag "+name) {
 			t.Errorf("%v: %v, want an error naming %s", bad, err, name)
 		}
 	}
-	for name, v := range map[string]string{"SLUICE_SHADOW_MODE": "maybe", "SLUICE_LOCAL_CACHE_SIZE_IN_BYTES": "1MB", "SLUICE_DETAILED_METRIC_VALUES": "x"} {
+	for name, v := range map[string]string{"SLUICE_SHADOW_MODE": "maybe", "SLUICE_LOCAL_CACHE_SIZE_IN_BYTES": "lots", "SLUICE_DETAILED_METRIC_VALUES": "x"} {
 		if _, err := parse(map[string]string{name: v}); err == nil || !strings.HasPrefix(err.Error(), name+":") {
 			t.Errorf("%s=%s: %v, want an error naming %s", name, v, err, name)
 		}

@@ -516,7 +516,7 @@ func TestEnvoyParityLocalCache(t *testing.T) {
 		for i := 0; i < 21; i++ {
 			e.call(t, "api", 1, desc("user", "cached"))
 		}
-		rc := redis.NewClient(mustRedisOptions(t, e.main.RedisURL))
+		rc := redis.NewClient(mustRedisOptions(t, e.main.Config.RedisURL))
 		if err := rc.FlushAll(context.Background()).Err(); err != nil {
 			t.Fatal(err)
 		}

@@ -47,7 +47,7 @@ descriptors:
     queue: {capacity: 10, outflow: {unit: second, requests_per_unit: 2}}
     sink: {url: "`+sink.URL+`"}
 `), 0o644)
-	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "", "-nats", n.URL(), "-redis", r.URL(), "-drain", "true"},
+	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "", "-nats", n.URL(), "-redis", r.URL(), "-drain"},
 		func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)

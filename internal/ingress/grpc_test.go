@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluice-io/sluice/internal/devstack"
 	"github.com/sluice-io/sluice/internal/ingress"
 )
 
@@ -353,7 +354,7 @@ func TestGRPCShouldRateLimit(t *testing.T) {
 // TestGRPCResponseHeadersFlag: -grpc-response-headers adds the headers for every rule.
 func TestGRPCResponseHeadersFlag(t *testing.T) {
 	t.Parallel()
-	g := startGRPC(t, newFrozen().clock(), "-grpc-response-headers", "true")
+	g := startGRPC(t, newFrozen().clock(), "-grpc-response-headers")
 	r := g.call(t, "rls", 1, desc("login", "f1"))
 	if h := headerMap(r); h["X-RateLimit-Limit"] != "2" || h["RateLimit-Policy"] != `"login";q=2;w=60` {
 		t.Fatalf("headers %v", h)
@@ -598,28 +599,30 @@ func grep(s, words string) string {
 	return strings.Join(out, "\n")
 }
 
-// TestGRPCDev: `make run` (ingress -dev, the in-process memory store) serves the same
-// gRPC service on the example rules, including the envoy file among them.
+// TestGRPCDev: `sluice dev` (the in-process memory store) serves the same gRPC service
+// on the example rules, including the envoy file among them.
 func TestGRPCDev(t *testing.T) {
 	t.Parallel()
 	examples, _ := filepath.Abs("../../deploy/examples")
-	cfg, err := ingress.ParseFlags([]string{"-dev", "-rules", examples, "-data", t.TempDir(),
-		"-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-dev-nats-addr", "127.0.0.1:0", "-dev-sink-addr", "127.0.0.1:0",
+	cfg, err := devstack.ParseFlags([]string{"-rules", examples, "-data", t.TempDir(),
+		"-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats-addr", "127.0.0.1:0", "-sink-addr", "127.0.0.1:0",
 		"-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var banner strings.Builder
-	m := &ingress.Main{Config: cfg, Stdout: &banner, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := m.Run(ctx); err != nil {
+	dev, err := devstack.Start(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(m.Close)
+	t.Cleanup(dev.Close)
+	var banner strings.Builder
+	dev.PrintBanner(&banner)
 	if !strings.Contains(banner.String(), "envoy RLS: localhost:") {
 		t.Fatalf("the banner does not say where the gRPC service is:\n%s", banner.String())
 	}
+	m := dev.Ingress
 	conn, err := grpc.NewClient(m.GRPCAddr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -2,16 +2,12 @@ package ingress
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
-	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,86 +15,122 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluice-io/sluice/bucket"
-	"github.com/sluice-io/sluice/internal/app"
 	"github.com/sluice-io/sluice/internal/audit"
-	"github.com/sluice-io/sluice/internal/devenv"
 	"github.com/sluice-io/sluice/internal/drain"
-	"github.com/sluice-io/sluice/internal/drainer"
-	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sign"
+	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/internal/tlsx"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
 )
 
-// Main is the ingress process: it runs in cmd/ingress and, whole, in tests.
+// Run is the ingress binary: flags, -version, -check-config, or the process until
+// ctx ends, then a soft stop.
+func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := ParseFlags(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	switch {
+	case cfg.Version:
+		fmt.Fprintln(stdout, "ingress", process.Version())
+		return nil
+	case len(cfg.CheckConfig) > 0:
+		if err := rules.CheckConfigWith(stdout, rules.Options{MergeDomains: cfg.MergeDomainConfig}, cfg.CheckConfig...); err != nil {
+			return fmt.Errorf("%w: %w: %w", process.ErrReported, process.ErrUsage, err) // CheckConfigWith wrote it
+		}
+		return nil
+	}
+	stopTracing, err := telemetry.Setup(ctx, "sluice-ingress", getenv) // off unless OTEL_* says otherwise
+	if err != nil {
+		return err
+	}
+	defer stopTracing(context.WithoutCancel(ctx))
+	m := &Main{Config: cfg, Logger: process.NewLogger(cfg.LogFormat, cfg.LogLevel, stderr)}
+	if err := m.Run(ctx); err != nil {
+		return err
+	}
+	return process.WaitForStop(ctx, m.Logger, "ingress", cfg.ShutdownTimeout, m.Close)
+}
+
+// Main is the ingress process: it runs in cmd/ingress, inside `sluice dev`, and
+// whole in tests.
 type Main struct {
 	Config Config
-	Stdout io.Writer // where -dev prints its banner; default os.Stdout
-	Logger *slog.Logger
+	Logger *slog.Logger // default: built from the config, on stderr
 	// Now is the clock of admissions and checks; default time.Now. Tests freeze it to
 	// compare answers that depend on time.
 	Now func() time.Time
 
+	// Limits decides admission limits and checks; nil = Redis (degrading to a local
+	// limiter while Redis is unreachable). `sluice dev` sets an in-memory store.
+	Limits bucket.Store
+	// SinkDial, when set, dials the connections of the in-process drainer's HTTP sink
+	// deliveries (`sluice dev` sends the example rules' sink addresses to its demo sink).
+	SinkDial func(ctx context.Context, network, addr string) (net.Conn, error)
+
 	// Set by Run.
 	Server    *Server
-	Addr      net.Addr // the HTTP listener's address (useful with -http :0)
-	GRPCAddr  net.Addr // the gRPC listener's address; nil when -grpc is empty
-	DebugAddr net.Addr // the pprof listener's address; nil without -debug-addr
-	NATSURL   string
-	RedisURL  string
-	SinkURL   string           // -dev demo sink
-	Drainer   *drainer.Process // the in-process drainer (-drain), or nil
-	Stack     *app.Stack       // connections, streams, admission
-	TLS       *tlsx.Server     // the listeners' certificates (-tls-cert); nil = plain text
+	Addr      net.Addr          // the HTTP listener's address (useful with -http :0)
+	GRPCAddr  net.Addr          // the gRPC listener's address; nil when -grpc is empty
+	DebugAddr net.Addr          // the pprof listener's address; nil without -debug-addr
+	NATSURL   string            // Config.NATSURL
+	RedisURL  string            // Config.RedisURL
+	Drainer   *process.Draining // the in-process drainer (-drain), or nil
+	Stack     *process.Stack    // connections, streams, admission
+	TLS       *tlsx.Server      // the listeners' certificates (-tls-cert); nil = plain text
+	Rules     func() *rules.Set // the rules in force
 
 	closers []func()
 	httpSrv *http.Server
 	grpcSrv *GRPCServer
-	done    chan struct{}
 	once    sync.Once
 }
 
-// Limits of the HTTP listener (README "Hostile input"): what a slow or hostile client can
-// hold of a connection. The drainer's listener has the same (httpx).
-const (
-	DefaultReadHeaderTimeout = httpx.ReadHeaderTimeout // -read-header-timeout
-	ReadTimeout              = httpx.ReadTimeout
-	WriteTimeout             = httpx.WriteTimeout
-	IdleTimeout              = httpx.IdleTimeout
-	MaxHeaderBytes           = httpx.MaxHeaderBytes // more is 431; also bounds the gRPC listener's header list
-)
-
-// NewLogger builds the process logger from the config.
-func NewLogger(c Config, w io.Writer) *slog.Logger {
-	level := slog.LevelInfo
-	switch strings.ToLower(c.LogLevel) {
-	case "debug":
-		level = slog.LevelDebug
-	case "warn":
-		level = slog.LevelWarn
-	case "error":
-		level = slog.LevelError
+// withDefaults fills what a config built by hand (not by ParseFlags) left zero.
+func (c Config) withDefaults() Config {
+	var d Config
+	declareFlags(&d, func(string) string { return "" }, io.Discard)
+	for _, f := range []struct {
+		p *time.Duration
+		v time.Duration
+	}{{&c.RulesPoll, d.RulesPoll}, {&c.ShutdownTimeout, d.ShutdownTimeout}, {&c.ReadHeaderTimeout, d.ReadHeaderTimeout},
+		{&c.MaxDelay, d.MaxDelay}, {&c.IdempotencyTTL, d.IdempotencyTTL}, {&c.AuditKeep, d.AuditKeep}, {&c.ReadmitMaxBackoff, d.ReadmitMaxBackoff}} {
+		if *f.p == 0 {
+			*f.p = f.v
+		}
 	}
-	opts := &slog.HandlerOptions{Level: level}
-	if c.LogFormat == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+	for _, f := range []struct {
+		p *int64
+		v int64
+	}{{&c.MaxBody, d.MaxBody}, {&c.RetryMaxBytes, d.RetryMaxBytes}, {&c.DeadMaxBytes, d.DeadMaxBytes}, {&c.StatusKeepMax, d.StatusKeepMax}, {&c.AuditMax, d.AuditMax}} {
+		if *f.p == 0 {
+			*f.p = f.v
+		}
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	for _, f := range []struct {
+		p *int
+		v int
+	}{{&c.Replicas, d.Replicas}, {&c.MaxBatch, d.MaxBatch}, {&c.DrainWorkers, d.DrainWorkers}} {
+		if *f.p == 0 {
+			*f.p = f.v
+		}
+	}
+	return c
 }
 
-// Run starts everything and returns once the HTTP server is listening. Stop it with Close.
+// Run starts everything and returns once the listeners listen. ctx bounds the start only;
+// stop the process with Close.
 func (m *Main) Run(ctx context.Context) (err error) {
-	c := m.Config
+	c := m.Config.withDefaults()
+	m.Config = c
+	m.NATSURL, m.RedisURL = c.NATSURL, c.RedisURL
 	if m.Logger == nil {
-		m.Logger = NewLogger(c, os.Stderr)
-	}
-	if m.Stdout == nil {
-		m.Stdout = os.Stdout
+		m.Logger = process.NewLogger(c.LogFormat, c.LogLevel, os.Stderr)
 	}
 	log := m.Logger
-	m.done = make(chan struct{})
 	defer func() {
 		if err != nil {
 			m.Close()
@@ -108,7 +140,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	// Certificates and secrets next: a process that cannot serve as configured must not
+	// Certificates and secrets first: a process that cannot serve as configured must not
 	// start.
 	if c.TLSCert != "" {
 		if m.TLS, err = tlsx.NewServer(tlsx.ServerFiles{CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA, Logger: log}); err != nil {
@@ -124,12 +156,13 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
-	auth, err := openAuth(c, log)
+	auth, err := OpenAuth(AuthFiles{AdminToken: c.AdminToken, AdminTokenFile: c.AdminTokenFile,
+		AdminTokensFile: c.AdminTokensFile, SubmitTokensFile: c.SubmitTokensFile}, log)
 	if err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
 
-	// Rules first: a process with bad rules must not start.
+	// Rules next: a process with bad rules must not start.
 	var srv *Server
 	watcher, err := rules.NewWatcher(rules.WatcherConfig{
 		Paths: c.Rules, Interval: c.RulesPoll, Logger: log, Options: rules.Options{MergeDomains: c.MergeDomainConfig},
@@ -142,40 +175,16 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("ingress: rules: %w", err)
 	}
+	m.Rules = watcher.Current
 
-	m.NATSURL, m.RedisURL = c.NATSURL, c.RedisURL
-	if c.Dev {
-		if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
-			return fmt.Errorf("ingress: -data: %w", err)
-		}
-		ns, err := devenv.StartNATS(c.DataDir, c.DevNATSAddr)
-		if err != nil {
-			return err
-		}
-		m.closers = append(m.closers, ns.Close)
-		rs, err := devenv.StartRedis()
-		if err != nil {
-			return err
-		}
-		m.closers = append(m.closers, rs.Close)
-		sink, err := devenv.StartSink(c.DevSinkAddr, log)
-		if err != nil {
-			return err
-		}
-		m.closers = append(m.closers, func() { sink.Close(context.Background()) })
-		m.NATSURL, m.RedisURL, m.SinkURL = ns.URL(), rs.URL(), sink.URL()
-	}
-
-	var limits bucket.Store
-	if c.Dev {
-		limits = bucket.NewMemory(bucket.MemoryConfig{}) // the in-process limiter store of -dev
-	}
 	capacityChanged := make(chan struct{}, 1)
-	st, err := app.Open(ctx, app.Config{
-		Name: "ingress", NATSURL: m.NATSURL, RedisURL: m.RedisURL, Replicas: c.Replicas,
+	st, err := process.Open(ctx, process.StackConfig{
+		Name: "ingress", NATSURL: c.NATSURL, RedisURL: c.RedisURL, Replicas: c.Replicas,
 		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey,
-		Rules: watcher.Current, Limits: limits, Logger: log,
+		Rules: watcher.Current, Limits: m.Limits, Logger: log,
 		IdempotencyTTL: c.IdempotencyTTL, StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
+		RetryMaxBytes: c.RetryMaxBytes, DeadMaxBytes: c.DeadMaxBytes, DeadDropOldest: c.DeadDropOldest,
+		QueueMaxBytes: c.QueueMaxBytes, PublishWait: c.PublishWait, Registry: reg,
 		OnDegraded: func(on bool) {
 			if srv != nil {
 				srv.SetDegraded(on)
@@ -208,7 +217,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	// may have used most of theirs.
 	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
 	defer acancel()
-	if err := app.Retry(actx, auditLog.Ensure); err != nil {
+	if err := process.Retry(actx, auditLog.Ensure); err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
 	admin := &Admin{Audit: auditLog, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
@@ -224,9 +233,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	srv.RulesReloaded(watcher.Current(), nil)
 
 	if c.Drain {
-		proc, err := drainer.Start(context.WithoutCancel(ctx), drainer.Deps{
+		proc, err := process.StartDraining(context.WithoutCancel(ctx), process.DrainDeps{
 			Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
-			SinkTLS: sinkTLS, Signer: signer,
+			SinkTLS: sinkTLS, Signer: signer, SinkDial: m.SinkDial,
 			Drain:   drain.Config{Workers: c.DrainWorkers, StopTimeout: c.ShutdownTimeout},
 			Readmit: retry.ReadmitterConfig{MaxBackoff: c.ReadmitMaxBackoff},
 		})
@@ -243,71 +252,25 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := watcher.Start(wctx); err != nil {
 		return err
 	}
-	go func() {
-		var last *rules.Set = watcher.Current()
-		t := time.NewTicker(c.RulesPoll)
-		defer t.Stop()
-		for {
-			select {
-			case <-wctx.Done():
-				return
-			case <-t.C:
-			case <-capacityChanged:
-				last = nil // an override changed: re-apply effective capacities
-			}
-			if cur := watcher.Current(); cur != last {
-				ectx, cancel := context.WithTimeout(wctx, 30*time.Second)
-				if err := ensureStreams(ectx, st.Queues, cur, st.Effective); err != nil {
-					log.Error("ingress: streams not updated after a rules or override change", "err", err)
-				} else {
-					last = cur
-				}
-				cancel()
-			}
-		}
-	}()
-
+	go m.followRules(wctx, watcher.Current, capacityChanged)
 	go srv.FlushRefusals(wctx, st.Scheduler, time.Second)
-
 	if st.Degraded != nil {
-		peers := &peerCounter{nc: st.NATS, log: log, onChange: st.Degraded.SetProcesses}
-		if err := peers.Start(wctx); err != nil {
+		if err := CountPeers(wctx, st.NATS, log, st.Degraded.SetProcesses); err != nil {
 			log.Warn("ingress: live ingress count unavailable; degraded limits assume 1 process", "err", err)
 		}
 	}
 
-	ln, err := net.Listen("tcp", c.HTTPAddr)
+	ln, err := process.Listen("http", c.HTTPAddr)
 	if err != nil {
-		return fmt.Errorf("ingress: listen %s: %w", c.HTTPAddr, err)
+		return fmt.Errorf("ingress: %w", err)
 	}
 	m.Addr = ln.Addr()
-	m.httpSrv = &http.Server{
-		Handler: srv,
-		// TLS handshake errors (probes, scanners) at debug level, not on stderr.
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-		ReadHeaderTimeout: c.ReadHeaderTimeout,
-		ReadTimeout:       ReadTimeout,
-		WriteTimeout:      WriteTimeout,
-		IdleTimeout:       IdleTimeout,
-		MaxHeaderBytes:    MaxHeaderBytes,
-	}
-	if m.httpSrv.ReadHeaderTimeout <= 0 { // a Config built by hand
-		m.httpSrv.ReadHeaderTimeout = DefaultReadHeaderTimeout
-	}
-	serve := m.httpSrv.Serve
-	if m.TLS != nil {
-		m.httpSrv.TLSConfig = m.TLS.Config()
-		serve = func(ln net.Listener) error { return m.httpSrv.ServeTLS(ln, "", "") }
-	}
-	go func() {
-		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("ingress: HTTP server stopped", "err", err)
-		}
-	}()
+	m.httpSrv = process.NewHTTPServer(srv, log, c.ReadHeaderTimeout)
+	process.Serve(m.httpSrv, ln, m.TLS, log, "ingress")
 	if c.GRPCAddr != "" {
-		gln, err := net.Listen("tcp", c.GRPCAddr)
+		gln, err := process.Listen("grpc", c.GRPCAddr)
 		if err != nil {
-			return fmt.Errorf("ingress: listen -grpc %s: %w", c.GRPCAddr, err)
+			return fmt.Errorf("ingress: %w", err)
 		}
 		m.GRPCAddr = gln.Addr()
 		gc := GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log}
@@ -323,95 +286,49 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		log.Info("ingress: envoy rate limit service listening (gRPC)", "addr", m.GRPCAddr.String())
 	}
 	if c.DebugAddr != "" {
-		dln, err := net.Listen("tcp", c.DebugAddr)
+		addr, stop, err := process.ServeDebug(c.DebugAddr, log, "ingress")
 		if err != nil {
-			return fmt.Errorf("ingress: listen -debug-addr %s: %w", c.DebugAddr, err)
+			return fmt.Errorf("ingress: %w", err)
 		}
-		m.DebugAddr = dln.Addr()
-		dbg := &http.Server{Handler: debugMux(), ReadHeaderTimeout: DefaultReadHeaderTimeout, MaxHeaderBytes: MaxHeaderBytes, IdleTimeout: IdleTimeout}
-		m.closers = append(m.closers, func() { dbg.Close() })
-		go dbg.Serve(dln)
-		log.Info("ingress: pprof listening", "addr", dln.Addr().String())
+		m.DebugAddr = addr
+		m.closers = append(m.closers, stop)
 	}
-	log.Info("ingress: listening", "addr", m.Addr.String(), "tls", m.TLS != nil, "mtls", c.TLSClientCA != "", "nats", m.NATSURL, "rules", len(watcher.Current().Rules()), "dev", c.Dev)
-	if c.Dev {
-		m.printBanner(watcher.Current())
-	}
+	log.Info("ingress: listening", "addr", m.Addr.String(), "tls", m.TLS != nil, "mtls", c.TLSClientCA != "", "nats", c.NATSURL,
+		"rules", len(watcher.Current().Rules()), "drain", c.Drain, "version", process.Version())
 	return nil
 }
 
-func (m *Main) printBanner(set *rules.Set) {
-	port := m.Addr.(*net.TCPAddr).Port
-	scheme := "http"
-	if m.TLS != nil {
-		scheme = "https"
-	}
-	fmt.Fprintf(m.Stdout, "\nsluice is running (dev mode: embedded NATS at %s, data in %s)\n", m.NATSURL, m.Config.DataDir)
-	fmt.Fprintf(m.Stdout, "  API:       %s://localhost:%d   (metrics: /metrics)\n", scheme, port)
-	if m.Config.AdminToken != "" || m.Config.AdminTokenFile != "" || m.Config.AdminTokensFile != "" {
-		fmt.Fprintf(m.Stdout, "  console:   %s://localhost:%d/ui/   (sign in with an admin token)\n", scheme, port)
-	} else {
-		fmt.Fprintf(m.Stdout, "  console:   %s://localhost:%d/ui/   (start with -admin-token to sign in)\n", scheme, port)
-	}
-	if m.GRPCAddr != nil {
-		fmt.Fprintf(m.Stdout, "  envoy RLS: localhost:%d (gRPC, envoy.service.ratelimit.v3.RateLimitService)\n", m.GRPCAddr.(*net.TCPAddr).Port)
-	}
-	fmt.Fprintf(m.Stdout, "  demo sink: %s (logs every delivery)\n", m.SinkURL)
-	fmt.Fprintf(m.Stdout, "  rules:     %d from %s\n\n", len(set.Rules()), strings.Join(m.Config.Rules, ","))
-	// The example rules deliver to the demo sink's default address; moved elsewhere with
-	// -dev-sink-addr, their deliveries would fail and be retried with nothing said.
-	if sink, err := url.Parse(m.SinkURL); err == nil {
-		for _, r := range set.QueueRules() {
-			u, err := url.Parse(r.Sink.URL)
-			if err == nil && r.Sink.URL != "" && u.Port() == "8090" && isLoopback(u.Hostname()) && u.Host != sink.Host {
-				fmt.Fprintf(m.Stdout, "  note: rule %q delivers to %s, but the demo sink listens on %s: edit its sink url\n\n", r.Name, r.Sink.URL, sink.Host)
+// followRules keeps the queue streams in step with the rules and the overrides until ctx
+// ends: a new queue rule gets its stream, a capacity change reaches its stream.
+func (m *Main) followRules(ctx context.Context, current func() *rules.Set, capacityChanged <-chan struct{}) {
+	last := current()
+	t := time.NewTicker(m.Config.RulesPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-capacityChanged:
+			last = nil // an override changed: re-apply effective capacities
+		}
+		if cur := current(); cur != last {
+			ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			if err := ensureStreams(ectx, m.Stack.Queues, cur, m.Stack.Effective); err != nil {
+				m.Logger.Error("ingress: streams not updated after a rules or override change", "err", err)
+			} else {
+				last = cur
 			}
+			cancel()
 		}
 	}
-	fmt.Fprintf(m.Stdout, "Try it — 30 orders for one merchant, delivered at its outflow:\n")
-	fmt.Fprintf(m.Stdout, "  for i in $(seq 30); do curl -s localhost:%d/v1/messages -H 'Content-Type: application/json' \\\n", port)
-	fmt.Fprintf(m.Stdout, "    -d '{\"domain\":\"orders\",\"descriptor\":[{\"key\":\"merchant_id\",\"value\":\"m-42\"}],\"payload\":{\"order_id\":'$i'}}'; echo; done\n\n")
 }
 
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-// openAuth reads the admin and submit tokens of the config.
-func openAuth(c Config, log *slog.Logger) (*Auth, error) {
-	a := &Auth{}
-	if c.AdminToken != "" {
-		a.Static = []Token{NewStaticToken("admin-token", ScopeOperate, c.AdminToken)}
-	}
-	var err error
-	if c.AdminTokenFile != "" {
-		a.File = &TokenFile{path: c.AdminTokenFile, flag: "-admin-token-file", single: true, log: log}
-		if err := a.File.reload(); err != nil {
-			return nil, err
-		}
-	}
-	if c.AdminTokensFile != "" {
-		if a.Admin, err = OpenTokenFile("-admin-tokens", c.AdminTokensFile, true, log); err != nil {
-			return nil, err
-		}
-	}
-	if c.SubmitTokensFile != "" {
-		if a.Submit, err = OpenTokenFile("-submit-tokens", c.SubmitTokensFile, false, log); err != nil {
-			return nil, err
-		}
-	}
-	return a, nil
-}
-
-// Close stops the process: HTTP first (stop admitting, finish in-flight requests within
-// the shutdown timeout), then everything else in reverse start order. Safe to call twice.
+// Close stops the process softly: both listeners stop taking new work and finish
+// in-flight requests within -shutdown-timeout, then the in-process drainer and
+// everything else stop in reverse start order. Safe to call twice.
 func (m *Main) Close() {
 	m.once.Do(func() {
-		// Both listeners stop taking new work at once and share the shutdown timeout.
 		var wg sync.WaitGroup
 		if m.grpcSrv != nil {
 			wg.Go(func() { m.grpcSrv.Stop(m.Config.ShutdownTimeout) })
@@ -425,9 +342,6 @@ func (m *Main) Close() {
 		for i := len(m.closers) - 1; i >= 0; i-- {
 			m.closers[i]()
 		}
-		if m.done != nil {
-			close(m.done)
-		}
 	})
 }
 
@@ -435,7 +349,7 @@ func (m *Main) Close() {
 func ensureStreams(ctx context.Context, q *queue.Queues, set *rules.Set, effective func(*rules.Rule) *rules.Rule) error {
 	for _, r := range set.QueueRules() {
 		eq := effective(r).Queue
-		err := app.Retry(ctx, func(ctx context.Context) error {
+		err := process.Retry(ctx, func(ctx context.Context) error {
 			return q.EnsureLimits(ctx, r.Name, queue.Limits{Capacity: eq.Capacity, MaxBytes: eq.MaxBytes})
 		})
 		if err != nil {
@@ -443,16 +357,4 @@ func ensureStreams(ctx context.Context, q *queue.Queues, set *rules.Set, effecti
 		}
 	}
 	return nil
-}
-
-// debugMux serves net/http/pprof's handlers (not on the default mux, which this process
-// never serves).
-func debugMux() *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return mux
 }

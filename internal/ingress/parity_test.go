@@ -40,7 +40,7 @@ func TestCheckParity(t *testing.T) {
 	t.Parallel()
 	hc, gc := newFrozen(), newFrozen()
 	h := startGRPC(t, hc.clock())
-	g := startGRPC(t, gc.clock(), "-grpc-response-headers", "true")
+	g := startGRPC(t, gc.clock(), "-grpc-response-headers")
 
 	type pick struct {
 		domain string

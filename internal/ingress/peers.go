@@ -79,3 +79,11 @@ func (p *peerCounter) update() {
 		p.onChange(n)
 	}
 }
+
+// CountPeers keeps onChange told of the number of live ingress processes (this one
+// included) until ctx ends: the degraded limiter divides its limits by it while Redis is
+// unreachable.
+func CountPeers(ctx context.Context, nc *nats.Conn, log *slog.Logger, onChange func(n int)) error {
+	p := &peerCounter{nc: nc, log: log, onChange: onChange}
+	return p.Start(ctx)
+}

@@ -366,7 +366,7 @@ descriptors:
     name: orders
     queue: {capacity: 3, outflow: {unit: second, requests_per_unit: 10}}
     sink: {url: "`+sink.URL+`"}
-`, io.Discard, "-drain", "true", "-drain-workers", "2", "-sign-keys", keyFile, "-sink-ca", tlstest.Write(t, dir, "ca.crt", ca.CertPEM))
+`, io.Discard, "-drain", "-drain-workers", "2", "-sign-keys", keyFile, "-sink-ca", tlstest.Write(t, dir, "ca.crt", ca.CertPEM))
 	a := call(t, "POST", "http://"+m.Addr.String()+"/v1/messages", "", `{"domain":"orders","descriptor":[{"key":"merchant_id","value":"m-1"}],"payload":{"n":42}}`)
 	if a.status != 202 {
 		t.Fatalf("submit: %d %v", a.status, a.body)

@@ -126,6 +126,31 @@ func start(tb testing.TB, tc *tls.Config, opt func(*server.Options)) *Node {
 	return n
 }
 
+// StartLimited starts a single JetStream server whose file store holds at most
+// maxFileStore bytes (a NATS volume smaller than the streams want).
+func StartLimited(tb testing.TB, maxFileStore int64) *Node {
+	tb.Helper()
+	port, err := freePort()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n := &Node{opts: server.Options{
+		ServerName:        fmt.Sprintf("sluice-test-%d", nameSeq.Add(1)),
+		Host:              "127.0.0.1",
+		Port:              port,
+		JetStream:         true,
+		JetStreamMaxStore: maxFileStore,
+		StoreDir:          filepath.Join(tb.TempDir(), "js"),
+		NoLog:             true,
+		NoSigs:            true,
+	}}
+	if err := n.Restart(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(n.Shutdown)
+	return n
+}
+
 // StartCluster starts an n-node JetStream cluster on loopback ports and waits until it
 // has a meta leader, so R3 streams can be created at once. All nodes are shut down when
 // the test ends.

@@ -1,17 +1,21 @@
-// Package app opens what every sluice process stands on — the NATS and Redis connections,
-// the queue, retry and dead-letter streams, the outflow scheduler, the status store, the
-// live overrides and the admission path — once, the same way for the ingress and the
+package process
+
+// A Stack is what every sluice process stands on — the NATS and Redis connections, the
+// queue, retry and dead-letter streams, the outflow scheduler, the status store, the live
+// overrides and the admission path — opened once, the same way for the ingress and the
 // drainer. Each process adds its own part on top (the HTTP API, the drain loop).
-package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-io/sluice/bucket"
@@ -24,8 +28,8 @@ import (
 	"github.com/sluice-io/sluice/retry"
 )
 
-// Config says how to open a Stack.
-type Config struct {
+// StackConfig says how to open a Stack.
+type StackConfig struct {
 	Name     string // process kind for logs and the NATS connection name: "ingress", "drainer"
 	NATSURL  string
 	RedisURL string
@@ -45,7 +49,21 @@ type Config struct {
 	// (0: a million) of them (status.DeliveredRecords).
 	StatusKeep    time.Duration
 	StatusKeepMax int64
-	Logger        *slog.Logger
+	// RetryMaxBytes and DeadMaxBytes bound the retry and dead-letter streams' storage
+	// (-retry-max-bytes, -dead-max-bytes; 0: retry's own defaults).
+	RetryMaxBytes, DeadMaxBytes int64
+	// DeadDropOldest deletes the oldest dead letters (counted) when the dead-letter stream is
+	// full, instead of refusing the new one (-dead-drop-oldest; default false).
+	DeadDropOldest bool
+	// QueueMaxBytes bounds each queue rule's stream unless the rule sets queue.max_bytes
+	// (-queue-max-bytes; 0: queue.DefaultMaxBytes).
+	QueueMaxBytes int64
+	// PublishWait is how long a submit waits for its stream's new leader (-publish-wait;
+	// 0: queue.DefaultPublishWait).
+	PublishWait time.Duration
+	// Registry registers the stack's own metrics (dead-letter refusals and drops); nil: none.
+	Registry prometheus.Registerer
+	Logger   *slog.Logger
 
 	// NATSCA trusts the CAs of this PEM file for NATS servers' certificates (tls:// URLs or
 	// servers that require TLS); NATSCert and NATSKey are a client certificate for NATS.
@@ -63,18 +81,18 @@ type Stack struct {
 	Parking   *retry.Store
 	Dead      *retry.DeadLetters
 	Status    *status.Locator
-	Delivered *status.DeliveredRecords // nil unless Config.StatusKeep > 0
+	Delivered *status.DeliveredRecords // nil unless StackConfig.StatusKeep > 0
 	Overrides *overrides.Store
 	Current   *overrides.Watcher
 	Limits    bucket.Store
-	Degraded  *bucket.Degraded // nil when Config.Limits was given
+	Degraded  *bucket.Degraded // nil when StackConfig.Limits was given
 	Admitter  *admit.Admitter
 
 	closers []func()
 }
 
 // Open connects and opens everything; on error what was opened is closed again.
-func Open(ctx context.Context, c Config) (s *Stack, err error) {
+func Open(ctx context.Context, c StackConfig) (s *Stack, err error) {
 	log := c.Logger
 	s = &Stack{}
 	defer func() {
@@ -118,16 +136,17 @@ func Open(ctx context.Context, c Config) (s *Stack, err error) {
 	}
 	s.closers = append(s.closers, func() { s.Redis.Close() })
 
-	if s.Queues, err = queue.NewQueues(s.JS, queue.Config{Replicas: c.Replicas}); err != nil {
+	if s.Queues, err = queue.NewQueues(s.JS, queue.Config{Replicas: c.Replicas, MaxBytes: c.QueueMaxBytes, PublishWait: c.PublishWait}); err != nil {
 		return s, err
 	}
 	if s.Scheduler, err = queue.NewScheduler(s.Redis, queue.SchedulerConfig{}); err != nil {
 		return s, err
 	}
-	if s.Parking, err = retry.NewStore(s.JS, retry.Config{Replicas: c.Replicas}); err != nil {
+	if s.Parking, err = retry.NewStore(s.JS, retry.Config{Replicas: c.Replicas, MaxBytes: c.RetryMaxBytes}); err != nil {
 		return s, err
 	}
-	if s.Dead, err = retry.NewDeadLetters(s.JS, retry.DeadConfig{Replicas: c.Replicas,
+	if s.Dead, err = retry.NewDeadLetters(s.JS, retry.DeadConfig{Replicas: c.Replicas, MaxBytes: c.DeadMaxBytes,
+		DropOldest: c.DeadDropOldest, Registerer: c.Registry,
 		Rules: retryrules.Lookup(func(name string) *rules.Rule { return c.Rules().Rule(name) })}); err != nil {
 		return s, err
 	}
@@ -136,10 +155,10 @@ func Open(ctx context.Context, c Config) (s *Stack, err error) {
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := Retry(startCtx, s.Parking.Ensure); err != nil {
-		return s, fmt.Errorf("%s: retry stream: %w", c.Name, err)
+		return s, fmt.Errorf("%s: retry stream: %w", c.Name, storageHint(err, "-retry-max-bytes", c.RetryMaxBytes))
 	}
 	if err := Retry(startCtx, s.Dead.Ensure); err != nil {
-		return s, fmt.Errorf("%s: dead-letter stream: %w", c.Name, err)
+		return s, fmt.Errorf("%s: dead-letter stream: %w", c.Name, storageHint(err, "-dead-max-bytes", c.DeadMaxBytes))
 	}
 	if c.StatusKeep > 0 {
 		if s.Delivered, err = status.NewDeliveredRecords(nc, status.DeliveredConfig{Keep: c.StatusKeep, Max: c.StatusKeepMax, Replicas: c.Replicas}); err != nil {
@@ -206,7 +225,7 @@ func Retry(ctx context.Context, f func(context.Context) error) error {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := f(actx)
 		cancel()
-		if err == nil || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil || noRoom(err) {
 			return err
 		}
 		select {
@@ -241,4 +260,42 @@ func (s *Stack) Close() {
 		s.closers[i]()
 	}
 	s.closers = nil
+}
+
+// noRoom reports whether JetStream refused a stream for want of storage: asking again
+// cannot help (JSStorageResourcesExceededErr, JSInsufficientResourcesErr).
+func noRoom(err error) bool {
+	var api *jetstream.APIError
+	if errors.As(err, &api) && (api.ErrorCode == 10047 || api.ErrorCode == 10023) {
+		return true
+	}
+	return strings.Contains(err.Error(), "insufficient storage") || strings.Contains(err.Error(), "insufficient resources")
+}
+
+// storageHint names the flag that sizes a stream when JetStream has no room for it.
+func storageHint(err error, flagName string, size int64) error {
+	if !noRoom(err) {
+		return err
+	}
+	return fmt.Errorf("%w: the stream reserves %s (%s %s): lower %s, or give NATS more JetStream storage (max_file_store)",
+		err, FormatBytes(size), flagName, FormatBytes(size), flagName)
+}
+
+// Default stream bounds (-retry-max-bytes, -dead-max-bytes): room for a million parked
+// 1 KiB messages each, and small enough that both fit the NATS Helm chart's default 10 Gi
+// volume beside the queues. JetStream reserves a file stream's MaxBytes up front.
+const (
+	DefaultRetryMaxBytes = 1 << 30
+	DefaultDeadMaxBytes  = 1 << 30
+)
+
+// CheckStreamBytes checks -retry-max-bytes and -dead-max-bytes.
+func CheckStreamBytes(retry, dead int64) error {
+	if retry <= 0 {
+		return fmt.Errorf("-retry-max-bytes: want a positive size, got %d", retry)
+	}
+	if dead <= 0 {
+		return fmt.Errorf("-dead-max-bytes: want a positive size, got %d", dead)
+	}
+	return nil
 }

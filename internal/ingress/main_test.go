@@ -1,4 +1,4 @@
-package main
+package ingress_test
 
 import (
 	"bytes"
@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluice-io/sluice/internal/ingress"
+	"github.com/sluice-io/sluice/internal/process"
 )
 
 // TestCheckConfigPrintsOnce: `ingress -check-config` with a bad file writes each problem
@@ -19,7 +22,7 @@ func TestCheckConfigPrintsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	code := exitCode(run(context.Background(), []string{"-check-config", bad}, &stdout, &stderr), &stderr)
+	code := process.ExitCode("ingress", ingress.Run(context.Background(), []string{"-check-config", bad}, func(string) string { return "" }, &stdout, &stderr), &stderr)
 	all := stdout.String() + stderr.String()
 	problem := `descriptors[0].rate_limit.unit: must be second, minute, hour, day, week, month or year (got "sec")`
 	if code != 2 || strings.Count(all, problem) != 1 || !strings.HasPrefix(stdout.String(), "rules: 1 problem(s):\n") {
@@ -29,7 +32,7 @@ func TestCheckConfigPrintsOnce(t *testing.T) {
 	stdout.Reset()
 	stderr.Reset()
 	missing := filepath.Join(dir, "missing.yaml")
-	code = exitCode(run(context.Background(), []string{"-check-config", missing}, &stdout, &stderr), &stderr)
+	code = process.ExitCode("ingress", ingress.Run(context.Background(), []string{"-check-config", missing}, func(string) string { return "" }, &stdout, &stderr), &stderr)
 	all = stdout.String() + stderr.String()
 	if code != 2 || strings.Count(all, "missing.yaml") != 1 {
 		t.Errorf("missing file: exit %d, output:\n%s", code, all)
@@ -47,7 +50,7 @@ descriptors:
 	}
 	stdout.Reset()
 	stderr.Reset()
-	code = exitCode(run(context.Background(), []string{"-check-config", good}, &stdout, &stderr), &stderr)
+	code = process.ExitCode("ingress", ingress.Run(context.Background(), []string{"-check-config", good}, func(string) string { return "" }, &stdout, &stderr), &stderr)
 	if code != 0 || stderr.Len() != 0 ||
 		!strings.Contains(stdout.String(), "limit 5/1s token_bucket burst=20") ||
 		!strings.Contains(stdout.String(), "limit 100/24h0m0s fixed_window time_zone=Asia/Seoul") {

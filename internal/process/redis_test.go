@@ -1,4 +1,4 @@
-package app_test
+package process_test
 
 import (
 	"reflect"
@@ -8,74 +8,74 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-io/sluice/internal/app"
+	"github.com/sluice-io/sluice/internal/process"
 )
 
 func TestParseRedisURL(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		url  string
-		kind app.RedisKind
+		kind process.RedisKind
 		// addrs: the server (single), seed nodes (cluster) or sentinels
 		addrs  []string
-		check  func(t *testing.T, c *app.RedisConfig)
+		check  func(t *testing.T, c *process.RedisConfig)
 		client string // type of NewClient's result
 	}{
-		{url: "redis://127.0.0.1:6379", kind: app.RedisSingle, addrs: []string{"127.0.0.1:6379"}, client: "*redis.Client",
-			check: func(t *testing.T, c *app.RedisConfig) {
+		{url: "redis://127.0.0.1:6379", kind: process.RedisSingle, addrs: []string{"127.0.0.1:6379"}, client: "*redis.Client",
+			check: func(t *testing.T, c *process.RedisConfig) {
 				o := c.Single
 				if o.DialTimeout != 500*time.Millisecond || o.ReadTimeout != 500*time.Millisecond || o.MaxRetries != 1 ||
 					o.DialerRetries != 1 || o.PoolSize != 256 || o.MinIdleConns != 8 || !o.ContextTimeoutEnabled || o.TLSConfig != nil {
 					t.Errorf("defaults not applied: %+v", o)
 				}
 			}},
-		{url: "redis://:secret@db.example:6380/3?dial_timeout=2s&pool_size=1000", kind: app.RedisSingle, addrs: []string{"db.example:6380"}, client: "*redis.Client",
-			check: func(t *testing.T, c *app.RedisConfig) {
+		{url: "redis://:secret@db.example:6380/3?dial_timeout=2s&pool_size=1000", kind: process.RedisSingle, addrs: []string{"db.example:6380"}, client: "*redis.Client",
+			check: func(t *testing.T, c *process.RedisConfig) {
 				o := c.Single
 				if o.Password != "secret" || o.DB != 3 || o.DialTimeout != 2*time.Second || o.ReadTimeout != 500*time.Millisecond || o.PoolSize != 1000 {
 					t.Errorf("URL options lost: %+v", o)
 				}
 			}},
-		{url: "rediss://db.example:6380", kind: app.RedisSingle, addrs: []string{"db.example:6380"}, client: "*redis.Client",
-			check: func(t *testing.T, c *app.RedisConfig) {
+		{url: "rediss://db.example:6380", kind: process.RedisSingle, addrs: []string{"db.example:6380"}, client: "*redis.Client",
+			check: func(t *testing.T, c *process.RedisConfig) {
 				if c.Single.TLSConfig == nil || c.Single.TLSConfig.ServerName != "db.example" {
 					t.Errorf("rediss:// without TLS: %+v", c.Single.TLSConfig)
 				}
 			}},
-		{url: "unix:///run/redis/redis.sock?db=2", kind: app.RedisSingle, addrs: []string{"/run/redis/redis.sock"}, client: "*redis.Client",
-			check: func(t *testing.T, c *app.RedisConfig) {
+		{url: "unix:///run/redis/redis.sock?db=2", kind: process.RedisSingle, addrs: []string{"/run/redis/redis.sock"}, client: "*redis.Client",
+			check: func(t *testing.T, c *process.RedisConfig) {
 				if c.Single.Network != "unix" || c.Single.DB != 2 {
 					t.Errorf("unix: %+v", c.Single)
 				}
 			}},
-		{url: "redis://10.0.0.1:7000?addr=10.0.0.2:7000&addr=10.0.0.3:7000", kind: app.RedisCluster,
+		{url: "redis://10.0.0.1:7000?addr=10.0.0.2:7000&addr=10.0.0.3:7000", kind: process.RedisCluster,
 			addrs: []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}, client: "*redis.ClusterClient",
-			check: func(t *testing.T, c *app.RedisConfig) {
+			check: func(t *testing.T, c *process.RedisConfig) {
 				o := c.Cluster
 				if o.ReadTimeout != 500*time.Millisecond || o.MaxRetries != 1 || o.PoolSize != 256 || !o.ContextTimeoutEnabled || o.ClusterStateReloadInterval != time.Second || o.MinRetryBackoff != -1 {
 					t.Errorf("defaults not applied: %+v", o)
 				}
 			}},
-		{url: "rediss+cluster://user:pw@10.0.0.1:7000?read_timeout=1s", kind: app.RedisCluster, addrs: []string{"10.0.0.1:7000"}, client: "*redis.ClusterClient",
-			check: func(t *testing.T, c *app.RedisConfig) {
+		{url: "rediss+cluster://user:pw@10.0.0.1:7000?read_timeout=1s", kind: process.RedisCluster, addrs: []string{"10.0.0.1:7000"}, client: "*redis.ClusterClient",
+			check: func(t *testing.T, c *process.RedisConfig) {
 				o := c.Cluster
 				if o.Username != "user" || o.Password != "pw" || o.TLSConfig == nil || o.ReadTimeout != time.Second {
 					t.Errorf("cluster options: %+v", o)
 				}
 			}},
 		{url: "redis+sentinel://10.0.0.1:26379?master_name=sluice&addr=10.0.0.2:26379&addr=10.0.0.3:26379&password=mpw",
-			kind: app.RedisSentinel, addrs: []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"}, client: "*redis.Client",
-			check: func(t *testing.T, c *app.RedisConfig) {
+			kind: process.RedisSentinel, addrs: []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"}, client: "*redis.Client",
+			check: func(t *testing.T, c *process.RedisConfig) {
 				o := c.Failover
 				if o.MasterName != "sluice" || o.Password != "mpw" || o.ReadTimeout != 500*time.Millisecond || o.MaxRetries != 1 || !o.ContextTimeoutEnabled {
 					t.Errorf("failover options: %+v", o)
 				}
 			}},
-		{url: "redis://10.0.0.1:26379?master_name=sluice", kind: app.RedisSentinel, addrs: []string{"10.0.0.1:26379"}, client: "*redis.Client"},
+		{url: "redis://10.0.0.1:26379?master_name=sluice", kind: process.RedisSentinel, addrs: []string{"10.0.0.1:26379"}, client: "*redis.Client"},
 	}
 	for _, c := range cases {
 		t.Run(c.url, func(t *testing.T) {
-			rc, err := app.ParseRedisURL(c.url, 0)
+			rc, err := process.ParseRedisURL(c.url, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,11 +84,11 @@ func TestParseRedisURL(t *testing.T) {
 			}
 			var addrs []string
 			switch rc.Kind {
-			case app.RedisSingle:
+			case process.RedisSingle:
 				addrs = []string{rc.Single.Addr}
-			case app.RedisCluster:
+			case process.RedisCluster:
 				addrs = rc.Cluster.Addrs
-			case app.RedisSentinel:
+			case process.RedisSentinel:
 				addrs = rc.Failover.SentinelAddrs
 			}
 			if !reflect.DeepEqual(addrs, c.addrs) {
@@ -128,7 +128,7 @@ func TestParseRedisURLErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.url, func(t *testing.T) {
-			_, err := app.ParseRedisURL(c.url, 0)
+			_, err := process.ParseRedisURL(c.url, 0)
 			if err == nil {
 				t.Fatal("accepted")
 			}

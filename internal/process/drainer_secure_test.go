@@ -1,4 +1,4 @@
-package main
+package process_test
 
 import (
 	"context"
@@ -75,7 +75,7 @@ descriptors:
 	client := ca.Issue(t, "drainer")
 	srvLeaf := ca.Issue(t, "drainer-http")
 
-	m := NewMain()
+	m := newDrainer()
 	m.Stderr = io.Discard
 	m.Getenv = func(string) string { return "" }
 	m.Logger = slog.New(slog.DiscardHandler)
@@ -149,7 +149,7 @@ func TestSecurityFlags(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"SLUICE_RULES": "r.yaml", "SLUICE_TLS_CERT": "c.pem", "SLUICE_TLS_KEY": "k.pem", "SLUICE_TLS_CLIENT_CA": "ca.pem",
 		"SLUICE_NATS_CA": "nca.pem", "SLUICE_NATS_CERT": "nc.pem", "SLUICE_NATS_KEY": "nk.pem", "SLUICE_SINK_CA": "sca.pem", "SLUICE_SIGN_KEYS": "a.key,b.key"}
-	m := NewMain()
+	m := newDrainer()
 	m.Stderr = io.Discard
 	m.Getenv = func(k string) string { return env[k] }
 	if err := m.ParseFlags([]string{"-nats-ca", "flag.pem"}); err != nil {
@@ -161,7 +161,7 @@ func TestSecurityFlags(t *testing.T) {
 		t.Fatalf("config %+v", c)
 	}
 	for _, args := range [][]string{{"-rules", "r", "-tls-cert", "c"}, {"-rules", "r", "-tls-client-ca", "ca"}, {"-rules", "r", "-nats-key", "k"}} {
-		m := NewMain()
+		m := newDrainer()
 		m.Stderr = io.Discard
 		m.Getenv = func(string) string { return "" }
 		if err := m.ParseFlags(args); err == nil || !strings.Contains(err.Error(), args[2]) {
@@ -171,7 +171,7 @@ func TestSecurityFlags(t *testing.T) {
 	// A short signing key stops the start, naming the flag.
 	key := filepath.Join(t.TempDir(), "short.key")
 	os.WriteFile(key, []byte("short"), 0o600)
-	m = NewMain()
+	m = newDrainer()
 	m.Stderr = io.Discard
 	m.Getenv = func(string) string { return "" }
 	m.Logger = slog.New(slog.DiscardHandler)

@@ -1,4 +1,4 @@
-package main
+package process_test
 
 import (
 	"context"
@@ -16,15 +16,14 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/queue"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
-
 func TestParseFlags(t *testing.T) {
 	t.Parallel()
-	m := NewMain()
+	m := newDrainer()
 	m.Stderr = io.Discard
 	m.Getenv = func(k string) string {
 		return map[string]string{"SLUICE_RULES": "a.yaml,b", "SLUICE_WORKERS": "7"}[k]
@@ -39,7 +38,7 @@ func TestParseFlags(t *testing.T) {
 	if c.Lease != 2500*time.Millisecond || c.LeaseRenew != 0 {
 		t.Fatalf("lease defaults: %v, %v (0 = Lease/3)", c.Lease, c.LeaseRenew)
 	}
-	m = NewMain()
+	m = newDrainer()
 	m.Stderr = io.Discard
 	m.Getenv = func(string) string { return "" }
 	if err := m.ParseFlags(nil); err == nil {
@@ -58,7 +57,7 @@ func TestParseFlags(t *testing.T) {
 	if err := m.ParseFlags([]string{"-rules", "x"}); err != nil || m.Config.RedisURL != "redis+sentinel://s1:26379?master_name=m&addr=s2:26379" {
 		t.Fatalf("Sentinel URL from SLUICE_REDIS_URL: %q, %v", m.Config.RedisURL, err)
 	}
-	m = NewMain()
+	m = newDrainer()
 	m.Stderr = io.Discard
 	m.Getenv = func(k string) string {
 		return map[string]string{"SLUICE_RULES": "x", "SLUICE_LEASE": "4s", "SLUICE_LEASE_RENEW": "1s"}[k]
@@ -66,8 +65,8 @@ func TestParseFlags(t *testing.T) {
 	if err := m.ParseFlags(nil); err != nil || m.Config.Lease != 4*time.Second || m.Config.LeaseRenew != time.Second {
 		t.Fatalf("SLUICE_LEASE, SLUICE_LEASE_RENEW: %+v, %v", m.Config, err)
 	}
-	for _, bad := range [][]string{{"-lease", "100ms"}, {"-lease", "3s", "-lease-renew", "2s"}, {"-lease-renew", "0s"}} {
-		m = NewMain()
+	for _, bad := range [][]string{{"-lease", "100ms"}, {"-lease", "3s", "-lease-renew", "2s"}, {"-lease-renew", "-1s"}} {
+		m = newDrainer()
 		m.Stderr = io.Discard
 		m.Getenv = func(string) string { return "" }
 		if err := m.ParseFlags(append([]string{"-rules", "x"}, bad...)); err == nil {
@@ -107,7 +106,7 @@ descriptors:
 	node := natstest.Start(t)
 	rs := redistest.Shared(t)
 
-	m := NewMain()
+	m := newDrainer()
 	m.Stderr = io.Discard
 	m.Getenv = func(string) string { return "" }
 	m.Logger = slog.New(slog.DiscardHandler)
@@ -173,4 +172,20 @@ descriptors:
 	}
 	m.Close()
 	m.Close()
+}
+
+// drainerUnderTest keeps the shape these tests had when the drainer's Main lived in
+// cmd/drainer: Getenv and Stderr beside the process, ParseFlags filling its Config.
+type drainerUnderTest struct {
+	*process.Drainer
+	Getenv func(string) string
+	Stderr io.Writer
+}
+
+func newDrainer() *drainerUnderTest { return &drainerUnderTest{Drainer: &process.Drainer{}} }
+
+func (m *drainerUnderTest) ParseFlags(args []string) error {
+	c, err := process.ParseDrainerFlags(args, m.Getenv, m.Stderr)
+	m.Config = c
+	return err
 }

@@ -1,4 +1,4 @@
-package ingress_test
+package devstack_test
 
 import (
 	"context"
@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,25 +15,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-io/sluice/internal/ingress"
+	"github.com/sluice-io/sluice/internal/devstack"
 	"github.com/sluice-io/sluice/internal/rules"
 )
 
-// TestDevStack is `make run` in-process: `ingress -dev -rules deploy/examples` with its
+// TestDevStack is `make run` in-process: `sluice dev -rules deploy/examples` with its
 // embedded NATS, its miniredis store, its in-process drainer and its demo sink, driven
 // through real HTTP. It is the only test in which the queue scripts, the idempotency keys
 // and the park path run on miniredis rather than on a real Redis, and it checks make
 // run's promise: one merchant's orders reach the demo sink once each, in admission
-// order, no faster than the rule's outflow. (-dev decides admission limits and
+// order, no faster than the rule's outflow. (The dev stack decides admission limits and
 // POST /v1/check with the in-process limiter, bucket.NewMemory, so the bucket/ scripts
 // do not run here; the marketing and check cases go through that limiter.)
 //
 // The example rules send to the demo sink's default address (127.0.0.1:8090), and this
-// test must not take a fixed port: it starts on a copy of deploy/examples and, once the
-// sink listens, swaps that copy (one symlink rename, as a Kubernetes ConfigMap update
-// does) for one that names the sink's real address, and waits for the reload. Deliveries
-// are observed through the demo sink's own log lines ("demo sink: delivered"): the test
-// injects the process logger, as every caller of Main does.
+// test must not take a fixed port: the sink listens on a free one and the dev stack
+// sends the rules' deliveries there, unedited. Deliveries are observed through the demo
+// sink's own log lines ("demo sink: delivered"): the test injects the process logger.
 func TestDevStack(t *testing.T) {
 	t.Parallel()
 	const examples = "../../deploy/examples"
@@ -55,58 +53,38 @@ func TestDevStack(t *testing.T) {
 	}
 	login := devCheckRule(t, set, "edge_proxy", [][2]string{{"authenticated", "false"}, {"path", "/login"}})
 
-	// Start on a copy of the examples behind a symlink, so that the swap below is atomic.
-	base := t.TempDir()
-	devCopyRules(t, examples, filepath.Join(base, "v1"), "")
-	current := filepath.Join(base, "current")
-	if err := os.Symlink("v1", current); err != nil {
-		t.Skipf("no symlinks here: %v", err)
-	}
-
 	logs := newDevLog()
-	cfg, err := ingress.ParseFlags([]string{"-dev", "-rules", current, "-data", t.TempDir(),
-		"-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-dev-nats-addr", "127.0.0.1:0", "-dev-sink-addr", "127.0.0.1:0",
+	cfg, err := devstack.ParseFlags([]string{"-rules", examples, "-data", t.TempDir(),
+		"-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats-addr", "127.0.0.1:0", "-sink-addr", "127.0.0.1:0",
 		"-rules-poll", "20ms", "-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &ingress.Main{Config: cfg, Stdout: io.Discard, Logger: slog.New(logs)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := m.Run(ctx); err != nil {
+	dev, err := devstack.Start(ctx, cfg, slog.New(logs))
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(m.Close)
+	t.Cleanup(dev.Close)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the dev process's log:\n%s", logs.lines())
 		}
 	})
-	if !strings.HasPrefix(m.SinkURL, "http://127.0.0.1:") || strings.HasSuffix(m.SinkURL, ":8090") {
-		t.Fatalf("SinkURL = %q, want the demo sink on a free loopback port", m.SinkURL)
-	}
-	devCopyRules(t, examples, filepath.Join(base, "v2"), m.SinkURL)
-	if err := os.Symlink("v2", current+".new"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(current+".new", current); err != nil {
-		t.Fatal(err)
-	}
-	devWaitFor(t, 10*time.Second, "the rules naming the demo sink's address to be reloaded", func() bool { return logs.reloads() > 0 })
-	if n := logs.reloadFailures(); n > 0 {
-		t.Fatalf("%d rules reloads failed", n)
+	m := dev.Ingress
+	if !strings.HasPrefix(dev.SinkURL, "http://127.0.0.1:") || strings.HasSuffix(dev.SinkURL, ":8090") {
+		t.Fatalf("SinkURL = %q, want the demo sink on a free loopback port", dev.SinkURL)
 	}
 
 	c := &devClient{t: t, base: "http://" + m.Addr.String()}
 
-	// The drainer asks for the rules about once a second, so for a moment after the reload
-	// it may still deliver to the old address. Probe orders, each to a merchant of its
-	// own (a probe that went astray is retried later and holds back no other probe), tell
-	// when it delivers to the demo sink.
+	// A probe order, to a merchant of its own, shows the example rules' deliveries reach
+	// the demo sink on its free port, with the rules unedited.
 	probeUntil := time.Now().Add(10 * time.Second)
 	for i := 1; len(logs.deliveries(orders.Name, "")) == 0; i++ {
 		if time.Now().After(probeUntil) {
-			t.Fatalf("no probe order reached the demo sink at %s within 10s of the rules reload", m.SinkURL)
+			t.Fatalf("no probe order reached the demo sink at %s within 10s", dev.SinkURL)
 		}
 		r := c.do("POST", "/v1/messages", devSubmit("orders", [][2]string{{"merchant_id", fmt.Sprintf("probe-%d", i)}}, `{}`))
 		if r.code != http.StatusAccepted {
@@ -368,37 +346,6 @@ func devEntries(desc [][2]string) []rules.Entry {
 	return e
 }
 
-// devCopyRules copies the rules files of src into dst; with sinkURL set, the demo sink's
-// default address in them is replaced by sinkURL.
-func devCopyRules(t *testing.T, src, dst, sinkURL string) {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(src, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no rules in %s: %v", src, err)
-	}
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	replaced := 0
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if sinkURL != "" {
-			s := string(b)
-			replaced += strings.Count(s, "http://127.0.0.1:8090")
-			b = []byte(strings.ReplaceAll(s, "http://127.0.0.1:8090", sinkURL))
-		}
-		if err := os.WriteFile(filepath.Join(dst, filepath.Base(f)), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if sinkURL != "" && replaced < 2 {
-		t.Fatalf("deploy/examples: %d sinks at http://127.0.0.1:8090, want the orders and marketing ones", replaced)
-	}
-}
-
 func devSubmit(domain string, desc [][2]string, payload string) string {
 	var d []string
 	for _, kv := range desc {
@@ -575,4 +522,48 @@ func (l *devLog) lines() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return strings.Join(s.logLines, "\n")
+}
+
+// TestBusyPortsFailAtOnce: every port `sluice dev` binds, when busy, stops the start at
+// once with an error naming the flag and the address (a busy NATS port used to wait 15 s
+// and then say only "embedded NATS server not ready after 15s").
+func TestBusyPortsFailAtOnce(t *testing.T) {
+	t.Parallel()
+	examples, _ := filepath.Abs("../../deploy/examples")
+	for _, flagName := range []string{"-http", "-grpc", "-nats-addr", "-sink-addr"} {
+		t.Run(flagName, func(t *testing.T) {
+			t.Parallel()
+			busy, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer busy.Close()
+			addrs := map[string]string{"-http": "127.0.0.1:0", "-grpc": "127.0.0.1:0", "-nats-addr": "127.0.0.1:0", "-sink-addr": "127.0.0.1:0"}
+			addrs[flagName] = busy.Addr().String()
+			args := []string{"-rules", examples, "-data", t.TempDir()}
+			for f, a := range addrs {
+				args = append(args, f, a)
+			}
+			cfg, err := devstack.ParseFlags(args, func(string) string { return "" }, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			start := time.Now()
+			dev, err := devstack.Start(ctx, cfg, slog.New(slog.DiscardHandler))
+			took := time.Since(start)
+			if err == nil {
+				dev.Close()
+				t.Fatalf("started with %s %s busy", flagName, busy.Addr())
+			}
+			if !strings.Contains(err.Error(), flagName+" "+busy.Addr().String()) || !strings.Contains(err.Error(), "address already in use") {
+				t.Errorf("error %q, want it to name %s %s and say the address is in use", err, flagName, busy.Addr())
+			}
+			// Everything else starts in well under a second; 15 s was the old wait.
+			if took > 10*time.Second {
+				t.Errorf("failed after %s, want at once", took)
+			}
+		})
+	}
 }

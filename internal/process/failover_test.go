@@ -1,4 +1,4 @@
-package app_test
+package process_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-io/sluice/bucket"
-	"github.com/sluice-io/sluice/internal/app"
+	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/queue"
 )
@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 func TestOpenRedisCluster(t *testing.T) {
 	t.Parallel()
 	c := redistest.SharedCluster(t)
-	rdb, err := app.OpenRedis(c.URL(), 0)
+	rdb, err := process.OpenRedis(c.URL(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func (w *writers) stats(t *testing.T, killed, dead, promoted time.Time) failover
 func TestSentinelFailover(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartSentinels(t, redistest.SentinelOptions{DownAfter: time.Second, FailoverTimeout: 5 * time.Second})
-	rdb, err := app.OpenRedis(s.URL(), 0)
+	rdb, err := process.OpenRedis(s.URL(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestSentinelFailover(t *testing.T) {
 func TestClusterFailover(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, Replicas: 1})
-	rdb, err := app.OpenRedis(c.URL(), 0)
+	rdb, err := process.OpenRedis(c.URL(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

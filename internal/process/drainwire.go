@@ -1,13 +1,14 @@
-// Package drainer composes what a drainer process runs — the drain loop (internal/drain)
-// with its sinks, the re-admitter of parked messages and the parked/dead gauges — on
-// connections the caller owns. cmd/drainer runs it as its own process; `ingress -dev`
-// runs it inside the ingress.
-package drainer
+package process
+
+// The drain side of a process: the drain loop (internal/drain) with its sinks, the
+// re-admitter of parked messages and the parked/dead gauges, on a Stack the caller owns.
+// The drainer process runs it alone; an ingress with -drain runs it beside the API.
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 
 	"sync"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-io/sluice/internal/app"
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/retryrules"
 	"github.com/sluice-io/sluice/internal/rules"
@@ -25,9 +25,9 @@ import (
 	"github.com/sluice-io/sluice/retry"
 )
 
-// Deps are the parts a drainer process is built from; Registerer is optional.
-type Deps struct {
-	Stack  *app.Stack // connections, streams, scheduler, statuses, overrides, admission
+// DrainDeps are the parts a drainer is built from; Registerer is optional.
+type DrainDeps struct {
+	Stack  *Stack // connections, streams, scheduler, statuses, overrides, admission
 	Rules  func() *rules.Set
 	Logger *slog.Logger
 	// Registerer receives the drainer's metrics; nil = not exported.
@@ -40,23 +40,30 @@ type Deps struct {
 	SinkTLS *tlsx.Client
 	// Signer signs HTTP deliveries (-sign-keys); nil = unsigned.
 	Signer *sign.Signer
+	// SinkDial dials HTTP sinks' connections; nil = the network.
+	SinkDial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
-// Process is a running drainer.
-type Process struct {
+// Draining is a running drainer.
+type Draining struct {
 	Drainer    *drain.Drainer
 	Readmitter *retry.Readmitter
 
 	stopCounting context.CancelFunc
 }
 
-// Start builds and starts the drainer's parts.
-func Start(ctx context.Context, d Deps) (*Process, error) {
+// StartDraining builds and starts a drainer's parts on d.Stack.
+func StartDraining(ctx context.Context, d DrainDeps) (*Draining, error) {
 	st := d.Stack
 	hc := sink.HTTPConfig{Signer: d.Signer}
-	if d.SinkTLS != nil {
+	if d.SinkTLS != nil || d.SinkDial != nil {
 		t := sink.NewTransport(256)
-		d.SinkTLS.Apply(t)
+		if d.SinkTLS != nil {
+			d.SinkTLS.Apply(t)
+		}
+		if d.SinkDial != nil {
+			t.DialContext = d.SinkDial
+		}
 		hc.Client = &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	httpSink, err := sink.NewHTTP(hc)
@@ -131,12 +138,12 @@ func Start(ctx context.Context, d Deps) (*Process, error) {
 		dr.Stop()
 		return nil, fmt.Errorf("drainer: re-admitter: %w", err)
 	}
-	return &Process{Drainer: dr, Readmitter: ra, stopCounting: stopCounting}, nil
+	return &Draining{Drainer: dr, Readmitter: ra, stopCounting: stopCounting}, nil
 }
 
 // Stop stops claiming and re-admitting, and waits for in-flight deliveries (bounded by
 // the drain config's StopTimeout). Safe to call twice.
-func (p *Process) Stop() {
+func (p *Draining) Stop() {
 	p.Readmitter.Stop()
 	p.Drainer.Stop()
 	p.stopCounting() // writes the last counts

@@ -1,0 +1,25 @@
+// Package process builds sluice's two processes — the ingress and the drainer — one way:
+// typed flags with SLUICE_* environment variables (FlagSet, flags.go), the logger, the
+// listeners with the hostile-input limits and pprof, signals, and a soft then hard stop
+// (run.go), on a Stack of connections and streams opened the same way for both (stack.go,
+// redis.go), with the drain side wired once (drainwire.go). The drainer process is here
+// (drainer.go); the ingress process is internal/ingress's Main, built on this package, so
+// that the drainer binary does not link the HTTP and gRPC server.
+//
+// cmd/ingress and cmd/drainer are each one call: Exec("ingress", ingress.Run),
+// Exec("drainer", RunDrainer). Tests run the same processes whole, in-process, on :0
+// ports:
+//
+//	cfg, err := ingress.ParseFlags(args, getenv, stderr)
+//	m := &ingress.Main{Config: cfg, Logger: log}
+//	err = m.Run(ctx) // returns once listening; m.Addr, m.Stack
+//	m.Close()        // soft stop; safe to call twice
+//
+// and ParseDrainerFlags with Drainer likewise. Zero values: a Drainer or ingress.Main
+// needs only its Config. Run starts, Close stops (both once; Close is safe to call twice
+// and from any goroutine). Defaults are written once, in the flag declarations, and listed
+// by ingress.Flags and DrainerFlags for the README's tables.
+//
+// The package never links the development world (embedded NATS, in-process Redis, the
+// demo sink): `sluice dev` (internal/devstack) builds an ingress.Main on top of those.
+package process
