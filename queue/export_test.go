@@ -12,5 +12,10 @@ func (s *Scheduler) HoldReconcileLock(ctx context.Context, rule string) (unlock 
 
 // DepthForTest reads the ingress's depth counter of one key.
 func (s *Scheduler) DepthForTest(ctx context.Context, rule, key string) (int64, error) {
-	return s.rdb.HGet(ctx, s.keys(rule).depth, key).Int64()
+	return s.rdb.HGet(ctx, s.home(rule, key).depth, key).Int64()
+}
+
+// KeyOf is the Redis key of kind ("depth", "due", "idle", …) of the partition key is in.
+func (s *Scheduler) KeyOf(rule, key, kind string) string {
+	return s.prefix + "sl:{" + partTag(rule, PartitionOf(key, s.Partitions(rule))) + "}:" + kind
 }

@@ -120,7 +120,13 @@ func Open(ctx context.Context, c Config) (s *Stack, err error) {
 	if s.Queues, err = queue.NewQueues(s.JS, queue.Config{Replicas: c.Replicas}); err != nil {
 		return s, err
 	}
-	if s.Scheduler, err = queue.NewScheduler(s.Redis, queue.SchedulerConfig{}); err != nil {
+	if s.Scheduler, err = queue.NewScheduler(s.Redis, queue.SchedulerConfig{
+		Partitions: func(rule string) int {
+			if r := c.Rules().Rule(rule); r != nil && r.Queue != nil {
+				return r.Queue.Partitions
+			}
+			return 0
+		}}); err != nil {
 		return s, err
 	}
 	if s.Parking, err = retry.NewStore(s.JS, retry.Config{Replicas: c.Replicas}); err != nil {

@@ -74,7 +74,7 @@ var (
 	}
 	listLimitFields = []string{"unit", "interval", "requests_per_unit", "name", "algorithm", "burst", "unit_multiplier", "time_zone"}
 	rateFields      = []string{"unit", "interval", "requests_per_unit"}
-	queueFields     = []string{"capacity", "outflow", "total_outflow", "max_scheduled", "max_age"}
+	queueFields     = []string{"capacity", "outflow", "total_outflow", "max_scheduled", "max_age", "partitions"}
 	parkFields      = []string{"max_age"}
 	sinkFields      = []string{"url", "nats_subject", "timeout", "sign_keys"}
 	deliveryFields  = []string{"max_attempts", "min_backoff", "max_backoff", "max_in_flight"}
@@ -1020,6 +1020,14 @@ func (p *fileParser) queue(n *yaml.Node, field string) *Queue {
 				p.errorf(v, joinField(field, "max_age"), "must be a positive duration (got %s)", d)
 			}
 			q.MaxAge = d
+		}
+	}
+	if v, has := m["partitions"]; has {
+		if c, ok := p.int64(v, joinField(field, "partitions")); ok {
+			if c < 1 || c > MaxPartitions {
+				p.errorf(v, joinField(field, "partitions"), "must be 1 to %d (got %d)", MaxPartitions, c)
+			}
+			q.Partitions = int(c)
 		}
 	}
 	q.MaxScheduled = q.Capacity // default: as many waiting for their time as waiting in the queue
