@@ -29,10 +29,12 @@
 --                    (key, mode, at, state, fence): a drainer hands back the keys it finished
 --                    with in the same round trip as its next claim
 --
--- Returns {next, lost, now, refunds, key1, slot1, due1, try1, fence1, key2, ...}:
+-- Returns {next, lost, now, refunds, lostkey1, …, lostkeyL, key1, slot1, due1, try1, fence1, key2, ...}:
 --   next   µs of the earliest slot not claimed now (earliest due key, or the total_outflow meter
 --          if that is later), or -1 when no key is due at all: when to call again.
---   lost   how many of the released keys this owner no longer held (release.lua returns 0)
+--   lost   how many of the released keys this owner no longer held (release.lua returns 0);
+--          their names follow the four header values (a partitioned rule looks for them in
+--          their old partition, see partition.go)
 --   now    the time the script used (µs): Redis's clock, or ARGV[1]
 --   refunds released keys that emptied: total_outflow slots unused (given back to KEYS[5]
 --          here when nslots is -1; the caller gives them back to the meter otherwise)
@@ -80,12 +82,12 @@ else
 end
 
 -- 0. Apply this owner's releases.
-local lost = 0
+local lostkeys = {}
 local meterevery = total
 if ext then meterevery = 0 end
 local rel, refunds = release_keys(due, lease, held, dirty, totalkey, try, depth, idle, owner, meterevery, ARGV, 10 + nslots)
-for _, v in ipairs(rel) do
-  if v == 0 then lost = lost + 1 end
+for j, v in ipairs(rel) do
+  if v == 0 then lostkeys[#lostkeys + 1] = ARGV[10 + nslots + (j - 1) * 5] end
 end
 
 -- Forget the unused slots of emptied keys once they have passed (as markdue.lua does): no
@@ -110,7 +112,8 @@ local tat = 0
 if total > 0 and not ext then
   tat = tonumber(redis.call('GET', totalkey) or '0')
 end
-local out = {-1, lost, now, refunds}
+local out = {-1, #lostkeys, now, refunds}
+for _, k in ipairs(lostkeys) do out[#out + 1] = k end
 if max > 0 then
   local cand = redis.call('ZRANGEBYSCORE', due, '-inf', horizon, 'WITHSCORES', 'LIMIT', 0, max)
   local ks, slots, dues, nexts = {}, {}, {}, {}

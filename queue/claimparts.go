@@ -86,6 +86,7 @@ func (s *Scheduler) claimParts(ctx context.Context, rule string, now time.Time, 
 		moving   = map[int][]Claim{}
 		firstErr error
 		failed   int
+		lost     []string // released keys not held in their partition
 	)
 	out.Now = fromUS(res.now)
 	for round := 0; round < claimRounds; round++ {
@@ -148,7 +149,7 @@ func (s *Scheduler) claimParts(ctx context.Context, rule string, now time.Time, 
 		s.runAll(ctx, calls)
 		for j, c := range calls {
 			i := idx[j]
-			got, refunds, err := parseClaimed(c.cmd)
+			got, lostKeys, refunds, err := parseClaimed(c.cmd)
 			if err != nil {
 				if firstErr == nil {
 					firstErr = err
@@ -163,6 +164,7 @@ func (s *Scheduler) claimParts(ctx context.Context, rule string, now time.Time, 
 			}
 			s.refunds.add(rule, refunds)
 			out.Lost += got.Lost
+			lost = append(lost, lostKeys...)
 			if out.Now.IsZero() || got.Now.After(out.Now) {
 				out.Now = got.Now
 			}
@@ -203,6 +205,9 @@ func (s *Scheduler) claimParts(ctx context.Context, rule string, now time.Time, 
 	}
 	if len(moving) > 0 {
 		s.move(ctx, rule, p, req.Owner, moving)
+	}
+	if len(lost) > 0 {
+		out.Lost -= s.releaseElsewhere(ctx, rule, p, n, req, lost)
 	}
 	s.storeNexts(rule, nexts)
 	for _, v := range nexts {
@@ -303,3 +308,37 @@ func (s *Scheduler) partNexts(rule string, n int) []int64 {
 }
 
 func (s *Scheduler) storeNexts(rule string, nexts []int64) { s.nexts.Store(rule, &nexts) }
+
+// releaseElsewhere releases, in the partitions other than their own, the keys of
+// req.Releases named in lost: a key claimed before the rule's partition count changed is held
+// in its old partition. It returns how many it released (one more round trip, only when a
+// release was lost).
+func (s *Scheduler) releaseElsewhere(ctx context.Context, rule string, p, n int, req ClaimRequest, lost []string) int {
+	var rels []Release
+	want := make(map[string]bool, len(lost))
+	for _, k := range lost {
+		want[k] = true
+	}
+	for _, r := range req.Releases {
+		if want[r.Key] {
+			rels = append(rels, r)
+		}
+	}
+	again := make(map[int][]int, n)
+	for i := range n {
+		for j, r := range rels {
+			if PartitionOf(r.Key, p) != i {
+				again[i] = append(again[i], j)
+			}
+		}
+	}
+	held := make([]bool, len(rels))
+	s.release(ctx, rule, req.Owner, req.TotalEvery, rels, again, held)
+	found := 0
+	for _, h := range held {
+		if h {
+			found++
+		}
+	}
+	return found
+}

@@ -261,34 +261,43 @@ func (s *Scheduler) claimOne(ctx context.Context, rule string, now time.Time, re
 	args = append(args, usOrZero(now), req.Max, req.Lookahead.Microseconds(), req.Every.Microseconds(),
 		req.TotalEvery.Microseconds(), req.Lease.Microseconds(), req.Owner, req.Reclaim, -1)
 	args = appendReleases(args, req.Releases)
-	out, _, err := parseClaimed(claimScript.Run(ctx, s.rdb, s.keys(rule).all(), args...))
+	out, _, _, err := parseClaimed(claimScript.Run(ctx, s.rdb, s.keys(rule).all(), args...))
 	if err != nil {
 		return Claimed{}, fmt.Errorf("queue: claim rule %q: %w", rule, err)
 	}
 	return out, nil
 }
 
-// parseClaimed reads claim.lua's reply; next is its raw next (-1: nothing due).
-func parseClaimed(cmd *redis.Cmd) (out Claimed, refunds int64, err error) {
+// parseClaimed reads claim.lua's reply: the claims, the released keys that were lost, and
+// how many emptied keys' total_outflow slots are to be given back.
+func parseClaimed(cmd *redis.Cmd) (out Claimed, lostKeys []string, refunds int64, err error) {
 	res, err := cmd.Slice()
 	if err != nil {
-		return Claimed{}, 0, err
+		return Claimed{}, nil, 0, err
 	}
-	if len(res) < 4 || (len(res)-4)%5 != 0 {
-		return Claimed{}, 0, errUnexpected(len(res))
+	lost := int64(-1)
+	if len(res) >= 4 {
+		lost, _ = res[1].(int64)
+	}
+	if lost < 0 || len(res) < 4+int(lost) || (len(res)-4-int(lost))%5 != 0 {
+		return Claimed{}, nil, 0, errUnexpected(len(res))
 	}
 	if next, _ := res[0].(int64); next >= 0 {
 		out.Next = fromUS(next)
 	}
-	lost, _ := res[1].(int64)
 	out.Lost = int(lost)
 	nowUS, _ := res[2].(int64)
 	out.Now = fromUS(nowUS)
 	refunds, _ = res[3].(int64)
-	if n := (len(res) - 4) / 5; n > 0 {
+	for _, v := range res[4 : 4+lost] {
+		k, _ := v.(string)
+		lostKeys = append(lostKeys, k)
+	}
+	first := 4 + int(lost)
+	if n := (len(res) - first) / 5; n > 0 {
 		out.Claims = make([]Claim, 0, n)
 	}
-	for i := 4; i < len(res); i += 5 {
+	for i := first; i < len(res); i += 5 {
 		key, _ := res[i].(string)
 		slot, _ := res[i+1].(int64)
 		due, _ := res[i+2].(int64)
@@ -301,7 +310,7 @@ func parseClaimed(cmd *redis.Cmd) (out Claimed, refunds int64, err error) {
 		}
 		out.Claims = append(out.Claims, c)
 	}
-	return out, refunds, nil
+	return out, lostKeys, refunds, nil
 }
 
 func errUnexpected(n int) error { return fmt.Errorf("unexpected reply of %d values", n) }
@@ -361,14 +370,54 @@ func (s *Scheduler) Release(ctx context.Context, rule, owner string, totalEvery 
 		return append(head, tail...), err2
 	}
 	p, n := s.layout(ctx, rule)
-	// Per partition, in one pipelined round trip. Partition 0's script gives an emptied key's
-	// unused total_outflow slot back to the meter (which is in its slot); other partitions'
-	// are given back with the rule's next reservation (partition.go).
+	held := make([]bool, len(rels))
 	byPart := make(map[int][]int, min(n, len(rels)))
 	for j, r := range rels {
 		i := PartitionOf(r.Key, p)
 		byPart[i] = append(byPart[i], j)
 	}
+	err := s.release(ctx, rule, owner, totalEvery, rels, byPart, held)
+	if err == nil && n > 1 {
+		// A key claimed before the rule's partition count changed is held in its old
+		// partition: look for the lost ones in the others (one more round trip, only then).
+		var lost []int
+		for j, h := range held {
+			if !h {
+				lost = append(lost, j)
+			}
+		}
+		if len(lost) > 0 {
+			again := make(map[int][]int, n)
+			for i := range n {
+				for _, j := range lost {
+					if PartitionOf(rels[j].Key, p) != i {
+						again[i] = append(again[i], j)
+					}
+				}
+			}
+			err = s.release(ctx, rule, owner, totalEvery, rels, again, held)
+		}
+	}
+	if err != nil {
+		return held, fmt.Errorf("queue: release keys of rule %q: %w", rule, err)
+	}
+	lost := 0
+	for _, h := range held {
+		if !h {
+			lost++
+		}
+	}
+	if lost > 0 {
+		return held, fmt.Errorf("%w: %d of %d keys of rule %q", ErrLeaseLost, lost, len(rels), rule)
+	}
+	return held, nil
+}
+
+// release runs release.lua for rels[j], j in byPart[i], in partition i, in one pipelined
+// round trip, and sets held[j] for those released. Partition 0's script gives an emptied
+// key's unused total_outflow slot back to the meter (which is in its slot); other
+// partitions' are given back with the rule's next reservation (partition.go).
+func (s *Scheduler) release(ctx context.Context, rule, owner string, totalEvery time.Duration, rels []Release, byPart map[int][]int, held []bool) error {
 	calls := make([]*call, 0, len(byPart))
 	parts := make([]int, 0, len(byPart))
 	for i, js := range byPart {
@@ -385,8 +434,6 @@ func (s *Scheduler) Release(ctx context.Context, rule, owner string, totalEvery 
 		parts = append(parts, i)
 	}
 	s.runAll(ctx, calls)
-	held := make([]bool, len(rels))
-	lost := 0
 	var firstErr error
 	for x, c := range calls {
 		i := parts[x]
@@ -401,21 +448,15 @@ func (s *Scheduler) Release(ctx context.Context, rule, owner string, totalEvery 
 			continue
 		}
 		for y, j := range byPart[i] {
-			held[j] = res[y] == 1
-			if res[y] != 1 {
-				lost++
-			} else if i != 0 && totalEvery > 0 && rels[j].Mode == Emptied {
-				s.refunds.add(rule, 1)
+			if res[y] == 1 {
+				held[j] = true
+				if i != 0 && totalEvery > 0 && rels[j].Mode == Emptied {
+					s.refunds.add(rule, 1)
+				}
 			}
 		}
 	}
-	if firstErr != nil {
-		return held, fmt.Errorf("queue: release keys of rule %q: %w", rule, firstErr)
-	}
-	if lost > 0 {
-		return held, fmt.Errorf("%w: %d of %d keys of rule %q", ErrLeaseLost, lost, len(rels), rule)
-	}
-	return held, nil
+	return firstErr
 }
 
 func appendReleases(args []any, rels []Release) []any {
