@@ -25,6 +25,8 @@ var onCluster = map[string]func(*testing.T){
 	"RefusedRate":                              TestRefusedRate,
 	"EmptyKeyRaceWithRealEnqueues":             TestEmptyKeyRaceWithRealEnqueues,
 	"ReconcileRepairsStrandedKeys":             TestReconcileRepairsStrandedKeys,
+	"PartitionCountChangeLosesNothing":         TestPartitionCountChangeLosesNothing,
+	"TotalOutflowAcrossPartitionsUnderSkew":    TestTotalOutflowAcrossPartitionsUnderSkew,
 }
 
 const onClusterTest = "TestSchedulerOnCluster/"

@@ -19,3 +19,8 @@ func (s *Scheduler) DepthForTest(ctx context.Context, rule, key string) (int64, 
 func (s *Scheduler) KeyOf(rule, key, kind string) string {
 	return s.prefix + "sl:{" + partTag(rule, PartitionOf(key, s.Partitions(rule))) + "}:" + kind
 }
+
+// PartKey is the Redis key of kind of partition i of rule.
+func (s *Scheduler) PartKey(rule string, i int, kind string) string {
+	return s.prefix + "sl:{" + partTag(rule, i) + "}:" + kind
+}
