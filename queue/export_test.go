@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -23,4 +24,11 @@ func (s *Scheduler) KeyOf(rule, key, kind string) string {
 // PartKey is the Redis key of kind of partition i of rule.
 func (s *Scheduler) PartKey(rule string, i int, kind string) string {
 	return s.prefix + "sl:{" + partTag(rule, i) + "}:" + kind
+}
+
+// KeySlotForTest is keySlot of the hash tag of a Redis key ("…{tag}…").
+func KeySlotForTest(key string) uint16 {
+	a := strings.IndexByte(key, '{')
+	b := strings.IndexByte(key[a+1:], '}')
+	return keySlot(key[a+1 : a+1+b])
 }

@@ -16,8 +16,9 @@ import (
 // one slot. A key's partition is FNV-1a (32 bits) of its bytes mod P: stable, cheap, and the
 // same in every process that has the same P.
 //
-// Partition 0 is the rule's historical hash tag ({t}), partition i > 0 is {t.i} (a rule
-// token never contains '.', so no two rules' tags collide): with P = 1 the keyspace is
+// Partition 0 is the rule's historical hash tag ({t}), partition i > 0 is {t.i-j}, j chosen
+// so the partitions' slots are evenly spread (partTag; a rule token never contains '.', so no
+// two rules' tags collide): with P = 1 the keyspace is
 // exactly the one sluice used before partitions, and the rule-wide keys — the total_outflow
 // meter (sl:{t}:total), the reconcile lock, idempotency keys, refusal and delivery counts,
 // the partition high-water mark — stay in {t}.
@@ -51,12 +52,13 @@ if p > v then redis.call('SET', KEYS[1], p) v = p end
 return v`)
 )
 
-// ClusterPartitions is the partition count of a rule that sets none, on a Redis Cluster:
-// 16 slots land on every master of a 3-master cluster but with probability 3·(2/3)^16 ≈ 0.5 %
-// (8 would leave a master out 12 % of the time), and a claim visits 16 small scripts per
-// round trip. On a single Redis (or Sentinel) the default is 1: partitions spread nothing
+// ClusterPartitions is the partition count of a rule that sets none, on a Redis Cluster: 8
+// partitions, their slots 2,048 apart (partTag), put 2 or 3 on each master of a 3-master
+// cluster and at least one on each of up to 8 masters with even slot ranges, while a claim
+// call costs at most 8 small scripts (each partition's share of the batch, and the releases
+// of its keys). On a single Redis (or Sentinel) the default is 1: partitions spread nothing
 // there and each costs a script per claim.
-const ClusterPartitions = 16
+const ClusterPartitions = 8
 
 // MaxPartitions bounds a rule's partition count.
 const MaxPartitions = 256
@@ -87,11 +89,72 @@ func PartitionOf(key string, n int) int {
 	return int(h % uint32(n))
 }
 
+// partTag is the hash tag of partition i of rule: the rule's token for partition 0, and for
+// i > 0 "<token>.<i>-<j>" with the smallest j ≥ 0 whose hash slot falls within slotSpread
+// slots after slot(token) + bitrev14(i). The bit-reversed positions spread the first P
+// partitions evenly over the 16,384 slots for any P (for P = 8: 2,048 slots apart), and a
+// cluster's masters own even slot ranges (as redis-cli --cluster create gives them), so
+// every master holds about P/masters partitions — where hashing plain "<token>.<i>" left
+// one of 3 masters without any of 8 partitions 12 % of the time. A partition's tag does not
+// depend on P: changing P keeps partitions 0 … min(old, new)-1 where they are.
 func partTag(rule string, i int) string {
+	t := RuleToken(rule)
 	if i == 0 {
-		return RuleToken(rule)
+		return t
 	}
-	return RuleToken(rule) + "." + strconv.Itoa(i)
+	if v, ok := tagCache.Load(t); ok {
+		if tags := *v.(*[]string); i < len(tags) {
+			return tags[i]
+		}
+	}
+	tags := make([]string, MaxPartitions)
+	tags[0] = t
+	base := int(keySlot(t))
+	for k := 1; k < MaxPartitions; k++ {
+		target := (base + int(bitrev14(uint16(k)))) % clusterSlots
+		prefix := t + "." + strconv.Itoa(k) + "-"
+		for j := 0; ; j++ {
+			tag := prefix + strconv.Itoa(j)
+			if d := (int(keySlot(tag)) - target + clusterSlots) % clusterSlots; d < slotSpread {
+				tags[k] = tag
+				break
+			}
+		}
+	}
+	tagCache.Store(t, &tags)
+	return tags[i]
+}
+
+const (
+	clusterSlots = 16384
+	slotSpread   = 64 // ~256 CRC16s per partition, once per rule and process
+)
+
+var tagCache sync.Map // rule token -> *[]string, the tags of its MaxPartitions partitions
+
+func bitrev14(v uint16) uint16 {
+	var r uint16
+	for b := 0; b < 14; b++ {
+		r = r<<1 | v&1
+		v >>= 1
+	}
+	return r
+}
+
+// keySlot is the Redis Cluster hash slot of a hash tag: CRC16 (XMODEM) mod 16384.
+func keySlot(tag string) uint16 {
+	var crc uint16
+	for i := 0; i < len(tag); i++ {
+		crc ^= uint16(tag[i]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % clusterSlots
 }
 
 // part returns the keys of partition i of rule.

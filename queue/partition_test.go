@@ -336,3 +336,38 @@ func TestTotalOutflowAcrossPartitionsUnderSkew(t *testing.T) {
 		}
 	}
 }
+
+// TestPartitionTagsSpreadOverSlots: the first P partitions of a rule sit in P evenly spaced
+// slot ranges, and keySlot agrees with the cluster's own CLUSTER KEYSLOT.
+func TestPartitionTagsSpreadOverSlots(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.SharedCluster(t).Client(t)
+	ctx := context.Background()
+	s, err := queue.NewScheduler(rdb, queue.SchedulerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rule := range []string{"orders", "a", "payments.eu"} {
+		slots := make([]int, 8)
+		for i := range slots {
+			key := s.PartKey(rule, i, "due")
+			n, err := rdb.ClusterKeySlot(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := queue.KeySlotForTest(key); int64(got) != n {
+				t.Fatalf("keySlot(%q) = %d, CLUSTER KEYSLOT says %d", key, got, n)
+			}
+			slots[i] = int(n)
+		}
+		// Relative to partition 0, partition i starts within 64 slots after bitrev14(i):
+		// 8 partitions 2,048 apart, one in each eighth of the slot space.
+		eighths := map[int]bool{}
+		for _, sl := range slots {
+			eighths[((sl-slots[0]+16384)%16384)/2048] = true
+		}
+		if len(eighths) != 8 {
+			t.Errorf("rule %q: partitions' slots %v cover %d eighths of the slot space, want 8", rule, slots, len(eighths))
+		}
+	}
+}

@@ -65,7 +65,7 @@ type SchedulerConfig struct {
 // keys, so the pacing is exact however many drainers run.
 //
 // Redis keys of rule R, per partition (partition.go: a key's partition is a hash of the key;
-// t = RuleToken(R), and the tag T is t for partition 0 and t.i for partition i > 0, so every
+// t = RuleToken(R), and the tag T is t for partition 0 and t.i-j for partition i > 0 (partTag), so every
 // script touches one slot and runs on Redis Cluster, and one rule spreads over its masters):
 //
 //	<prefix>sl:{T}:due    ZSET    key -> next due time, µs since the epoch (keys with messages, unclaimed)
