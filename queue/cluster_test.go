@@ -27,6 +27,7 @@ var onCluster = map[string]func(*testing.T){
 	"ReconcileRepairsStrandedKeys":             TestReconcileRepairsStrandedKeys,
 	"PartitionCountChangeLosesNothing":         TestPartitionCountChangeLosesNothing,
 	"TotalOutflowAcrossPartitionsUnderSkew":    TestTotalOutflowAcrossPartitionsUnderSkew,
+	"PartitionCountShrinkLosesNothing":         TestPartitionCountShrinkLosesNothing,
 }
 
 const onClusterTest = "TestSchedulerOnCluster/"

@@ -32,3 +32,11 @@ func KeySlotForTest(key string) uint16 {
 	b := strings.IndexByte(key[a+1:], '}')
 	return keySlot(key[a+1 : a+1+b])
 }
+
+// ForgetPartitionsForTest runs what Reconcile runs to lower the partition high-water mark,
+// and returns the rule's partition count and the partitions claims visit afterwards.
+func (s *Scheduler) ForgetPartitionsForTest(ctx context.Context, rule string) (p, n int, err error) {
+	err = s.forgetPartitions(ctx, rule)
+	p, n = s.layout(ctx, rule)
+	return p, n, err
+}

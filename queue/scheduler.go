@@ -617,13 +617,15 @@ func (s *Scheduler) DeleteRule(ctx context.Context, rule string) error {
 		k := s.part(rule, i)
 		keys := []string{k.due, k.lease, k.held, k.dirty, k.total, k.try, k.depth, k.idle}
 		if i == 0 {
-			keys = append(keys, s.prefix+"sl:{"+RuleToken(rule)+"}:lock:reconcile")
+			keys = append(keys, s.prefix+"sl:{"+RuleToken(rule)+"}:lock:reconcile", s.prefix+"sl:{"+RuleToken(rule)+"}:parts")
 		}
 		pipe.Del(ctx, keys...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("queue: delete scheduler state of rule %q: %w", rule, err)
 	}
+	s.layouts.Delete(rule)
+	s.nexts.Delete(rule)
 	return nil
 }
 
