@@ -28,6 +28,7 @@ var onCluster = map[string]func(*testing.T){
 	"PartitionCountChangeLosesNothing":         TestPartitionCountChangeLosesNothing,
 	"TotalOutflowAcrossPartitionsUnderSkew":    TestTotalOutflowAcrossPartitionsUnderSkew,
 	"PartitionCountShrinkLosesNothing":         TestPartitionCountShrinkLosesNothing,
+	"StepInAPartitionKeepsBothMeters":          TestStepInAPartitionKeepsBothMeters,
 }
 
 const onClusterTest = "TestSchedulerOnCluster/"

@@ -408,3 +408,64 @@ func TestPartitionCountShrinkLosesNothing(t *testing.T) {
 		t.Errorf("after draining: %d partitions, claims visit %d, %v; want 2 and 2", p, n, err)
 	}
 }
+
+// TestStepInAPartitionKeepsBothMeters: Step of a key outside partition 0 (its slot reserved
+// from the rule's meter, which lives in partition 0's slot) obeys the key's outflow and the
+// rule's total_outflow, and refuses a stale fence.
+func TestStepInAPartitionKeepsBothMeters(t *testing.T) {
+	t.Parallel()
+	var parts atomic.Int64
+	parts.Store(8)
+	s := partSchedulers(t, 1, &parts)[0]
+	ctx := context.Background()
+	var a, b string // two keys outside partition 0
+	for i := 0; b == ""; i++ {
+		k := fmt.Sprintf("k%d", i)
+		if p := queue.PartitionOf(k, 8); p != 0 && a == "" {
+			a = k
+		} else if p != 0 && p != queue.PartitionOf(a, 8) {
+			b = k
+		}
+	}
+	of := queue.Outflow{Every: 50 * time.Millisecond, TotalEvery: 40 * time.Millisecond}
+	s.MarkDueAt(ctx, "step", t0, a, b)
+	c, err := s.Claim(ctx, "step", t0, queue.ClaimRequest{Outflow: of, Owner: "A", Max: 2, Lookahead: 100 * time.Millisecond, Lease: time.Minute})
+	if err != nil || len(c.Claims) != 2 {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	slots := map[string]time.Time{}
+	fences := map[string]int64{}
+	for _, cl := range c.Claims {
+		slots[cl.Key], fences[cl.Key] = cl.Slot, cl.Fence
+	}
+	// Claimed 40 ms apart (total_outflow), in due order: a's slot t0, b's t0+40ms or the reverse.
+	if d := slots[a].Sub(slots[b]).Abs(); d != 40*time.Millisecond {
+		t.Fatalf("claimed slots %v apart, want 40ms", d)
+	}
+	// Each key's next slot is ≥ 50 ms after its last (its outflow), and the two keys' slots stay
+	// ≥ 40 ms apart (one meter).
+	var all []time.Time
+	all = append(all, slots[a], slots[b])
+	for range 3 {
+		for _, k := range []string{a, b} {
+			slot, _, held, err := s.Step(ctx, "step", "A", k, fences[k], t0, of, time.Minute)
+			if err != nil || !held {
+				t.Fatalf("step %s: %v %v", k, held, err)
+			}
+			if want := slots[k].Add(of.Every); slot.Before(want) {
+				t.Fatalf("step %s: slot %v, before its outflow allows (%v)", k, slot.Sub(t0), want.Sub(t0))
+			}
+			slots[k] = slot
+			all = append(all, slot)
+		}
+	}
+	slices.SortFunc(all, func(x, y time.Time) int { return x.Compare(y) })
+	for i := 1; i < len(all); i++ {
+		if d := all[i].Sub(all[i-1]); d < of.TotalEvery {
+			t.Fatalf("slots %v: two %v apart, total_outflow allows %v", all, d, of.TotalEvery)
+		}
+	}
+	if _, _, held, err := s.Step(ctx, "step", "A", a, fences[a]-1, t0, of, time.Minute); err != nil || held {
+		t.Fatalf("step under a stale fence: held %v, %v", held, err)
+	}
+}
