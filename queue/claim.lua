@@ -22,8 +22,9 @@
 -- ARGV[9]  nslots    -1: the rule's total_outflow meter is KEYS[5] (one partition, see
 --                    scheduler.go); else a partitioned rule: the total_outflow slots the
 --                    caller reserved from the rule's meter (meter.lua) follow, ascending, and
---                    KEYS[5] is not touched: each claimed key takes the first unused slot at or
---                    after its due time, at most nslots keys are claimed
+--                    KEYS[5] is not touched: with total > 0 each claimed key takes the first
+--                    unused slot at or after its due time, and at most nslots keys are claimed
+--                    (0 with total = 0: no meter at all)
 -- ARGV[10..9+nslots] the reserved slots (µs)
 -- then               keys this owner releases first, in groups of five as for release.lua
 --                    (key, mode, at, state, fence): a drainer hands back the keys it finished

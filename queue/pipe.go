@@ -70,6 +70,9 @@ func (s *Scheduler) countPipe(ctx context.Context, pipe redis.Pipeliner, rule st
 }
 
 // AdmitCounts is the pending result of a CountAdmittedPipe: one script call per partition.
+// On a cluster one node may answer NOSCRIPT while another ran its part: Err reports it, and a
+// caller that sends the whole count again counts the other part twice — an estimate off by
+// those messages until the key empties or the reconciler resets it (admitcount.lua).
 type AdmitCounts struct {
 	n    int
 	cmds []*redis.Cmd

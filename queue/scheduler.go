@@ -65,8 +65,9 @@ type SchedulerConfig struct {
 // keys, so the pacing is exact however many drainers run.
 //
 // Redis keys of rule R, per partition (partition.go: a key's partition is a hash of the key;
-// t = RuleToken(R), and the tag T is t for partition 0 and t.i-j for partition i > 0 (partTag), so every
-// script touches one slot and runs on Redis Cluster, and one rule spreads over its masters):
+// t = RuleToken(R), and the tag T is t for partition 0 and t.i-j for partition i > 0, see
+// partTag), so every script touches one slot and runs on Redis Cluster, and one rule spreads
+// over its masters:
 //
 //	<prefix>sl:{T}:due    ZSET    key -> next due time, µs since the epoch (keys with messages, unclaimed)
 //	<prefix>sl:{T}:lease  ZSET    key -> lease expiry, µs (claimed keys)
@@ -196,8 +197,9 @@ type Claim struct {
 	// Retry is the retry state of the key's head message, if it failed before. Compare
 	// Retry.MsgID with the popped message: a different id means the state is stale.
 	Retry *RetryState
-	// Fence is the claim's fencing token: larger than every earlier claim's of the rule (so
-	// of the key). Renew and Release name it; the drainer sends it to the sink.
+	// Fence is the claim's fencing token: larger than every earlier claim's of its partition
+	// (so of the key; see claim.lua). Renew and Release name it; the drainer sends it to the
+	// sink.
 	Fence int64
 }
 
