@@ -29,6 +29,7 @@ var onCluster = map[string]func(*testing.T){
 	"TotalOutflowAcrossPartitionsUnderSkew":    TestTotalOutflowAcrossPartitionsUnderSkew,
 	"PartitionCountShrinkLosesNothing":         TestPartitionCountShrinkLosesNothing,
 	"StepInAPartitionKeepsBothMeters":          TestStepInAPartitionKeepsBothMeters,
+	"RenewFindsAKeyInItsOldPartition":          TestRenewFindsAKeyInItsOldPartition,
 }
 
 const onClusterTest = "TestSchedulerOnCluster/"

@@ -469,3 +469,34 @@ func TestStepInAPartitionKeepsBothMeters(t *testing.T) {
 		t.Fatalf("step under a stale fence: held %v, %v", held, err)
 	}
 }
+
+// TestRenewFindsAKeyInItsOldPartition: a drainer that claimed a key before the rule's
+// partition count changed still renews (and then releases) it.
+func TestRenewFindsAKeyInItsOldPartition(t *testing.T) {
+	t.Parallel()
+	var parts atomic.Int64
+	parts.Store(1)
+	s := partSchedulers(t, 1, &parts)[0]
+	ctx := context.Background()
+	key := "k1"
+	for i := 2; queue.PartitionOf(key, 8) == 0; i++ {
+		key = fmt.Sprintf("k%d", i)
+	}
+	s.MarkDueAt(ctx, "renew", t0, key)
+	c, err := s.Claim(ctx, "renew", t0, queue.ClaimRequest{Owner: "A", Max: 1, Lease: time.Second})
+	if err != nil || len(c.Claims) != 1 {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	parts.Store(8)
+	r, err := s.Renew(ctx, "renew", "A", t0.Add(500*time.Millisecond), time.Second, []queue.Held{{Key: key, Fence: c.Claims[0].Fence}})
+	if err != nil || len(r.Held) != 1 || !r.Held[0] {
+		t.Fatalf("renewal after the change: %+v %v", r, err)
+	}
+	// Renewed to t0+1.5s: not claimable at t0+1.2s (its first lease ended at t0+1s).
+	if c2, err := s.Claim(ctx, "renew", t0.Add(1200*time.Millisecond), queue.ClaimRequest{Owner: "B", Max: 1, Lease: time.Second}); err != nil || len(c2.Claims) != 0 {
+		t.Fatalf("claimed by another drainer while renewed: %+v %v", c2, err)
+	}
+	if _, err := s.Release(ctx, "renew", "A", 0, queue.Release{Key: key, Mode: queue.Emptied, Fence: c.Claims[0].Fence}); err != nil {
+		t.Fatalf("release after the change: %v", err)
+	}
+}

@@ -708,7 +708,7 @@ func (s *Scheduler) Step(ctx context.Context, rule, owner, key string, fence int
 // 1000 keys (now: Redis's clock when zero). A drainer renews the keys it is delivering (or
 // about to), so a short lease covers a slow sink while a dead drainer's keys come back soon.
 func (s *Scheduler) Renew(ctx context.Context, rule, owner string, now time.Time, lease time.Duration, held []Held) (Renewed, error) {
-	p := s.Partitions(rule)
+	p, n := s.layout(ctx, rule)
 	out := Renewed{Held: make([]bool, len(held))}
 	byPart := map[int][]int{}
 	for j, h := range held {
@@ -718,6 +718,35 @@ func (s *Scheduler) Renew(ctx context.Context, rule, owner string, now time.Time
 	if len(held) == 0 {
 		byPart[0] = nil // still read Redis's clock
 	}
+	if err := s.renew(ctx, rule, owner, now, lease, held, byPart, &out); err != nil {
+		return out, err
+	}
+	if n > 1 {
+		// A key claimed before the rule's partition count changed is held in its old
+		// partition: look for the ones not renewed in the others (only then, one round trip).
+		again := map[int][]int{}
+		for j, ok := range out.Held {
+			if ok {
+				continue
+			}
+			for i := range n {
+				if i != PartitionOf(held[j].Key, p) {
+					again[i] = append(again[i], j)
+				}
+			}
+		}
+		if len(again) > 0 {
+			if err := s.renew(ctx, rule, owner, now, lease, held, again, &out); err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// renew runs renew.lua for held[j], j in byPart[i], in partition i, in one pipelined round
+// trip, setting out.Held[j] for those renewed (never clearing it) and out.Now.
+func (s *Scheduler) renew(ctx context.Context, rule, owner string, now time.Time, lease time.Duration, held []Held, byPart map[int][]int, out *Renewed) error {
 	var calls []*call
 	var batches [][]int
 	for i, js := range byPart {
@@ -741,14 +770,16 @@ func (s *Scheduler) Renew(ctx context.Context, rule, owner string, now time.Time
 			err = errUnexpected(len(res))
 		}
 		if err != nil {
-			return out, fmt.Errorf("queue: renew leases of rule %q: %w", rule, err)
+			return fmt.Errorf("queue: renew leases of rule %q: %w", rule, err)
 		}
 		if t := fromUS(res[0]); t.After(out.Now) {
 			out.Now = t
 		}
 		for y, j := range batches[x] {
-			out.Held[j] = res[y+1] == 1
+			if res[y+1] == 1 {
+				out.Held[j] = true
+			}
 		}
 	}
-	return out, nil
+	return nil
 }
