@@ -14,11 +14,13 @@ const claimRounds = 3
 
 // claimParts claims from a rule in n partitions (p of them current, see partition.go).
 //
-// Fairness: each call's first round gives every partition an equal share of req.Max (the
-// remainder, and with fewer workers than partitions the single shares, go to partitions in
-// an order that rotates from call to call), then up to two more rounds give what was not
-// used to partitions that filled their share and still have due keys. Within a partition
-// keys are claimed lowest-due-first, as before.
+// Fairness: each call's first round visits every partition (its releases, expired leases,
+// its earliest due time) and gives each an equal share of req.Max; the remainder — with
+// fewer workers than partitions, all the shares — goes first to the partitions whose
+// earliest due key is earliest, as this process last saw them. Up to two more rounds give
+// what was not used to the partitions that filled their share and still have keys due,
+// earliest first. Within a partition keys are claimed lowest-due-first, as before, so the
+// whole is close to lowest-due-first across the rule.
 //
 // total_outflow: the rule's meter stays one key (partition 0's slot), touched once per call:
 // meter.lua reserves up to req.Max slots within the lookahead before the claims, each
@@ -88,7 +90,9 @@ func (s *Scheduler) claimParts(ctx context.Context, rule string, now time.Time, 
 		failed   int
 		lost     []string // released keys not held in their partition
 	)
-	out.Now = fromUS(res.now)
+	if total {
+		out.Now = fromUS(res.now)
+	}
 	for round := 0; round < claimRounds; round++ {
 		targets := order
 		if round > 0 {
