@@ -41,10 +41,9 @@ local slot = tonumber(nxt)
 if given > 0 then
   if slot > given then return {now, 0, slot} end
   slot = given
-elseif given < 0 and slot < now then
+elseif slot < now then
   slot = now
 end
-if given == 0 and slot < now then slot = now end
 if total > 0 and given < 0 then
   local tat = tonumber(redis.call('GET', totalkey) or '0')
   if slot < tat then slot = tat end
