@@ -80,7 +80,7 @@ type Queue struct {
 	// Partitions splits the rule's scheduler state in Redis into this many parts, each its
 	// own hash slot, so one busy rule spreads over every master of a Redis Cluster
 	// (queue.partitions). 0: the scheduler's default (queue.DefaultPartitions: 1 on a single
-	// Redis or Sentinel, 16 on a Redis Cluster). Changing it on a live rule loses nothing
+	// Redis or Sentinel, 8 on a Redis Cluster). Changing it on a live rule loses nothing
 	// (see the README's Redis Cluster section).
 	Partitions int
 }
