@@ -17,11 +17,15 @@ import (
 // same in every process that has the same P.
 //
 // Partition 0 is the rule's historical hash tag ({t}), partition i > 0 is {t.i-j}, j chosen
-// so the partitions' slots are evenly spread (partTag; a rule token never contains '.', so no
-// two rules' tags collide): with P = 1 the keyspace is
-// exactly the one sluice used before partitions, and the rule-wide keys — the total_outflow
-// meter (sl:{t}:total), the reconcile lock, idempotency keys, refusal and delivery counts,
-// the partition high-water mark — stay in {t}.
+// so the partitions' slots are evenly spread (partTag; a rule token never contains '.', so
+// no two rules' tags collide): with P = 1 the keyspace is exactly the one sluice used before
+// partitions, and the rule-wide keys — the total_outflow meter (sl:{t}:total), the
+// reconcile lock, idempotency keys, refusal and delivery counts, the partition high-water
+// mark — stay in {t}.
+//
+// While processes disagree on P (a rules reload reaching them at different times, or old
+// and new versions side by side), a key can be due in two partitions, each the key's own
+// for some drainer, and be delivered from both: see the README.
 //
 // Every script touches one partition (one slot). A claim call visits all partitions in one
 // pipelined round trip (the cluster client splits it per node); a rule with total_outflow
