@@ -6,15 +6,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/queue"
 )
 
 // BenchmarkClaimRelease measures the Redis side of one pop: a batch of keys claimed and,
 // with the next claim, released (as a drainer does), per key.
+// With partitions=8 the rule is split in 8 (as on a cluster by default), on one server:
+// what partitions cost where they spread nothing.
 func BenchmarkClaimRelease(b *testing.B) {
-	for _, batch := range []int{1, 8, 32} {
-		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
-			s := newBenchScheduler(b)
+	for _, tc := range []struct {
+		batch, parts int
+	}{{1, 1}, {8, 1}, {32, 1}, {1, 8}, {8, 8}, {32, 8}} {
+		batch := tc.batch
+		name := fmt.Sprintf("batch=%d", batch)
+		if tc.parts > 1 {
+			name += fmt.Sprintf(",partitions=%d", tc.parts)
+		}
+		b.Run(name, func(b *testing.B) {
+			s, err := queue.NewScheduler(redistest.Shared(b).Client(b), queue.SchedulerConfig{Prefix: redistest.Prefix(b),
+				Partitions: func(string) int { return tc.parts }})
+			if err != nil {
+				b.Fatal(err)
+			}
 			ctx := context.Background()
 			keys := make([]string, 1000)
 			for i := range keys {

@@ -19,21 +19,35 @@
 -- ARGV[6] lease      µs a claim stays valid after its slot; then another drainer may take the key
 -- ARGV[7] owner      the claiming drainer's id (no spaces)
 -- ARGV[8] reclaim    recover at most this many expired leases in this call
--- ARGV[9..]          keys this owner releases first, in groups of five as for release.lua
+-- ARGV[9]  nslots    -1: the rule's total_outflow meter is KEYS[5] (one partition, see
+--                    scheduler.go); else a partitioned rule: the total_outflow slots the
+--                    caller reserved from the rule's meter (meter.lua) follow, ascending, and
+--                    KEYS[5] is not touched: with total > 0 each claimed key takes the first
+--                    unused slot at or after its due time, and at most nslots keys are claimed
+--                    (0 with total = 0: no meter at all)
+-- ARGV[10..9+nslots] the reserved slots (µs)
+-- then               keys this owner releases first, in groups of five as for release.lua
 --                    (key, mode, at, state, fence): a drainer hands back the keys it finished
 --                    with in the same round trip as its next claim
 --
--- Returns {next, lost, now, key1, slot1, due1, try1, fence1, key2, ...}:
+-- Returns {next, lost, now, refunds, lostkey1, …, lostkeyL, key1, slot1, due1, try1, fence1, key2, ...}:
 --   next   µs of the earliest slot not claimed now (earliest due key, or the total_outflow meter
 --          if that is later), or -1 when no key is due at all: when to call again.
---   lost   how many of the released keys this owner no longer held (release.lua returns 0)
+--   lost   how many of the released keys this owner no longer held (release.lua returns 0);
+--          their names follow the four header values (a partitioned rule looks for them in
+--          their old partition, see partition.go)
 --   now    the time the script used (µs): Redis's clock, or ARGV[1]
+--   refunds released keys that emptied: total_outflow slots unused (given back to KEYS[5]
+--          here when nslots is -1; the caller gives them back to the meter otherwise)
 --   slotN  µs the key's message may leave (≥ its due time, ≥ now, ≥ the total meter)
 --   dueN   µs the key was due (its score before the claim): slot − due is scheduling delay
 --   tryN   the key's retry state (KEYS[6]) or nil
---   fenceN the claim's fencing token: larger than every token handed out before for this rule
---          (so for this key), never reused. The counter is one string per rule, started at the
---          current time in µs, so tokens keep growing even if Redis lost the counter.
+--   fenceN the claim's fencing token: larger than every token handed out before in this
+--          partition (so for this key), never reused, and never below the current time in µs:
+--          the counter is one string per partition, raised to now when it is behind, so tokens
+--          keep growing even if Redis lost the counter, and a key that moves to another
+--          partition (the rule's partition count changed) still gets larger tokens as long as
+--          no partition handed out more than one token per µs on average.
 --          `held` stores "<owner>#<fence> <next>": a release or renewal must name both.
 --
 -- Outflow is GCRA: a claimed key's next due time is slot + every, so a key never leaves
@@ -58,11 +72,23 @@ local total = tonumber(ARGV[5])
 local leasefor = tonumber(ARGV[6])
 local owner = ARGV[7]
 local reclaim = tonumber(ARGV[8])
+local nslots = tonumber(ARGV[9])
+local ext = nslots >= 0
+local xslots = {}
+if ext then
+  for i = 10, 9 + nslots do xslots[#xslots + 1] = tonumber(ARGV[i]) end
+  if total > 0 and max > nslots then max = nslots end
+else
+  nslots = 0
+end
 
 -- 0. Apply this owner's releases.
-local lost = 0
-for _, v in ipairs(release_keys(due, lease, held, dirty, totalkey, try, depth, idle, owner, tonumber(ARGV[5]), ARGV, 9)) do
-  if v == 0 then lost = lost + 1 end
+local lostkeys = {}
+local meterevery = total
+if ext then meterevery = 0 end
+local rel, refunds = release_keys(due, lease, held, dirty, totalkey, try, depth, idle, owner, meterevery, ARGV, 10 + nslots)
+for j, v in ipairs(rel) do
+  if v == 0 then lostkeys[#lostkeys + 1] = ARGV[10 + nslots + (j - 1) * 5] end
 end
 
 -- Forget the unused slots of emptied keys once they have passed (as markdue.lua does): no
@@ -84,20 +110,31 @@ end
 
 -- 2. Claim due keys, lowest due time first.
 local tat = 0
-if total > 0 then
+if total > 0 and not ext then
   tat = tonumber(redis.call('GET', totalkey) or '0')
 end
-local out = {-1, lost, now}
+local out = {-1, #lostkeys, now, refunds}
+for _, k in ipairs(lostkeys) do out[#out + 1] = k end
 if max > 0 then
   local cand = redis.call('ZRANGEBYSCORE', due, '-inf', horizon, 'WITHSCORES', 'LIMIT', 0, max)
   local ks, slots, dues, nexts = {}, {}, {}, {}
+  local si = 1
   for i = 1, #cand, 2 do
     local d = tonumber(cand[i + 1])
     local slot = d
-    if slot < now then slot = now end
-    if total > 0 and slot < tat then slot = tat end
-    if slot > horizon then break end
-    if total > 0 then tat = slot + total end
+    if ext and total > 0 then
+      -- The first reserved slot the key may take (≥ its due time); slots skipped here
+      -- stay unused and the caller offers them to other partitions or gives them back.
+      while si <= #xslots and xslots[si] < d do si = si + 1 end
+      if si > #xslots then break end
+      slot = xslots[si]
+      si = si + 1
+    else
+      if slot < now then slot = now end
+      if total > 0 and slot < tat then slot = tat end
+      if slot > horizon then break end
+      if total > 0 then tat = slot + total end
+    end
     ks[#ks + 1] = cand[i]
     slots[#slots + 1] = slot
     dues[#dues + 1] = d
@@ -105,10 +142,11 @@ if max > 0 then
   end
   if #ks > 0 then
     -- Fencing tokens: one INCRBY for the batch (the counter starts at now, see above).
-    if redis.call('EXISTS', fencekey) == 0 then
-      redis.call('SET', fencekey, string.format('%.0f', now))
-    end
     local base = redis.call('INCRBY', fencekey, #ks) - #ks
+    if base < now then
+      base = now
+      redis.call('SET', fencekey, string.format('%.0f', now + #ks))
+    end
     -- One command per kind for the whole batch (see release_fn.lua).
     local zl, hs = {}, {}
     for j = 1, #ks do
@@ -130,7 +168,7 @@ if max > 0 then
       out[#out + 1] = tries[j] or false
       out[#out + 1] = base + j
     end
-    if total > 0 then
+    if total > 0 and not ext then
       redis.call('SET', totalkey, string.format('%.0f', tat))
     end
   end
@@ -140,7 +178,7 @@ end
 local first = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
 if first[2] then
   local nx = tonumber(first[2])
-  if total > 0 and nx < tat then nx = tat end
+  if total > 0 and not ext and nx < tat then nx = tat end
   out[1] = nx
 end
 return out

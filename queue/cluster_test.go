@@ -25,6 +25,11 @@ var onCluster = map[string]func(*testing.T){
 	"RefusedRate":                              TestRefusedRate,
 	"EmptyKeyRaceWithRealEnqueues":             TestEmptyKeyRaceWithRealEnqueues,
 	"ReconcileRepairsStrandedKeys":             TestReconcileRepairsStrandedKeys,
+	"PartitionCountChangeLosesNothing":         TestPartitionCountChangeLosesNothing,
+	"TotalOutflowAcrossPartitionsUnderSkew":    TestTotalOutflowAcrossPartitionsUnderSkew,
+	"PartitionCountShrinkLosesNothing":         TestPartitionCountShrinkLosesNothing,
+	"StepInAPartitionKeepsBothMeters":          TestStepInAPartitionKeepsBothMeters,
+	"RenewFindsAKeyInItsOldPartition":          TestRenewFindsAKeyInItsOldPartition,
 }
 
 const onClusterTest = "TestSchedulerOnCluster/"

@@ -13,7 +13,8 @@
 // script (claim.lua) that paces every key at its outflow and the whole rule at its
 // total_outflow (GCRA, lowest-due-first, so fair) and leases each claimed key to one
 // drainer; the ingress calls MarkDue after each publish; Reconcile repairs keys whose
-// MarkDue was lost.
+// MarkDue was lost. A rule's scheduler state is split into partitions, each its own Redis
+// hash slot, by a hash of the key (partition.go): one rule spreads over a cluster's masters.
 //
 // Message is the envelope shared with retry/ and the drainer; EncodeMessage and
 // DecodeMessage give its NATS wire form (payload as data, the rest in headers).

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -12,5 +13,30 @@ func (s *Scheduler) HoldReconcileLock(ctx context.Context, rule string) (unlock 
 
 // DepthForTest reads the ingress's depth counter of one key.
 func (s *Scheduler) DepthForTest(ctx context.Context, rule, key string) (int64, error) {
-	return s.rdb.HGet(ctx, s.keys(rule).depth, key).Int64()
+	return s.rdb.HGet(ctx, s.home(rule, key).depth, key).Int64()
+}
+
+// KeyOf is the Redis key of kind ("depth", "due", "idle", …) of the partition key is in.
+func (s *Scheduler) KeyOf(rule, key, kind string) string {
+	return s.prefix + "sl:{" + partTag(rule, PartitionOf(key, s.Partitions(rule))) + "}:" + kind
+}
+
+// PartKey is the Redis key of kind of partition i of rule.
+func (s *Scheduler) PartKey(rule string, i int, kind string) string {
+	return s.prefix + "sl:{" + partTag(rule, i) + "}:" + kind
+}
+
+// KeySlotForTest is keySlot of the hash tag of a Redis key ("…{tag}…").
+func KeySlotForTest(key string) uint16 {
+	a := strings.IndexByte(key, '{')
+	b := strings.IndexByte(key[a+1:], '}')
+	return keySlot(key[a+1 : a+1+b])
+}
+
+// ForgetPartitionsForTest runs what Reconcile runs to lower the partition high-water mark,
+// and returns the rule's partition count and the partitions claims visit afterwards.
+func (s *Scheduler) ForgetPartitionsForTest(ctx context.Context, rule string) (p, n int, err error) {
+	err = s.forgetPartitions(ctx, rule)
+	p, n = s.layout(ctx, rule)
+	return p, n, err
 }

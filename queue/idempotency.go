@@ -11,7 +11,8 @@ import (
 )
 
 // Idempotency keys are opt-in per request and bounded by their TTL: one Redis string per
-// key, in the rule's hash slot,
+// key, in the rule's hash slot (per rule, not per partition: a request's idempotency key is
+// not the queue's key, and SET NX needs no other key in its slot),
 //
 //	<prefix>sl:{t}:idem:<idempotency key>   STRING  "<id>" or "<id> <digest>" (IdempotencyValue)
 //

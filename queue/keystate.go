@@ -17,7 +17,7 @@ type KeyState struct {
 
 // KeyState reads the scheduler's state of (rule, key): one round trip, nothing written.
 func (s *Scheduler) KeyState(ctx context.Context, rule, key string) (KeyState, error) {
-	k := s.keys(rule)
+	k := s.home(rule, key)
 	pipe := s.rdb.Pipeline()
 	held := pipe.HExists(ctx, k.held, key)
 	try := pipe.HGet(ctx, k.try, key)
@@ -36,5 +36,5 @@ func (s *Scheduler) KeyState(ctx context.Context, rule, key string) (KeyState, e
 // Uncount counts one message of (rule, key) out of the depth estimate (a message removed
 // other than by delivery, e.g. cancelled). Best effort: a miss heals when the key empties.
 func (s *Scheduler) Uncount(ctx context.Context, rule, key string) error {
-	return s.rdb.HIncrBy(ctx, s.keys(rule).depth, key, -1).Err()
+	return s.rdb.HIncrBy(ctx, s.home(rule, key).depth, key, -1).Err()
 }

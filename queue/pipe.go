@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,9 +34,34 @@ type Admission struct {
 // order. The ingress sends it together with the publishes, so the answers' depths and next
 // slots cost no round trip of their own; read them with AdmittedResults. A message whose
 // publish then fails must be counted out again (UncountPipe); a refused-as-full one heals
-// the counter (SetDepth).
-func (s *Scheduler) CountAdmittedPipe(ctx context.Context, pipe redis.Pipeliner, rule string, adms []Admission) *redis.Cmd {
-	k := s.keys(rule)
+// the counter (SetDepth). A partitioned rule gets one script call per partition its keys
+// fall in (each touches one slot; the cluster client sends each to its node).
+func (s *Scheduler) CountAdmittedPipe(ctx context.Context, pipe redis.Pipeliner, rule string, adms []Admission) *AdmitCounts {
+	p := s.Partitions(rule)
+	out := &AdmitCounts{n: len(adms)}
+	if p == 1 {
+		out.cmds = []*redis.Cmd{s.countPipe(ctx, pipe, rule, 0, adms)}
+		return out
+	}
+	byPart := map[int][]int{}
+	for j, a := range adms {
+		i := PartitionOf(a.Key, p)
+		byPart[i] = append(byPart[i], j)
+	}
+	part := make([]Admission, 0, len(adms))
+	for i, js := range byPart {
+		part = part[:0]
+		for _, j := range js {
+			part = append(part, adms[j])
+		}
+		out.cmds = append(out.cmds, s.countPipe(ctx, pipe, rule, i, part))
+		out.idx = append(out.idx, js)
+	}
+	return out
+}
+
+func (s *Scheduler) countPipe(ctx context.Context, pipe redis.Pipeliner, rule string, i int, adms []Admission) *redis.Cmd {
+	k := s.part(rule, i)
 	args := make([]any, 0, 3*len(adms))
 	for _, a := range adms {
 		args = append(args, a.Key, a.Capacity, us(a.Now))
@@ -43,22 +69,47 @@ func (s *Scheduler) CountAdmittedPipe(ctx context.Context, pipe redis.Pipeliner,
 	return admitCountScript.EvalSha(ctx, pipe, []string{k.due, k.held, k.depth, k.idle}, args...)
 }
 
+// AdmitCounts is the pending result of a CountAdmittedPipe: one script call per partition.
+// On a cluster one node may answer NOSCRIPT while another ran its part: Err reports it, and a
+// caller that sends the whole count again counts the other part twice — an estimate off by
+// those messages until the key empties or the reconciler resets it (admitcount.lua).
+type AdmitCounts struct {
+	n    int
+	cmds []*redis.Cmd
+	idx  [][]int // per cmd, the admissions it counted (nil: all, in order)
+}
+
+// Err is the first error of its script calls (nil when every one ran).
+func (a *AdmitCounts) Err() error {
+	for _, c := range a.cmds {
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // UncountPipe counts out a message counted by CountAdmittedPipe whose publish failed or
 // was a duplicate.
 func (s *Scheduler) UncountPipe(ctx context.Context, pipe redis.Pipeliner, rule, key string) {
-	pipe.HIncrBy(ctx, s.keys(rule).depth, key, -1)
+	pipe.HIncrBy(ctx, s.home(rule, key).depth, key, -1)
 }
 
 // MarkDuePipe queues MarkDue of rule's keys (after their publishes were acknowledged) on a
-// pipeline: one script call for all of them.
-func (s *Scheduler) MarkDuePipe(ctx context.Context, pipe redis.Pipeliner, rule string, keys []string, now time.Time) *redis.Cmd {
-	k := s.keys(rule)
-	args := make([]any, 0, 1+len(keys))
-	args = append(args, us(now))
-	for _, key := range keys {
-		args = append(args, key)
+// pipeline: one script call per partition the keys fall in.
+func (s *Scheduler) MarkDuePipe(ctx context.Context, pipe redis.Pipeliner, rule string, keys []string, now time.Time) []*redis.Cmd {
+	parts := s.byPartition(rule, keys)
+	cmds := make([]*redis.Cmd, 0, len(parts))
+	for i, ks := range parts {
+		k := s.part(rule, i)
+		args := make([]any, 0, 1+len(ks))
+		args = append(args, us(now))
+		for _, key := range ks {
+			args = append(args, key)
+		}
+		cmds = append(cmds, markDueScript.EvalSha(ctx, pipe, []string{k.due, k.lease, k.dirty, k.idle}, args...))
 	}
-	return markDueScript.EvalSha(ctx, pipe, []string{k.due, k.lease, k.dirty, k.idle}, args...)
+	return cmds
 }
 
 // Admitted is the result of one admission counted by CountAdmittedPipe.
@@ -70,25 +121,38 @@ type Admitted struct {
 	Held bool
 }
 
-// AdmittedResults reads the results of a CountAdmittedPipe command of n admissions into
-// out (reused; grown as needed).
-func AdmittedResults(cmd *redis.Cmd, n int, out []Admitted) ([]Admitted, error) {
-	vals, err := cmd.Slice()
-	if err != nil {
-		return out, err
+// AdmittedResults reads the results of a CountAdmittedPipe of n admissions into out
+// (reused; grown as needed), in the admissions' order.
+func AdmittedResults(c *AdmitCounts, n int, out []Admitted) ([]Admitted, error) {
+	if n != c.n {
+		return out, fmt.Errorf("queue: admitcount of %d admissions read as %d", c.n, n)
 	}
-	if len(vals) != 3*n {
-		return out, fmt.Errorf("queue: admitcount returned %d values for %d admissions", len(vals), n)
-	}
-	out = out[:0]
-	for i := 0; i < len(vals); i += 3 {
-		depth, ok1 := vals[i].(int64)
-		next, ok2 := vals[i+1].(int64)
-		held, ok3 := vals[i+2].(int64)
-		if !ok1 || !ok2 || !ok3 {
-			return out, fmt.Errorf("queue: admitcount returned %T %T %T, want integers", vals[i], vals[i+1], vals[i+2])
+	out = slices.Grow(out[:0], n)[:n]
+	for x, cmd := range c.cmds {
+		vals, err := cmd.Slice()
+		if err != nil {
+			return out[:0], err
 		}
-		out = append(out, Admitted{Depth: depth, Next: time.UnixMicro(next), Held: held == 1})
+		m := n
+		if c.idx != nil {
+			m = len(c.idx[x])
+		}
+		if len(vals) != 3*m {
+			return out[:0], fmt.Errorf("queue: admitcount returned %d values for %d admissions", len(vals), m)
+		}
+		for i := 0; i < len(vals); i += 3 {
+			depth, ok1 := vals[i].(int64)
+			next, ok2 := vals[i+1].(int64)
+			held, ok3 := vals[i+2].(int64)
+			if !ok1 || !ok2 || !ok3 {
+				return out[:0], fmt.Errorf("queue: admitcount returned %T %T %T, want integers", vals[i], vals[i+1], vals[i+2])
+			}
+			j := i / 3
+			if c.idx != nil {
+				j = c.idx[x][j]
+			}
+			out[j] = Admitted{Depth: depth, Next: time.UnixMicro(next), Held: held == 1}
+		}
 	}
 	return out, nil
 }
@@ -96,7 +160,7 @@ func AdmittedResults(cmd *redis.Cmd, n int, out []Admitted) ([]Admitted, error) 
 // SetDepth records the known depth of a key (e.g. its capacity when the stream refused a
 // message as full), healing the counter that admissions keep.
 func (s *Scheduler) SetDepth(ctx context.Context, rule, key string, depth int64) error {
-	dk := s.keys(rule).depth
+	dk := s.home(rule, key).depth
 	var err error
 	if depth <= 0 {
 		err = s.rdb.HDel(ctx, dk, key).Err()
@@ -109,9 +173,15 @@ func (s *Scheduler) SetDepth(ctx context.Context, rule, key string, depth int64)
 	return nil
 }
 
-// ResetDepths forgets the depth counters of every key of rule (the rule was purged).
+// ResetDepths forgets the depth counters of every key of rule (the rule was purged), in
+// every partition.
 func (s *Scheduler) ResetDepths(ctx context.Context, rule string) error {
-	if err := s.rdb.Del(ctx, s.keys(rule).depth).Err(); err != nil {
+	_, n := s.layout(ctx, rule)
+	pipe := s.rdb.Pipeline()
+	for i := range n {
+		pipe.Del(ctx, s.part(rule, i).depth)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("queue: reset depths of rule %q: %w", rule, err)
 	}
 	return nil

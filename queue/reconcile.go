@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Reconciled reports what one Reconcile did.
@@ -45,6 +47,9 @@ func Reconcile(ctx context.Context, q *Queues, s *Scheduler, rule string, now ti
 	r, err := CheckSchedule(ctx, q, s, rule)
 	if err != nil {
 		return r, err
+	}
+	if err := s.forgetPartitions(ctx, rule); err != nil {
+		return r, fmt.Errorf("queue: reconcile rule %q: partitions: %w", rule, err)
 	}
 	if !force && r.Deficit() <= 0 {
 		return r, nil
@@ -95,3 +100,37 @@ func CheckSchedule(ctx context.Context, q *Queues, s *Scheduler, rule string) (R
 	}
 	return r, nil
 }
+
+// forgetPartitions lowers rule's partition high-water mark (sl:{t}:parts) to its current
+// count once the partitions above it hold no due or claimed key, so claims stop visiting them
+// after a rule's partition count went down. A process still using the higher count raises
+// the mark again when it next reads it (partition.go), so nothing it marks is stranded.
+func (s *Scheduler) forgetPartitions(ctx context.Context, rule string) error {
+	p, n := s.layout(ctx, rule)
+	if n <= p {
+		return nil
+	}
+	pipe := s.rdb.Pipeline()
+	var cmds []*redis.IntCmd
+	for i := p; i < n; i++ {
+		k := s.part(rule, i)
+		cmds = append(cmds, pipe.ZCard(ctx, k.due), pipe.ZCard(ctx, k.lease))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	for _, c := range cmds {
+		if c.Val() > 0 {
+			return nil
+		}
+	}
+	parts := s.prefix + "sl:{" + RuleToken(rule) + "}:parts"
+	if err := lowerPartsScript.Run(ctx, s.rdb, []string{parts}, n, p).Err(); err != nil {
+		return err
+	}
+	s.layouts.Delete(rule)
+	return nil
+}
+
+// lowerPartsScript: KEYS[1] sl:{t}:parts; sets it to ARGV[2] if it is still ARGV[1].
+var lowerPartsScript = redis.NewScript(`if tonumber(redis.call('GET', KEYS[1]) or '0') == tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[2]) end return 0`)

@@ -11,7 +11,9 @@
 -- KEYS[9] fence  STRING     the rule's fencing counter (claim.lua; unused here)
 --
 -- ARGV[1] owner  the drainer that claimed the keys
--- ARGV[2] total  µs between two messages of the rule (1/total_outflow); 0 = none
+-- ARGV[2] total  µs between two messages of the rule (1/total_outflow); 0 = none, or a
+--                partitioned rule (its meter is in another slot: the caller gives emptied
+--                keys' slots back, see meter.lua)
 -- then one group of five per key:
 -- ARGV[3+5i] key
 -- ARGV[4+5i] mode   "next":  the head was delivered (or dead) and deleted; the key is due again at
@@ -35,4 +37,5 @@
 -- release_keys is defined in release_fn.lua, which the Go code prepends.
 
 local due, lease, held, dirty, totalkey, try, depth, idle = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-return release_keys(due, lease, held, dirty, totalkey, try, depth, idle, ARGV[1], tonumber(ARGV[2]), ARGV, 3)
+local out = release_keys(due, lease, held, dirty, totalkey, try, depth, idle, ARGV[1], tonumber(ARGV[2]), ARGV, 3)
+return out

@@ -4,7 +4,9 @@
 -- release_keys(due, lease, held, dirty, totalkey, try, depth, idle, owner, total, args, first)
 -- releases the keys described by args[first..] in groups of five (key, mode, at, state,
 -- fence) — see release.lua for the modes — and returns {1 per key released, 0 per key this
--- owner no longer held}. A key is held by `owner` under fence F when its `held` entry reads
+-- owner no longer held} and the number of emptied keys whose total_outflow slot was unused
+-- (given back to `totalkey` when total > 0; a partitioned rule, whose meter lives in another
+-- slot, passes total = 0 and gives them back itself). A key is held by `owner` under fence F when its `held` entry reads
 -- "<owner>#<F> <next>" (claim.lua); a release with fence 0 checks only the owner.
 --
 -- It also keeps the ingress's per-key depth counter (admitcount.lua) in step: "next" counts
@@ -17,7 +19,7 @@
 -- members): a script's cost is dominated by the number of redis.call()s, not their size.
 local function release_keys(due, lease, held, dirty, totalkey, try, depth, idle, owner, total, args, first)
   local out = {}
-  if #args < first then return out end
+  if #args < first then return out, 0 end
   local ks = {}
   for i = first, #args, 5 do ks[#ks + 1] = args[i] end
   local hs = redis.call('HMGET', held, unpack(ks))
@@ -92,5 +94,5 @@ local function release_keys(due, lease, held, dirty, totalkey, try, depth, idle,
       redis.call('SET', totalkey, string.format('%.0f', tat - refunds * total))
     end
   end
-  return out
+  return out, refunds
 end

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,6 +51,11 @@ type SchedulerConfig struct {
 	// Clock returns the current time for MarkDue. Default nil: Redis's own clock (TIME in
 	// the script), the clock claims and leases use too.
 	Clock func() time.Time
+	// Partitions returns a rule's partition count (the rules file's queue.partitions); 0 or
+	// a nil func: DefaultPartitions of the client (1 on a single Redis, ClusterPartitions on
+	// a Redis Cluster). Every process sharing the Redis must answer the same for a rule, but
+	// a change (a rules reload) loses nothing: see partition.go.
+	Partitions func(rule string) int
 }
 
 // Scheduler coordinates the outflow of every key of every queue rule across any number of
@@ -58,20 +64,24 @@ type SchedulerConfig struct {
 // paces each key (outflow) and the rule as a whole (total_outflow) and leases the claimed
 // keys, so the pacing is exact however many drainers run.
 //
-// Redis keys of rule R (t = RuleToken(R), all in hash slot {t}, so every script touches one
-// slot and runs on Redis Cluster):
+// Redis keys of rule R, per partition (partition.go: a key's partition is a hash of the key;
+// t = RuleToken(R), and the tag T is t for partition 0 and t.i-j for partition i > 0, see
+// partTag), so every script touches one slot and runs on Redis Cluster, and one rule spreads
+// over its masters:
 //
-//	<prefix>sl:{t}:due    ZSET    key -> next due time, µs since the epoch (keys with messages, unclaimed)
-//	<prefix>sl:{t}:lease  ZSET    key -> lease expiry, µs (claimed keys)
-//	<prefix>sl:{t}:held   HASH    key -> "<owner>#<fence> <next due µs>" (claimed keys)
-//	<prefix>sl:{t}:dirty  HASH    key -> "1" (MarkDue ran while the key was claimed)
-//	<prefix>sl:{t}:total  STRING  total_outflow meter: µs the rule's next message may leave
-//	<prefix>sl:{t}:try    HASH    key -> "<msg id>\n<attempts>\n<last error>" (head being retried)
-//	<prefix>sl:{t}:depth  HASH    key -> messages queued, the ingress's estimate (admitcount.lua;
+//	<prefix>sl:{T}:due    ZSET    key -> next due time, µs since the epoch (keys with messages, unclaimed)
+//	<prefix>sl:{T}:lease  ZSET    key -> lease expiry, µs (claimed keys)
+//	<prefix>sl:{T}:held   HASH    key -> "<owner>#<fence> <next due µs>" (claimed keys)
+//	<prefix>sl:{T}:dirty  HASH    key -> "1" (MarkDue ran while the key was claimed)
+//	<prefix>sl:{t}:total  STRING  total_outflow meter: µs the rule's next message may leave (one
+//	                              per rule: partition 0's; partitions i > 0 reserve from it, meter.lua)
+//	<prefix>sl:{T}:try    HASH    key -> "<msg id>\n<attempts>\n<last error>" (head being retried)
+//	<prefix>sl:{T}:depth  HASH    key -> messages queued, the ingress's estimate (admitcount.lua;
 //	                              releases count deliveries out, Reconcile resets it)
-//	<prefix>sl:{t}:idle   ZSET    key -> unused slot of a key that emptied, until it passes
-//	<prefix>sl:{t}:fence  STRING  the last fencing token handed to a claim (one per rule)
+//	<prefix>sl:{T}:idle   ZSET    key -> unused slot of a key that emptied, until it passes
+//	<prefix>sl:{T}:fence  STRING  the last fencing token handed to a claim (one per partition)
 //	<prefix>sl:{t}:lock:reconcile  STRING  one Reconcile scan per rule at a time
+//	<prefix>sl:{t}:parts  STRING  the highest partition count any process used for the rule
 //
 // Members are the keys themselves (Redis strings are binary-safe). Only keys that have
 // messages (or are being retried) cost memory; a drained key is removed.
@@ -82,7 +92,9 @@ type SchedulerConfig struct {
 // a time (Claim, Renew, MarkDueAt) use it instead, for tests; the zero time means Redis's.
 //
 // Fencing: every claim of a key carries a token (Claim.Fence) larger than any token handed
-// out before for the rule, so for the key. Releases and renewals name it: a drainer whose
+// out before in its partition, so for the key (a key stays in its partition while the rule's
+// partition count stays; tokens are also never below Redis's time in µs, so they keep growing
+// when a key changes partition, see claim.lua). Releases and renewals name it: a drainer whose
 // lease expired, and whose key was claimed again (by another drainer or by itself), is
 // refused. Drainers send it to the sink (Sluice-Fence), so a sink can drop a delivery from a
 // drainer that lost its claim.
@@ -90,9 +102,15 @@ type SchedulerConfig struct {
 // A Scheduler is safe for concurrent use. Its methods take the outflow parameters from the
 // caller, so live overrides change them without touching Redis state.
 type Scheduler struct {
-	rdb    redis.UniversalClient
-	prefix string
-	clock  func() time.Time
+	rdb      redis.UniversalClient
+	prefix   string
+	clock    func() time.Time
+	parts    func(rule string) int
+	defParts int
+	layouts  sync.Map // rule -> layout
+	nexts    sync.Map // rule -> *[]int64: each partition's earliest due time at the last claim
+	refunds  refunds
+	rr       atomic.Uint64 // where the next claim starts visiting partitions
 }
 
 // NewScheduler returns a Scheduler on rdb (a *redis.Client, *redis.ClusterClient, …).
@@ -100,15 +118,14 @@ func NewScheduler(rdb redis.UniversalClient, cfg SchedulerConfig) (*Scheduler, e
 	if strings.ContainsAny(cfg.Prefix, "{}") {
 		return nil, fmt.Errorf("queue: scheduler prefix %q must not contain '{' or '}'", cfg.Prefix)
 	}
-	return &Scheduler{rdb: rdb, prefix: cfg.Prefix, clock: cfg.Clock}, nil
+	return &Scheduler{rdb: rdb, prefix: cfg.Prefix, clock: cfg.Clock, parts: cfg.Partitions, defParts: DefaultPartitions(rdb)}, nil
 }
 
 type ruleKeys struct{ due, lease, held, dirty, total, try, depth, idle, fence string }
 
-func (s *Scheduler) keys(rule string) ruleKeys {
-	b := s.prefix + "sl:{" + RuleToken(rule) + "}:"
-	return ruleKeys{b + "due", b + "lease", b + "held", b + "dirty", b + "total", b + "try", b + "depth", b + "idle", b + "fence"}
-}
+// keys returns the keys of rule's partition 0, which also holds the rule-wide keys (the
+// total_outflow meter, locks, counts).
+func (s *Scheduler) keys(rule string) ruleKeys { return s.part(rule, 0) }
 
 // all lists the rule's keys in the order the scripts take them as KEYS.
 func (k ruleKeys) all() []string {
@@ -180,8 +197,9 @@ type Claim struct {
 	// Retry is the retry state of the key's head message, if it failed before. Compare
 	// Retry.MsgID with the popped message: a different id means the state is stale.
 	Retry *RetryState
-	// Fence is the claim's fencing token: larger than every earlier claim's of the rule (so
-	// of the key). Renew and Release name it; the drainer sends it to the sink.
+	// Fence is the claim's fencing token: larger than every earlier claim's of its partition
+	// (so of the key; see claim.lua). Renew and Release name it; the drainer sends it to the
+	// sink.
 	Fence int64
 }
 
@@ -232,30 +250,56 @@ func (s *Scheduler) Claim(ctx context.Context, rule string, now time.Time, req C
 		}
 		req.Releases = req.Releases[maxBatch:]
 	}
-	k := s.keys(rule)
-	args := make([]any, 0, 8+5*len(req.Releases))
+	p, n := s.layout(ctx, rule)
+	if n == 1 {
+		return s.claimOne(ctx, rule, now, req)
+	}
+	return s.claimParts(ctx, rule, now, req, p, n)
+}
+
+// claimOne claims from a rule in one partition: one script, the meter inside it.
+func (s *Scheduler) claimOne(ctx context.Context, rule string, now time.Time, req ClaimRequest) (Claimed, error) {
+	args := make([]any, 0, 9+5*len(req.Releases))
 	args = append(args, usOrZero(now), req.Max, req.Lookahead.Microseconds(), req.Every.Microseconds(),
-		req.TotalEvery.Microseconds(), req.Lease.Microseconds(), req.Owner, req.Reclaim)
+		req.TotalEvery.Microseconds(), req.Lease.Microseconds(), req.Owner, req.Reclaim, -1)
 	args = appendReleases(args, req.Releases)
-	res, err := claimScript.Run(ctx, s.rdb, k.all(), args...).Slice()
+	out, _, _, err := parseClaimed(claimScript.Run(ctx, s.rdb, s.keys(rule).all(), args...))
 	if err != nil {
 		return Claimed{}, fmt.Errorf("queue: claim rule %q: %w", rule, err)
 	}
-	if len(res) < 3 || (len(res)-3)%5 != 0 {
-		return Claimed{}, fmt.Errorf("queue: claim rule %q: unexpected reply of %d values", rule, len(res))
+	return out, nil
+}
+
+// parseClaimed reads claim.lua's reply: the claims, the released keys that were lost, and
+// how many emptied keys' total_outflow slots are to be given back.
+func parseClaimed(cmd *redis.Cmd) (out Claimed, lostKeys []string, refunds int64, err error) {
+	res, err := cmd.Slice()
+	if err != nil {
+		return Claimed{}, nil, 0, err
 	}
-	var out Claimed
+	lost := int64(-1)
+	if len(res) >= 4 {
+		lost, _ = res[1].(int64)
+	}
+	if lost < 0 || len(res) < 4+int(lost) || (len(res)-4-int(lost))%5 != 0 {
+		return Claimed{}, nil, 0, errUnexpected(len(res))
+	}
 	if next, _ := res[0].(int64); next >= 0 {
 		out.Next = fromUS(next)
 	}
-	lost, _ := res[1].(int64)
 	out.Lost = int(lost)
 	nowUS, _ := res[2].(int64)
 	out.Now = fromUS(nowUS)
-	if n := (len(res) - 3) / 5; n > 0 {
+	refunds, _ = res[3].(int64)
+	for _, v := range res[4 : 4+lost] {
+		k, _ := v.(string)
+		lostKeys = append(lostKeys, k)
+	}
+	first := 4 + int(lost)
+	if n := (len(res) - first) / 5; n > 0 {
 		out.Claims = make([]Claim, 0, n)
 	}
-	for i := 3; i < len(res); i += 5 {
+	for i := first; i < len(res); i += 5 {
 		key, _ := res[i].(string)
 		slot, _ := res[i+1].(int64)
 		due, _ := res[i+2].(int64)
@@ -268,8 +312,10 @@ func (s *Scheduler) Claim(ctx context.Context, rule string, now time.Time, req C
 		}
 		out.Claims = append(out.Claims, c)
 	}
-	return out, nil
+	return out, lostKeys, refunds, nil
 }
+
+func errUnexpected(n int) error { return fmt.Errorf("unexpected reply of %d values", n) }
 
 // ReleaseMode says what happened to a claimed key's head.
 type ReleaseMode string
@@ -325,18 +371,41 @@ func (s *Scheduler) Release(ctx context.Context, rule, owner string, totalEvery 
 		}
 		return append(head, tail...), err2
 	}
-	args := make([]any, 0, 2+5*len(rels))
-	args = append(args, owner, totalEvery.Microseconds())
-	args = appendReleases(args, rels)
-	res, err := releaseScript.Run(ctx, s.rdb, s.keys(rule).all(), args...).Int64Slice()
-	if err != nil {
-		return nil, fmt.Errorf("queue: release keys of rule %q: %w", rule, err)
+	p, n := s.layout(ctx, rule)
+	held := make([]bool, len(rels))
+	byPart := make(map[int][]int, min(n, len(rels)))
+	for j, r := range rels {
+		i := PartitionOf(r.Key, p)
+		byPart[i] = append(byPart[i], j)
 	}
-	held := make([]bool, len(res))
+	err := s.release(ctx, rule, owner, totalEvery, rels, byPart, held)
+	if err == nil && n > 1 {
+		// A key claimed before the rule's partition count changed is held in its old
+		// partition: look for the lost ones in the others (one more round trip, only then).
+		var lost []int
+		for j, h := range held {
+			if !h {
+				lost = append(lost, j)
+			}
+		}
+		if len(lost) > 0 {
+			again := make(map[int][]int, n)
+			for i := range n {
+				for _, j := range lost {
+					if PartitionOf(rels[j].Key, p) != i {
+						again[i] = append(again[i], j)
+					}
+				}
+			}
+			err = s.release(ctx, rule, owner, totalEvery, rels, again, held)
+		}
+	}
+	if err != nil {
+		return held, fmt.Errorf("queue: release keys of rule %q: %w", rule, err)
+	}
 	lost := 0
-	for i, v := range res {
-		held[i] = v == 1
-		if v != 1 {
+	for _, h := range held {
+		if !h {
 			lost++
 		}
 	}
@@ -344,6 +413,52 @@ func (s *Scheduler) Release(ctx context.Context, rule, owner string, totalEvery 
 		return held, fmt.Errorf("%w: %d of %d keys of rule %q", ErrLeaseLost, lost, len(rels), rule)
 	}
 	return held, nil
+}
+
+// release runs release.lua for rels[j], j in byPart[i], in partition i, in one pipelined
+// round trip, and sets held[j] for those released. Partition 0's script gives an emptied
+// key's unused total_outflow slot back to the meter (which is in its slot); other
+// partitions' are given back with the rule's next reservation (partition.go).
+func (s *Scheduler) release(ctx context.Context, rule, owner string, totalEvery time.Duration, rels []Release, byPart map[int][]int, held []bool) error {
+	calls := make([]*call, 0, len(byPart))
+	parts := make([]int, 0, len(byPart))
+	for i, js := range byPart {
+		te := totalEvery.Microseconds()
+		if i != 0 {
+			te = 0
+		}
+		args := make([]any, 0, 2+5*len(js))
+		args = append(args, owner, te)
+		for _, j := range js {
+			args = appendReleases(args, rels[j:j+1])
+		}
+		calls = append(calls, &call{script: releaseScript, keys: s.part(rule, i).all(), args: args})
+		parts = append(parts, i)
+	}
+	s.runAll(ctx, calls)
+	var firstErr error
+	for x, c := range calls {
+		i := parts[x]
+		res, err := c.cmd.Int64Slice()
+		if err == nil && len(res) != len(byPart[i]) {
+			err = errUnexpected(len(res))
+		}
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		for y, j := range byPart[i] {
+			if res[y] == 1 {
+				held[j] = true
+				if i != 0 && totalEvery > 0 && rels[j].Mode == Emptied {
+					s.refunds.add(rule, 1)
+				}
+			}
+		}
+	}
+	return firstErr
 }
 
 func appendReleases(args []any, rels []Release) []any {
@@ -384,44 +499,52 @@ func (s *Scheduler) MarkDue(ctx context.Context, rule string, keys ...string) er
 // MarkDueAt is MarkDue at an explicit time (zero: Redis's clock); it returns how many keys
 // were newly added.
 func (s *Scheduler) MarkDueAt(ctx context.Context, rule string, now time.Time, keys ...string) (int, error) {
-	k := s.keys(rule)
 	added := 0
-	for len(keys) > 0 {
-		n := min(len(keys), markDueBatch)
-		args := make([]any, 0, n+1)
-		args = append(args, usOrZero(now))
-		for _, key := range keys[:n] {
-			args = append(args, key)
+	for i, ks := range s.byPartition(rule, keys) {
+		k := s.part(rule, i)
+		for len(ks) > 0 {
+			n := min(len(ks), markDueBatch)
+			args := make([]any, 0, n+1)
+			args = append(args, usOrZero(now))
+			for _, key := range ks[:n] {
+				args = append(args, key)
+			}
+			a, err := markDueScript.Run(ctx, s.rdb, []string{k.due, k.lease, k.dirty, k.idle}, args...).Int()
+			if err != nil {
+				return added, fmt.Errorf("queue: mark due in rule %q: %w", rule, err)
+			}
+			added += a
+			ks = ks[n:]
 		}
-		a, err := markDueScript.Run(ctx, s.rdb, []string{k.due, k.lease, k.dirty, k.idle}, args...).Int()
-		if err != nil {
-			return added, fmt.Errorf("queue: mark due in rule %q: %w", rule, err)
-		}
-		added += a
-		keys = keys[n:]
 	}
 	return added, nil
 }
 
-// Counts returns how many keys of rule are due (waiting for a slot) and claimed.
+// Counts returns how many keys of rule are due (waiting for a slot) and claimed, summed over
+// its partitions (one pipelined round trip).
 func (s *Scheduler) Counts(ctx context.Context, rule string) (due, claimed int64, err error) {
-	k := s.keys(rule)
-	c := s.rdb
-	pipe := c.Pipeline()
-	d := pipe.ZCard(ctx, k.due)
-	l := pipe.ZCard(ctx, k.lease)
+	_, n := s.layout(ctx, rule)
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, 0, 2*n)
+	for i := range n {
+		k := s.part(rule, i)
+		cmds = append(cmds, pipe.ZCard(ctx, k.due), pipe.ZCard(ctx, k.lease))
+	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, 0, fmt.Errorf("queue: counts of rule %q: %w", rule, err)
 	}
-	return d.Val(), l.Val(), nil
+	for j := 0; j < len(cmds); j += 2 {
+		due += cmds[j].Val()
+		claimed += cmds[j+1].Val()
+	}
+	return due, claimed, nil
 }
 
 // NextSlot returns when key's next message may leave (its due time, or for a claimed key the
 // slot after the current one); ok is false when the key is not scheduled (no messages).
 func (s *Scheduler) NextSlot(ctx context.Context, rule, key string) (t time.Time, ok bool, err error) {
-	k := s.keys(rule)
-	c := s.rdb
-	pipe := c.Pipeline()
+	k := s.home(rule, key)
+	pipe := s.rdb.Pipeline()
 	d := pipe.ZScore(ctx, k.due, key)
 	h := pipe.HGet(ctx, k.held, key)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -442,25 +565,31 @@ func (s *Scheduler) NextSlot(ctx context.Context, rule, key string) (t time.Time
 
 // setDepths overwrites the depth counters of the given keys, 1000 per command.
 func (s *Scheduler) setDepths(ctx context.Context, rule string, depths map[string]uint64) error {
-	dk := s.keys(rule).depth
-	args := make([]any, 0, 2*markDueBatch)
-	flush := func() error {
-		if len(args) == 0 {
+	p := s.Partitions(rule)
+	args := make([][]any, p)
+	flush := func(i int) error {
+		if len(args[i]) == 0 {
 			return nil
 		}
-		err := s.rdb.HSet(ctx, dk, args...).Err()
-		args = args[:0]
+		err := s.rdb.HSet(ctx, s.part(rule, i).depth, args[i]...).Err()
+		args[i] = args[i][:0]
 		return err
 	}
 	for k, n := range depths {
-		args = append(args, k, n)
-		if len(args) == cap(args) {
-			if err := flush(); err != nil {
+		i := PartitionOf(k, p)
+		args[i] = append(args[i], k, n)
+		if len(args[i]) >= 2*markDueBatch {
+			if err := flush(i); err != nil {
 				return err
 			}
 		}
 	}
-	return flush()
+	for i := range args {
+		if err := flush(i); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // lock takes a named per-rule lock for ttl (SET NX PX); unlock releases it if still ours.
@@ -483,11 +612,22 @@ func (s *Scheduler) DeleteRule(ctx context.Context, rule string) error {
 	c := s.rdb
 	// The fence counter stays: a rule added again keeps handing out growing tokens, so a
 	// sink that remembers the last token of a key never sees one go backwards.
-	k := s.keys(rule)
-	keys := []string{k.due, k.lease, k.held, k.dirty, k.total, k.try, k.depth, k.idle, s.prefix + "sl:{" + RuleToken(rule) + "}:lock:reconcile"}
-	if err := c.Del(ctx, keys...).Err(); err != nil {
+	// One DEL per partition: a DEL's keys must share a slot on a Redis Cluster.
+	_, n := s.layout(ctx, rule)
+	pipe := c.Pipeline()
+	for i := range n {
+		k := s.part(rule, i)
+		keys := []string{k.due, k.lease, k.held, k.dirty, k.total, k.try, k.depth, k.idle}
+		if i == 0 {
+			keys = append(keys, s.prefix+"sl:{"+RuleToken(rule)+"}:lock:reconcile", s.prefix+"sl:{"+RuleToken(rule)+"}:parts")
+		}
+		pipe.Del(ctx, keys...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("queue: delete scheduler state of rule %q: %w", rule, err)
 	}
+	s.layouts.Delete(rule)
+	s.nexts.Delete(rule)
 	return nil
 }
 
@@ -521,46 +661,125 @@ type Renewed struct {
 // total_outflow as a claim's does; the lease is extended to the slot plus lease. held is
 // false (and slot zero) when owner no longer holds the key under fence.
 func (s *Scheduler) Step(ctx context.Context, rule, owner, key string, fence int64, now time.Time, out Outflow, lease time.Duration) (slot, at time.Time, held bool, err error) {
-	k := s.keys(rule)
-	res, err := stepScript.Run(ctx, s.rdb, []string{k.lease, k.held, k.total, k.depth},
-		usOrZero(now), out.Every.Microseconds(), out.TotalEvery.Microseconds(), lease.Microseconds(), owner, key, fence).Int64Slice()
-	if err != nil {
-		return time.Time{}, time.Time{}, false, fmt.Errorf("queue: step key of rule %q: %w", rule, err)
+	p := s.Partitions(rule)
+	i := PartitionOf(key, p)
+	k := s.part(rule, i)
+	// Partition 0 holds the rule's meter: its script advances it. Another partition's key
+	// reserves its slot from the meter first (meter.lua), at or after the key's own next
+	// time, which the first step tells when the reserved slot is earlier.
+	given := int64(-1)
+	var floor int64
+	every := out.TotalEvery.Microseconds()
+	for attempt := 0; ; attempt++ {
+		if i != 0 {
+			given = 0
+			if every > 0 {
+				r, err := s.meter(ctx, rule, now, out.TotalEvery, 1, -1, floor, s.refunds.take(rule), 0, 0)
+				if err != nil {
+					return time.Time{}, time.Time{}, false, fmt.Errorf("queue: step key of rule %q: total_outflow meter: %w", rule, err)
+				}
+				given = r.first
+			}
+		}
+		res, err := stepScript.Run(ctx, s.rdb, []string{k.lease, k.held, k.total, k.depth},
+			usOrZero(now), out.Every.Microseconds(), every, lease.Microseconds(), owner, key, fence, given).Int64Slice()
+		if err == nil && len(res) != 3 {
+			err = errUnexpected(len(res))
+		}
+		if err != nil {
+			return time.Time{}, time.Time{}, false, fmt.Errorf("queue: step key of rule %q: %w", rule, err)
+		}
+		if res[1] != 0 {
+			return fromUS(res[1]), fromUS(res[0]), true, nil
+		}
+		if res[2] == 0 || attempt == 3 {
+			if given > 0 { // not used: give the slot back if nobody reserved after it
+				s.meter(ctx, rule, now, out.TotalEvery, 0, -1, 0, 0, given+every, given)
+			}
+			return time.Time{}, fromUS(res[0]), false, nil
+		}
+		// The key's own next slot is after the reserved one: give it back, reserve from there.
+		s.meter(ctx, rule, now, out.TotalEvery, 0, -1, 0, 0, given+every, given)
+		floor = res[2]
 	}
-	if len(res) != 2 {
-		return time.Time{}, time.Time{}, false, fmt.Errorf("queue: step key of rule %q: unexpected reply of %d values", rule, len(res))
-	}
-	if res[1] == 0 {
-		return time.Time{}, fromUS(res[0]), false, nil
-	}
-	return fromUS(res[1]), fromUS(res[0]), true, nil
 }
 
 // Renew extends the leases of claims owner still holds to now+lease, in one round trip per
 // 1000 keys (now: Redis's clock when zero). A drainer renews the keys it is delivering (or
 // about to), so a short lease covers a slow sink while a dead drainer's keys come back soon.
 func (s *Scheduler) Renew(ctx context.Context, rule, owner string, now time.Time, lease time.Duration, held []Held) (Renewed, error) {
-	k := s.keys(rule)
-	out := Renewed{Held: make([]bool, 0, len(held))}
-	for first := true; first || len(held) > 0; first = false {
-		n := min(len(held), maxBatch)
-		args := make([]any, 0, 3+2*n)
-		args = append(args, usOrZero(now), lease.Microseconds(), owner)
-		for _, h := range held[:n] {
-			args = append(args, h.Key, h.Fence)
+	p, n := s.layout(ctx, rule)
+	out := Renewed{Held: make([]bool, len(held))}
+	byPart := map[int][]int{}
+	for j, h := range held {
+		i := PartitionOf(h.Key, p)
+		byPart[i] = append(byPart[i], j)
+	}
+	if len(held) == 0 {
+		byPart[0] = nil // still read Redis's clock
+	}
+	if err := s.renew(ctx, rule, owner, now, lease, held, byPart, &out); err != nil {
+		return out, err
+	}
+	if n > 1 {
+		// A key claimed before the rule's partition count changed is held in its old
+		// partition: look for the ones not renewed in the others (only then, one round trip).
+		again := map[int][]int{}
+		for j, ok := range out.Held {
+			if ok {
+				continue
+			}
+			for i := range n {
+				if i != PartitionOf(held[j].Key, p) {
+					again[i] = append(again[i], j)
+				}
+			}
 		}
-		res, err := renewScript.Run(ctx, s.rdb, []string{k.lease, k.held}, args...).Int64Slice()
-		if err != nil {
-			return out, fmt.Errorf("queue: renew leases of rule %q: %w", rule, err)
+		if len(again) > 0 {
+			if err := s.renew(ctx, rule, owner, now, lease, held, again, &out); err != nil {
+				return out, err
+			}
 		}
-		if len(res) != n+1 {
-			return out, fmt.Errorf("queue: renew leases of rule %q: unexpected reply of %d values", rule, len(res))
-		}
-		out.Now = fromUS(res[0])
-		for _, v := range res[1:] {
-			out.Held = append(out.Held, v == 1)
-		}
-		held = held[n:]
 	}
 	return out, nil
+}
+
+// renew runs renew.lua for held[j], j in byPart[i], in partition i, in one pipelined round
+// trip, setting out.Held[j] for those renewed (never clearing it) and out.Now.
+func (s *Scheduler) renew(ctx context.Context, rule, owner string, now time.Time, lease time.Duration, held []Held, byPart map[int][]int, out *Renewed) error {
+	var calls []*call
+	var batches [][]int
+	for i, js := range byPart {
+		k := s.part(rule, i)
+		for first := true; first || len(js) > 0; first = false {
+			n := min(len(js), maxBatch)
+			args := make([]any, 0, 3+2*n)
+			args = append(args, usOrZero(now), lease.Microseconds(), owner)
+			for _, j := range js[:n] {
+				args = append(args, held[j].Key, held[j].Fence)
+			}
+			calls = append(calls, &call{script: renewScript, keys: []string{k.lease, k.held}, args: args})
+			batches = append(batches, js[:n])
+			js = js[n:]
+		}
+	}
+	s.runAll(ctx, calls)
+	for x, c := range calls {
+		res, err := c.cmd.Int64Slice()
+		if err == nil && len(res) != len(batches[x])+1 {
+			err = errUnexpected(len(res))
+		}
+		if err != nil {
+			return fmt.Errorf("queue: renew leases of rule %q: %w", rule, err)
+		}
+		if t := fromUS(res[0]); t.After(out.Now) {
+			out.Now = t
+		}
+		for y, j := range batches[x] {
+			if res[y+1] == 1 {
+				out.Held[j] = true
+			}
+		}
+	}
+	return nil
 }

@@ -328,7 +328,7 @@ func TestReleaseKeepsDepthCounterAndIdleSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	depthKey, idleKey, dueKey := prefix+"sl:{r}:depth", prefix+"sl:{r}:idle", prefix+"sl:{r}:due"
+	depthKey, idleKey, dueKey := s.KeyOf("r", "k", "depth"), s.KeyOf("r", "k", "idle"), s.KeyOf("r", "k", "due")
 	req := queue.ClaimRequest{Outflow: queue.Outflow{Every: time.Second}, Owner: "A", Max: 10, Lease: time.Minute}
 	s.MarkDueAt(ctx, "r", t0, "k")
 	if err := s.SetDepth(ctx, "r", "k", 2); err != nil {

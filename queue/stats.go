@@ -22,18 +22,37 @@ type KeyDepth struct {
 const HotKeysScan = 10000
 
 // HotKeys returns up to n keys of rule with the most messages waiting, deepest first
-// (ties by key). It reads the depth counters with HSCAN, at most HotKeysScan of them:
-// complete is false when the queue has more non-empty keys than that, and the answer is
-// then the deepest of the keys read. Cost: O(keys read) in Redis and here, no stream access.
+// (ties by key). It reads the depth counters with HSCAN, at most HotKeysScan of them over
+// all partitions: complete is false when the queue has more non-empty keys than that, and
+// the answer is then the deepest of the keys read. Cost: O(keys read) in Redis and here, no
+// stream access.
 func (s *Scheduler) HotKeys(ctx context.Context, rule string, n int) (keys []KeyDepth, complete bool, err error) {
-	dk := s.keys(rule).depth
-	var cursor uint64
+	_, parts := s.layout(ctx, rule)
 	read := 0
+	complete = true
+	for i := range parts {
+		if read >= HotKeysScan {
+			complete = false
+			break
+		}
+		var done bool
+		keys, read, done, err = s.hotKeys(ctx, rule, s.part(rule, i).depth, n, keys, read)
+		if err != nil {
+			return nil, false, err
+		}
+		complete = complete && done
+	}
+	return topKeys(keys, n), complete, nil
+}
+
+func (s *Scheduler) hotKeys(ctx context.Context, rule, dk string, n int, keys []KeyDepth, read int) ([]KeyDepth, int, bool, error) {
+	var cursor uint64
+	var err error
 	for {
 		var page []string
 		page, cursor, err = s.rdb.HScan(ctx, dk, cursor, "", 1000).Result()
 		if err != nil {
-			return nil, false, fmt.Errorf("queue: hot keys of rule %q: %w", rule, err)
+			return nil, read, false, fmt.Errorf("queue: hot keys of rule %q: %w", rule, err)
 		}
 		for i := 0; i+1 < len(page); i += 2 {
 			d, _ := strconv.ParseInt(page[i+1], 10, 64)
@@ -50,7 +69,7 @@ func (s *Scheduler) HotKeys(ctx context.Context, rule string, n int) (keys []Key
 			keys = topKeys(keys, n)
 		}
 	}
-	return topKeys(keys, n), cursor == 0, nil
+	return keys, read, cursor == 0, nil
 }
 
 func topKeys(keys []KeyDepth, n int) []KeyDepth {

@@ -15,10 +15,15 @@
 -- ARGV[5] owner  the drainer
 -- ARGV[6] key
 -- ARGV[7] fence  the claim's fencing token
+-- ARGV[8] given  -1: the total_outflow meter is KEYS[3] (one partition); else a partitioned
+--                rule: a slot the caller reserved from the rule's meter (meter.lua), or 0 for
+--                no total_outflow; KEYS[3] is not touched
 --
--- Returns {now, slot}: slot is when the key's next message may leave (≥ its stored next
--- time, ≥ now, ≥ the total meter), or 0 when the key is no longer held by owner under that
--- fence. The step counts the message taken out of the key's depth, as a "next" release does.
+-- Returns {now, slot, need}: slot is when the key's next message may leave (≥ its stored next
+-- time, ≥ now, ≥ the total meter or the given slot), or 0 when the key is no longer held by
+-- owner under that fence, or when the given slot is earlier than the key's own next time:
+-- then nothing changed and need is that time (reserve a slot at or after it and step again).
+-- The step counts the message taken out of the key's depth, as a "next" release does.
 
 local lease, held, totalkey, depth = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = tonumber(ARGV[1])
@@ -27,13 +32,19 @@ if now == 0 then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local every, total, leasefor, owner, key, fence = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]
+local given = tonumber(ARGV[8] or '-1')
 local h = redis.call('HGET', held, key)
-if not h then return {now, 0} end
+if not h then return {now, 0, 0} end
 local who, tok, nxt = string.match(h, '^([^#%s]+)#(%S+) (%S+)$')
-if who ~= owner or tok ~= fence then return {now, 0} end
+if who ~= owner or tok ~= fence then return {now, 0, 0} end
 local slot = tonumber(nxt)
-if slot < now then slot = now end
-if total > 0 then
+if given > 0 then
+  if slot > given then return {now, 0, slot} end
+  slot = given
+elseif slot < now then
+  slot = now
+end
+if total > 0 and given < 0 then
   local tat = tonumber(redis.call('GET', totalkey) or '0')
   if slot < tat then slot = tat end
   redis.call('SET', totalkey, string.format('%.0f', slot + total))
@@ -41,4 +52,4 @@ end
 redis.call('HSET', held, key, owner .. '#' .. tok .. ' ' .. string.format('%.0f', slot + every))
 redis.call('ZADD', lease, slot + leasefor, key)
 if redis.call('HINCRBY', depth, key, -1) <= 0 then redis.call('HDEL', depth, key) end
-return {now, slot}
+return {now, slot, 0}

@@ -308,7 +308,7 @@ type group struct {
 	markNow time.Time
 	counts  []queue.Admission
 	countOp []*op
-	cmd     *redis.Cmd
+	cmd     *queue.AdmitCounts
 }
 
 // exec sends one batch. Marks and undos go first, counts last: a mark or an undo is only

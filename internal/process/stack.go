@@ -139,7 +139,13 @@ func Open(ctx context.Context, c StackConfig) (s *Stack, err error) {
 	if s.Queues, err = queue.NewQueues(s.JS, queue.Config{Replicas: c.Replicas, MaxBytes: c.QueueMaxBytes, PublishWait: c.PublishWait}); err != nil {
 		return s, err
 	}
-	if s.Scheduler, err = queue.NewScheduler(s.Redis, queue.SchedulerConfig{}); err != nil {
+	if s.Scheduler, err = queue.NewScheduler(s.Redis, queue.SchedulerConfig{
+		Partitions: func(rule string) int {
+			if r := c.Rules().Rule(rule); r != nil && r.Queue != nil {
+				return r.Queue.Partitions
+			}
+			return 0
+		}}); err != nil {
 		return s, err
 	}
 	if s.Parking, err = retry.NewStore(s.JS, retry.Config{Replicas: c.Replicas, MaxBytes: c.RetryMaxBytes}); err != nil {

@@ -81,7 +81,16 @@ type Queue struct {
 	// (or parked) once it holds that much, while other rules keep admitting. 0 = the
 	// ingress's -queue-max-bytes (default 1 GiB).
 	MaxBytes int64
+	// Partitions splits the rule's scheduler state in Redis into this many parts, each its
+	// own hash slot, so one busy rule spreads over every master of a Redis Cluster
+	// (queue.partitions). 0: the scheduler's default (queue.DefaultPartitions: 1 on a single
+	// Redis or Sentinel, 8 on a Redis Cluster). Changing it on a live rule loses nothing
+	// (see the README's Redis Cluster section).
+	Partitions int
 }
+
+// MaxPartitions bounds queue.partitions.
+const MaxPartitions = 256
 
 // Sink is where drainers deliver. Exactly one of URL and NATSSubject is set.
 type Sink struct {

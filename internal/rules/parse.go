@@ -52,7 +52,7 @@ var (
 	}
 	listLimitFields = []string{"unit", "interval", "requests_per_unit", "name", "algorithm", "burst", "unit_multiplier", "time_zone"}
 	rateFields      = []string{"unit", "interval", "requests_per_unit"}
-	queueFields     = []string{"capacity", "outflow", "total_outflow", "max_scheduled", "max_age", "max_bytes"}
+	queueFields     = []string{"capacity", "outflow", "total_outflow", "max_scheduled", "max_age", "max_bytes", "partitions"}
 	parkFields      = []string{"max_age"}
 	sinkFields      = []string{"url", "nats_subject", "timeout", "sign_keys"}
 	deliveryFields  = []string{"max_attempts", "min_backoff", "max_backoff", "max_in_flight"}

@@ -96,6 +96,7 @@ descriptors:
           outflow: {interval: 500ms, requests_per_unit: 1}
           total_outflow: {unit: minute, requests_per_unit: 600}
           max_scheduled: 7
+          partitions: 4
         overflow: park
         park: {max_age: 48h}
         sink: {nats_subject: sms.send, timeout: 3s}
@@ -117,7 +118,7 @@ descriptors:
 			{Rate{9, time.Hour}, LeakyBucket, 9, "", nil},
 			{Rate{1, time.Second}, FixedWindow, 1, "", nil},
 		},
-		Queue:    &Queue{Capacity: 50, Outflow: Rate{1, 500 * time.Millisecond}, TotalOutflow: Rate{600, time.Minute}, MaxScheduled: 7},
+		Queue:    &Queue{Capacity: 50, Outflow: Rate{1, 500 * time.Millisecond}, TotalOutflow: Rate{600, time.Minute}, MaxScheduled: 7, Partitions: 4},
 		Overflow: OverflowPark, Park: Park{MaxAge: 48 * time.Hour},
 		Sink:     Sink{NATSSubject: "sms.send", Timeout: 3 * time.Second},
 		Delivery: Delivery{MaxAttempts: 3, MinBackoff: 2 * time.Second, MaxBackoff: time.Minute, MaxInFlight: 1},
@@ -334,6 +335,8 @@ func TestParseErrors(t *testing.T) {
 			[]string{"f.yaml:6: descriptors[0].park: only applies with overflow: park"}},
 		{"bad max_age", "domain: x\ndescriptors:\n  - key: a\n    " + q + "\n    sink: {url: 'http://h/'}\n    overflow: park\n    park: {max_age: 1d}\n",
 			[]string{`f.yaml:7: descriptors[0].park.max_age: must be a duration like 30s, 5m or 24h (got "1d")`}},
+		{"bad partitions", "domain: x\ndescriptors:\n  - key: a\n    queue: {capacity: 1, outflow: {unit: second, requests_per_unit: 1}, partitions: 0}\n    sink: {url: 'http://h/'}\n",
+			[]string{`f.yaml:4: descriptors[0].queue.partitions: must be 1 to 256 (got 0)`}},
 		{"bad ordering", "domain: x\ndescriptors:\n  - key: a\n    " + q + "\n    sink: {url: 'http://h/'}\n    ordering: fifo\n",
 			[]string{`f.yaml:6: descriptors[0].ordering: must be strict or relaxed (got "fifo")`}},
 		{"delivery without sink", "domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n    delivery: {max_attempts: 2}\n",

@@ -41,6 +41,14 @@ func (p *fileParser) queue(n *yaml.Node, field string) *Queue {
 			q.MaxAge = d
 		}
 	}
+	if v, has := m["partitions"]; has {
+		if c, ok := p.int64(v, joinField(field, "partitions")); ok {
+			if c < 1 || c > MaxPartitions {
+				p.errorf(v, joinField(field, "partitions"), "must be 1 to %d (got %d)", MaxPartitions, c)
+			}
+			q.Partitions = int(c)
+		}
+	}
 	if v, has := m["max_bytes"]; has {
 		if b, ok := p.byteSize(v, joinField(field, "max_bytes")); ok {
 			if b < 1<<20 {

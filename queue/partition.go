@@ -1,0 +1,294 @@
+package queue
+
+import (
+	"context"
+	_ "embed"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Partitions: a rule's scheduler state is split into P partitions, each its own Redis hash
+// tag, so one busy rule spreads over every master of a Redis Cluster instead of living in
+// one slot. A key's partition is FNV-1a (32 bits) of its bytes mod P: stable, cheap, and the
+// same in every process that has the same P.
+//
+// Partition 0 is the rule's historical hash tag ({t}), partition i > 0 is {t.i-j}, j chosen
+// so the partitions' slots are evenly spread (partTag; a rule token never contains '.', so
+// no two rules' tags collide): with P = 1 the keyspace is exactly the one sluice used before
+// partitions, and the rule-wide keys — the total_outflow meter (sl:{t}:total), the
+// reconcile lock, idempotency keys, refusal and delivery counts, the partition high-water
+// mark — stay in {t}.
+//
+// While processes disagree on P (a rules reload reaching them at different times, or old
+// and new versions side by side), a key can be due in two partitions, each the key's own
+// for some drainer, and be delivered from both: see the README.
+//
+// Every script touches one partition (one slot). A claim call visits all partitions in one
+// pipelined round trip (the cluster client splits it per node); a rule with total_outflow
+// and P > 1 first reserves slots from its meter (meter.lua) and gives back what was unused.
+//
+// Changing P of a live rule: sl:{t}:parts records the highest P any process used, and claims
+// visit every partition below it, so keys left in a partition that is no longer theirs are
+// found. A drainer never delivers such a key: its claim moves it (move.lua, then adopt.lua)
+// into the partition its hash now names, where it is claimed again at the same slot. The
+// ingress and the reconciler only ever mark keys in their new partition. See the README.
+
+var (
+	//go:embed meter.lua
+	meterSrc string
+	//go:embed move.lua
+	moveSrc string
+	//go:embed adopt.lua
+	adoptSrc string
+
+	meterScript = redis.NewScript(meterSrc)
+	moveScript  = redis.NewScript(moveSrc)
+	adoptScript = redis.NewScript(adoptSrc)
+	// partsScript: KEYS[1] sl:{t}:parts, ARGV[1] a partition count in use; raises the
+	// rule's high-water mark to it and returns the mark.
+	partsScript = redis.NewScript(`local v = tonumber(redis.call('GET', KEYS[1]) or '0')
+local p = tonumber(ARGV[1])
+if p > v then redis.call('SET', KEYS[1], p) v = p end
+return v`)
+)
+
+// ClusterPartitions is the partition count of a rule that sets none, on a Redis Cluster: 8
+// partitions, their slots 2,048 apart (partTag), put 2 or 3 on each master of a 3-master
+// cluster and at least one on each of up to 8 masters with even slot ranges, while a claim
+// call costs at most 8 small scripts (each partition's share of the batch, and the releases
+// of its keys). On a single Redis (or Sentinel) the default is 1: partitions spread nothing
+// there and each costs a script per claim.
+const ClusterPartitions = 8
+
+// MaxPartitions bounds a rule's partition count.
+const MaxPartitions = 256
+
+// layoutTTL is how long a process trusts the high-water mark it read: another process that
+// raised it (a rule reload) is noticed within this time.
+const layoutTTL = 5 * time.Second
+
+// DefaultPartitions is the partition count of rules that set none, for a client: 1 on a
+// single Redis, ClusterPartitions on a *redis.ClusterClient.
+func DefaultPartitions(rdb redis.UniversalClient) int {
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		return ClusterPartitions
+	}
+	return 1
+}
+
+// PartitionOf is the partition of key among n: FNV-1a of the key's bytes mod n.
+func PartitionOf(key string, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return int(h % uint32(n))
+}
+
+// partTag is the hash tag of partition i of rule: the rule's token for partition 0, and for
+// i > 0 "<token>.<i>-<j>" with the smallest j ≥ 0 whose hash slot falls within slotSpread
+// slots after slot(token) + bitrev14(i). The bit-reversed positions spread the first P
+// partitions evenly over the 16,384 slots for any P (for P = 8: 2,048 slots apart), and a
+// cluster's masters own even slot ranges (as redis-cli --cluster create gives them), so
+// every master holds about P/masters partitions — where hashing plain "<token>.<i>" left
+// one of 3 masters without any of 8 partitions 12 % of the time. A partition's tag does not
+// depend on P: changing P keeps partitions 0 … min(old, new)-1 where they are.
+func partTag(rule string, i int) string {
+	t := RuleToken(rule)
+	if i == 0 {
+		return t
+	}
+	if v, ok := tagCache.Load(t); ok {
+		if tags := *v.(*[]string); i < len(tags) {
+			return tags[i]
+		}
+	}
+	tags := make([]string, MaxPartitions)
+	tags[0] = t
+	base := int(keySlot(t))
+	for k := 1; k < MaxPartitions; k++ {
+		target := (base + int(bitrev14(uint16(k)))) % clusterSlots
+		prefix := t + "." + strconv.Itoa(k) + "-"
+		for j := 0; ; j++ {
+			tag := prefix + strconv.Itoa(j)
+			if d := (int(keySlot(tag)) - target + clusterSlots) % clusterSlots; d < slotSpread {
+				tags[k] = tag
+				break
+			}
+		}
+	}
+	tagCache.Store(t, &tags)
+	return tags[i]
+}
+
+const (
+	clusterSlots = 16384
+	slotSpread   = 64 // ~256 CRC16s per partition, once per rule and process
+)
+
+var tagCache sync.Map // rule token -> *[]string, the tags of its MaxPartitions partitions
+
+func bitrev14(v uint16) uint16 {
+	var r uint16
+	for b := 0; b < 14; b++ {
+		r = r<<1 | v&1
+		v >>= 1
+	}
+	return r
+}
+
+// keySlot is the Redis Cluster hash slot of a hash tag: CRC16 (XMODEM) mod 16384.
+func keySlot(tag string) uint16 {
+	var crc uint16
+	for i := 0; i < len(tag); i++ {
+		crc ^= uint16(tag[i]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % clusterSlots
+}
+
+// part returns the keys of partition i of rule.
+func (s *Scheduler) part(rule string, i int) ruleKeys {
+	b := s.prefix + "sl:{" + partTag(rule, i) + "}:"
+	return ruleKeys{b + "due", b + "lease", b + "held", b + "dirty", b + "total", b + "try", b + "depth", b + "idle", b + "fence"}
+}
+
+// home returns the keys of key's partition under rule's current partition count.
+func (s *Scheduler) home(rule, key string) ruleKeys {
+	return s.part(rule, PartitionOf(key, s.Partitions(rule)))
+}
+
+// Partitions is rule's partition count: SchedulerConfig.Partitions, or the default.
+func (s *Scheduler) Partitions(rule string) int {
+	p := 0
+	if s.parts != nil {
+		p = s.parts(rule)
+	}
+	if p <= 0 {
+		p = s.defParts
+	}
+	return min(p, MaxPartitions)
+}
+
+type layout struct {
+	p, n int
+	at   time.Time
+}
+
+// layout returns rule's partition count p and how many partitions hold its state, n ≥ p
+// (the high-water mark of every count used): claims, counts and deletes visit n.
+func (s *Scheduler) layout(ctx context.Context, rule string) (p, n int) {
+	p = s.Partitions(rule)
+	if v, ok := s.layouts.Load(rule); ok {
+		if l := v.(layout); l.p == p && time.Since(l.at) < layoutTTL {
+			return p, l.n
+		}
+	}
+	hw, err := partsScript.Run(ctx, s.rdb, []string{s.prefix + "sl:{" + RuleToken(rule) + "}:parts"}, p).Int()
+	n = max(p, min(hw, MaxPartitions))
+	if err != nil {
+		n = p // try again next call
+		if v, ok := s.layouts.Load(rule); ok {
+			n = max(p, v.(layout).n)
+		}
+		return p, n
+	}
+	s.layouts.Store(rule, layout{p: p, n: n, at: time.Now()})
+	return p, n
+}
+
+// call is one script call of a pipelined batch (runAll).
+type call struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+}
+
+// runAll runs calls in one pipeline (split per node by a cluster client) with EVALSHA, and
+// runs again, one by one with EVAL, those a node did not know the script of (NOSCRIPT: a
+// script that did not run changed nothing). Each call's cmd holds its result.
+func (s *Scheduler) runAll(ctx context.Context, calls []*call) {
+	if len(calls) == 1 {
+		c := calls[0]
+		c.cmd = c.script.Run(ctx, s.rdb, c.keys, c.args...)
+		return
+	}
+	pipe := s.rdb.Pipeline()
+	for _, c := range calls {
+		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	pipe.Exec(ctx) // errors are per command
+	for _, c := range calls {
+		if err := c.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			c.cmd = c.script.Run(ctx, s.rdb, c.keys, c.args...)
+		}
+	}
+}
+
+// refunds holds, per rule, total_outflow slots of emptied keys not yet given back to the
+// meter of a partitioned rule (the next reservation gives them back).
+type refunds struct{ m sync.Map }
+
+func (r *refunds) add(rule string, n int64) {
+	if n <= 0 {
+		return
+	}
+	v, _ := r.m.LoadOrStore(rule, new(atomic.Int64))
+	v.(*atomic.Int64).Add(n)
+}
+
+func (r *refunds) take(rule string) int64 {
+	if v, ok := r.m.Load(rule); ok {
+		return v.(*atomic.Int64).Swap(0)
+	}
+	return 0
+}
+
+// reservation is the reply of meter.lua.
+type reservation struct{ now, first, n int64 }
+
+// meter runs meter.lua on rule's total_outflow meter (see its header).
+func (s *Scheduler) meter(ctx context.Context, rule string, now time.Time, every time.Duration, count int, ahead time.Duration, floor, refund, expect, to int64) (reservation, error) {
+	a := int64(-1)
+	if ahead >= 0 {
+		a = ahead.Microseconds()
+	}
+	res, err := meterScript.Run(ctx, s.rdb, []string{s.part(rule, 0).total},
+		usOrZero(now), every.Microseconds(), count, a, floor, refund, expect, to).Int64Slice()
+	if err != nil {
+		return reservation{}, err
+	}
+	if len(res) != 3 {
+		return reservation{}, errUnexpected(len(res))
+	}
+	return reservation{res[0], res[1], res[2]}, nil
+}
+
+// byPartition groups keys by their partition under rule's current count, in order.
+func (s *Scheduler) byPartition(rule string, keys []string) map[int][]string {
+	p := s.Partitions(rule)
+	if p == 1 {
+		return map[int][]string{0: keys}
+	}
+	out := make(map[int][]string, p)
+	for _, k := range keys {
+		i := PartitionOf(k, p)
+		out[i] = append(out[i], k)
+	}
+	return out
+}
