@@ -132,7 +132,7 @@ type CurrentLimit struct {
 	Name           string `json:"name,omitempty"`
 }
 
-// UnmarshalJSON reads a status in the snake_case fields of API.md and, so the client also
+// UnmarshalJSON reads a status in the snake_case fields of docs/http-api.md and, so the client also
 // works against envoy's own /json endpoint (protojson), their lowerCamelCase names;
 // duration_until_reset may be a protobuf Duration string ("60s") or a number of seconds.
 func (s *DescriptorStatus) UnmarshalJSON(b []byte) error {

@@ -1,7 +1,7 @@
 // Package client is the Go client of a sluice ingress: submit work for deferred, rate-paced
 // delivery (Submit), follow a message (Status), ask envoy-style "may this pass?" questions
 // (Check), and operate queues (Admin). It uses only net/http and speaks the HTTP contract
-// of API.md (also published as api/openapi.yaml), so it works against any ingress URL.
+// of docs/http-api.md (also published as api/openapi.yaml), so it works against any ingress URL.
 //
 //	c, err := client.New("http://localhost:8080")
 //	sub, err := c.Submit(ctx, "orders", []client.Entry{{Key: "merchant_id", Value: "m-42"}}, order)
@@ -87,7 +87,7 @@
 // WithClock replaces the clock and the sleep between retries, so a test of code that uses
 // the client never waits. Package clienttest is a fake ingress for such tests (as river's
 // rivertest): it records what was submitted and answers as the API documents. The package's own tests run against httptest servers that send
-// the answers documented in API.md, and TestSystem (system_test.go) runs the client
+// the answers documented in docs/http-api.md, and TestSystem (system_test.go) runs the client
 // against a real ingress started in-process (real NATS, Redis and a recording sink): a
 // burst far beyond a queue's capacity ends with every message accepted exactly once, at
 // the queue's outflow. TestLive runs against an ingress you started yourself when

@@ -90,7 +90,7 @@ func IdempotencyKeyOf(err error) string {
 	return ""
 }
 
-// Problem types of API.md (RFC 9457 "type" URIs).
+// Problem types of docs/http-api.md (RFC 9457 "type" URIs).
 const (
 	ProblemBase           = "https://sluice.dev/problems"
 	ProblemInvalidRequest = ProblemBase + "#invalid-request"

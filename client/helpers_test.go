@@ -29,7 +29,7 @@ type answer struct {
 }
 
 // script is an httptest server that answers with its answers in order (the last one
-// repeats) and records every request. It plays back answers documented in API.md; it
+// repeats) and records every request. It plays back answers documented in docs/http-api.md; it
 // tests the client's reading of them, not sluice's behaviour.
 type script struct {
 	*httptest.Server

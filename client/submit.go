@@ -235,7 +235,7 @@ func withTimes(body []byte, o submitOptions) []byte {
 
 // submitBody builds the request body once, so every attempt sends the same bytes. The
 // payload is spliced in rather than encoded through json.RawMessage, which would compact
-// it and escape <, > and &: API.md promises the sink the bytes as submitted.
+// it and escape <, > and &: docs/delivery.md promises the sink the bytes as submitted.
 func submitBody(domain string, descriptor []Entry, payload any, idemKey string) ([]byte, error) {
 	var raw []byte
 	switch p := payload.(type) {

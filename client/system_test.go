@@ -25,7 +25,7 @@ import (
 // The client against the real thing: an ingress (ingress.Main, as cmd/ingress runs it)
 // with an in-process drainer and re-admitter, a real NATS server, a real Redis and a
 // recording sink. The httptest scripts of the other tests check that the client reads
-// the answers of API.md; these check that its retry policy, against sluice's actual
+// the answers of docs/http-api.md; these check that its retry policy, against sluice's actual
 // answers, does what the package doc promises.
 
 const systemToken = "client-system-token"

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -307,16 +306,6 @@ func TestLinksStayInTheRepository(t *testing.T) {
 // repository.
 var outsideRE = regexp.MustCompile(`\.\./shared|\bAPI\.md\b|\bDESIGN\.md\b`)
 
-// stillCiting are files that still cite them, kept by other branches until they are
-// swept; remove a file from the list once it is clean. No other file may cite them.
-var stillCiting = []string{
-	"client/check.go", "client/doc.go", "client/errors.go", "client/example_test.go",
-	"client/helpers_test.go", "client/submit.go", "client/system_test.go",
-	"deploy/grafana/dashboards/sluice.json",
-	"internal/drain/bench_test.go", "internal/drain/metrics.go", "internal/drain/sink.go",
-	"internal/ingress/metrics.go",
-}
-
 // Nothing in the repository points at design documents outside it: a clone from GitHub has
 // its whole reference.
 func TestStandsAlone(t *testing.T) {
@@ -347,7 +336,7 @@ func TestStandsAlone(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if loc := outsideRE.FindIndex(b); loc != nil && !slices.Contains(stillCiting, rel) {
+		if loc := outsideRE.FindIndex(b); loc != nil {
 			line := strings.Count(string(b[:loc[0]]), "\n") + 1
 			t.Errorf("%s:%d cites %q, which is not in the repository; point at docs/ instead", rel, line, b[loc[0]:loc[1]])
 		}

@@ -21,7 +21,7 @@ import (
 )
 
 // Reports are measurements, not tests: they run only with SLUICE_BENCH=1 (make bench) and
-// print their figures with t.Logf. Bars (DESIGN.md): outflow within ±1% of the configured
+// print their figures with t.Logf. Bars (docs/design.md): outflow within ±1% of the configured
 // rate, p99 dispatch lag ≤ 10 ms, 2 drainers ≥ 0.8× a bare GetMsg+DeleteMsg loop.
 func benchOnly(t *testing.T) {
 	if os.Getenv("SLUICE_BENCH") == "" {

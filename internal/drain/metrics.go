@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the drainer's Prometheus metrics (API.md "Metrics"). Labels never carry a key:
+// metrics are the drainer's Prometheus metrics (docs/metrics.md). Labels never carry a key:
 // millions of keys per rule would explode the series.
 type metrics struct {
 	deliveries *prometheus.CounterVec   // rule, outcome: delivered | retried | dead

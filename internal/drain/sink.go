@@ -106,7 +106,7 @@ type DeadLetters interface {
 	Dead(ctx context.Context, rule *rules.Rule, m queue.Message, reason string) error
 }
 
-// Message states reported to a StateRecorder (API.md GET /v1/messages/{id}).
+// Message states reported to a StateRecorder (docs/http-api.md, GET /v1/messages/{id}).
 const (
 	StateDelivering = "delivering"
 	StateDelivered  = "delivered"

@@ -91,8 +91,11 @@ type frozen struct{ ns atomic.Int64 }
 
 func newFrozen() *frozen {
 	f := &frozen{}
-	// Mid-second, mid-minute of a fixed day: no window edge near the start.
-	f.ns.Store(time.Date(2026, 11, 25, 12, 30, 20, 400_000_000, time.UTC).UnixNano())
+	// Mid-second, mid-minute of tomorrow: no window edge near the start, and in the future,
+	// because the store expires window counters at absolute times (a day in the past made
+	// every counter expire at once: the test broke when the wall clock passed its date).
+	day := time.Now().UTC().Add(24 * time.Hour).Truncate(24 * time.Hour)
+	f.ns.Store(day.Add(12*time.Hour + 30*time.Minute + 20*time.Second + 400*time.Millisecond).UnixNano())
 	return f
 }
 func (f *frozen) Now() time.Time          { return time.Unix(0, f.ns.Load()) }

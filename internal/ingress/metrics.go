@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics of the ingress (API.md "Metrics"). Labels never carry a key.
+// metrics of the ingress (docs/metrics.md). Labels never carry a key.
 type metrics struct {
 	admissions   *prometheus.CounterVec   // sluice_admissions_total{rule,decision}
 	checks       *prometheus.CounterVec   // sluice_checks_total{rule,code,transport}
