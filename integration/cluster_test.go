@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-io/sluice/internal/natstest"
@@ -64,6 +65,12 @@ type clusterOptions struct {
 	// Sentinel URL); redisCluster as a Redis Cluster of 3 masters with a replica each.
 	// Default: one redis-server with AOF.
 	redisSentinel, redisCluster bool
+	// natsMaxStore limits every NATS node's JetStream file store (embedded cluster only);
+	// procEnv is added to every ingress's and drainer's environment (SLUICE_* settings).
+	natsMaxStore int64
+	procEnv      []string
+	// natsSingle runs one embedded NATS server instead of a cluster, and R1 streams.
+	natsSingle bool
 }
 
 // cluster is one whole sluice deployment owned by one test.
@@ -78,6 +85,8 @@ type cluster struct {
 	redisCl   *redistest.Cluster   // clusterOptions.redisCluster
 	redisURL  string               // the -redis of every process
 	sink      *sinktest.Sink
+	procEnv   []string // clusterOptions.procEnv
+	replicas  string   // the processes' -replicas: "3", or "1" with clusterOptions.natsSingle
 	rulesPath string
 	ingress   []*proctest.Proc
 	drainers  []*proctest.Proc
@@ -95,12 +104,25 @@ func startCluster(t *testing.T, o clusterOptions) *cluster {
 	if o.drainerWorkers == 0 {
 		o.drainerWorkers = 16
 	}
-	c := &cluster{t: t, http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
-	if o.natsProcesses {
+	c := &cluster{t: t, procEnv: o.procEnv, http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+	c.replicas = "3"
+	switch {
+	case o.natsSingle:
+		n := natstest.StartWith(t, func(so *server.Options) {
+			if o.natsMaxStore > 0 {
+				so.JetStreamMaxStore = o.natsMaxStore
+			}
+		})
+		c.nats, c.natsURL, c.replicas = []*natstest.Node{n}, n.URL(), "1"
+	case o.natsProcesses:
 		c.natsProcs = proctest.StartNATSCluster(t, bins.nats, 3)
 		c.natsURL = c.natsProcs.URL()
-	} else {
-		c.nats = natstest.StartCluster(t, 3)
+	default:
+		c.nats = natstest.StartClusterWith(t, 3, func(so *server.Options) {
+			if o.natsMaxStore > 0 {
+				so.JetStreamMaxStore = o.natsMaxStore
+			}
+		})
 		c.natsURL = natstest.ClusterURL(c.nats)
 	}
 	_, c.js = natstest.Connect(t, c.natsURL)
@@ -119,7 +141,9 @@ func startCluster(t *testing.T, o clusterOptions) *cluster {
 	c.rulesPath = filepath.Join(t.TempDir(), "rules.yaml")
 	c.writeRules(o.rules)
 
-	waitR3(t, c.js)
+	if !o.natsSingle {
+		waitR3(t, c.js)
+	}
 
 	c.ingress = make([]*proctest.Proc, o.ingresses)
 	c.drainers = make([]*proctest.Proc, o.drainers)
@@ -187,17 +211,17 @@ func (g goroutineTB) Fatalf(format string, args ...any) {
 }
 
 func (c *cluster) newIngress(name string) *proctest.Proc {
-	return c.startProc(proctest.Spec{Name: name, Bin: bins.ingress, ReadyMsg: "ingress: listening", Args: []string{
+	return c.startProc(proctest.Spec{Name: name, Bin: bins.ingress, ReadyMsg: "ingress: listening", Env: c.procEnv, Args: []string{
 		"-rules", c.rulesPath, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", c.natsURL, "-redis", c.redisURL,
-		"-admin-token", adminToken, "-replicas", "3", "-drain=false", "-status-keep", "1h", "-shutdown-timeout", "3s",
+		"-admin-token", adminToken, "-replicas", c.replicas, "-drain=false", "-status-keep", "1h", "-shutdown-timeout", "3s",
 		"-log-format", "json", "-rules-poll", "250ms",
 	}})
 }
 
 func (c *cluster) newDrainer(name string, workers int) *proctest.Proc {
-	return c.startProc(proctest.Spec{Name: name, Bin: bins.drainer, ReadyMsg: "drainer: running", Args: []string{
+	return c.startProc(proctest.Spec{Name: name, Bin: bins.drainer, ReadyMsg: "drainer: running", Env: c.procEnv, Args: []string{
 		"-rules", c.rulesPath, "-http", "127.0.0.1:0", "-nats", c.natsURL, "-redis", c.redisURL,
-		"-workers", fmt.Sprint(workers), "-status-keep", "1h", "-replicas", "3", "-shutdown-timeout", "3s", "-log-format", "json",
+		"-workers", fmt.Sprint(workers), "-status-keep", "1h", "-replicas", c.replicas, "-shutdown-timeout", "3s", "-log-format", "json",
 		"-rules-poll", "250ms",
 	}})
 }

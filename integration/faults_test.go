@@ -92,6 +92,7 @@ func runFaults(t *testing.T, p faultParams, file string) {
 		{"RedisRestart", faultRedisRestart},
 		{"SinkDownThenBack", faultSinkDown},
 		{"BrokenRulesFilePushed", faultBrokenRules},
+		{"QueueStoreFull", faultStoreFull},
 	})
 }
 

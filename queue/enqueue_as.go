@@ -33,6 +33,9 @@ func (q *Queues) EnqueueAs(ctx context.Context, rule string, m Message, msgID st
 	ack, err := q.publish(ctx, msg, q.StreamName(rule))
 	if err != nil {
 		if full := storeRefusal(err); full != nil {
+			if full == ErrStoreFull {
+				q.storeFullAt.Store(time.Now().UnixNano())
+			}
 			return Enqueued{}, fmt.Errorf("%w (rule %q)", full, rule)
 		}
 		return Enqueued{}, fmt.Errorf("queue: enqueue to rule %q: %w", rule, err)
@@ -95,6 +98,13 @@ func (q *Queues) publish(ctx context.Context, msg *nats.Msg, stream string) (*je
 		if budget.Err() != nil || !electing(err, timedOut) || !q.js.Conn().IsConnected() {
 			return nil, err
 		}
+		if q.storeFullRecently() {
+			// A clustered stream whose server found its store full answers that once and
+			// steps down; its replicas, as full, elect no new leader. No election to wait for:
+			// the store is full.
+			return nil, fmt.Errorf("%w: %v (the store refused a message for lack of room %s ago)", ErrStoreFull, err,
+				time.Since(time.Unix(0, q.storeFullAt.Load())).Round(time.Millisecond))
+		}
 		mayBeStored = mayBeStored || timedOut
 		t := time.NewTimer(pause)
 		select {
@@ -124,4 +134,13 @@ func electing(err error, timedOut bool) bool {
 		return true
 	}
 	return false
+}
+
+// storeFullFor is how long after the store last refused a message for lack of room an
+// unanswered publish is taken for the same condition rather than an election.
+const storeFullFor = 10 * time.Second
+
+func (q *Queues) storeFullRecently() bool {
+	at := q.storeFullAt.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < storeFullFor
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -134,6 +135,8 @@ func (c Config) Validate() error {
 type Queues struct {
 	js  jetstream.JetStream
 	cfg Config
+	// storeFullAt is when the store last refused a message for lack of room (unix ns).
+	storeFullAt atomic.Int64
 
 	mu      sync.RWMutex
 	streams map[string]jetstream.Stream // by rule name

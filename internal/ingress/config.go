@@ -87,7 +87,7 @@ type Config struct {
 	// instead of refusing new ones. -dead-drop-oldest; default false.
 	DeadDropOldest bool
 	// QueueMaxBytes bounds each queue rule's stream unless the rule sets queue.max_bytes.
-	// -queue-max-bytes; default 1GiB.
+	// -queue-max-bytes; default 1GiB; 0: no limit of the stream's own (only the store's).
 	QueueMaxBytes int64
 	// PublishWait is how long a submit waits for its stream's new leader before a 503.
 	// -publish-wait; default 10s.
@@ -136,7 +136,7 @@ func declareFlags(c *Config, getenv func(string) string, stderr io.Writer) *proc
 	f.Bytes(&c.RetryMaxBytes, "retry-max-bytes", "SLUICE_RETRY_MAX_BYTES", process.DefaultRetryMaxBytes, "JetStream storage of the retry stream (parked messages)")
 	f.Bytes(&c.DeadMaxBytes, "dead-max-bytes", "SLUICE_DEAD_MAX_BYTES", process.DefaultDeadMaxBytes, "JetStream storage of the dead-letter stream")
 	f.Bool(&c.DeadDropOldest, "dead-drop-oldest", "SLUICE_DEAD_DROP_OLDEST", false, "when the dead letters are full, delete the oldest (counted) instead of keeping the failed message in its queue")
-	f.Bytes(&c.QueueMaxBytes, "queue-max-bytes", "SLUICE_QUEUE_MAX_BYTES", queue.DefaultMaxBytes, "JetStream storage of each queue rule's stream, unless the rule sets queue.max_bytes")
+	f.Bytes(&c.QueueMaxBytes, "queue-max-bytes", "SLUICE_QUEUE_MAX_BYTES", queue.DefaultMaxBytes, "JetStream storage of each queue rule's stream, unless the rule sets queue.max_bytes; 0: no limit of its own (only the store's)")
 	f.Duration(&c.PublishWait, "publish-wait", "SLUICE_PUBLISH_WAIT", queue.DefaultPublishWait, "how long a submit waits for its stream's new leader (an election) before answering 503")
 	f.Duration(&c.StatusKeep, "status-keep", "SLUICE_STATUS_KEEP", 0, "keep a record of each delivered message this long, for GET /v1/messages/{id}; 0s = off")
 	f.Int64(&c.StatusKeepMax, "status-keep-max", "SLUICE_STATUS_KEEP_MAX", 1_000_000, "most delivered records kept, oldest dropped first")

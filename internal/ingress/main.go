@@ -184,7 +184,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		Rules: watcher.Current, Limits: m.Limits, Logger: log,
 		IdempotencyTTL: c.IdempotencyTTL, StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
 		RetryMaxBytes: c.RetryMaxBytes, DeadMaxBytes: c.DeadMaxBytes, DeadDropOldest: c.DeadDropOldest,
-		QueueMaxBytes: c.QueueMaxBytes, PublishWait: c.PublishWait, Registry: reg,
+		QueueMaxBytes: queueMaxBytes(c.QueueMaxBytes), PublishWait: c.PublishWait, Registry: reg,
 		OnDegraded: func(on bool) {
 			if srv != nil {
 				srv.SetDegraded(on)
@@ -357,4 +357,13 @@ func ensureStreams(ctx context.Context, q *queue.Queues, set *rules.Set, effecti
 		}
 	}
 	return nil
+}
+
+// queueMaxBytes maps -queue-max-bytes to the queue streams' limit: 0 asks for none of their
+// own (JetStream's -1), which queue.Config would read as "the default".
+func queueMaxBytes(flag int64) int64 {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }

@@ -129,32 +129,17 @@ func start(tb testing.TB, tc *tls.Config, opt func(*server.Options)) *Node {
 // StartLimited starts a single JetStream server whose file store holds at most
 // maxFileStore bytes (a NATS volume smaller than the streams want).
 func StartLimited(tb testing.TB, maxFileStore int64) *Node {
-	tb.Helper()
-	port, err := freePort()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	n := &Node{opts: server.Options{
-		ServerName:        fmt.Sprintf("sluice-test-%d", nameSeq.Add(1)),
-		Host:              "127.0.0.1",
-		Port:              port,
-		JetStream:         true,
-		JetStreamMaxStore: maxFileStore,
-		StoreDir:          filepath.Join(tb.TempDir(), "js"),
-		NoLog:             true,
-		NoSigs:            true,
-	}}
-	if err := n.Restart(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(n.Shutdown)
-	return n
+	return StartWith(tb, func(o *server.Options) { o.JetStreamMaxStore = maxFileStore })
 }
 
 // StartCluster starts an n-node JetStream cluster on loopback ports and waits until it
 // has a meta leader, so R3 streams can be created at once. All nodes are shut down when
 // the test ends.
-func StartCluster(tb testing.TB, size int) []*Node {
+func StartCluster(tb testing.TB, size int) []*Node { return StartClusterWith(tb, size, nil) }
+
+// StartClusterWith is StartCluster with every node's options changed by opt first (e.g. a
+// small JetStreamMaxStore, to fill the store).
+func StartClusterWith(tb testing.TB, size int, opt func(*server.Options)) []*Node {
 	tb.Helper()
 	clusterPorts := make([]int, size)
 	routes := make([]*url.URL, size)
@@ -188,6 +173,9 @@ func StartCluster(tb testing.TB, size int) []*Node {
 			},
 			Routes: routes,
 		}}
+		if opt != nil {
+			opt(&nodes[i].opts)
+		}
 	}
 	// Start all nodes before waiting for any: a node only becomes ready once it sees its routes.
 	var wg sync.WaitGroup

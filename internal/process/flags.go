@@ -5,11 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-io/sluice/internal/rules"
 )
 
 // A Flag documents one flag of a process: its name, its environment variable and its
@@ -232,32 +233,17 @@ func (b *bytesValue) Set(v string) error {
 }
 func (b *bytesValue) String() string { return FormatBytes(int64(*b)) }
 
-var byteUnits = []struct {
-	suffix string
-	size   int64
-}{
-	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1},
-}
-
 var errBytes = errors.New("want a number of bytes such as 1048576, 512KiB, 1MiB or 8GiB")
 
 // ParseBytes reads a byte size: a whole number of bytes, or one with a unit (B, KiB,
-// MiB, GiB, TiB; KB, MB, GB, TB are powers of 1000).
+// MiB, GiB, TiB; KB, MB, GB, TB are powers of 1000) — the rules file's sizes
+// (rules.ParseByteSize), one table of units for both.
 func ParseBytes(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range byteUnits {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.size
-			break
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n > math.MaxInt64/mult || n < math.MinInt64/mult {
+	n, err := rules.ParseByteSize(s)
+	if err != nil {
 		return 0, fmt.Errorf("%w, got %q", errBytes, s)
 	}
-	return n * mult, nil
+	return n, nil
 }
 
 // FormatBytes writes n in the largest binary unit that divides it: 1GiB, 1536KiB, 1000.
