@@ -75,6 +75,7 @@ func init() {
 		{"dead", "[--queue Q] [--limit N] [--all]", "list dead messages, oldest first", (*Main).dead},
 		{"replay", "ID | --queue Q [--limit N]", "put dead messages back into their queue", (*Main).replay},
 		{"status", "ID", "where a message is", (*Main).status},
+		{"cancel", "ID", "take back a message not delivered yet (queued, scheduled, parked or waiting for a retry)", (*Main).cancel},
 		{"submit", "DOMAIN KEY=VALUE… --payload @FILE|-|JSON [--idempotency-key K] [--delay D | --deliver-at T] [--ttl D]", "submit a message", (*Main).submit},
 		{"rules", "", "the rules in force on the ingress", (*Main).rules},
 		{"check", "RULES… [--merge-domain-config]", "validate rules files or directories offline", (*Main).check},

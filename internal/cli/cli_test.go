@@ -265,6 +265,11 @@ func TestOperatorVerbs(t *testing.T) {
 			must(t, 1, "", "new --idempotency-key")
 		s.sluice(t, opts{stdin: `{"order":2}`}, "submit", "orders", "merchant_id=m-1", "--payload", "-").must(t, 0, "queued", "")
 		s.sluice(t, opts{}, "submit", "orders", "merchant_id=m-2", "--payload", `{"order":3}`, "--delay", "1h").must(t, 0, "scheduled", "")
+		var later struct{ ID string }
+		s.sluice(t, opts{}, "submit", "orders", "merchant_id=m-3", "--payload", `{"order":4}`, "--delay", "1h", "-o", "json").
+			must(t, 0, "", "").json(t, &later)
+		s.sluice(t, opts{}, "cancel", later.ID).must(t, 0, "cancelled "+later.ID+" (it was scheduled", "")
+		s.sluice(t, opts{}, "cancel", later.ID).must(t, 1, "", "nothing to cancel")
 		s.sluice(t, opts{}, "submit", "orders", "merchant_id=m-2", "--payload", `not json`).must(t, 2, "", "not valid JSON")
 		s.sluice(t, opts{}, "submit", "nope", "x=y", "--payload", `1`).must(t, 1, "", "sluice rules")
 

@@ -571,6 +571,29 @@ func (m *Main) status(ctx context.Context, args []string) error {
 	return tw.Flush()
 }
 
+func (m *Main) cancel(ctx context.Context, args []string) error {
+	cl, c, u, pos, err := m.start("cancel", args, 1, nil)
+	if err != nil {
+		return err
+	}
+	ctx, stop := withTimeout(ctx, c)
+	defer stop()
+	s, err := cl.Cancel(ctx, pos[0])
+	switch {
+	case errors.Is(err, client.ErrNotCancellable):
+		return &exitError{ExitRefused, "message " + pos[0] + " cannot be cancelled any more (being delivered, delivered or dead): " + err.Error()}
+	case errors.Is(err, client.ErrNoLongerTracked):
+		return &exitError{ExitRefused, "message " + pos[0] + " has left sluice (delivered or purged): nothing to cancel"}
+	case err != nil:
+		return explainMessages(err, u)
+	}
+	if c.output == "json" {
+		return m.printJSON(s)
+	}
+	fmt.Fprintf(m.stdout(), "cancelled %s (it was %s in queue %s, key %s)\n", s.ID, s.State, s.Rule, s.Key)
+	return nil
+}
+
 func (m *Main) submit(ctx context.Context, args []string) error {
 	var o *submitOpts
 	cl, c, u, pos, err := m.start("submit", args, -1, func(fs *flag.FlagSet) { o = bindSubmit(fs) })
