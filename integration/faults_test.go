@@ -132,7 +132,7 @@ func runFaultTable(t *testing.T, p faultParams, file string, faults []fault) {
 	})
 	var b strings.Builder
 	fmt.Fprintf(&b, "# sluice fault table (%s run)\n\n", p.name)
-	fmt.Fprintf(&b, "Produced by `go test ./integration -run %s` on %s: 2 ingress + 2 drainer processes, 3-node JetStream cluster (R3), Redis, recording HTTP sink; load of %d keys × %.0f msg/s with Idempotency-Keys, outflow 20/s per key. \"lost\" = acknowledged (202) but never accepted by the sink; \"duplicated\" = extra deliveries under the same Idempotency-Key (at-least-once). Every row also passed the outflow check: per key no two deliveries closer than 50 ms less %v of arrival jitter, never more than 21 within one second.\n\n",
+	fmt.Fprintf(&b, "Produced by `go test ./integration -run %s` on %s: 2 ingress + 2 drainer processes, 3-node JetStream cluster (R3), Redis, recording HTTP sink; load of %d keys × %.0f msg/s with Idempotency-Keys, outflow 20/s per key. \"lost\" = acknowledged (202) but never accepted by the sink; \"duplicated\" = extra deliveries under the same Idempotency-Key (at-least-once). Every row also passed the outflow check: per key no two deliveries closer than 50 ms less %v of arrival jitter, never more than 21 within one second (the Redis failover rows count the keys that breach it in their notes instead: a lease write lost with the old master).\n\n",
 		t.Name(), time.Now().UTC().Format("2006-01-02 15:04 MST"), p.keys, float64(time.Second)/float64(p.interval), p.jitter)
 	b.WriteString("| fault | acknowledged | delivered | lost | reordered | duplicated | most of one key in 1 s (20/s) | recovery | recovery measures | notes |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
