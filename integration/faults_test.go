@@ -89,6 +89,7 @@ func runFaults(t *testing.T, p faultParams, file string) {
 		{"DrainerSIGKILLMidDelivery", faultDrainerKill},
 		{"IngressSIGKILLUnderLoad", faultIngressKill},
 		{"NATSStreamLeaderKilled", faultLeaderKill},
+		{"NATSNodeLostItsDisk", faultNodeLostDisk},
 		{"RedisRestart", faultRedisRestart},
 		{"SinkDownThenBack", faultSinkDown},
 		{"BrokenRulesFilePushed", faultBrokenRules},
