@@ -111,6 +111,11 @@ func TestRollingUpgrade(t *testing.T) {
 		all := mineOf(c.sink.All(), prefix)
 		r.V.MaxPerSecond = checkOutflow(t, all, "faults", 20, arrivalJitter)
 		r.Misread, r.Example = misread(l, mineOf(c.sink.Accepted(), prefix))
+		for _, ds := range keysOf(mineOf(c.sink.Accepted(), prefix)) {
+			for i := 1; i < len(ds); i++ {
+				r.Stall = max(r.Stall, ds[i].At.Sub(ds[i-1].At))
+			}
+		}
 		for _, d := range all {
 			if d.Header.Get("Sluice-Fence") != "" {
 				r.ByNew++
@@ -118,8 +123,13 @@ func TestRollingUpgrade(t *testing.T) {
 				r.ByOld++
 			}
 		}
-		t.Logf("phase %s (%s): load %s; acknowledged %d, delivered %d, lost %d, reordered %d, duplicated %d (%d under another id), misread %d %s; attempts by new drainers %d, by old %d; most of one key in 1 s %d",
-			name, what, l.stats(), v.Acked, v.Delivered, v.Lost, v.Reordered, v.Duplicated, v.ForeignDuplicates, r.Misread, r.Example, r.ByNew, r.ByOld, r.V.MaxPerSecond)
+		t.Logf("phase %s (%s): load %s; acknowledged %d, delivered %d, lost %d, reordered %d, duplicated %d (%d under another id), misread %d %s; attempts by new drainers %d, by old %d; most of one key in 1 s %d; longest gap between two deliveries of a key %v",
+			name, what, l.stats(), v.Acked, v.Delivered, v.Lost, v.Reordered, v.Duplicated, v.ForeignDuplicates, r.Misread, r.Example, r.ByNew, r.ByOld, r.V.MaxPerSecond, r.Stall.Round(10*time.Millisecond))
+		for _, p := range append(append([]*proctest.Proc{}, c.ingress...), c.drainers...) {
+			if n, first := errorLines(p.LogPath()); n > 0 {
+				t.Logf("phase %s: %s logged %d errors, first: %s", name, p.Name(), n, first)
+			}
+		}
 		switch {
 		case v.Acked == 0:
 			t.Errorf("phase %s: nothing acknowledged", name)
@@ -190,6 +200,24 @@ type upgradeRow struct {
 	Misread      int
 	Example      string
 	ByNew, ByOld int // delivery attempts by new (Sluice-Fence) and old drainers
+	Stall        time.Duration
+}
+
+// errorLines counts the JSON log lines of level ERROR in a process's log.
+func errorLines(path string) (n int, first string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `"level":"ERROR"`) {
+			n++
+			if first == "" {
+				first = line
+			}
+		}
+	}
+	return n, first
 }
 
 // mineOf is the deliveries of keys that start with prefix.
@@ -239,11 +267,11 @@ func writeUpgradeTable(t *testing.T, rows []upgradeRow) {
 	fmt.Fprintf(&b, "# sluice rolling upgrade (%s ↔ this tree)\n\n", previousRelease)
 	fmt.Fprintf(&b, "Produced by `SLUICE_UPGRADE=1 go test ./integration -run TestRollingUpgrade` on %s: %s built from its git tag (`git worktree`), this tree's binaries, one 3-node JetStream cluster (R3), one Redis, a recording HTTP sink; load of 10 keys × 5 msg/s with Idempotency-Keys per phase, outflow 20/s per key. \"misread\" = delivered with another key's payload or under an id other than the one acknowledged for it. Attempts by new drainers carry Sluice-Fence; the old release's do not.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), previousRelease)
-	b.WriteString("| phase | processes | acknowledged | delivered | lost | reordered | duplicated | misread | attempts by new / old drainers | most of one key in 1 s (20/s) |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---|---:|\n")
+	b.WriteString("| phase | processes | acknowledged | delivered | lost | reordered | duplicated | misread | attempts by new / old drainers | most of one key in 1 s (20/s) | longest gap between two deliveries of a key |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d / %d | %d |\n", r.Phase, r.What, r.V.Acked, r.V.Delivered, r.V.Lost,
-			r.V.Reordered, r.V.Duplicated, r.Misread, r.ByNew, r.ByOld, r.V.MaxPerSecond)
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d / %d | %d | %.1f s |\n", r.Phase, r.What, r.V.Acked, r.V.Delivered, r.V.Lost,
+			r.V.Reordered, r.V.Duplicated, r.Misread, r.ByNew, r.ByOld, r.V.MaxPerSecond, r.Stall.Seconds())
 	}
 	t.Log("\n" + b.String())
 	if os.Getenv("SLUICE_RESULTS") == "" || t.Failed() {
