@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,13 +112,25 @@ func TestRollingUpgrade(t *testing.T) {
 		all := mineOf(c.sink.All(), prefix)
 		r.V.MaxPerSecond = checkOutflow(t, all, "faults", 20, arrivalJitter)
 		r.Misread, r.Example = misread(l, mineOf(c.sink.Accepted(), prefix))
-		for _, ds := range keysOf(mineOf(c.sink.Accepted(), prefix)) {
+		by := func(d sinktest.Delivery) string {
+			if d.Header.Get("Sluice-Fence") != "" {
+				return "new"
+			}
+			return "old"
+		}
+		stallAt := ""
+		for key, ds := range keysOf(mineOf(c.sink.Accepted(), prefix)) {
 			for i := 1; i < len(ds); i++ {
-				r.Stall = max(r.Stall, ds[i].At.Sub(ds[i-1].At))
+				if g := ds[i].At.Sub(ds[i-1].At); g > r.Stall {
+					r.Stall = g
+					stallAt = fmt.Sprintf("%s from %s (%s drainer) to %s (%s drainer)", key, ds[i-1].At.Format("15:04:05.000"), by(ds[i-1]),
+						ds[i].At.Format("15:04:05.000"), by(ds[i]))
+				}
 			}
 		}
+		t.Logf("phase %s: longest gap %v: %s", name, r.Stall.Round(10*time.Millisecond), stallAt)
 		for _, d := range all {
-			if d.Header.Get("Sluice-Fence") != "" {
+			if by(d) == "new" {
 				r.ByNew++
 			} else {
 				r.ByOld++
@@ -151,7 +164,7 @@ func TestRollingUpgrade(t *testing.T) {
 	c.ingress, c.drainers = []*proctest.Proc{ingOld}, []*proctest.Proc{drNew}
 	var drOld *proctest.Proc
 	phase("A", "a-", "old ingress → new drainer; new drainer SIGKILLed holding keys, an old drainer takes them over", func() {
-		drNew.Kill()
+		killHolding(t, c, drNew)
 		drOld = oldDrainer("drainer-" + previousRelease)
 	})
 	if drOld == nil {
@@ -168,7 +181,7 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	c.ingress, c.drainers = []*proctest.Proc{ingNew}, []*proctest.Proc{drOld}
 	phase("B", "b-", "new ingress → old drainer; old drainer SIGKILLed holding keys, the new drainer takes them over", func() {
-		drOld.Kill()
+		killHolding(t, c, drOld)
 		if err := drNew.Restart(); err != nil {
 			t.Fatal(err)
 		}
@@ -218,6 +231,26 @@ func errorLines(path string) (n int, first string) {
 		}
 	}
 	return n, first
+}
+
+// killHolding SIGKILLs a drainer while it holds keys: the sink answers 300 ms late until
+// at least 3 deliveries are in flight, so their keys stay held (and leased) in Redis in the
+// killed drainer's format, for the other version to take back.
+func killHolding(t *testing.T, c *cluster, p *proctest.Proc) {
+	t.Helper()
+	var inflight atomic.Int64
+	c.sink.Answer(func(sinktest.Delivery) (int, string) {
+		inflight.Add(1)
+		defer inflight.Add(-1)
+		time.Sleep(300 * time.Millisecond)
+		return 200, ""
+	})
+	if !waitFor(30*time.Second, func() bool { return inflight.Load() >= 3 }) {
+		t.Fatalf("no deliveries in flight in %s", p.Name())
+	}
+	p.Kill()
+	c.sink.Answer(nil)
+	t.Logf("%s SIGKILLed with %d deliveries in flight", p.Name(), inflight.Load())
 }
 
 // mineOf is the deliveries of keys that start with prefix.
