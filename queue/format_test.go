@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -48,5 +49,38 @@ func TestMessageFormatVersion(t *testing.T) {
 		case tc.want != "" && (!errors.Is(err, queue.ErrBadMessage) || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("Sluice-Format %s: err %v, want ErrBadMessage saying %q", tc.v, err, tc.want)
 		}
+	}
+}
+
+// A v0.3.0 ingress rewrites a queue stream without AllowDirect when it starts (a rolling
+// upgrade); a Queues that cached the stream with direct gets must still pop its messages.
+func TestPopAfterAnOldIngressTurnedDirectGetsOff(t *testing.T) {
+	t.Parallel()
+	q, rule, js := newQueues(t, 10)
+	ctx := context.Background()
+	for _, p := range []string{`{"n":1}`, `{"n":2}`} {
+		if _, err := q.Enqueue(ctx, rule, msg("k", p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := q.Pop(ctx, rule, "k") // caches the handle, AllowDirect on
+	if err != nil || string(first.Payload) != `{"n":1}` {
+		t.Fatalf("first pop: %s, %v", first.Payload, err)
+	}
+	s, err := js.Stream(ctx, q.StreamName(rule))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	if !cfg.AllowDirect {
+		t.Fatalf("the queue stream does not allow direct gets to begin with")
+	}
+	cfg.AllowDirect = false // what v0.3.0's StreamConfig writes
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	next, err := q.PopAfter(ctx, rule, "k", first.Seq)
+	if err != nil || string(next.Payload) != `{"n":2}` {
+		t.Fatalf("pop after direct gets were turned off: %s, %v", next.Payload, err)
 	}
 }
