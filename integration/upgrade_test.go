@@ -1,17 +1,21 @@
 package integration_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/proctest"
@@ -204,7 +208,68 @@ func TestRollingUpgrade(t *testing.T) {
 			t.Errorf("%s exited", p.Name())
 		}
 	}
-	writeUpgradeTable(t, rows)
+	// What a mixed fleet leaves: an old process that starts rewrites the streams in its
+	// own configuration (no byte limit or direct gets on queue streams, DiscardOld on the
+	// dead letters); the new processes write theirs again when they next start.
+	mixed := streamConfigs(t, c)
+	t.Logf("stream configurations after the old processes started: %s", mixed)
+	for _, p := range []*proctest.Proc{ingOld, drOld} {
+		if err := p.Term(10 * time.Second); err != nil {
+			t.Errorf("%s on SIGTERM: %v", p.Name(), err)
+		}
+	}
+	for _, p := range []*proctest.Proc{ingNew, drNew} {
+		if err := p.Term(10 * time.Second); err != nil {
+			t.Errorf("%s on SIGTERM: %v", p.Name(), err)
+		}
+		if err := p.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		c.waitReady(p, 60*time.Second)
+	}
+	after := streamConfigs(t, c)
+	t.Logf("stream configurations once the new processes restarted: %s", after)
+	if strings.Contains(after, "old") {
+		t.Errorf("a stream keeps the old release's configuration after the new processes restarted: %s", after)
+	}
+	writeUpgradeTable(t, rows, mixed, after)
+}
+
+// streamConfigs describes the settings v0.3.0 and this tree write differently: a queue
+// stream's byte limit and direct gets, the dead-letter stream's discard policy; "old"
+// marks the old release's value.
+func streamConfigs(t *testing.T, c *cluster) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []string
+	names := c.js.StreamNames(ctx)
+	for n := range names.Name() {
+		s, err := c.js.Stream(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := s.CachedInfo().Config
+		switch {
+		case n == streamName("faults"):
+			d := fmt.Sprintf("%s: max_bytes %d, allow_direct %v", n, cfg.MaxBytes, cfg.AllowDirect)
+			if cfg.MaxBytes <= 0 || !cfg.AllowDirect {
+				d += " (old)"
+			}
+			out = append(out, d)
+		case strings.Contains(cfg.Description, "dead letters"):
+			d := fmt.Sprintf("%s: discard %v", n, cfg.Discard)
+			if cfg.Discard == jetstream.DiscardOld {
+				d += " (old)"
+			}
+			out = append(out, d)
+		}
+	}
+	if err := names.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(out)
+	return strings.Join(out, "; ")
 }
 
 type upgradeRow struct {
@@ -295,7 +360,7 @@ func misread(l *loadGen, accepted []sinktest.Delivery) (n int, example string) {
 	return n, example
 }
 
-func writeUpgradeTable(t *testing.T, rows []upgradeRow) {
+func writeUpgradeTable(t *testing.T, rows []upgradeRow, mixed, after string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# sluice rolling upgrade (%s ↔ this tree)\n\n", previousRelease)
 	fmt.Fprintf(&b, "Produced by `SLUICE_UPGRADE=1 go test ./integration -run TestRollingUpgrade` on %s: %s built from its git tag (`git worktree`), this tree's binaries, one 3-node JetStream cluster (R3), one Redis, a recording HTTP sink; load of 10 keys × 5 msg/s with Idempotency-Keys per phase, outflow 20/s per key. \"misread\" = delivered with another key's payload or under an id other than the one acknowledged for it. Attempts by new drainers carry Sluice-Fence; the old release's do not.\n\n",
@@ -306,6 +371,7 @@ func writeUpgradeTable(t *testing.T, rows []upgradeRow) {
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d / %d | %d | %.1f s |\n", r.Phase, r.What, r.V.Acked, r.V.Delivered, r.V.Lost,
 			r.V.Reordered, r.V.Duplicated, r.Misread, r.ByNew, r.ByOld, r.V.MaxPerSecond, r.Stall.Seconds())
 	}
+	fmt.Fprintf(&b, "\nStream configurations after an old process started next to new ones: %s. After the old processes stopped and the new ones restarted: %s.\n", mixed, after)
 	t.Log("\n" + b.String())
 	if os.Getenv("SLUICE_RESULTS") == "" || t.Failed() {
 		return
