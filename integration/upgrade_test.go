@@ -203,6 +203,7 @@ func TestRollingUpgrade(t *testing.T) {
 	c.waitReady(drOld, 60*time.Second)
 	c.ingress, c.drainers = []*proctest.Proc{ingNew, ingOld}, []*proctest.Proc{drNew, drOld}
 	phase("C", "c-", "old and new ingress, old and new drainer, all at once", nil)
+	idem := repeatAcross(t, c)
 	for _, p := range []*proctest.Proc{ingOld, ingNew, drOld, drNew} {
 		if !p.Running() {
 			t.Errorf("%s exited", p.Name())
@@ -232,7 +233,59 @@ func TestRollingUpgrade(t *testing.T) {
 	if strings.Contains(after, "old") {
 		t.Errorf("a stream keeps the old release's configuration after the new processes restarted: %s", after)
 	}
-	writeUpgradeTable(t, rows, mixed, after)
+	writeUpgradeTable(t, rows, mixed, after, idem)
+}
+
+// repeatAcross submits a message with an Idempotency-Key to one version's ingress and
+// repeats it, same body, to the other's; c.ingress is {new, old}. The repeat must answer
+// the first message's id and nothing be delivered twice under another id. A v0.3.0
+// ingress cannot read the digest this tree stores with a claim (CHANGELOG v0.4.0): what it
+// answers is reported, and only this tree's misreads fail the test.
+func repeatAcross(t *testing.T, c *cluster) string {
+	t.Helper()
+	var notes []string
+	for _, dir := range []struct {
+		name        string
+		first, then int
+	}{{"new → old", 0, 1}, {"old → new", 1, 0}} {
+		wrong, example := 0, ""
+		var ids []string
+		for i := range 5 {
+			key := fmt.Sprintf("d-%s-%d", dir.name[:3], i)
+			body := fmt.Sprintf(`{"k":%q,"seq":0}`, key)
+			a := c.submit(dir.first, "faults", []kv{{"account_id", key}}, body, key)
+			b := c.submit(dir.then, "faults", []kv{{"account_id", key}}, body, key)
+			if a.Code != 202 || (b.Code != 200 && b.Code != 202) {
+				t.Errorf("%s: first %d %v, repeat %d %v", dir.name, a.Code, a.Body, b.Code, b.Body)
+				continue
+			}
+			ids = append(ids, a.str("id"))
+			if b.str("id") != a.str("id") {
+				wrong++
+				example = fmt.Sprintf("%q answered as %q", a.str("id"), b.str("id"))
+			}
+		}
+		got := c.waitIDs(ids, time.Minute)
+		if len(got) != len(ids) {
+			t.Errorf("%s: %d of %d first submissions delivered", dir.name, len(got), len(ids))
+		}
+		note := fmt.Sprintf("%s: %d of 5 repeats answered another id", dir.name, wrong)
+		if example != "" {
+			note += " (e.g. " + example + ")"
+		}
+		if wrong > 0 && dir.then == 0 {
+			t.Errorf("this tree's ingress misread a claim of v0.3.0's: %s", note)
+		}
+		notes = append(notes, note)
+	}
+	// Nothing was stored twice: each key's one message, once.
+	for _, d := range mineOf(c.sink.Accepted(), "d-") {
+		if n := len(deliveriesOf(c.sink.Accepted(), "faults", d.Key)); n != 1 {
+			t.Errorf("%s delivered %d times", d.Key, n)
+		}
+	}
+	t.Logf("idempotency keys across versions: %s", strings.Join(notes, "; "))
+	return strings.Join(notes, "; ")
 }
 
 // streamConfigs describes the settings v0.3.0 and this tree write differently: a queue
@@ -360,7 +413,7 @@ func misread(l *loadGen, accepted []sinktest.Delivery) (n int, example string) {
 	return n, example
 }
 
-func writeUpgradeTable(t *testing.T, rows []upgradeRow, mixed, after string) {
+func writeUpgradeTable(t *testing.T, rows []upgradeRow, mixed, after, idem string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# sluice rolling upgrade (%s ↔ this tree)\n\n", previousRelease)
 	fmt.Fprintf(&b, "Produced by `SLUICE_UPGRADE=1 go test ./integration -run TestRollingUpgrade` on %s: %s built from its git tag (`git worktree`), this tree's binaries, one 3-node JetStream cluster (R3), one Redis, a recording HTTP sink; load of 10 keys × 5 msg/s with Idempotency-Keys per phase, outflow 20/s per key. \"misread\" = delivered with another key's payload or under an id other than the one acknowledged for it. Attempts by new drainers carry Sluice-Fence; the old release's do not.\n\n",
@@ -371,7 +424,7 @@ func writeUpgradeTable(t *testing.T, rows []upgradeRow, mixed, after string) {
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d / %d | %d | %.1f s |\n", r.Phase, r.What, r.V.Acked, r.V.Delivered, r.V.Lost,
 			r.V.Reordered, r.V.Duplicated, r.Misread, r.ByNew, r.ByOld, r.V.MaxPerSecond, r.Stall.Seconds())
 	}
-	fmt.Fprintf(&b, "\nStream configurations after an old process started next to new ones: %s. After the old processes stopped and the new ones restarted: %s.\n", mixed, after)
+	fmt.Fprintf(&b, "\nStream configurations after an old process started next to new ones: %s. After the old processes stopped and the new ones restarted: %s.\n\nAn Idempotency-Key submitted to one version's ingress and repeated to the other's: %s.\n", mixed, after, idem)
 	t.Log("\n" + b.String())
 	if os.Getenv("SLUICE_RESULTS") == "" || t.Failed() {
 		return
