@@ -58,9 +58,10 @@ bench: redis
 	SLUICE_BENCH=1 $(GO) test -p 1 -run '^$$' -bench . -benchmem -benchtime 2s $(PKGS) | tee $(BENCH_OUT)
 	SLUICE_BENCH=1 $(GO) test -count=1 -p 1 -timeout 30m -run 'Study|Report' -v $(PKGS) | grep -v -E '^(=== (PAUSE|CONT)|ok .*no tests to run)' | tee -a $(BENCH_OUT)
 
-## faults: the fast fault suites, writing their tables to integration/results/faults.md and faults-redis-ha.md
+## faults: the fast fault suites and the rolling upgrade from the last tag, writing their tables to
+## integration/results/faults.md, faults-redis-ha.md and upgrade.md
 faults: redis
-	SLUICE_RESULTS=1 $(GO) test -count=1 -run 'TestFaults|TestRedisFailover' -v ./integration/
+	SLUICE_RESULTS=1 SLUICE_UPGRADE=1 $(GO) test -count=1 -run 'TestFaults|TestRedisFailover|TestRollingUpgrade' -v ./integration/
 
 ## soak: long-running load and fault runs (minutes), tables in integration/results/
 soak: redis

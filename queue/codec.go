@@ -122,12 +122,13 @@ func tokenByte(c byte) bool {
 // admission, and the canonicalisation and one slice per value were a tenth of its
 // allocations.
 func EncodeMessage(subject string, m Message) *nats.Msg {
-	vals := make([]string, 0, 9)
-	h := make(nats.Header, 9)
+	vals := make([]string, 0, 10)
+	h := make(nats.Header, 10)
 	put := func(name, v string) {
 		vals = append(vals, v)
 		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
+	put(HeaderFormat, formatVersion)
 	if m.ID != "" {
 		put(HeaderMsgID, m.ID)
 	}
@@ -160,9 +161,23 @@ func EncodeMessage(subject string, m Message) *nats.Msg {
 	return &nats.Msg{Subject: subject, Header: h, Data: m.Payload}
 }
 
+// formatVersion is FormatVersion as written in HeaderFormat.
+var formatVersion = strconv.Itoa(FormatVersion)
+
 // DecodeMessage reads a Message from a NATS message's headers and data (as written by
-// EncodeMessage). The payload is returned as is, not copied.
+// EncodeMessage, of any format version up to FormatVersion). The payload is returned as
+// is, not copied. A message of a newer format is ErrBadMessage, saying so.
 func DecodeMessage(h nats.Header, data []byte) (Message, error) {
+	if v := h.Get(HeaderFormat); v != "" && v != formatVersion {
+		n, err := strconv.Atoi(v)
+		switch {
+		case err == nil && n > FormatVersion:
+			return Message{}, fmt.Errorf("%w: %s %s: written by a newer sluice (this one reads formats 1 to %d); upgrade this drainer",
+				ErrBadMessage, HeaderFormat, v, FormatVersion)
+		case err != nil || n < 1:
+			return Message{}, fmt.Errorf("%w: %s %q: not a format version", ErrBadMessage, HeaderFormat, v)
+		}
+	}
 	m := Message{ID: h.Get(HeaderMsgID), Rule: h.Get(HeaderRule), Payload: data}
 	if id := h.Get(HeaderID); id != "" {
 		m.ID = id // re-admitted under a generation-specific Nats-Msg-Id (EnqueueAs)

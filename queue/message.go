@@ -60,4 +60,19 @@ const (
 	// HeaderID carries the message id when the Nats-Msg-Id is not the message id (a
 	// re-admitted delivery retry, see Queues.EnqueueAs). It wins over Nats-Msg-Id.
 	HeaderID = "Sluice-Id"
+	// HeaderFormat is the wire format's version (FormatVersion); absent means 1.
+	HeaderFormat = "Sluice-Format"
 )
+
+// The versions of the stored message format (the headers above). A reader accepts every
+// version up to FormatVersion and refuses a newer one, so a message written by a later
+// sluice is dead-lettered with that reason rather than delivered misread.
+//
+//	1  v0.3.0 and before (no Sluice-Format header): Nats-Msg-Id, Sluice-Id, Sluice-Rule,
+//	   Sluice-Key, Sluice-Created-At, Sluice-Attempt, Sluice-Last-Error, Sluice-Parked-From.
+//	2  adds Sluice-Format, and the optional Sluice-Expires-At, Sluice-H-* (the submitter's
+//	   headers) and Sluice-Traceparent/-Tracestate. A version-1 reader ignores them, so it
+//	   still delivers the payload under the right id and key; what it loses is the ttl
+//	   (delivered after its expiry instead of dead-lettered), the submitter's headers and
+//	   the trace link (integration TestRollingUpgrade).
+const FormatVersion = 2

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -247,6 +248,13 @@ func (q *Queues) DeleteQueue(ctx context.Context, rule string) error {
 
 // stream returns rule's stream handle, looking it up once (a process that did not create
 // the stream, e.g. a drainer started after the ingress, finds it here).
+// forget drops rule's cached stream handle, so the next stream call reads its config again.
+func (q *Queues) forget(rule string) {
+	q.mu.Lock()
+	delete(q.streams, rule)
+	q.mu.Unlock()
+}
+
 func (q *Queues) stream(ctx context.Context, rule string) (jetstream.Stream, error) {
 	q.mu.RLock()
 	s, ok := q.streams[rule]
@@ -394,6 +402,17 @@ func (q *Queues) PopAfter(ctx context.Context, rule, key string, after uint64) (
 	// A sequence with a subject: the server returns the first message with seq >= it on
 	// that subject (after+1 = 1 is the key's head), found in its per-subject index.
 	raw, err := s.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(q.Subject(rule, key)))
+	if errors.Is(err, nats.ErrNoResponders) {
+		// The handle's cached config allows direct gets, and the stream no longer does: a
+		// v0.3.0 ingress rewrites the stream without AllowDirect when it starts or reloads
+		// (a rolling upgrade; TestRollingUpgrade), and a direct get then has no responder.
+		// Read the stream's config again and get the message the way it now allows.
+		q.forget(rule)
+		if s, err = q.stream(ctx, rule); err != nil {
+			return Popped{}, err
+		}
+		raw, err = s.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(q.Subject(rule, key)))
+	}
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Popped{}, ErrEmpty
 	}

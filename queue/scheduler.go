@@ -86,6 +86,24 @@ type SchedulerConfig struct {
 // Members are the keys themselves (Redis strings are binary-safe). Only keys that have
 // messages (or are being retried) cost memory; a drained key is removed.
 //
+// Format versions of this state, told apart by the shape of a held entry (there is no
+// version key: every script already reads the entry it acts on):
+//
+//	1  v0.3.0: held is "<owner> <next>"; no fence or parts keys; one partition per rule
+//	   (the keys of partition 0 above, sl:{t}:…).
+//	2  this tree: held is "<owner>#<fence> <next>"; adds sl:{T}:fence and sl:{t}:parts. At
+//	   one partition (every rule on a single Redis, and `partitions: 1` on a cluster) the
+//	   key names are version 1's.
+//
+// A mixed fleet (a rolling upgrade) works on one Redis because each script reads both
+// shapes where it must: handing back an expired lease (claim.lua) and reading a held key's
+// next slot (admitcount.lua, both releases) take the last field, whatever precedes it;
+// a release, renewal, step or move acts only on an entry that names this drainer, and an
+// entry of the other shape never does (v0.3.0 compares "<owner>#<fence>" with its bare
+// owner, this tree finds no '#' in a v0.3.0 entry), so each version only ever releases its
+// own claims and takes the other's back once their lease expires — v0.3.0's lease is 30 s.
+// Tested with the v0.3.0 binaries in integration TestRollingUpgrade.
+//
 // One clock: slots, leases and due times are Redis's time (TIME inside the scripts), never a
 // drainer's, so drainers whose clocks disagree still pace every key exactly; Claimed.Now
 // tells a drainer Redis's time, and it waits for a slot by the difference. Methods that take

@@ -13,9 +13,11 @@ import (
 // github.com/nats-io/nats-server/v2 dependency), so a node can be SIGKILLed like a crash,
 // which an embedded server cannot.
 type NATSCluster struct {
-	Nodes []*Proc
-	names []string
-	urls  []string
+	Nodes    []*Proc
+	names    []string
+	urls     []string
+	stores   []string // each node's -sd
+	monitors []string // each node's monitoring base URL
 }
 
 // BuildNATSServer builds nats-server from the module's dependency into dir.
@@ -42,11 +44,13 @@ func StartNATSCluster(tb testing.TB, bin string, size int) *NATSCluster {
 		node := fmt.Sprintf("%s-n%d", name, i+1)
 		c.names = append(c.names, node)
 		c.urls = append(c.urls, fmt.Sprintf("nats://127.0.0.1:%d", p.client))
+		c.stores = append(c.stores, filepath.Join(tb.TempDir(), node))
+		c.monitors = append(c.monitors, fmt.Sprintf("http://127.0.0.1:%d", p.monitor))
 		specs[i] = Spec{Name: node, Bin: bin,
 			Addr:     fmt.Sprintf("127.0.0.1:%d", p.client),
 			ReadyURL: fmt.Sprintf("http://127.0.0.1:%d/healthz", p.monitor),
 			Args: []string{"-n", node, "-a", "127.0.0.1", "-p", fmt.Sprint(p.client), "-m", fmt.Sprint(p.monitor),
-				"-js", "-sd", filepath.Join(tb.TempDir(), node),
+				"-js", "-sd", c.stores[i],
 				"--cluster_name", name, "--cluster", fmt.Sprintf("nats://127.0.0.1:%d", p.cluster),
 				"--routes", strings.Join(routes, ",")}}
 	}
@@ -83,6 +87,28 @@ func (c *NATSCluster) Node(name string) *Proc {
 	}
 	return nil
 }
+
+// Name is the server name of node i.
+func (c *NATSCluster) Name(i int) string { return c.names[i] }
+
+// Index is the index in Nodes of the node with the given server name, or -1.
+func (c *NATSCluster) Index(name string) int {
+	for i, n := range c.names {
+		if n == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// StoreDir is node i's store directory (its -sd; JetStream keeps its data in
+// StoreDir/jetstream). Deleting it while the node is down simulates a lost disk: the node
+// restarts with the same server name, ports and an empty store.
+func (c *NATSCluster) StoreDir(i int) string { return c.stores[i] }
+
+// MonitorURL is node i's monitoring base URL (e.g. MonitorURL(i)+"/jsz"), which answers
+// from that node's own state rather than from a stream leader's.
+func (c *NATSCluster) MonitorURL(i int) string { return c.monitors[i] }
 
 // panicTB turns Fatal into a panic, for Start off the test goroutine.
 type panicTB struct{ testing.TB }

@@ -1,0 +1,503 @@
+package integration_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/proctest"
+	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/internal/sinktest"
+)
+
+// previousRelease is the tag TestRollingUpgrade builds the old binaries from.
+const previousRelease = "v0.3.0"
+
+// TestRollingUpgrade runs the previous release and this one side by side on one JetStream
+// cluster and one Redis, as a rolling upgrade does, with a load of messages with
+// Idempotency-Keys throughout. Each phase has its own keys and is verified on its own:
+// every acknowledged message delivered, in per-key order, under the id it was acknowledged
+// with, with its key and payload intact (a misread message would show as a wrong id, key
+// or payload, or as lost — dead-lettered), and the outflow held.
+//
+//	A  old ingress → new drainer; the new drainer is SIGKILLed mid-load with keys held
+//	   ("owner#fence next" in Redis) and an old drainer takes over those keys.
+//	B  new ingress (Sluice-Format: 2) → old drainer; the old drainer is SIGKILLed with
+//	   keys held ("owner next") and the new drainer takes over.
+//	C  both versions of each at once (the middle of a rollout).
+//
+// It builds the tag with `git worktree`, so it runs only when asked (make faults).
+func TestRollingUpgrade(t *testing.T) {
+	if os.Getenv("SLUICE_UPGRADE") == "" {
+		t.Skip("builds the previous release from its git tag: SLUICE_UPGRADE=1 (make faults)")
+	}
+	old := buildRelease(t, previousRelease)
+
+	c := &cluster{t: t, http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+	c.nats = natstest.StartCluster(t, 3)
+	c.natsURL = natstest.ClusterURL(c.nats)
+	_, c.js = natstest.Connect(t, c.natsURL)
+	c.redis = redistest.Start(t, redistest.Options{TCP: true, AppendOnly: true})
+	c.redisURL = c.redis.URL()
+	c.sink = sinktest.Start(t)
+	c.rulesPath = filepath.Join(t.TempDir(), "rules.yaml")
+	c.writeRules(faultRules)
+	waitR3(t, c.js)
+
+	start := func(spec proctest.Spec) *proctest.Proc {
+		p := c.startProc(spec)
+		if p == nil {
+			t.FailNow()
+		}
+		c.waitReady(p, 60*time.Second)
+		return p
+	}
+	// The old release's flags, from its own integration test (-drain took a string,
+	// there was no -status-keep).
+	oldIngress := func(name string) *proctest.Proc {
+		return start(proctest.Spec{Name: name, Bin: filepath.Join(old, "ingress"), ReadyMsg: "ingress: listening", Args: []string{
+			"-rules", c.rulesPath, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", c.natsURL, "-redis", c.redisURL,
+			"-admin-token", adminToken, "-replicas", "3", "-drain", "false", "-shutdown-timeout", "3s",
+			"-log-format", "json", "-rules-poll", "250ms"}})
+	}
+	oldDrainer := func(name string) *proctest.Proc {
+		return start(proctest.Spec{Name: name, Bin: filepath.Join(old, "drainer"), ReadyMsg: "drainer: running", Args: []string{
+			"-rules", c.rulesPath, "-http", "127.0.0.1:0", "-nats", c.natsURL, "-redis", c.redisURL,
+			"-workers", "16", "-replicas", "3", "-shutdown-timeout", "3s", "-log-format", "json", "-rules-poll", "250ms"}})
+	}
+	newIngress := func(name string) *proctest.Proc {
+		p := c.newIngress(name)
+		if p == nil {
+			t.FailNow()
+		}
+		c.waitReady(p, 60*time.Second)
+		return p
+	}
+	newDrainer := func(name string) *proctest.Proc {
+		p := c.newDrainer(name, 16)
+		if p == nil {
+			t.FailNow()
+		}
+		c.waitReady(p, 60*time.Second)
+		return p
+	}
+
+	const keys, interval, run = 10, 200 * time.Millisecond, 3 * time.Second
+	var rows []upgradeRow
+	phase := func(name, prefix, what string, handover func()) {
+		t.Helper()
+		l := newLoad(c, "faults", "account_id", prefix, keys, interval)
+		l.start()
+		t.Cleanup(l.halt)
+		if !waitFor(60*time.Second, func() bool { return len(keysOf(mineOf(c.sink.Accepted(), prefix))) == keys }) {
+			t.Fatalf("phase %s: no steady flow: %s; %d delivered", name, l.stats(), len(mineOf(c.sink.Accepted(), prefix)))
+		}
+		time.Sleep(run)
+		if handover != nil {
+			handover()
+			time.Sleep(run)
+		}
+		l.halt()
+		v := l.verify(2 * time.Minute)
+		r := upgradeRow{Phase: name, What: what, V: v}
+		all := mineOf(c.sink.All(), prefix)
+		// The outflow: never more than 21 of one key within a second fails the test; two
+		// attempts closer than 50 ms less the arrival jitter are counted per drainer version
+		// and reported (v0.3.0 drainers make them after a handover, see README).
+		for key, ds := range keysOf(all) {
+			n := maxInWindow(ds, time.Second)
+			if n > 21 {
+				t.Errorf("phase %s: outflow: %d deliveries of %s within one second at 20/s", name, n, key)
+			}
+			r.V.MaxPerSecond = max(r.V.MaxPerSecond, n)
+		}
+		r.Misread, r.Example = misread(l, mineOf(c.sink.Accepted(), prefix))
+		by := func(d sinktest.Delivery) string {
+			if d.Header.Get("Sluice-Fence") != "" {
+				return "new"
+			}
+			return "old"
+		}
+		stallAt := ""
+		for key, ds := range keysOf(mineOf(c.sink.Accepted(), prefix)) {
+			for i := 1; i < len(ds); i++ {
+				if g := ds[i].At.Sub(ds[i-1].At); g > r.Stall {
+					r.Stall = g
+					stallAt = fmt.Sprintf("%s from %s (%s drainer) to %s (%s drainer)", key, ds[i-1].At.Format("15:04:05.000"), by(ds[i-1]),
+						ds[i].At.Format("15:04:05.000"), by(ds[i]))
+				}
+			}
+		}
+		t.Logf("phase %s: longest gap %v: %s", name, r.Stall.Round(10*time.Millisecond), stallAt)
+		// Two attempts of one key closer than the outflow allows: say who made them.
+		for key, ds := range keysOf(all) {
+			for i := 1; i < len(ds); i++ {
+				if g := ds[i].At.Sub(ds[i-1].At); g < 50*time.Millisecond-arrivalJitter {
+					if by(ds[i]) == "new" {
+						r.CloseNew++
+					} else {
+						r.CloseOld++
+					}
+					t.Logf("phase %s: %s delivered %v apart: %s attempt %d by the %s drainer (answered %d), then %s attempt %d by the %s drainer", name, key, g,
+						ds[i-1].ID, ds[i-1].Attempt, by(ds[i-1]), ds[i-1].Answered, ds[i].ID, ds[i].Attempt, by(ds[i]))
+				}
+			}
+		}
+		if r.CloseNew > 0 {
+			t.Errorf("phase %s: %d attempts by this version's drainers closer than the outflow allows (50 ms less %v jitter)", name, r.CloseNew, arrivalJitter)
+		}
+		if r.CloseOld > 0 {
+			t.Logf("phase %s: %d attempts by %s drainers closer than the outflow allows", name, r.CloseOld, previousRelease)
+		}
+		for _, d := range all {
+			if by(d) == "new" {
+				r.ByNew++
+			} else {
+				r.ByOld++
+			}
+		}
+		t.Logf("phase %s (%s): load %s; acknowledged %d, delivered %d, lost %d, reordered %d, duplicated %d (%d under another id), misread %d %s; attempts by new drainers %d, by old %d; most of one key in 1 s %d; longest gap between two deliveries of a key %v",
+			name, what, l.stats(), v.Acked, v.Delivered, v.Lost, v.Reordered, v.Duplicated, v.ForeignDuplicates, r.Misread, r.Example, r.ByNew, r.ByOld, r.V.MaxPerSecond, r.Stall.Round(10*time.Millisecond))
+		for _, p := range append(append([]*proctest.Proc{}, c.ingress...), c.drainers...) {
+			if n, first := errorLines(p.LogPath()); n > 0 {
+				t.Logf("phase %s: %s logged %d errors, first: %s", name, p.Name(), n, first)
+			}
+		}
+		switch {
+		case v.Acked == 0:
+			t.Errorf("phase %s: nothing acknowledged", name)
+		case v.Lost > 0:
+			t.Errorf("phase %s: %d acknowledged messages lost, e.g. %v", name, v.Lost, v.Missing[:min(5, len(v.Missing))])
+		}
+		if v.Reordered > 0 || v.ForeignDuplicates > 0 || r.Misread > 0 {
+			t.Errorf("phase %s: %d reordered, %d under another id, %d misread %s", name, v.Reordered, v.ForeignDuplicates, r.Misread, r.Example)
+		}
+		if n := l.other.Load(); n > 0 {
+			t.Errorf("phase %s: %d unexpected answers, last %v", name, n, l.lastOther.Load())
+		}
+		rows = append(rows, r)
+	}
+
+	// A: the drainers are upgraded first; the old ingress still writes format 1.
+	ingOld := oldIngress("ingress-" + previousRelease)
+	drNew := newDrainer("drainer-new")
+	c.ingress, c.drainers = []*proctest.Proc{ingOld}, []*proctest.Proc{drNew}
+	var drOld *proctest.Proc
+	phase("A", "a-", "old ingress → new drainer; new drainer SIGKILLed holding keys, an old drainer takes them over", func() {
+		killHolding(t, c, drNew)
+		drOld = oldDrainer("drainer-" + previousRelease)
+	})
+	if drOld == nil {
+		t.FailNow()
+	}
+	if !drOld.Running() {
+		t.Fatalf("the old drainer exited")
+	}
+
+	// B: the reverse order — the ingresses first; the old drainer reads format 2.
+	ingNew := newIngress("ingress-new")
+	if err := ingOld.Term(10 * time.Second); err != nil {
+		t.Errorf("old ingress on SIGTERM: %v", err)
+	}
+	c.ingress, c.drainers = []*proctest.Proc{ingNew}, []*proctest.Proc{drOld}
+	phase("B", "b-", "new ingress → old drainer; old drainer SIGKILLed holding keys, the new drainer takes them over", func() {
+		killHolding(t, c, drOld)
+		if err := drNew.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		c.waitReady(drNew, 60*time.Second)
+	})
+
+	// C: the middle of a rollout: both versions of each process at once.
+	if err := ingOld.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	c.waitReady(ingOld, 60*time.Second)
+	if err := drOld.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	c.waitReady(drOld, 60*time.Second)
+	c.ingress, c.drainers = []*proctest.Proc{ingNew, ingOld}, []*proctest.Proc{drNew, drOld}
+	phase("C", "c-", "old and new ingress, old and new drainer, all at once", nil)
+	idem := repeatAcross(t, c)
+	for _, p := range []*proctest.Proc{ingOld, ingNew, drOld, drNew} {
+		if !p.Running() {
+			t.Errorf("%s exited", p.Name())
+		}
+	}
+	// What a mixed fleet leaves: an old process that starts rewrites the streams in its
+	// own configuration (no byte limit or direct gets on queue streams, DiscardOld on the
+	// dead letters); the new processes write theirs again when they next start.
+	mixed := streamConfigs(t, c)
+	t.Logf("stream configurations after the old processes started: %s", mixed)
+	for _, p := range []*proctest.Proc{ingOld, drOld} {
+		if err := p.Term(10 * time.Second); err != nil {
+			t.Errorf("%s on SIGTERM: %v", p.Name(), err)
+		}
+	}
+	for _, p := range []*proctest.Proc{ingNew, drNew} {
+		if err := p.Term(10 * time.Second); err != nil {
+			t.Errorf("%s on SIGTERM: %v", p.Name(), err)
+		}
+		if err := p.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		c.waitReady(p, 60*time.Second)
+	}
+	after := streamConfigs(t, c)
+	t.Logf("stream configurations once the new processes restarted: %s", after)
+	if strings.Contains(after, "old") {
+		t.Errorf("a stream keeps the old release's configuration after the new processes restarted: %s", after)
+	}
+	writeUpgradeTable(t, rows, mixed, after, idem)
+}
+
+// repeatAcross submits a message with an Idempotency-Key to one version's ingress and
+// repeats it, same body, to the other's; c.ingress is {new, old}, and reports what the
+// repeat answers and whether the message was stored twice. The two versions keep their
+// claims under different Redis keys (v0.3.0 sl:idem:{rule}:<k>, this tree
+// sl:{t}:idem:<k>), so neither sees the other's: measured, not asserted (README
+// "Upgrading"); every first submission must still be delivered.
+func repeatAcross(t *testing.T, c *cluster) string {
+	t.Helper()
+	var notes []string
+	for _, dir := range []struct {
+		name        string
+		first, then int
+	}{{"new → old", 0, 1}, {"old → new", 1, 0}} {
+		wrong, example := 0, ""
+		var ids []string
+		for i := range 5 {
+			key := fmt.Sprintf("d-%s-%d", dir.name[:3], i)
+			body := fmt.Sprintf(`{"k":%q,"seq":0}`, key)
+			a := c.submit(dir.first, "faults", []kv{{"account_id", key}}, body, key)
+			b := c.submit(dir.then, "faults", []kv{{"account_id", key}}, body, key)
+			if a.Code != 202 || (b.Code != 200 && b.Code != 202) {
+				t.Errorf("%s: first %d %v, repeat %d %v", dir.name, a.Code, a.Body, b.Code, b.Body)
+				continue
+			}
+			ids = append(ids, a.str("id"))
+			if b.str("id") != a.str("id") {
+				wrong++
+				example = fmt.Sprintf("%q answered as %q", a.str("id"), b.str("id"))
+			}
+		}
+		got := c.waitIDs(ids, time.Minute)
+		if len(got) != len(ids) {
+			t.Errorf("%s: %d of %d first submissions delivered", dir.name, len(got), len(ids))
+		}
+		note := fmt.Sprintf("%s: %d of 5 repeats answered another id", dir.name, wrong)
+		if example != "" {
+			note += " (e.g. " + example + ")"
+		}
+		twice := 0
+		for i := range 5 {
+			key := fmt.Sprintf("d-%s-%d", dir.name[:3], i)
+			if waitFor(10*time.Second, func() bool { return len(deliveriesOf(c.sink.Accepted(), "faults", key)) >= 2 }) {
+				twice++
+			}
+		}
+		note += fmt.Sprintf(", %d of 5 stored and delivered twice (under both ids)", twice)
+		notes = append(notes, note)
+	}
+	t.Logf("idempotency keys across versions: %s", strings.Join(notes, "; "))
+	return strings.Join(notes, "; ")
+}
+
+// streamConfigs describes the settings v0.3.0 and this tree write differently: a queue
+// stream's byte limit and direct gets, the dead-letter stream's discard policy; "old"
+// marks the old release's value.
+func streamConfigs(t *testing.T, c *cluster) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []string
+	names := c.js.StreamNames(ctx)
+	for n := range names.Name() {
+		s, err := c.js.Stream(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := s.CachedInfo().Config
+		switch {
+		case n == streamName("faults"):
+			d := fmt.Sprintf("%s: max_bytes %d, allow_direct %v", n, cfg.MaxBytes, cfg.AllowDirect)
+			if cfg.MaxBytes <= 0 || !cfg.AllowDirect {
+				d += " (old)"
+			}
+			out = append(out, d)
+		case strings.Contains(cfg.Description, "dead letters"):
+			d := fmt.Sprintf("%s: discard %v", n, cfg.Discard)
+			if cfg.Discard == jetstream.DiscardOld {
+				d += " (old)"
+			}
+			out = append(out, d)
+		}
+	}
+	if err := names.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(out)
+	return strings.Join(out, "; ")
+}
+
+type upgradeRow struct {
+	Phase, What  string
+	V            verdict
+	Misread      int
+	Example      string
+	ByNew, ByOld int // delivery attempts by new (Sluice-Fence) and old drainers
+	Stall        time.Duration
+	// attempts closer than the outflow allows (less arrival jitter) to the previous one of
+	// their key, by the version of the drainer that made the later one
+	CloseNew, CloseOld int
+}
+
+// errorLines counts the JSON log lines of level ERROR in a process's log.
+func errorLines(path string) (n int, first string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `"level":"ERROR"`) {
+			n++
+			if first == "" {
+				first = line
+			}
+		}
+	}
+	return n, first
+}
+
+// killHolding SIGKILLs a drainer while it holds keys: the sink answers 300 ms late until
+// at least 3 deliveries are in flight, so their keys stay held (and leased) in Redis in the
+// killed drainer's format, for the other version to take back.
+func killHolding(t *testing.T, c *cluster, p *proctest.Proc) {
+	t.Helper()
+	var inflight atomic.Int64
+	c.sink.Answer(func(sinktest.Delivery) (int, string) {
+		inflight.Add(1)
+		defer inflight.Add(-1)
+		time.Sleep(300 * time.Millisecond)
+		return 200, ""
+	})
+	if !waitFor(30*time.Second, func() bool { return inflight.Load() >= 3 }) {
+		t.Fatalf("no deliveries in flight in %s", p.Name())
+	}
+	p.Kill()
+	c.sink.Answer(nil)
+	t.Logf("%s SIGKILLed with %d deliveries in flight", p.Name(), inflight.Load())
+}
+
+// mineOf is the deliveries of keys that start with prefix.
+func mineOf(all []sinktest.Delivery, prefix string) []sinktest.Delivery {
+	var out []sinktest.Delivery
+	for _, d := range all {
+		if d.Rule == "faults" && strings.HasPrefix(d.Key, prefix) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// misread counts accepted deliveries whose payload does not belong to their key or whose
+// Idempotency-Key is not the id the ingress answered for that payload.
+func misread(l *loadGen, accepted []sinktest.Delivery) (n int, example string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, d := range accepted {
+		var p struct {
+			K   string `json:"k"`
+			Seq *int   `json:"seq"`
+		}
+		bad := ""
+		switch {
+		case json.Unmarshal(d.Payload, &p) != nil || p.Seq == nil:
+			bad = fmt.Sprintf("payload %q", d.Payload)
+		case p.K != d.Key:
+			bad = fmt.Sprintf("payload of key %q delivered as key %q", p.K, d.Key)
+		default:
+			if id, ok := l.idOf[p.K+"/"+strconv.Itoa(*p.Seq)]; ok && id != d.ID {
+				bad = fmt.Sprintf("%s/%d acknowledged as %s, delivered as %s", p.K, *p.Seq, id, d.ID)
+			}
+		}
+		if bad != "" {
+			n++
+			if example == "" {
+				example = "(e.g. " + bad + ")"
+			}
+		}
+	}
+	return n, example
+}
+
+func writeUpgradeTable(t *testing.T, rows []upgradeRow, mixed, after, idem string) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# sluice rolling upgrade (%s ↔ this tree)\n\n", previousRelease)
+	fmt.Fprintf(&b, "Produced by `SLUICE_UPGRADE=1 go test ./integration -run TestRollingUpgrade` on %s: %s built from its git tag (`git worktree`), this tree's binaries, one 3-node JetStream cluster (R3), one Redis, a recording HTTP sink; load of 10 keys × 5 msg/s with Idempotency-Keys per phase, outflow 20/s per key. \"misread\" = delivered with another key's payload or under an id other than the one acknowledged for it. Attempts by new drainers carry Sluice-Fence; the old release's do not.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), previousRelease)
+	b.WriteString("| phase | processes | acknowledged | delivered | lost | reordered | duplicated | misread | attempts by new / old drainers | most of one key in 1 s (20/s) | attempts < 10 ms after the key's previous, by new / old drainers | longest gap between two deliveries of a key |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d / %d | %d | %d / %d | %.1f s |\n", r.Phase, r.What, r.V.Acked, r.V.Delivered, r.V.Lost,
+			r.V.Reordered, r.V.Duplicated, r.Misread, r.ByNew, r.ByOld, r.V.MaxPerSecond, r.CloseNew, r.CloseOld, r.Stall.Seconds())
+	}
+	fmt.Fprintf(&b, "\nStream configurations after an old process started next to new ones: %s. After the old processes stopped and the new ones restarted: %s.\n\nAn Idempotency-Key submitted to one version's ingress and repeated to the other's: %s.\n", mixed, after, idem)
+	t.Log("\n" + b.String())
+	if os.Getenv("SLUICE_RESULTS") == "" || t.Failed() {
+		return
+	}
+	if err := os.MkdirAll("results", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join("results", "upgrade.md"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// buildRelease checks the tag out into a temporary git worktree and builds its
+// cmd/ingress and cmd/drainer; it returns the directory of the binaries. It skips the test
+// when the repository has no such tag (a shallow clone, or tags not fetched).
+func buildRelease(t *testing.T, tag string) string {
+	t.Helper()
+	root, err := proctest.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("git", "-C", root, "rev-parse", "-q", "--verify", "refs/tags/"+tag+"^{commit}").CombinedOutput(); err != nil {
+		t.Skipf("no git tag %s in %s (git fetch --tags): %v %s", tag, root, err, out)
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	if out, err := exec.Command("git", "-C", root, "worktree", "add", "--detach", src, tag).CombinedOutput(); err != nil {
+		t.Fatalf("git worktree add %s: %v\n%s", tag, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("git", "-C", root, "worktree", "remove", "--force", src).CombinedOutput(); err != nil {
+			t.Logf("git worktree remove %s: %v\n%s", src, err, out)
+		}
+	})
+	bin := filepath.Join(dir, "bin")
+	cmd := exec.Command("go", "build", "-o", bin+string(os.PathSeparator), "./cmd/ingress", "./cmd/drainer")
+	cmd.Dir = src
+	start := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building %s: %v\n%s", tag, err, out)
+	}
+	t.Logf("built %s's ingress and drainer in %v", tag, time.Since(start).Round(time.Second))
+	return bin
+}
