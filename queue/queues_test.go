@@ -368,7 +368,9 @@ func TestEnqueueRidesThroughLeaderElection(t *testing.T) {
 	t.Parallel()
 	nodes := natstest.StartCluster(t, 3)
 	_, js := natstest.Connect(t, natstest.ClusterURL(nodes))
-	q, err := queue.NewQueues(js, queue.Config{Replicas: 3})
+	// A wait longer than the default 10 s: on a loaded machine an election after 3 s of no
+	// quorum can take longer; what is tested is that enqueues wait for it instead of failing.
+	q, err := queue.NewQueues(js, queue.Config{Replicas: 3, PublishWait: 40 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
