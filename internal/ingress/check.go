@@ -193,8 +193,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, "", err)
 		return
 	case err != nil:
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
-			Detail: "the limiter store is unreachable", RetryAfter: 1})
+		httpx.WriteProblem(w, httpx.Unavailable("", "the limiter store is unreachable", time.Second))
 		return
 	}
 	resp := checkResponse{OverallCode: codeOK, Statuses: make([]checkStatus, len(v.Statuses)), DynamicMetadata: v.DynamicMetadata}
