@@ -22,8 +22,9 @@ func UnsupportedMediaType(detail string) Problem {
 }
 
 // PreconditionFailed is a 412 #invalid-request: an If-Match that is no longer current.
+// Its title is the status text ("Precondition Failed"), as the admin API has always sent.
 func PreconditionFailed(detail string) Problem {
-	return Problem{Type: TypeInvalidRequest, Status: http.StatusPreconditionFailed, Title: "Precondition failed", Detail: detail}
+	return Problem{Type: TypeInvalidRequest, Status: http.StatusPreconditionFailed, Detail: detail}
 }
 
 // NotFound is a 404 #not-found: an unknown route, queue, key or dead letter. title may
@@ -40,9 +41,18 @@ func NoRule(title, detail string) Problem {
 	return Problem{Type: TypeNoRule, Status: http.StatusNotFound, Title: title, Detail: detail}
 }
 
-// TooLarge is a 413 #payload-too-large.
+// TooLarge is a 413 #payload-too-large: a body larger than -max-body, or a batch of more
+// than -max-batch items (the caller sets Field "items"). Its title is the status text
+// ("Request Entity Too Large"), as the ingress has always sent.
 func TooLarge(detail string) Problem {
-	return Problem{Type: TypeTooLarge, Status: http.StatusRequestEntityTooLarge, Title: "Payload too large", Detail: detail}
+	return Problem{Type: TypeTooLarge, Status: http.StatusRequestEntityTooLarge, Detail: detail}
+}
+
+// IdempotencyKeyReused is a 422 #idempotency-key-reused naming the field idempotency_key:
+// the key was first used for another request, and nothing was stored.
+func IdempotencyKeyReused(detail string) Problem {
+	return Problem{Type: TypeIdempotencyKeyReused, Status: http.StatusUnprocessableEntity, Title: "Idempotency key reused",
+		Field: "idempotency_key", Detail: detail}
 }
 
 // QuotaExceeded is a 429 #quota-exceeded: retry after retryAfter (whole seconds, at least
@@ -57,6 +67,20 @@ func QuotaExceeded(detail string, retryAfter time.Duration, policies ...string) 
 func Unavailable(title, detail string, retryAfter time.Duration) Problem {
 	return Problem{Type: TypeUnavailable, Status: http.StatusServiceUnavailable, Title: title, Detail: detail,
 		RetryAfter: Seconds(retryAfter, 1)}
+}
+
+// StoreFull is a 503 #store-full: the queue store (NATS JetStream) has no room left under
+// its max_store, so nothing was stored; retry after retryAfter (whole seconds, at least 1).
+func StoreFull(detail string, retryAfter time.Duration) Problem {
+	return Problem{Type: TypeStoreFull, Status: http.StatusServiceUnavailable, Title: "The queue store is full", Detail: detail,
+		RetryAfter: Seconds(retryAfter, 1)}
+}
+
+// NotReady is a 503 #unavailable titled "Not ready" for GET /readyz: a dependency the
+// process needs does not answer. It carries no Retry-After: a probe asks again on its own
+// period.
+func NotReady(detail string) Problem {
+	return Problem{Type: TypeUnavailable, Status: http.StatusServiceUnavailable, Title: "Not ready", Detail: detail}
 }
 
 // Unauthorized is a 401 #unauthorized (the caller also sets WWW-Authenticate).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 )
@@ -31,6 +32,9 @@ func TestProblemConstructors(t *testing.T) {
 		{NotTracked("gone", "orders", nil, ""), 404, TypeNotTracked},
 		{NotCancellable("delivering", "delivering"), 409, TypeNotCancellable},
 		{Internal(), 500, TypeInternal},
+		{StoreFull("no room", 0), 503, TypeStoreFull},
+		{NotReady("nats"), 503, TypeUnavailable},
+		{IdempotencyKeyReused("used"), 422, TypeIdempotencyKeyReused},
 	} {
 		if c.p.Status != c.status || c.p.Type != c.typ {
 			t.Errorf("%+v: want %d %s", c.p, c.status, c.typ)
@@ -52,5 +56,54 @@ func TestProblemConstructors(t *testing.T) {
 	}
 	if p := FromError(errors.New("secret dsn redis://u:p@h"), time.Second); p.Status != 500 || p.Detail != "internal error" {
 		t.Errorf("FromError(unknown) = %+v: must not carry the error's text", p)
+	}
+}
+
+// written is what WriteProblem puts on the wire for p: status, Retry-After and the body.
+func written(p Problem) (int, string, string) {
+	rec := httptest.NewRecorder()
+	WriteProblem(rec, p)
+	return rec.Code, rec.Header().Get("Retry-After"), rec.Body.String()
+}
+
+// The constructors the ingress's hand-built problems moved to answer exactly what those
+// literals answered: each expected answer below is the one the ingress sent before
+// (status, Retry-After, and the body byte for byte), written out.
+func TestProblemConstructorsAnswerWhatTheIngressSent(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		p          Problem
+		status     int
+		retryAfter string
+		body       string
+	}{
+		{"StoreFull", StoreFull("nothing was stored", 1500*time.Millisecond), 503, "2",
+			`{"type":"https://sluice.dev/problems#store-full","title":"The queue store is full","status":503,"detail":"nothing was stored","retry_after":2}`},
+		{"StoreFull at least 1 s", StoreFull("x", 0), 503, "1",
+			`{"type":"https://sluice.dev/problems#store-full","title":"The queue store is full","status":503,"detail":"x","retry_after":1}`},
+		{"IdempotencyKeyReused", IdempotencyKeyReused(`idempotency key "k" was used for another request`), 422, "",
+			`{"type":"https://sluice.dev/problems#idempotency-key-reused","title":"Idempotency key reused","status":422,"detail":"idempotency key \"k\" was used for another request","field":"idempotency_key"}`},
+		{"NotReady has no Retry-After", NotReady("redis: connection refused"), 503, "",
+			`{"type":"https://sluice.dev/problems#unavailable","title":"Not ready","status":503,"detail":"redis: connection refused"}`},
+		{"PreconditionFailed titled with the status text", PreconditionFailed("revision 4, not 3"), 412, "",
+			`{"type":"https://sluice.dev/problems#invalid-request","title":"Precondition Failed","status":412,"detail":"revision 4, not 3"}`},
+		{"TooLarge titled with the status text", TooLarge("the body is larger than 1048576 bytes"), 413, "",
+			`{"type":"https://sluice.dev/problems#payload-too-large","title":"Request Entity Too Large","status":413,"detail":"the body is larger than 1048576 bytes"}`},
+		{"Unavailable with the admin API's 1 s", Unavailable("", "nats: timeout", time.Second), 503, "1",
+			`{"type":"https://sluice.dev/problems#unavailable","title":"Service Unavailable","status":503,"detail":"nats: timeout","retry_after":1}`},
+		{"QuotaExceeded", QuotaExceeded("full", time.Minute, "orders"), 429, "60",
+			`{"type":"https://sluice.dev/problems#quota-exceeded","title":"Quota exceeded","status":429,"detail":"full","violated-policies":["orders"],"retry_after":60}`},
+	} {
+		status, ra, body := written(c.p)
+		if status != c.status || ra != c.retryAfter || body != c.body+"\n" {
+			t.Errorf("%s: answers %d, Retry-After %q,\n  %s\nwant %d, Retry-After %q,\n  %s", c.name, status, ra, body, c.status, c.retryAfter, c.body)
+		}
+	}
+	// In a batch a problem is an item's member as it is, with no WriteProblem to fill the
+	// title: the constructors must not add one where the ingress's literals had none.
+	for _, p := range []Problem{PreconditionFailed("x"), TooLarge("x"), Unauthorized("x"), Forbidden("x"), Internal()} {
+		if p.Title != "" {
+			t.Errorf("%s: title %q, want none (the status text, filled in by WriteProblem)", p.Type, p.Title)
+		}
 	}
 }

@@ -63,7 +63,7 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.HandleFunc("GET /v1/admin/whoami", a.whoami)
 		m.HandleFunc("GET /v1/admin/audit", a.listAudit)
 		m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-			httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no such admin endpoint: " + r.Method + " " + r.URL.Path})
+			httpx.WriteProblem(w, httpx.NotFound("", "no such admin endpoint: "+r.Method+" "+r.URL.Path))
 		})
 		a.mux = m
 	})
@@ -187,8 +187,7 @@ func (a *Admin) queueRule(w http.ResponseWriter, r *http.Request) *rules.Rule {
 	name := r.PathValue("name")
 	rule := a.Rules().Rule(name)
 	if rule == nil || !rule.HasQueue() {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Title: "Unknown queue",
-			Detail: "no queue rule named " + strconv.Quote(name)})
+		httpx.WriteProblem(w, httpx.NotFound("Unknown queue", "no queue rule named "+strconv.Quote(name)))
 		return nil
 	}
 	return rule
@@ -324,8 +323,7 @@ func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
 	eff, _ := overrides.Effective(rule, o)
 	if err := a.Queues.EnsureLimits(ctx, rule.Name, queue.Limits{Capacity: eff.Queue.Capacity, MaxBytes: eff.Queue.MaxBytes}); err != nil {
 		a.Logger.Error("admin: capacity not applied to the stream", "rule", rule.Name, "err", err)
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
-			Detail: "the override is stored but the stream could not be updated: " + err.Error(), RetryAfter: 1})
+		httpx.WriteProblem(w, httpx.Unavailable("", "the override is stored but the stream could not be updated: "+err.Error(), time.Second))
 		return
 	}
 	a.record(r, audit.Record{Action: patchAction(patch), Queue: rule.Name, Before: overrideView(before), After: overrideView(o), Result: "ok"})
@@ -345,9 +343,9 @@ func writePatchError(w http.ResponseWriter, err error) {
 	case errors.Is(err, overrides.ErrInvalidPatch), errors.Is(err, overrides.ErrNoQueue):
 		httpx.WriteProblem(w, httpx.BadRequest("", err.Error()))
 	case errors.Is(err, overrides.ErrConflict):
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeInvalidRequest, Status: http.StatusPreconditionFailed, Detail: err.Error()})
+		httpx.WriteProblem(w, httpx.PreconditionFailed(err.Error()))
 	default:
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
+		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
 	}
 }
 
@@ -364,7 +362,7 @@ func (a *Admin) getKey(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	depth, err := a.Queues.Depth(ctx, rule.Name, key)
 	if err != nil {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
+		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
 		return
 	}
 	resp := map[string]any{"queue": rule.Name, "key": key, "depth": depth, "next_dispatch_at": nil}
@@ -382,7 +380,7 @@ func (a *Admin) purgeKey(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	beforeDepth, _ := a.Queues.Depth(r.Context(), rule.Name, key)
 	if err := a.Queues.PurgeKey(r.Context(), rule.Name, key); err != nil {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
+		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
 		return
 	}
 	a.Scheduler.SetDepth(r.Context(), rule.Name, key, 0)
@@ -403,7 +401,7 @@ func (a *Admin) purgeQueue(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err := a.Queues.Purge(r.Context(), rule.Name); err != nil {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
+		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
 		return
 	}
 	a.Scheduler.ResetDepths(r.Context(), rule.Name)
@@ -447,7 +445,7 @@ func (a *Admin) listDead(w http.ResponseWriter, r *http.Request) {
 	}
 	list, next, err := a.Dead.List(r.Context(), name, limit, after)
 	if err != nil {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
+		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
 		return
 	}
 	out := make([]deadView, 0, len(list))
@@ -477,16 +475,17 @@ func (a *Admin) replayDead(w http.ResponseWriter, r *http.Request) {
 	res, err := a.Dead.Replay(r.Context(), id, a.readmit())
 	switch {
 	case errors.Is(err, retry.ErrNotFound):
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no dead letter with id " + strconv.Quote(id)})
+		httpx.WriteProblem(w, httpx.NotFound("", "no dead letter with id "+strconv.Quote(id)))
 		return
 	case err != nil:
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
+		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
 		return
 	}
 	if res.Outcome != retry.Admitted {
 		wait := time.Until(res.RetryAt)
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeQuotaExceeded, Status: http.StatusTooManyRequests,
-			Detail: "no room in the key's queue now (" + res.Outcome.String() + "); the dead letter is kept", RetryAfter: httpx.Seconds(wait, 1)})
+		p := httpx.QuotaExceeded("no room in the key's queue now ("+res.Outcome.String()+"); the dead letter is kept", wait)
+		p.Title = "" // a replay's 429 has always been titled with the status text, "Too Many Requests"
+		httpx.WriteProblem(w, p)
 		return
 	}
 	a.record(r, audit.Record{Action: audit.ActionReplay, Queue: a.ruleOfID(id), Target: id,
@@ -509,7 +508,7 @@ func (a *Admin) hotKeys(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	keys, complete, err := a.Scheduler.HotKeys(ctx, rule.Name, top)
 	if err != nil {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
+		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
 		return
 	}
 	type keyView struct {
@@ -549,7 +548,7 @@ func (a *Admin) replayAllDead(w http.ResponseWriter, r *http.Request) {
 	for replayed+kept+failed < limit && keptInRow < 10 {
 		page, next, err := a.Dead.List(ctx, name, min(100, limit-replayed-kept-failed), after)
 		if err != nil {
-			httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
+			httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
 			return
 		}
 		for _, d := range page {
@@ -684,7 +683,7 @@ func (a *Admin) whoami(w http.ResponseWriter, r *http.Request) {
 // page and ?before (the cursor of the previous page's next).
 func (a *Admin) listAudit(w http.ResponseWriter, r *http.Request) {
 	if a.Audit == nil {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "the audit trail is not kept by this process"})
+		httpx.WriteProblem(w, httpx.NotFound("", "the audit trail is not kept by this process"))
 		return
 	}
 	q := r.URL.Query()
@@ -703,7 +702,7 @@ func (a *Admin) listAudit(w http.ResponseWriter, r *http.Request) {
 	}
 	recs, next, err := a.Audit.List(r.Context(), limit, before)
 	if err != nil {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: err.Error(), RetryAfter: 1})
+		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
 		return
 	}
 	resp := map[string]any{"records": recs}

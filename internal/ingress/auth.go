@@ -252,11 +252,11 @@ func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, detail str
 		challenge += `, error="invalid_token"`
 	}
 	w.Header().Set("WWW-Authenticate", challenge)
-	httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnauthorized, Status: http.StatusUnauthorized, Detail: detail})
+	httpx.WriteProblem(w, httpx.Unauthorized(detail))
 }
 
 func forbidden(w http.ResponseWriter, detail string) {
-	httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeForbidden, Status: http.StatusForbidden, Detail: detail})
+	httpx.WriteProblem(w, httpx.Forbidden(detail))
 }
 
 // authenticate guards the admin API: 401 without a known token, 403 for a read token on a

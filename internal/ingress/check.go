@@ -5,8 +5,10 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/rules"
 )
@@ -41,15 +43,30 @@ const (
 	codeShadowOverLimit = "SHADOW_OVER_LIMIT" // metrics only: answered OK
 )
 
-// units are envoy's RateLimitResponse.RateLimit.Unit values (MONTH and YEAR as envoyproxy/
-// ratelimit counts them), longest first.
-var units = []struct {
+// envoyUnit is one of envoy's RateLimitResponse.RateLimit.Unit values and its length.
+type envoyUnit struct {
 	name string
 	d    time.Duration
-}{
-	{"YEAR", 365 * 24 * time.Hour}, {"MONTH", 30 * 24 * time.Hour}, {"WEEK", 7 * 24 * time.Hour},
-	{"DAY", 24 * time.Hour}, {"HOUR", time.Hour}, {"MINUTE", time.Minute}, {"SECOND", time.Second},
 }
+
+// units are envoy's unit names, longest first, with their lengths from sluice's one units
+// table (internal/rules/units.go: MONTH and YEAR as envoyproxy/ratelimit counts them). A
+// unit of the rules that envoy's enum does not name is left out. Names are matched here
+// exactly, upper case only: rules.UnitDuration folds case, and would take "second" (or
+// "WEE\u212A", with a Kelvin sign) where POST /v1/check has always refused it.
+var units = func() []envoyUnit {
+	names := rules.UnitNames() // shortest first
+	out := make([]envoyUnit, 0, len(names))
+	for i := len(names) - 1; i >= 0; i-- {
+		name := strings.ToUpper(names[i])
+		if _, ok := rlsv3.RateLimitResponse_RateLimit_Unit_value[name]; !ok || name == "UNKNOWN" {
+			continue
+		}
+		d, _ := rules.UnitDuration(names[i])
+		out = append(out, envoyUnit{name, d})
+	}
+	return out
+}()
 
 // unitOf expresses a limit's interval as envoy does: a unit and a unit_multiplier (1 for a
 // whole unit, 30 for `interval: 30s`). An interval that is not a whole number of seconds
@@ -193,8 +210,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, "", err)
 		return
 	case err != nil:
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
-			Detail: "the limiter store is unreachable", RetryAfter: 1})
+		httpx.WriteProblem(w, httpx.Unavailable("", "the limiter store is unreachable", time.Second))
 		return
 	}
 	resp := checkResponse{OverallCode: codeOK, Statuses: make([]checkStatus, len(v.Statuses)), DynamicMetadata: v.DynamicMetadata}

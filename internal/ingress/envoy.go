@@ -317,8 +317,7 @@ func (s *Server) handleEnvoyJSON(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, "", err)
 		return
 	case err != nil:
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
-			Detail: "the limiter store is unreachable", RetryAfter: 1})
+		httpx.WriteProblem(w, httpx.Unavailable("", "the limiter store is unreachable", time.Second))
 		return
 	}
 	out, err := protojson.Marshal(rlsResponse(v))

@@ -224,8 +224,7 @@ func (u *jsonUint) check(field string) *httpx.Problem {
 // no decoder can, while the whole decode is ~4 % of an admission's CPU.
 func decodeJSON(r *http.Request, body []byte, v any) *httpx.Problem {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
-		p := httpx.Problem{Type: httpx.TypeInvalidRequest, Status: http.StatusUnsupportedMediaType,
-			Title: "Unsupported media type", Detail: "Content-Type must be application/json (application/x-ndjson for a batch)"}
+		p := httpx.UnsupportedMediaType("Content-Type must be application/json (application/x-ndjson for a batch)")
 		return &p
 	}
 	return decodeJSONBytes(body, v)

@@ -175,11 +175,11 @@ func NewServer(cfg ServerConfig) *Server {
 				s.unauthorized(w, r, "the admin API needs Authorization: Bearer <an admin token>")
 				return
 			}
-			httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "the admin API is not enabled in this process"})
+			httpx.WriteProblem(w, httpx.NotFound("", "the admin API is not enabled in this process"))
 		})
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no such endpoint: " + r.Method + " " + r.URL.Path})
+		httpx.WriteProblem(w, httpx.NotFound("", "no such endpoint: "+r.Method+" "+r.URL.Path))
 	})
 	return s
 }
@@ -257,8 +257,7 @@ func (s *Server) instrument(route string, h http.Handler) http.Handler {
 // readBody reads the request body up to MaxBody; a larger body is a 413.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *[]byte, *httpx.Problem) {
 	if r.ContentLength > s.cfg.MaxBody {
-		p := httpx.Problem{Type: httpx.TypeTooLarge, Status: http.StatusRequestEntityTooLarge,
-			Detail: "the body is larger than " + strconv.FormatInt(s.cfg.MaxBody, 10) + " bytes"}
+		p := httpx.TooLarge("the body is larger than " + strconv.FormatInt(s.cfg.MaxBody, 10) + " bytes")
 		return nil, nil, &p
 	}
 	bp := s.bufs.Get().(*[]byte)
@@ -278,8 +277,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *[]by
 			s.bufs.Put(bp)
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
-				p := httpx.Problem{Type: httpx.TypeTooLarge, Status: http.StatusRequestEntityTooLarge,
-					Detail: "the body is larger than " + strconv.FormatInt(s.cfg.MaxBody, 10) + " bytes"}
+				p := httpx.TooLarge("the body is larger than " + strconv.FormatInt(s.cfg.MaxBody, 10) + " bytes")
 				return nil, nil, &p
 			}
 			p := httpx.BadRequest("", "could not read the body: "+err.Error())
@@ -360,7 +358,7 @@ func writeQueued(w http.ResponseWriter, id string, depth, capacity int64, eta ti
 
 func (s *Server) internalError(w http.ResponseWriter, rule string, err error) {
 	s.cfg.Logger.Error("ingress: internal error", "rule", rule, "err", err)
-	httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeInternal, Status: http.StatusInternalServerError, Detail: "internal error"})
+	httpx.WriteProblem(w, httpx.Internal())
 }
 
 // statusResponse is GET /v1/messages/{id}.
@@ -411,25 +409,23 @@ func (s *Server) writeLocateError(w http.ResponseWriter, id string, err error) {
 	var gone *status.Gone
 	switch {
 	case errors.Is(err, status.ErrNeverSeen):
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNeverSeen, Status: http.StatusNotFound, Title: "Unknown message",
-			Detail: strconv.Quote(id) + " is not the id of a message of any queue rule in force"})
+		httpx.WriteProblem(w, httpx.NeverSeen(strconv.Quote(id)+" is not the id of a message of any queue rule in force"))
 	case errors.As(err, &gone):
-		p := httpx.Problem{Type: httpx.TypeNotTracked, Status: http.StatusNotFound, Title: "Message no longer tracked",
-			Detail: "the message is in none of its key's queue, the retry stream or the dead letters: it was delivered, " +
-				"or removed by a purge. sluice keeps no record of a message once it has left"}
+		detail := "the message is in none of its key's queue, the retry stream or the dead letters: it was delivered, " +
+			"or removed by a purge. sluice keeps no record of a message once it has left"
+		rule, key := gone.Rule, &gone.Key
 		if gone.Legacy {
-			p.Detail = "an id of an earlier version of sluice names no queue; only its dead letter could be found, and there is none"
-		} else {
-			p.Rule, p.Key = gone.Rule, &gone.Key
+			detail = "an id of an earlier version of sluice names no queue; only its dead letter could be found, and there is none"
+			rule, key = "", nil
 		}
+		var issuedAt string
 		if !gone.IssuedAt.IsZero() {
-			p.IssuedAt = gone.IssuedAt.Format(time.RFC3339)
+			issuedAt = gone.IssuedAt.Format(time.RFC3339)
 		}
-		httpx.WriteProblem(w, p)
+		httpx.WriteProblem(w, httpx.NotTracked(detail, rule, key, issuedAt))
 	default:
 		s.cfg.Logger.Warn("ingress: message not readable", "id", id, "err", err)
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
-			Detail: "the queue store (NATS JetStream) or Redis did not answer", RetryAfter: 1})
+		httpx.WriteProblem(w, httpx.Unavailable("", "the queue store (NATS JetStream) or Redis did not answer", time.Second))
 	}
 }
 
@@ -448,9 +444,8 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	var nc *status.NotCancellable
 	switch {
 	case errors.As(err, &nc):
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotCancellable, Status: http.StatusConflict, Title: "Message cannot be cancelled",
-			Detail: "the message is " + nc.Status.State + ": only a message that is queued, parked or waiting for a delivery retry can be cancelled",
-			State:  nc.Status.State})
+		httpx.WriteProblem(w, httpx.NotCancellable("the message is "+nc.Status.State+
+			": only a message that is queued, parked or waiting for a delivery retry can be cancelled", nc.Status.State))
 		return
 	case err != nil:
 		s.writeLocateError(w, id, err)
@@ -465,7 +460,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := s.cfg.Ready(ctx); err != nil {
-			httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable, Title: "Not ready", Detail: err.Error()})
+			httpx.WriteProblem(w, httpx.NotReady(err.Error()))
 			return
 		}
 	}

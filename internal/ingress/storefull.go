@@ -1,7 +1,6 @@
 package ingress
 
 import (
-	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -45,9 +44,6 @@ func (s *Server) registerStoreFull(reg prometheus.Registerer) {
 func (s *Server) storeFullOutcome(rule string) outcome {
 	s.storeFull.seen(s.cfg.Now())
 	s.metrics.admissions.WithLabelValues(rule, decisionError).Inc()
-	return problemOutcome(httpx.Problem{Type: httpx.TypeStoreFull, Status: http.StatusServiceUnavailable,
-		Title: "The queue store is full",
-		Detail: "the queue store (NATS JetStream) has no room left (its max_store); nothing was stored. " +
-			"Room comes back as messages are delivered; an operator can give the store more room",
-		RetryAfter: httpx.Seconds(s.cfg.Unavailable, 1)})
+	return problemOutcome(httpx.StoreFull("the queue store (NATS JetStream) has no room left (its max_store); nothing was stored. "+
+		"Room comes back as messages are delivered; an operator can give the store more room", s.cfg.Unavailable))
 }

@@ -70,13 +70,11 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 	set := s.cfg.Rules()
 	match, ok := set.Match(req.Domain, toRuleEntries(req.Descriptor))
 	if !ok {
-		return problemOutcome(httpx.Problem{Type: httpx.TypeNoRule, Status: http.StatusNotFound, Title: "No matching rule",
-			Detail: set.NoMatchDetail(req.Domain)})
+		return problemOutcome(httpx.NoRule("", set.NoMatchDetail(req.Domain)))
 	}
 	rule := match.Rule
 	if !rule.HasQueue() {
-		return problemOutcome(httpx.Problem{Type: httpx.TypeNoRule, Status: http.StatusNotFound, Title: "No queue for this descriptor",
-			Detail: "rule " + strconv.Quote(rule.Name) + " has no queue; it answers POST /v1/check only"})
+		return problemOutcome(httpx.NoRule("No queue for this descriptor", "rule "+strconv.Quote(rule.Name)+" has no queue; it answers POST /v1/check only"))
 	}
 	if len(match.Key) > queue.MaxKeyBytes {
 		return problemOutcome(httpx.BadRequest("descriptor", "the key made of the descriptor's values is longer than 256 bytes"))
@@ -133,9 +131,7 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionError).Inc()
 		if errors.Is(err, admit.ErrUnavailable) {
 			s.cfg.Logger.Warn("ingress: message not stored", "rule", rule.Name, "key", match.Key, "err", err)
-			return problemOutcome(httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
-				Title: "Cannot store the message now", Detail: "the queue store (NATS JetStream) is unreachable; nothing was stored",
-				RetryAfter: httpx.Seconds(s.cfg.Unavailable, 1)})
+			return problemOutcome(httpx.Unavailable("Cannot store the message now", "the queue store (NATS JetStream) is unreachable; nothing was stored", s.cfg.Unavailable))
 		}
 		return s.internalOutcome(rule.Name, err)
 	}
@@ -155,9 +151,7 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 		case admit.ReasonRuleFull:
 			detail = "the queue of this rule is full (its max_bytes): no key of it is admitted until its messages drain"
 		}
-		o := problemOutcome(httpx.Problem{Type: httpx.TypeQuotaExceeded, Status: http.StatusTooManyRequests,
-			Title: "Quota exceeded", Detail: detail, ViolatedPolicies: res.Violated,
-			RetryAfter: httpx.Seconds(res.RetryAfter, 1)})
+		o := problemOutcome(httpx.QuotaExceeded(detail, res.RetryAfter, res.Violated...))
 		o.limit = limit
 		return o
 	case res.Decision == admit.Parked:
@@ -195,8 +189,7 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 	}
 	park := s.cfg.Admitter.Parking
 	if park == nil {
-		return problemOutcome(httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
-			Detail: "no retry stream to keep scheduled messages in", RetryAfter: 1})
+		return problemOutcome(httpx.Unavailable("", "no retry stream to keep scheduled messages in", time.Second))
 	}
 	digest := req.digest()
 	claim := queue.IdempotencyValue(msg.ID, digest)
@@ -224,17 +217,14 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 	n, err := park.ScheduledCount(ctx, rule.Name, msg.Key)
 	if err != nil {
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionError).Inc()
-		return problemOutcome(httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
-			Title: "Cannot store the message now", Detail: "the queue store (NATS JetStream) is unreachable; nothing was stored",
-			RetryAfter: httpx.Seconds(s.cfg.Unavailable, 1)})
+		return problemOutcome(httpx.Unavailable("Cannot store the message now", "the queue store (NATS JetStream) is unreachable; nothing was stored", s.cfg.Unavailable))
 	}
 	if max := rule.Queue.MaxScheduled; int64(n) >= max {
 		release()
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
 		s.refused.add(rule.Name)
-		return problemOutcome(httpx.Problem{Type: httpx.TypeQuotaExceeded, Status: http.StatusTooManyRequests, Title: "Quota exceeded",
-			Detail: "this key has " + strconv.FormatUint(n, 10) + " messages scheduled, its rule's max_scheduled; " +
-				"they leave at their own times", ViolatedPolicies: []string{rule.Name}, RetryAfter: 60})
+		return problemOutcome(httpx.QuotaExceeded("this key has "+strconv.FormatUint(n, 10)+" messages scheduled, its rule's max_scheduled; "+
+			"they leave at their own times", time.Minute, rule.Name))
 	}
 	fire, err := park.Schedule(ctx, rule.Name, msg, at)
 	if err != nil {
@@ -243,9 +233,7 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 			release()
 		}
 		s.cfg.Logger.Warn("ingress: scheduled message not stored", "rule", rule.Name, "key", msg.Key, "err", err)
-		return problemOutcome(httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
-			Title: "Cannot store the message now", Detail: "the retry stream (NATS JetStream) did not store it; nothing was stored",
-			RetryAfter: httpx.Seconds(s.cfg.Unavailable, 1)})
+		return problemOutcome(httpx.Unavailable("Cannot store the message now", "the retry stream (NATS JetStream) did not store it; nothing was stored", s.cfg.Unavailable))
 	}
 	s.metrics.admissions.WithLabelValues(rule.Name, decisionScheduled).Inc()
 	return outcome{status: http.StatusAccepted, resp: submitResponse{ID: msg.ID, State: status.Scheduled, ETA: fire.UTC().Format(time.RFC3339Nano)}}
@@ -255,10 +243,9 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 // another request (another domain, descriptor or payload): answering 200 with the first
 // message would tell the caller its new work was accepted when it was not.
 func keyReusedOutcome(key, owner string) outcome {
-	return problemOutcome(httpx.Problem{Type: httpx.TypeIdempotencyKeyReused, Status: http.StatusUnprocessableEntity,
-		Title: "Idempotency key reused", Field: "idempotency_key",
-		Detail: "idempotency key " + strconv.Quote(key) + " was used for another request (its domain, descriptor or payload differ), " +
-			"message " + owner + "; send new work under a new key, or repeat the original request exactly"})
+	return problemOutcome(httpx.IdempotencyKeyReused("idempotency key " + strconv.Quote(key) +
+		" was used for another request (its domain, descriptor or payload differ), " +
+		"message " + owner + "; send new work under a new key, or repeat the original request exactly"))
 }
 
 // digest identifies a submission for its idempotency key: a hash of its domain, descriptor
@@ -309,11 +296,10 @@ func (s *Server) replayOwner(ctx context.Context, m *queue.Message, owner string
 		return replayOutcome(status.Status{ID: owner}), true
 	default:
 		s.cfg.Logger.Warn("ingress: the message owning an idempotency key cannot be looked up", "id", owner, "err", err)
-		return problemOutcome(httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
-			Title: "Cannot check the idempotency key now",
-			Detail: "an earlier request used this idempotency key, and the queue store (NATS JetStream) cannot say now " +
+		return problemOutcome(httpx.Unavailable("Cannot check the idempotency key now",
+			"an earlier request used this idempotency key, and the queue store (NATS JetStream) cannot say now "+
 				"whether its message was stored; nothing was stored by this request",
-			RetryAfter: httpx.Seconds(s.cfg.Unavailable, 1)}), true
+			s.cfg.Unavailable)), true
 	}
 }
 
@@ -328,7 +314,7 @@ func replayOutcome(st status.Status) outcome {
 
 func (s *Server) internalOutcome(rule string, err error) outcome {
 	s.cfg.Logger.Error("ingress: internal error", "rule", rule, "err", err)
-	return problemOutcome(httpx.Problem{Type: httpx.TypeInternal, Status: http.StatusInternalServerError, Detail: "internal error"})
+	return problemOutcome(httpx.Internal())
 }
 
 // DefaultMaxBatch is the most messages one batch submission may carry.
@@ -435,8 +421,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte
 		return
 	}
 	if max := s.cfg.MaxBatch; len(raw) > max {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeTooLarge, Status: http.StatusRequestEntityTooLarge, Field: "items",
-			Detail: "a batch carries at most " + strconv.Itoa(max) + " messages; this one has " + strconv.Itoa(len(raw))})
+		p := httpx.TooLarge("a batch carries at most " + strconv.Itoa(max) + " messages; this one has " + strconv.Itoa(len(raw)))
+		p.Field = "items"
+		httpx.WriteProblem(w, p)
 		return
 	}
 	ctx := r.Context()
