@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/internal/sinktest"
+	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 // The fault suite: one deployment per fault, a steady load of messages with
@@ -217,18 +218,6 @@ func checkOutflow(t *testing.T, all []sinktest.Delivery, rule string, perSecond 
 	return most
 }
 
-// waitFor polls cond every 50 ms until it holds or timeout passes; it reports whether it held.
-func waitFor(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return true
-}
-
 func faultDrainerKill(t *testing.T, p faultParams) faultRow {
 	c, l := faultSetup(t, p)
 	// drainer-1 alone delivers, to a slow sink, so deliveries are surely in flight in the
@@ -243,7 +232,7 @@ func faultDrainerKill(t *testing.T, p faultParams) faultRow {
 		time.Sleep(300 * time.Millisecond)
 		return 200, ""
 	})
-	if !waitFor(30*time.Second, func() bool { return inflight.Load() >= 3 }) {
+	if !waittest.Within(30*time.Second, func() bool { return inflight.Load() >= 3 }) {
 		t.Fatalf("no deliveries in flight")
 	}
 	inflightAtKill := inflight.Load()
@@ -286,7 +275,7 @@ func faultIngressKill(t *testing.T, p faultParams) faultRow {
 	c.waitReady(c.ingress[0], 60*time.Second)
 	restarted := time.Now()
 	// Clients moved to ingress-2 on the first refused connection; send them back.
-	if !waitFor(30*time.Second, func() bool {
+	if !waittest.Within(30*time.Second, func() bool {
 		r := c.submit(0, "faults", []kv{{"account_id", "probe"}}, `{"probe":true}`, "")
 		return r.Code == 202
 	}) {
@@ -315,7 +304,7 @@ func faultLeaderKill(t *testing.T, p faultParams) faultRow {
 	killed := time.Now()
 	node.Kill()
 	// Admission resumes once a new leader is elected: wait for 1 s of steady acks.
-	if !waitFor(60*time.Second, func() bool {
+	if !waittest.Within(60*time.Second, func() bool {
 		return time.Since(killed) > 2*time.Second && l.firstAckAfter(time.Now().Add(-500*time.Millisecond)).After(killed) &&
 			l.longestAckGap(time.Now().Add(-time.Second), time.Now()) < 500*time.Millisecond
 	}) {
@@ -350,7 +339,7 @@ func faultRedisRestart(t *testing.T, p faultParams) faultRow {
 	c.redis.Stop()
 	// Admission keeps working (queue capacity is JetStream's; limits go local).
 	checked := false
-	if !waitFor(p.redisDown+30*time.Second, func() bool {
+	if !waittest.Within(p.redisDown+30*time.Second, func() bool {
 		if !checked {
 			r := c.do(t.Context(), "POST", c.ingress[1].URL()+"/v1/check",
 				`{"domain":"auth","descriptors":[{"entries":[{"key":"user_id","value":"u-1"}]}]}`, nil)
@@ -384,7 +373,7 @@ func faultRedisRestart(t *testing.T, p faultParams) faultRow {
 	if p50 > 500*time.Millisecond {
 		t.Errorf("admission answered in %v (median) while Redis was down", p50)
 	}
-	if !waitFor(60*time.Second, func() bool { return countIn(c.sink.All(), back, time.Now().Add(time.Second)) > 0 }) {
+	if !waittest.Within(60*time.Second, func() bool { return countIn(c.sink.All(), back, time.Now().Add(time.Second)) > 0 }) {
 		t.Errorf("no delivery within 60 s of Redis coming back")
 	}
 	var first time.Time
@@ -416,7 +405,7 @@ func faultSinkDown(t *testing.T, p faultParams) faultRow {
 	time.Sleep(p.sinkDown) // the sink stays down this long
 	down.Store(false)
 	up := time.Now()
-	if !waitFor(60*time.Second, func() bool {
+	if !waittest.Within(60*time.Second, func() bool {
 		return len(deliveriesOf(c.sink.Accepted(), "faults", "")) > 0 && lastAccepted(c).After(up)
 	}) {
 		t.Errorf("nothing accepted within 60 s of the sink coming back")
@@ -465,7 +454,7 @@ func faultBrokenRules(t *testing.T, p faultParams) faultRow {
 	c.writeRules(strings.ReplaceAll(strings.ReplaceAll(faultRules, "unit: second, requests_per_unit: 20", "unit: fortnight, requests_per_unit: 20"),
 		"capacity: 1000", "capacity: -1"))
 	for i, ing := range c.ingress {
-		if !waitFor(30*time.Second, func() bool {
+		if !waittest.Within(30*time.Second, func() bool {
 			return c.metrics(ing).Get(`sluice_rules_reload_total{result="error"}`) > errorsBefore[i]
 		}) {
 			t.Errorf("%s: sluice_rules_reload_total{result=\"error\"} did not increase within 30 s of a broken rules file", ing.Name())
@@ -473,7 +462,7 @@ func faultBrokenRules(t *testing.T, p faultParams) faultRow {
 	}
 	// The last good rules stay in force: admission and delivery go on.
 	counted := time.Now()
-	if !waitFor(30*time.Second, func() bool {
+	if !waittest.Within(30*time.Second, func() bool {
 		return len(deliveriesOf(c.sink.Accepted(), "faults", "")) > 0 && lastAccepted(c).After(counted.Add(time.Second))
 	}) {
 		t.Errorf("no delivery after the broken rules file was pushed")
