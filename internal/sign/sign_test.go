@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/internal/sign"
+	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 func write(t *testing.T, path, content string) {
@@ -45,13 +46,7 @@ func TestSignerReload(t *testing.T) {
 		t.Fatal("a broken key file replaced the key")
 	}
 	write(t, path, k2)
-	deadline := time.Now().Add(3 * time.Second)
-	for !signedWith(k2) {
-		if time.Now().After(deadline) {
-			t.Fatal("the new key was not used within 3s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waittest.Eventually(t, 3*time.Second, "the new key used", func() bool { return signedWith(k2) })
 	for _, files := range [][]string{{filepath.Join(dir, "missing")}, {path, filepath.Join(dir, "missing")}} {
 		if _, err := sign.NewSigner(files, nil); err == nil || !strings.HasPrefix(err.Error(), "-sign-keys: ") {
 			t.Errorf("%v: %v, want an error naming -sign-keys", files, err)
