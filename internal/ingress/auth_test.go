@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/internal/ingress"
+	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 // syncBuffer is a log sink safe for the server's goroutines.
@@ -133,17 +134,13 @@ func TestAdminTokenScopes(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Rename(tokens+".new", tokens)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		old := call(t, "GET", base+"/v1/admin/queues", viewerSecret, "")
-		nw := call(t, "GET", base+"/v1/admin/queues", viewer2Secret, "")
-		if old.status == 401 && nw.status == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("5s after rewriting the token file: old token %d, new token %d", old.status, nw.status)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var old, nw authAnswer
+	if !waittest.Within(5*time.Second, func() bool {
+		old = call(t, "GET", base+"/v1/admin/queues", viewerSecret, "")
+		nw = call(t, "GET", base+"/v1/admin/queues", viewer2Secret, "")
+		return old.status == 401 && nw.status == 200
+	}) {
+		t.Fatalf("5s after rewriting the token file: old token %d, new token %d", old.status, nw.status)
 	}
 	// A broken file keeps the tokens in force.
 	os.WriteFile(tokens, []byte("viewer2 root "+viewer2Secret+"\n"), 0o600)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/sinktest"
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
 )
@@ -342,13 +343,9 @@ descriptors:
 	b.noOverflow("the dead letters page at 1280 px")
 	b.do("replay", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-id="%s"] button`, deadID))))
 	b.wait("replayed", `document.getElementById("status").textContent.includes("is queued again")`)
-	deadline := time.Now().Add(20 * time.Second)
-	for !slices.ContainsFunc(sink.Accepted(), func(d sinktest.Delivery) bool { return d.ID == deadID }) {
-		if time.Now().After(deadline) {
-			t.Fatal("the replayed dead letter was never delivered")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waittest.Eventually(t, 20*time.Second, "the replayed dead letter delivered", func() bool {
+		return slices.ContainsFunc(sink.Accepted(), func(d sinktest.Delivery) bool { return d.ID == deadID })
+	})
 
 	// Purge only after typing the queue's name.
 	b.do("back to the queue", chromedp.Navigate(e.base+"/ui/#/queue/orders"))
