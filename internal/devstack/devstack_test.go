@@ -291,7 +291,7 @@ func TestDevStack(t *testing.T) {
 		// length: keep the checks clear of a boundary.
 		window := login.RateLimits[0].Rate.Interval
 		if left := window - time.Duration(time.Now().UnixNano())%window; left < time.Second {
-			time.Sleep(left + 10*time.Millisecond)
+			time.Sleep(left + 10*time.Millisecond) // past the window boundary
 		}
 		req := `{"domain":"edge_proxy","descriptors":[{"entries":[{"key":"authenticated","value":"false"},{"key":"path","value":"/login"}]}]}`
 		for i := 1; i <= max+1; i++ {

@@ -163,7 +163,7 @@ func TestOutflowAccuracyReport(t *testing.T) {
 			sink := &stampSink{}
 			reg := prometheus.NewRegistry()
 			e.drainer(context.Background(), sink, func(c *drain.Config) { c.Workers = tc.workers; c.Registerer = reg })
-			time.Sleep(time.Until(start) + dur)
+			time.Sleep(time.Until(start) + dur) // the scenario: the load runs for dur
 			sink.mu.Lock()
 			defer sink.mu.Unlock()
 			var lags []time.Duration

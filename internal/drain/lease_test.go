@@ -65,7 +65,7 @@ func TestOffsetClocksKeepEveryKeyWithinItsOutflow(t *testing.T) {
 		}
 	}
 	slow := func(ctx context.Context, m queue.Message, n int) drain.Outcome {
-		time.Sleep(40 * time.Millisecond)
+		time.Sleep(40 * time.Millisecond) // the scenario: a sink that takes 40 ms
 		return drain.OutcomeDelivered()
 	}
 	sinks := []*recSink{{fn: slow}, {fn: slow}}

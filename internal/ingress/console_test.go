@@ -289,7 +289,7 @@ descriptors:
 	b.wait("paused", `document.getElementById("q-state").textContent === "Paused"`)
 	time.Sleep(1500 * time.Millisecond) // overrides reach drainers within 1 s; one delivery may be under way
 	before := len(sink.Accepted())
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // the scenario: a paused queue delivers nothing for 1.5 s
 	if after := len(sink.Accepted()); after != before {
 		t.Fatalf("paused, yet %d deliveries in 1.5 s", after-before)
 	}

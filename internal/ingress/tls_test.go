@@ -234,12 +234,12 @@ func TestTLSRotationUnderLoad(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // the scenario: load on the first certificate
 	second := ca.Issue(t, "ingress-2")
 	// cert-manager writes both files; a handshake in between may see a new cert with the
 	// old key, which must not fail (the previous pair stays in use).
 	tlstest.Write(t, dir, "server.crt", second.CertPEM)
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // the scenario: handshakes between the two writes
 	tlstest.Write(t, dir, "server.key", second.KeyPEM)
 
 	waittest.Eventually(t, 10*time.Second, "new connections see the new certificate after the rotation", func() bool {

@@ -78,9 +78,9 @@ func TestRewatchBackoff(t *testing.T) {
 		want := []time.Duration{
 			0, 100 * ms, 300 * ms, 700 * ms, 1500 * ms, 3100 * ms, 6300 * ms, // doubling
 			11300 * ms, 16300 * ms, // capped at 5 s
-			16300 * ms,             // after the resync: at once
-			16400 * ms,             // after a synced watch: the backoff starts over
-			16500 * ms,             // again 100 ms: synced before it failed
+			16300 * ms, // after the resync: at once
+			16400 * ms, // after a synced watch: the backoff starts over
+			16500 * ms, // again 100 ms: synced before it failed
 		}
 		got := s.times()
 		if len(got) != len(want) {
