@@ -247,7 +247,7 @@ func faultDrainerKill(t *testing.T, p faultParams) faultRow {
 		t.Fatal(err)
 	}
 	c.waitReady(c.drainers[0], 60*time.Second)
-	time.Sleep(p.after)
+	time.Sleep(p.after) // the scenario: the load runs on for p.after
 	v := faultFinish(t, p, c, l, "drainer SIGKILL")
 	// Recovery: the longest any key waited, across the kill, for its next delivery.
 	var worst time.Duration
@@ -268,7 +268,7 @@ func faultIngressKill(t *testing.T, p faultParams) faultRow {
 	c, l := faultSetup(t, p)
 	killed := time.Now()
 	c.ingress[0].Kill()
-	time.Sleep(p.downtime)
+	time.Sleep(p.downtime) // the scenario: the ingress stays dead this long
 	if err := c.ingress[0].Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +282,7 @@ func faultIngressKill(t *testing.T, p faultParams) faultRow {
 		t.Fatalf("restarted ingress-1 admits nothing")
 	}
 	back := time.Since(killed)
-	time.Sleep(p.after)
+	time.Sleep(p.after) // the scenario: the load runs on for p.after
 	gap := l.longestAckGap(killed.Add(-time.Second), time.Now())
 	v := faultFinish(t, p, c, l, "ingress SIGKILL")
 	if l.noAnswer.Load() == 0 {
@@ -326,7 +326,7 @@ func faultLeaderKill(t *testing.T, p faultParams) faultRow {
 	if err := node.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(p.after)
+	time.Sleep(p.after) // the scenario: the load runs on for p.after
 	v := faultFinish(t, p, c, l, "stream leader killed")
 	return faultRow{Fault: "NATS stream leader SIGKILLed", V: v, Recovery: pause,
 		What: "longest time without any 202 (admission pause; submits wait for the new leader)",
@@ -383,7 +383,7 @@ func faultRedisRestart(t *testing.T, p faultParams) faultRow {
 			break
 		}
 	}
-	time.Sleep(p.after)
+	time.Sleep(p.after) // the scenario: the load runs on for p.after
 	v := faultFinish(t, p, c, l, "Redis restart")
 	return faultRow{Fault: "Redis killed and restarted (AOF)", V: v, Recovery: first.Sub(back),
 		What: "Redis back → first delivery",
@@ -423,7 +423,7 @@ func faultSinkDown(t *testing.T, p faultParams) faultRow {
 			refused++
 		}
 	}
-	time.Sleep(p.after)
+	time.Sleep(p.after) // the scenario: the load runs on for p.after
 	v := faultFinish(t, p, c, l, "sink down")
 	if refused == 0 {
 		t.Errorf("the sink refused nothing while down")
@@ -478,7 +478,7 @@ func faultBrokenRules(t *testing.T, p faultParams) faultRow {
 			t.Errorf("%s exited after a broken rules file", d.Name())
 		}
 	}
-	time.Sleep(p.after)
+	time.Sleep(p.after) // the scenario: the load runs on for p.after
 	gap := l.longestAckGap(pushed, time.Now())
 	c.writeRules(faultRules)
 	v := faultFinish(t, p, c, l, "broken rules")

@@ -126,7 +126,7 @@ func redisFailover(t *testing.T, p faultParams, c *cluster, l *loadGen, name str
 	if acked == 0 {
 		t.Errorf("no message acknowledged between the kill and the promotion (%v): admission must not need Redis", promotedAt.Sub(killed))
 	}
-	time.Sleep(p.after)
+	time.Sleep(p.after) // the scenario: the load runs on for p.after
 	v := faultFinish(t, p, c, l, name)
 	return faultRow{Fault: name, V: v, Recovery: gap,
 		What: "longest time without any delivery across the failover",
