@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-io/sluice/internal/proctest"
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/sinktest"
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -242,21 +243,19 @@ func (c *cluster) writeRules(yaml string) {
 func (c *cluster) waitReady(p *proctest.Proc, timeout time.Duration) time.Duration {
 	c.t.Helper()
 	start := time.Now()
-	deadline := start.Add(timeout)
-	for {
-		resp, err := c.http.Get(p.URL() + "/readyz")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return time.Since(start)
-			}
+	var err error
+	if !waittest.Within(timeout, func() bool {
+		var resp *http.Response
+		if resp, err = c.http.Get(p.URL() + "/readyz"); err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("%s not ready after %v: %v", p.Name(), timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}) {
+		c.t.Fatalf("%s not ready after %v: %v", p.Name(), timeout, err)
 	}
+	return time.Since(start)
 }
 
 // streamName is the JetStream stream of a queue rule.
@@ -265,27 +264,24 @@ func streamName(rule string) string { return "SLUICE_Q_" + queue.RuleToken(rule)
 // streamLeader returns the server name of the node that leads the stream.
 func (c *cluster) streamLeader(stream string) string {
 	c.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var leader string
+	var err error
+	if !waittest.Within(20*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		s, err := c.js.Stream(ctx, stream)
-		var leader string
-		if err == nil {
-			var info *jetstream.StreamInfo
-			info, err = s.Info(ctx)
-			if err == nil && info.Cluster != nil {
-				leader = info.Cluster.Leader
-			}
+		defer cancel()
+		var s jetstream.Stream
+		if s, err = c.js.Stream(ctx, stream); err != nil {
+			return false
 		}
-		cancel()
-		if leader != "" {
-			return leader
+		var info *jetstream.StreamInfo
+		if info, err = s.Info(ctx); err == nil && info.Cluster != nil {
+			leader = info.Cluster.Leader
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("no leader of stream %s: %v", stream, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return leader != ""
+	}) {
+		c.t.Fatalf("no leader of stream %s: %v", stream, err)
 	}
+	return leader
 }
 
 // --- HTTP helpers -----------------------------------------------------------------------
@@ -359,14 +355,9 @@ func (c *cluster) status(i int, id string) reply {
 // waitState polls a message's status (through ingress i) until it is state.
 func (c *cluster) waitState(i int, id, state string, timeout time.Duration) reply {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		r := c.status(i, id)
-		if r.str("state") == state || time.Now().After(deadline) {
-			return r
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var r reply
+	waittest.Within(timeout, func() bool { r = c.status(i, id); return r.str("state") == state })
+	return r
 }
 
 // metrics scrapes one process; errors fail the test.

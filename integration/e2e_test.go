@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/internal/sinktest"
+	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 // e2eRules is the rules file of TestE2E: one rule per use case, each scenario on its own
@@ -208,9 +209,9 @@ func (c *cluster) waitIDs(ids []string, timeout time.Duration) []sinktest.Delive
 	for _, id := range ids {
 		want[id] = true
 	}
-	deadline := time.Now().Add(timeout)
-	for {
-		var out []sinktest.Delivery
+	var out []sinktest.Delivery
+	waittest.Within(timeout, func() bool {
+		out = nil
 		got := map[string]bool{}
 		for _, d := range c.sink.Accepted() {
 			if want[d.ID] {
@@ -218,23 +219,16 @@ func (c *cluster) waitIDs(ids []string, timeout time.Duration) []sinktest.Delive
 				got[d.ID] = true
 			}
 		}
-		if len(got) == len(want) || time.Now().After(deadline) {
-			return out
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return len(got) == len(want)
+	})
+	return out
 }
 
 // waitRule waits until n deliveries of rule were accepted and returns them.
 func (c *cluster) waitRule(rule string, n int, timeout time.Duration) []sinktest.Delivery {
-	deadline := time.Now().Add(timeout)
-	for {
-		ds := deliveriesOf(c.sink.Accepted(), rule, "")
-		if len(ds) >= n || time.Now().After(deadline) {
-			return ds
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var ds []sinktest.Delivery
+	waittest.Within(timeout, func() bool { ds = deliveriesOf(c.sink.Accepted(), rule, ""); return len(ds) >= n })
+	return ds
 }
 
 func e2eMarketing(c *cluster) {

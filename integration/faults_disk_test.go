@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 // faultNodeLostDisk is a lost disk on an R3 cluster: the node that leads the queue
@@ -56,7 +57,7 @@ func faultNodeLostDisk(t *testing.T, p faultParams) faultRow {
 	}
 	healthy := time.Since(restarted)
 	var lagging []string
-	if !waitFor(3*time.Minute, func() bool {
+	if !waittest.Within(3*time.Minute, func() bool {
 		lagging = c.replicaLagging(leader)
 		return len(lagging) == 0
 	}) {
@@ -69,7 +70,7 @@ func faultNodeLostDisk(t *testing.T, p faultParams) faultRow {
 
 	// The node's own copy: every stream it held before is back, with the leader's state.
 	var differ []string
-	if !waitFor(30*time.Second, func() bool {
+	if !waittest.Within(30*time.Second, func() bool {
 		differ = differ[:0]
 		local := c.nodeStreams(i)
 		for name := range before {

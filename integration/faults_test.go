@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/internal/sinktest"
+	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 // The fault suite: one deployment per fault, a steady load of messages with
@@ -250,18 +251,6 @@ func checkOutflow(t *testing.T, all []sinktest.Delivery, rule string, perSecond 
 	return most
 }
 
-// waitFor polls cond every 50 ms until it holds or timeout passes; it reports whether it held.
-func waitFor(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return true
-}
-
 func faultDrainerKill(t *testing.T, p faultParams) faultRow {
 	c, l := faultSetup(t, p)
 	// drainer-1 alone delivers, to a slow sink, so deliveries are surely in flight in the
@@ -276,7 +265,7 @@ func faultDrainerKill(t *testing.T, p faultParams) faultRow {
 		time.Sleep(300 * time.Millisecond)
 		return 200, ""
 	})
-	if !waitFor(30*time.Second, func() bool { return inflight.Load() >= 3 }) {
+	if !waittest.Within(30*time.Second, func() bool { return inflight.Load() >= 3 }) {
 		t.Fatalf("no deliveries in flight")
 	}
 	inflightAtKill := inflight.Load()
@@ -291,7 +280,7 @@ func faultDrainerKill(t *testing.T, p faultParams) faultRow {
 		t.Fatal(err)
 	}
 	c.waitReady(c.drainers[0], 60*time.Second)
-	time.Sleep(p.after)
+	time.Sleep(p.after) // the scenario: the load runs on for p.after
 	v := faultFinish(t, p, c, l, "drainer SIGKILL")
 	// Recovery: the longest any key waited, across the kill, for its next delivery.
 	var worst time.Duration
@@ -312,21 +301,21 @@ func faultIngressKill(t *testing.T, p faultParams) faultRow {
 	c, l := faultSetup(t, p)
 	killed := time.Now()
 	c.ingress[0].Kill()
-	time.Sleep(p.downtime)
+	time.Sleep(p.downtime) // the scenario: the ingress stays dead this long
 	if err := c.ingress[0].Restart(); err != nil {
 		t.Fatal(err)
 	}
 	c.waitReady(c.ingress[0], 60*time.Second)
 	restarted := time.Now()
 	// Clients moved to ingress-2 on the first refused connection; send them back.
-	if !waitFor(30*time.Second, func() bool {
+	if !waittest.Within(30*time.Second, func() bool {
 		r := c.submit(0, "faults", []kv{{"account_id", "probe"}}, `{"probe":true}`, "")
 		return r.Code == 202
 	}) {
 		t.Fatalf("restarted ingress-1 admits nothing")
 	}
 	back := time.Since(killed)
-	time.Sleep(p.after)
+	time.Sleep(p.after) // the scenario: the load runs on for p.after
 	gap := l.longestAckGap(killed.Add(-time.Second), time.Now())
 	v := faultFinish(t, p, c, l, "ingress SIGKILL")
 	if l.noAnswer.Load() == 0 {
@@ -348,7 +337,7 @@ func faultLeaderKill(t *testing.T, p faultParams) faultRow {
 	killed := time.Now()
 	node.Kill()
 	// Admission resumes once a new leader is elected: wait for 1 s of steady acks.
-	if !waitFor(60*time.Second, func() bool {
+	if !waittest.Within(60*time.Second, func() bool {
 		return time.Since(killed) > 2*time.Second && l.firstAckAfter(time.Now().Add(-500*time.Millisecond)).After(killed) &&
 			l.longestAckGap(time.Now().Add(-time.Second), time.Now()) < 500*time.Millisecond
 	}) {
@@ -370,7 +359,7 @@ func faultLeaderKill(t *testing.T, p faultParams) faultRow {
 	if err := node.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(p.after)
+	time.Sleep(p.after) // the scenario: the load runs on for p.after
 	v := faultFinish(t, p, c, l, "stream leader killed")
 	return faultRow{Fault: "NATS stream leader SIGKILLed", V: v, Recovery: pause,
 		What: "longest time without any 202 (admission pause; submits wait for the new leader)",
@@ -383,7 +372,7 @@ func faultRedisRestart(t *testing.T, p faultParams) faultRow {
 	c.redis.Stop()
 	// Admission keeps working (queue capacity is JetStream's; limits go local).
 	checked := false
-	if !waitFor(p.redisDown+30*time.Second, func() bool {
+	if !waittest.Within(p.redisDown+30*time.Second, func() bool {
 		if !checked {
 			r := c.do(t.Context(), "POST", c.ingress[1].URL()+"/v1/check",
 				`{"domain":"auth","descriptors":[{"entries":[{"key":"user_id","value":"u-1"}]}]}`, nil)
@@ -417,7 +406,7 @@ func faultRedisRestart(t *testing.T, p faultParams) faultRow {
 	if p50 > 500*time.Millisecond {
 		t.Errorf("admission answered in %v (median) while Redis was down", p50)
 	}
-	if !waitFor(60*time.Second, func() bool { return countIn(c.sink.All(), back, time.Now().Add(time.Second)) > 0 }) {
+	if !waittest.Within(60*time.Second, func() bool { return countIn(c.sink.All(), back, time.Now().Add(time.Second)) > 0 }) {
 		t.Errorf("no delivery within 60 s of Redis coming back")
 	}
 	var first time.Time
@@ -427,7 +416,7 @@ func faultRedisRestart(t *testing.T, p faultParams) faultRow {
 			break
 		}
 	}
-	time.Sleep(p.after)
+	time.Sleep(p.after) // the scenario: the load runs on for p.after
 	v := faultFinish(t, p, c, l, "Redis restart")
 	return faultRow{Fault: "Redis killed and restarted (AOF)", V: v, Recovery: first.Sub(back),
 		What: "Redis back → first delivery",
@@ -449,7 +438,7 @@ func faultSinkDown(t *testing.T, p faultParams) faultRow {
 	time.Sleep(p.sinkDown) // the sink stays down this long
 	down.Store(false)
 	up := time.Now()
-	if !waitFor(60*time.Second, func() bool {
+	if !waittest.Within(60*time.Second, func() bool {
 		return len(deliveriesOf(c.sink.Accepted(), "faults", "")) > 0 && lastAccepted(c).After(up)
 	}) {
 		t.Errorf("nothing accepted within 60 s of the sink coming back")
@@ -467,7 +456,7 @@ func faultSinkDown(t *testing.T, p faultParams) faultRow {
 			refused++
 		}
 	}
-	time.Sleep(p.after)
+	time.Sleep(p.after) // the scenario: the load runs on for p.after
 	v := faultFinish(t, p, c, l, "sink down")
 	if refused == 0 {
 		t.Errorf("the sink refused nothing while down")
@@ -498,7 +487,7 @@ func faultBrokenRules(t *testing.T, p faultParams) faultRow {
 	c.writeRules(strings.ReplaceAll(strings.ReplaceAll(faultRules, "unit: second, requests_per_unit: 20", "unit: fortnight, requests_per_unit: 20"),
 		"capacity: 1000", "capacity: -1"))
 	for i, ing := range c.ingress {
-		if !waitFor(30*time.Second, func() bool {
+		if !waittest.Within(30*time.Second, func() bool {
 			return c.metrics(ing).Get(`sluice_rules_reload_total{result="error"}`) > errorsBefore[i]
 		}) {
 			t.Errorf("%s: sluice_rules_reload_total{result=\"error\"} did not increase within 30 s of a broken rules file", ing.Name())
@@ -506,7 +495,7 @@ func faultBrokenRules(t *testing.T, p faultParams) faultRow {
 	}
 	// The last good rules stay in force: admission and delivery go on.
 	counted := time.Now()
-	if !waitFor(30*time.Second, func() bool {
+	if !waittest.Within(30*time.Second, func() bool {
 		return len(deliveriesOf(c.sink.Accepted(), "faults", "")) > 0 && lastAccepted(c).After(counted.Add(time.Second))
 	}) {
 		t.Errorf("no delivery after the broken rules file was pushed")
@@ -522,7 +511,7 @@ func faultBrokenRules(t *testing.T, p faultParams) faultRow {
 			t.Errorf("%s exited after a broken rules file", d.Name())
 		}
 	}
-	time.Sleep(p.after)
+	time.Sleep(p.after) // the scenario: the load runs on for p.after
 	gap := l.longestAckGap(pushed, time.Now())
 	c.writeRules(faultRules)
 	v := faultFinish(t, p, c, l, "broken rules")

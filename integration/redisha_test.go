@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -84,7 +85,7 @@ func faultClusterFailover(t *testing.T, p faultParams) faultRow {
 func redisFailover(t *testing.T, p faultParams, c *cluster, l *loadGen, name string, kill func(), promoted func(context.Context) bool) faultRow {
 	killed := time.Now()
 	kill()
-	if !waitFor(60*time.Second, func() bool {
+	if !waittest.Within(60*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		return promoted(ctx)
@@ -92,7 +93,7 @@ func redisFailover(t *testing.T, p faultParams, c *cluster, l *loadGen, name str
 		t.Fatalf("%s: no promotion within 60 s", name)
 	}
 	promotedAt := time.Now()
-	if !waitFor(60*time.Second, func() bool { return countIn(c.sink.All(), promotedAt, time.Now().Add(time.Second)) > 0 }) {
+	if !waittest.Within(60*time.Second, func() bool { return countIn(c.sink.All(), promotedAt, time.Now().Add(time.Second)) > 0 }) {
 		t.Errorf("no delivery within 60 s of the promotion")
 	}
 	var firstAfter time.Time
@@ -125,7 +126,7 @@ func redisFailover(t *testing.T, p faultParams, c *cluster, l *loadGen, name str
 	if acked == 0 {
 		t.Errorf("no message acknowledged between the kill and the promotion (%v): admission must not need Redis", promotedAt.Sub(killed))
 	}
-	time.Sleep(p.after)
+	time.Sleep(p.after) // the scenario: the load runs on for p.after
 	// Replication is asynchronous: a lease write the old master had not passed on is lost, and
 	// a key can be claimed again while its first drainer still delivers it. That is the
 	// failover's cost, counted here (the sink can refuse the stale call by its Sluice-Fence).

@@ -16,6 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 // TestE2EReport measures the whole system through its processes and compares each figure
@@ -129,7 +131,7 @@ func TestE2EReport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !waitFor(10*time.Minute, func() bool { return sink.total() >= admitted }) {
+	if !waittest.Within(10*time.Minute, func() bool { return sink.total() >= admitted }) {
 		t.Errorf("drained %d of %d in 10 min", sink.total(), admitted)
 	}
 	drainRate := float64(sink.total()) / time.Since(drainStart).Seconds() // includes the drainers' start

@@ -109,7 +109,7 @@ func TestScaleReport(t *testing.T) {
 	if err != nil || st.Msgs != uint64(keys) {
 		t.Fatalf("stream holds %+v (%v), want %d messages", st, err, keys)
 	}
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // let the RSS settle, as before the load
 	rss1 := ns.RSS()
 	mem1 := usedMemoryOf(t, rdb)
 	natsPerKey := float64(rss1-rss0) / float64(keys)

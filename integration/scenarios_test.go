@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/sinktest"
+	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 // The use cases of issue #5 as tests, time-compressed: the whole system (ingress with an
@@ -119,14 +120,9 @@ func (s *system) patchQueue(name, body string) {
 // waitState polls a message's status until it reaches state or the timeout passes.
 func (s *system) waitState(id, state string, timeout time.Duration) answer {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		a := s.get("/v1/messages/"+id, false)
-		if a.Body["state"] == state || time.Now().After(deadline) {
-			return a
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var a answer
+	waittest.Within(timeout, func() bool { a = s.get("/v1/messages/"+id, false); return a.Body["state"] == state })
+	return a
 }
 
 func TestOrdersBurstBeyondCapacityAllDeliveredOnceAtTheOutflow(t *testing.T) {
@@ -276,7 +272,7 @@ descriptors:
 	if st := s.waitState(first, "retrying", 10*time.Second); st.Body["state"] != "retrying" || st.Body["last_error"] == "" {
 		t.Fatalf("while the sink is down: %v", st.Body)
 	}
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // the scenario: the sink stays down another second
 	mu.Lock()
 	down = false
 	mu.Unlock()
@@ -344,26 +340,22 @@ descriptors:
 		`sluice_http_request_duration_seconds_bucket{code="202",route="/v1/messages",le=`,
 		"go_goroutines", "process_resident_memory_bytes",
 	}
-	deadline := time.Now().Add(15 * time.Second) // gauges are sampled every few seconds
-	for {
+	var missing []string
+	if !waittest.Within(15*time.Second, func() bool { // gauges are sampled every few seconds
 		resp, err := http.Get(s.base + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		var missing []string
+		missing = nil
 		for _, w := range want {
 			if !strings.Contains(string(body), w) {
 				missing = append(missing, w)
 			}
 		}
-		if len(missing) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics lacks %v", missing)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return len(missing) == 0
+	}) {
+		t.Fatalf("/metrics lacks %v", missing)
 	}
 }

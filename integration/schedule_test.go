@@ -128,7 +128,7 @@ descriptors:
 	if bad := post(`,"ttl":"1s","delay":"1m"`); bad.Code != 400 {
 		t.Fatalf("a message that expires before its delivery time: %d %v", bad.Code, bad.Body)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // the scenario: the short ttl passes while paused
 	patch(`{"paused":false}`)
 	acc := s.sink.WaitAccepted(1, 10*time.Second)
 	if len(acc) != 1 || acc[0].ID != long.Body["id"] {
@@ -138,7 +138,7 @@ descriptors:
 	if st.Body["state"] != "dead" || st.Body["last_error"] != "expired" {
 		t.Fatalf("the expired message: %v", st.Body)
 	}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // room for a wrong delivery to arrive
 	if n := len(s.sink.All()); n != 1 {
 		t.Fatalf("the sink got %d deliveries, want 1", n)
 	}
@@ -270,7 +270,7 @@ descriptors:
 	if len(acc) != 1 || acc[0].ID != a.Body["id"] || acc[0].Attempt != 3 {
 		t.Fatalf("accepted %+v, want the message once, on its third attempt (all: %+v)", acc, s.sink.All())
 	}
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // room for a duplicate to arrive
 	if n := len(s.sink.Accepted()); n != 1 {
 		t.Fatalf("accepted %d times", n)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-io/sluice/internal/proctest"
+	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 // The soak: 10k keys at 70% of the measured maximum admission rate for
@@ -331,7 +332,7 @@ func TestSoakLoad(t *testing.T) {
 	}
 	// Let the burst drain before the soak, so the soak starts from a steady state.
 	acked := l.nacked
-	if !waitFor(5*time.Minute, func() bool { return sink.total() >= acked }) {
+	if !waittest.Within(5*time.Minute, func() bool { return sink.total() >= acked }) {
 		t.Logf("the 10 s burst did not drain in 5 min (%d of %d delivered): drain is slower than admission", sink.total(), acked)
 	}
 
@@ -399,7 +400,7 @@ func TestSoakLoad(t *testing.T) {
 		}
 		return lost
 	}
-	waitFor(5*time.Minute, func() bool { return lostNow() == 0 })
+	waittest.Within(5*time.Minute, func() bool { return lostNow() == 0 })
 	lost := lostNow()
 	sink.mu.Lock()
 	dups, tooClose, overRate, closest, delivered := sink.duplicates, sink.tooClose, sink.overRate, sink.closest, sink.count

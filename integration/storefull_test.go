@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/internal/sinktest"
+	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 const storeFullRules = `
@@ -77,7 +78,7 @@ func faultStoreFull(t *testing.T, p faultParams) faultRow {
 			}
 		})
 	}
-	if !waitFor(2*time.Minute, func() bool { return full.Load() >= 200 }) {
+	if !waittest.Within(2*time.Minute, func() bool { return full.Load() >= 200 }) {
 		close(stop)
 		wg.Wait()
 		t.Fatalf("the store never filled: %d accepted, %d store-full, %d other", len(acked), full.Load(), other.Load())
@@ -102,7 +103,7 @@ func faultStoreFull(t *testing.T, p faultParams) faultRow {
 	mu.Lock()
 	before := len(acked)
 	mu.Unlock()
-	if !waitFor(2*time.Minute, func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > before+100 }) {
+	if !waittest.Within(2*time.Minute, func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > before+100 }) {
 		t.Errorf("no submit accepted within 2 min of the sink's return (still %d store-full)", full.Load())
 	}
 	recovered := time.Since(back)

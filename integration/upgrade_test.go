@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-io/sluice/internal/proctest"
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/sinktest"
+	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 // previousRelease is the tag TestRollingUpgrade builds the old binaries from.
@@ -102,7 +103,7 @@ func TestRollingUpgrade(t *testing.T) {
 		l := newLoad(c, "faults", "account_id", prefix, keys, interval)
 		l.start()
 		t.Cleanup(l.halt)
-		if !waitFor(60*time.Second, func() bool { return len(keysOf(mineOf(c.sink.Accepted(), prefix))) == keys }) {
+		if !waittest.Within(60*time.Second, func() bool { return len(keysOf(mineOf(c.sink.Accepted(), prefix))) == keys }) {
 			t.Fatalf("phase %s: no steady flow: %s; %d delivered", name, l.stats(), len(mineOf(c.sink.Accepted(), prefix)))
 		}
 		time.Sleep(run)
@@ -306,7 +307,7 @@ func repeatAcross(t *testing.T, c *cluster) string {
 		twice := 0
 		for i := range 5 {
 			key := fmt.Sprintf("d-%s-%d", dir.name[:3], i)
-			if waitFor(10*time.Second, func() bool { return len(deliveriesOf(c.sink.Accepted(), "faults", key)) >= 2 }) {
+			if waittest.Within(10*time.Second, func() bool { return len(deliveriesOf(c.sink.Accepted(), "faults", key)) >= 2 }) {
 				twice++
 			}
 		}
@@ -395,7 +396,7 @@ func killHolding(t *testing.T, c *cluster, p *proctest.Proc) {
 		time.Sleep(300 * time.Millisecond)
 		return 200, ""
 	})
-	if !waitFor(30*time.Second, func() bool { return inflight.Load() >= 3 }) {
+	if !waittest.Within(30*time.Second, func() bool { return inflight.Load() >= 3 }) {
 		t.Fatalf("no deliveries in flight in %s", p.Name())
 	}
 	p.Kill()

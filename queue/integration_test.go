@@ -86,7 +86,7 @@ func TestEmptyKeyRaceWithRealEnqueues(t *testing.T) {
 				}
 			}
 			if len(c.Claims) == 0 {
-				time.Sleep(200 * time.Microsecond)
+				time.Sleep(200 * time.Microsecond) // the scenario: a drainer that found nothing claims again shortly
 			}
 		}
 	}

@@ -405,7 +405,7 @@ func TestEnqueueRidesThroughLeaderElection(t *testing.T) {
 			down[0].Shutdown()
 			down[1].Shutdown()
 			go func() {
-				time.Sleep(3 * time.Second)
+				time.Sleep(3 * time.Second) // the scenario: a quorum stays lost for 3 s
 				back <- down[1].Restart()
 			}()
 		}

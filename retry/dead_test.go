@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -174,9 +175,20 @@ func TestDeadLetterConcurrentReplay(t *testing.T) {
 	if err := e.dead.Dead(ctx, rule.Name, m, "refused"); err != nil {
 		t.Fatal(err)
 	}
+	// Both replays read the dead letter before either deletes it: each Admit waits until
+	// the other has arrived too (a replay reads the dead letter before it admits).
+	var arrivals sync.WaitGroup
+	arrivals.Add(2)
+	bothIn := make(chan struct{})
+	go func() { arrivals.Wait(); close(bothIn) }()
 	q := newFakeQueue(func(int, queue.Message) (AdmitResult, error) {
-		time.Sleep(100 * time.Millisecond) // both replays read the dead letter before either deletes it
-		return AdmitResult{Outcome: Admitted}, nil
+		arrivals.Done()
+		select {
+		case <-bothIn:
+			return AdmitResult{Outcome: Admitted}, nil
+		case <-time.After(15 * time.Second):
+			return AdmitResult{}, errors.New("the other replay never reached Admit")
+		}
 	})
 	errs := make(chan error, 2)
 	for range 2 {

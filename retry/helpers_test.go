@@ -164,19 +164,6 @@ func startReadmitter(t *testing.T, e *env, admit AdmitFunc, mod func(*Readmitter
 	return r
 }
 
-// eventually polls cond until it holds or the deadline passes. Timing on a loaded CI
-// machine varies; the deadline is generous and only bounds a failing test.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // streamMsgs is the number of messages in the retry stream.
 func streamMsgs(t *testing.T, e *env) uint64 {
 	t.Helper()

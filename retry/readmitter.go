@@ -417,15 +417,7 @@ func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleM
 	// ordering the backoff has no jitter: the key's messages that fired together park
 	// until the same second and fire again in the order they were parked.
 	parks := meta.Parks + 1
-	var at time.Time
-	if strict {
-		at = now.Add(min(r.cfg.MaxBackoff, r.cfg.MinBackoff<<min(parks-1, 30)))
-	} else {
-		at = now.Add(backoff.Exponential(r.cfg.MinBackoff, r.cfg.MaxBackoff, parks, nil))
-	}
-	if res.RetryAt.After(at) {
-		at = res.RetryAt
-	}
+	at := r.cfg.reparkAt(now, parks, strict, res.RetryAt)
 	if strict {
 		if h, ok := held[hk]; ok && h.fired.Equal(meta.RetryAt) && h.at.After(at) {
 			at = h.at
@@ -443,6 +435,22 @@ func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleM
 		return "", err
 	}
 	return ResultReparked, nil
+}
+
+// reparkAt is when a message with no room, parked for the parks-th time, fires again:
+// after the backoff (exponential from MinBackoff to MaxBackoff; without jitter under strict
+// ordering), or at suggested (AdmitResult.RetryAt) when that is later.
+func (c ReadmitterConfig) reparkAt(now time.Time, parks int, strict bool, suggested time.Time) time.Time {
+	var at time.Time
+	if strict {
+		at = now.Add(min(c.MaxBackoff, c.MinBackoff<<min(parks-1, 30)))
+	} else {
+		at = now.Add(backoff.Exponential(c.MinBackoff, c.MaxBackoff, parks, nil))
+	}
+	if suggested.After(at) {
+		at = suggested
+	}
+	return at
 }
 
 // logError logs at most one error per second and counts the rest, so a NATS outage

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -29,7 +30,7 @@ func TestReadmitterAdmitsWhenThereIsRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
+	waittest.Eventually(t, 15*time.Second, "re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
 	calls, adm := q.snapshot()
 	got, ok := adm[m.ID]
 	if !ok {
@@ -41,7 +42,7 @@ func TestReadmitterAdmitsWhenThereIsRoom(t *testing.T) {
 	if calls[0].at.Before(fire) {
 		t.Errorf("admitted at %s, before its retry_at %s", calls[0].at, fire)
 	}
-	eventually(t, 10*time.Second, "the retry stream is empty", func() bool { return streamMsgs(t, e) == 0 })
+	waittest.Eventually(t, 10*time.Second, "the retry stream is empty", func() bool { return streamMsgs(t, e) == 0 })
 	if v := counterValue(t, reg, "r", ResultAdmitted); v != 1 {
 		t.Errorf("sluice_readmissions_total{result=admitted} = %v, want 1", v)
 	}
@@ -91,7 +92,7 @@ func TestReadmitterReparksWhileFull(t *testing.T) {
 	if _, err := e.store.Park(ctx, rule.Name, m, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "admitted on the third try", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
+	waittest.Eventually(t, 20*time.Second, "admitted on the third try", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
 	calls, _ := q.snapshot()
 	if len(calls) != 3 {
 		t.Fatalf("%d Admit calls, want 3", len(calls))
@@ -115,7 +116,7 @@ func TestReadmitterReparksWhileFull(t *testing.T) {
 	if !strings.Contains(calls[2].m.LastError, "window_closed") {
 		t.Errorf("LastError = %q, want the re-admission outcome", calls[2].m.LastError)
 	}
-	eventually(t, 10*time.Second, "the retry stream is empty", func() bool { return streamMsgs(t, e) == 0 })
+	waittest.Eventually(t, 10*time.Second, "the retry stream is empty", func() bool { return streamMsgs(t, e) == 0 })
 }
 
 func TestReadmitterDeadAfterMaxAge(t *testing.T) {
@@ -135,7 +136,7 @@ func TestReadmitterDeadAfterMaxAge(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dl DeadLetter
-	eventually(t, 20*time.Second, "dead after park.max_age", func() bool {
+	waittest.Eventually(t, 20*time.Second, "dead after park.max_age", func() bool {
 		var err error
 		dl, err = e.dead.Get(ctx, m.ID)
 		return err == nil
@@ -149,7 +150,7 @@ func TestReadmitterDeadAfterMaxAge(t *testing.T) {
 	if dl.Message.ID != m.ID || !bytes.Equal(dl.Message.Payload, m.Payload) || dl.Message.Key != m.Key {
 		t.Errorf("dead letter holds %+v, want the parked message", dl.Message)
 	}
-	eventually(t, 10*time.Second, "the retry stream is empty", func() bool { return streamMsgs(t, e) == 0 })
+	waittest.Eventually(t, 10*time.Second, "the retry stream is empty", func() bool { return streamMsgs(t, e) == 0 })
 }
 
 func TestReadmitterRuleRemoved(t *testing.T) {
@@ -165,7 +166,7 @@ func TestReadmitterRuleRemoved(t *testing.T) {
 	}
 	e.rules.remove(rule.Name)
 	var dl DeadLetter
-	eventually(t, 15*time.Second, "dead: rule removed", func() bool {
+	waittest.Eventually(t, 15*time.Second, "dead: rule removed", func() bool {
 		var err error
 		dl, err = e.dead.Get(ctx, m.ID)
 		return err == nil
@@ -193,7 +194,7 @@ func TestReadmitterDeliveryRetry(t *testing.T) {
 	if n, _ := e.store.Parked(ctx, rule.Name); n != 0 {
 		t.Errorf("a delivery retry counted as parked (%d)", n)
 	}
-	eventually(t, 15*time.Second, "delivery retry re-admitted", func() bool { c, _ := q.snapshot(); return len(c) == 1 })
+	waittest.Eventually(t, 15*time.Second, "delivery retry re-admitted", func() bool { c, _ := q.snapshot(); return len(c) == 1 })
 	calls, _ := q.snapshot()
 	c := calls[0]
 	if c.m.ID != m.ID || c.m.Attempt != 2 || c.m.LastError != m.LastError || !c.m.ParkedFrom.IsZero() {
@@ -219,7 +220,7 @@ func TestReadmitterErrorIsRetried(t *testing.T) {
 	if _, err := e.store.Park(context.Background(), rule.Name, m, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "admitted after an Admit error", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
+	waittest.Eventually(t, 15*time.Second, "admitted after an Admit error", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
 }
 
 // Two re-admitters share the work; when one is too slow and its message is delivered
@@ -264,7 +265,7 @@ func TestTwoReadmittersIdempotent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 30*time.Second, "all admitted and acked", func() bool {
+	waittest.Eventually(t, 30*time.Second, "all admitted and acked", func() bool {
 		_, adm := q.snapshot()
 		return len(adm) == n && streamMsgs(t, e) == 0
 	})
@@ -317,12 +318,12 @@ func TestReadmitterStartStopTwice(t *testing.T) {
 	if _, err := e.store.Park(ctx, rule.Name, m, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "fired", func() bool { return len(firedMessages(t, e, rule.Name)) == 1 })
+	waittest.Eventually(t, 10*time.Second, "fired", func() bool { return len(firedMessages(t, e, rule.Name)) == 1 })
 	if c, _ := q.snapshot(); len(c) != 0 {
 		t.Fatalf("stopped re-admitter handled %d messages", len(c))
 	}
 	startReadmitter(t, e, q.Admit, nil)
-	eventually(t, 10*time.Second, "handled by the next re-admitter", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
+	waittest.Eventually(t, 10*time.Second, "handled by the next re-admitter", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
 }
 
 func TestReadmitterConfigValidate(t *testing.T) {
@@ -355,22 +356,22 @@ func TestReadmitterSurvivesRestarts(t *testing.T) {
 	if err := first.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "some re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) > 0 })
+	waittest.Eventually(t, 10*time.Second, "some re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) > 0 })
 	first.Stop()                             // the drainer process restarts…
 	if err := e.node.Restart(); err != nil { // …and so does NATS
 		t.Fatal(err)
 	}
 	// As a restarted drainer would, start once this client is back and JetStream answers
 	// (creating the consumer at once timed out now and then on a loaded machine).
-	eventually(t, 30*time.Second, "JetStream answers after the restart", func() bool {
+	waittest.Eventually(t, 30*time.Second, "JetStream answers after the restart", func() bool {
 		c, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		_, err := e.js.AccountInfo(c)
 		return err == nil
 	})
 	startReadmitter(t, e, q.Admit, nil)
-	eventually(t, 30*time.Second, "all re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) == n })
-	eventually(t, 10*time.Second, "the retry stream is empty", func() bool {
+	waittest.Eventually(t, 30*time.Second, "all re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) == n })
+	waittest.Eventually(t, 10*time.Second, "the retry stream is empty", func() bool {
 		st, err := e.js.Stream(ctx, e.store.cfg.Stream)
 		if err != nil {
 			return false

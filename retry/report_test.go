@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -58,12 +59,12 @@ func TestReadmissionLatenessReport(t *testing.T) {
 
 	ids, retryAt, parkTook := parkMany(t, e, rule, n, seconds)
 
-	eventually(t, 2*time.Minute, "all re-admitted", func() bool {
+	waittest.Eventually(t, 2*time.Minute, "all re-admitted", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(admitted) == n
 	})
-	eventually(t, 30*time.Second, "retry stream drained", func() bool { return streamMsgs(t, e) == 0 })
+	waittest.Eventually(t, 30*time.Second, "retry stream drained", func() bool { return streamMsgs(t, e) == 0 })
 
 	var admitLate []time.Duration
 	var first, last time.Time
@@ -141,7 +142,7 @@ func serverFiringLateness(t *testing.T, n, seconds int) string {
 		due[id] = retryAt[i]
 	}
 	ready := e.store.ReadySubject(rule.Name)
-	eventually(t, 2*time.Minute, "all fired", func() bool {
+	waittest.Eventually(t, 2*time.Minute, "all fired", func() bool {
 		st, err := e.store.handle(context.Background())
 		if err != nil {
 			return false

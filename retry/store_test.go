@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -97,7 +98,7 @@ func TestParkFiresAtItsSecond(t *testing.T) {
 	}
 
 	var fired []*jetstream.RawStreamMsg
-	eventually(t, 15*time.Second, "3 parked messages fired", func() bool {
+	waittest.Eventually(t, 15*time.Second, "3 parked messages fired", func() bool {
 		fired = firedMessages(t, e, rule.Name)
 		return len(fired) == 3
 	})
@@ -171,7 +172,7 @@ func TestParkSurvivesServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var fired []*jetstream.RawStreamMsg
-	eventually(t, 20*time.Second, "the parked message fired after a server restart", func() bool {
+	waittest.Eventually(t, 20*time.Second, "the parked message fired after a server restart", func() bool {
 		fired = firedMessages(t, e, rule.Name)
 		return len(fired) == 1
 	})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/admit"
 	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -501,13 +502,7 @@ func TestRedisDownFailsFastAndRecovers(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for r.b.Down() {
-		if time.Now().After(deadline) {
-			t.Fatal("still down 3s after the outage")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waittest.Eventually(t, 3*time.Second, "up again after the outage", func() bool { return !r.b.Down() })
 	d, next, err := r.b.Count("r", "k", 10, t0).Wait()
 	if err != nil {
 		t.Fatalf("first count once Redis is back: %v", err)
@@ -695,10 +690,7 @@ func TestUndoWhileRedisIsDownIsSentLater(t *testing.T) {
 	if d, err := r.rdb.HGet(ctx, r.prefix+"sl:{r}:depth", "k").Int64(); err != nil || d != 2 {
 		t.Fatalf("the counts did not survive the restart (AOF): %d %v", d, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for r.b.Down() && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	waittest.Within(5*time.Second, func() bool { return !r.b.Down() })   // the Count below fails if it is not
 	if _, _, err := r.b.Count("r", "other", 10, t0).Wait(); err != nil { // sends what waited
 		t.Fatalf("count after Redis came back: %v", err)
 	}

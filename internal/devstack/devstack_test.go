@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/devstack"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 // TestDevStack is `make run` in-process: `sluice dev -rules deploy/examples` with its
@@ -90,9 +91,7 @@ func TestDevStack(t *testing.T) {
 		if r.code != http.StatusAccepted {
 			t.Fatalf("probe order: %d %s", r.code, r.raw)
 		}
-		for end := time.Now().Add(5 * every); time.Now().Before(end) && len(logs.deliveries(orders.Name, "")) == 0; {
-			time.Sleep(5 * time.Millisecond)
-		}
+		waittest.Within(5*every, func() bool { return len(logs.deliveries(orders.Name, "")) > 0 }) // else the next probe
 	}
 
 	t.Run("orders", func(t *testing.T) {
@@ -171,7 +170,7 @@ func TestDevStack(t *testing.T) {
 
 		// Every order reaches the demo sink. Generous bound: the outflow needs (n−1)×every.
 		limit := 10*time.Second + time.Duration(n)*every
-		devWaitFor(t, limit, fmt.Sprintf("%d orders at the demo sink", n), func() bool { return len(logs.deliveries(orders.Name, "m-42")) >= n })
+		waittest.Eventually(t, limit, fmt.Sprintf("%d orders at the demo sink", n), func() bool { return len(logs.deliveries(orders.Name, "m-42")) >= n })
 		// Room for a duplicate to show up: one delivery slot and a bit more.
 		time.Sleep(2 * every)
 
@@ -223,7 +222,7 @@ func TestDevStack(t *testing.T) {
 				UpdatedAt                    string `json:"updated_at"`
 			}
 			// The record is written after the sink answered, without waiting: allow it a moment.
-			devWaitFor(t, 5*time.Second, "order "+strconv.Itoa(i+1)+" recorded as delivered", func() bool {
+			waittest.Eventually(t, 5*time.Second, "order "+strconv.Itoa(i+1)+" recorded as delivered", func() bool {
 				r := c.do("GET", "/v1/messages/"+a.id, "")
 				st.State = ""
 				json.Unmarshal([]byte(r.raw), &st)
@@ -292,7 +291,7 @@ func TestDevStack(t *testing.T) {
 		// length: keep the checks clear of a boundary.
 		window := login.RateLimits[0].Rate.Interval
 		if left := window - time.Duration(time.Now().UnixNano())%window; left < time.Second {
-			time.Sleep(left + 10*time.Millisecond)
+			time.Sleep(left + 10*time.Millisecond) // past the window boundary
 		}
 		req := `{"domain":"edge_proxy","descriptors":[{"entries":[{"key":"authenticated","value":"false"},{"key":"path","value":"/login"}]}]}`
 		for i := 1; i <= max+1; i++ {
@@ -363,18 +362,6 @@ func devHeaderInt(t *testing.T, h http.Header, name string) int64 {
 		t.Fatalf("%s = %q, want an integer", name, h.Get(name))
 	}
 	return v
-}
-
-// devWaitFor polls cond until it holds or d passes.
-func devWaitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 type devClient struct {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -162,7 +163,7 @@ func TestOutflowAccuracyReport(t *testing.T) {
 			sink := &stampSink{}
 			reg := prometheus.NewRegistry()
 			e.drainer(context.Background(), sink, func(c *drain.Config) { c.Workers = tc.workers; c.Registerer = reg })
-			time.Sleep(time.Until(start) + dur)
+			time.Sleep(time.Until(start) + dur) // the scenario: the load runs for dur
 			sink.mu.Lock()
 			defer sink.mu.Unlock()
 			var lags []time.Duration
@@ -253,7 +254,7 @@ func TestDrainThroughputReport(t *testing.T) {
 		for i := 0; i < drainers; i++ {
 			ds = append(ds, e.drainer(ctx, sink, func(c *drain.Config) { c.Workers = workers }))
 		}
-		waitFor(t, 5*time.Minute, "drain", func() bool { return sink.n.Load() >= nKeys*perKey })
+		waittest.Eventually(t, 5*time.Minute, "drain", func() bool { return sink.n.Load() >= nKeys*perKey })
 		el := time.Since(begin)
 		for _, d := range ds {
 			d.Stop()

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -173,19 +174,6 @@ func (s *recSink) count() int {
 	return len(s.got)
 }
 
-// waitFor polls cond until it holds; it fails the test after timeout. Waiting for a
-// condition, not sleeping for a guessed time, keeps the tests correct on a loaded machine.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func (e *env) depth(r *rules.Rule) uint64 {
 	st, err := e.q.Stats(context.Background(), r.Name)
 	if err != nil {
@@ -209,8 +197,8 @@ func TestDeliversEveryKeyInOrderAndDeletes(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	sink := &recSink{}
 	e.drainer(context.Background(), sink, func(c *drain.Config) { c.Registerer = reg })
-	waitFor(t, 20*time.Second, "35 deliveries", func() bool { return sink.count() >= 35 })
-	waitFor(t, 10*time.Second, "empty queue", func() bool { return e.depth(r) == 0 })
+	waittest.Eventually(t, 20*time.Second, "35 deliveries", func() bool { return sink.count() >= 35 })
+	waittest.Eventually(t, 10*time.Second, "empty queue", func() bool { return e.depth(r) == 0 })
 	got := map[string][]string{}
 	for _, d := range sink.deliveries() {
 		got[d.Key] = append(got[d.Key], d.ID)
@@ -224,7 +212,7 @@ func TestDeliversEveryKeyInOrderAndDeletes(t *testing.T) {
 		}
 	}
 	// The counter is incremented after the delete that emptied the queue: wait for it.
-	waitFor(t, 5*time.Second, "sluice_deliveries_total 35", func() bool {
+	waittest.Eventually(t, 5*time.Second, "sluice_deliveries_total 35", func() bool {
 		mfs, _ := reg.Gather()
 		for _, mf := range mfs {
 			if mf.GetName() == "sluice_deliveries_total" && len(mf.GetMetric()) == 1 {
@@ -311,7 +299,7 @@ func TestTwoDrainersKeepKeyAndTotalOutflow(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		e.drainer(context.Background(), sink, nil)
 	}
-	waitFor(t, 30*time.Second, "2.5 s of deliveries", func() bool {
+	waittest.Eventually(t, 30*time.Second, "2.5 s of deliveries", func() bool {
 		ds := sink.deliveries()
 		return len(ds) > 0 && time.Since(ds[0].At) > 2500*time.Millisecond
 	})
@@ -414,10 +402,10 @@ func TestStrictRetryHoldsBackTheKeyThenDead(t *testing.T) {
 	states := &stateRec{}
 	reg := prometheus.NewRegistry()
 	e.drainer(context.Background(), sink, func(c *drain.Config) { c.DeadLetters = dead; c.States = states; c.Registerer = reg })
-	waitFor(t, 20*time.Second, "queue drained", func() bool { return e.depth(r) == 0 && sink.count() == 9 })
+	waittest.Eventually(t, 20*time.Second, "queue drained", func() bool { return e.depth(r) == 0 && sink.count() == 9 })
 	// Final outcomes: flaky delivered at its 3rd attempt, after and next at their 1st; doomed
 	// dead after 3, bad dead at its 1st.
-	waitFor(t, 10*time.Second, "five final outcomes", func() bool {
+	waittest.Eventually(t, 10*time.Second, "five final outcomes", func() bool {
 		n := 0
 		for _, h := range histograms(reg, "sluice_delivery_attempts") {
 			n += int(h.GetSampleCount())
@@ -504,7 +492,7 @@ func TestRelaxedOrderingHandsRetriesToTheRetrier(t *testing.T) {
 	}}
 	rt := &retryRec{}
 	e.drainer(context.Background(), sink, func(c *drain.Config) { c.Retrier = rt })
-	waitFor(t, 20*time.Second, "both handled", func() bool { return e.depth(r) == 0 && sink.count() == 2 })
+	waittest.Eventually(t, 20*time.Second, "both handled", func() bool { return e.depth(r) == 0 && sink.count() == 2 })
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if len(rt.got) != 1 || rt.got[0].ID != first.ID || rt.got[0].Attempt != 1 || rt.got[0].LastError != "429" {
@@ -534,7 +522,7 @@ func TestHardStopMidDeliveryLosesNothing(t *testing.T) {
 	}
 	sink := &recSink{}
 	e.drainer(context.Background(), sink, nil)
-	waitFor(t, 20*time.Second, "redelivery by a second drainer", func() bool { return sink.count() == 1 })
+	waittest.Eventually(t, 20*time.Second, "redelivery by a second drainer", func() bool { return sink.count() == 1 })
 	if got := sink.deliveries()[0]; got.ID != m.ID || got.Attempt != 1 {
 		t.Fatalf("second drainer delivered %+v, want id %s as attempt 1", got, m.ID)
 	}
@@ -561,7 +549,7 @@ func TestHungDrainerIsReplacedAfterItsLease(t *testing.T) {
 	since := <-entered
 	sink := &recSink{}
 	e.drainer(context.Background(), sink, func(c *drain.Config) { c.Lease = time.Second })
-	waitFor(t, 20*time.Second, "takeover", func() bool { return sink.count() == 2 })
+	waittest.Eventually(t, 20*time.Second, "takeover", func() bool { return sink.count() == 2 })
 	got := sink.deliveries()
 	if got[0].ID != m.ID || got[1].Payload != `"y"` {
 		t.Fatalf("takeover delivered %+v", got)
@@ -649,7 +637,7 @@ func TestPausedRuleClaimsNothingAndDepthIsReported(t *testing.T) {
 		}
 		return -1
 	}
-	waitFor(t, 10*time.Second, "depth gauge", func() bool { return depth() == 1 })
+	waittest.Eventually(t, 10*time.Second, "depth gauge", func() bool { return depth() == 1 })
 	// The same sampling: the oldest message's age, JetStream's storage, the heartbeat.
 	gauge := func(name string) float64 {
 		for _, m := range gather(reg, name) {
@@ -657,7 +645,7 @@ func TestPausedRuleClaimsNothingAndDepthIsReported(t *testing.T) {
 		}
 		return -1
 	}
-	waitFor(t, 10*time.Second, "oldest message age", func() bool { return gauge("sluice_queue_oldest_age_seconds") > 0 })
+	waittest.Eventually(t, 10*time.Second, "oldest message age", func() bool { return gauge("sluice_queue_oldest_age_seconds") > 0 })
 	if used := gauge("sluice_jetstream_store_bytes"); used <= 0 {
 		t.Errorf("JetStream store used = %v bytes with a message stored", used)
 	}
@@ -665,14 +653,14 @@ func TestPausedRuleClaimsNothingAndDepthIsReported(t *testing.T) {
 		t.Errorf("heartbeat %v is not recent", hb)
 	}
 	start := polls.Load()
-	waitFor(t, 10*time.Second, "ten claim-loop turns while paused", func() bool { return polls.Load() >= start+10 })
+	waittest.Eventually(t, 10*time.Second, "ten claim-loop turns while paused", func() bool { return polls.Load() >= start+10 })
 	if n := sink.count(); n != 0 {
 		t.Fatalf("%d deliveries from a paused rule", n)
 	}
 	paused.Store(false)
-	waitFor(t, 10*time.Second, "delivery after unpause", func() bool { return sink.count() == 1 })
-	waitFor(t, 10*time.Second, "depth gauge back to 0", func() bool { return depth() == 0 })
-	waitFor(t, 10*time.Second, "oldest age back to 0", func() bool { return gauge("sluice_queue_oldest_age_seconds") == 0 })
+	waittest.Eventually(t, 10*time.Second, "delivery after unpause", func() bool { return sink.count() == 1 })
+	waittest.Eventually(t, 10*time.Second, "depth gauge back to 0", func() bool { return depth() == 0 })
+	waittest.Eventually(t, 10*time.Second, "oldest age back to 0", func() bool { return gauge("sluice_queue_oldest_age_seconds") == 0 })
 }
 
 // gather returns the series of one metric of reg.
@@ -715,12 +703,12 @@ func TestRefusedDeadLetterStaysQueuedAndIsNotRedelivered(t *testing.T) {
 	dead := &deadRec{}
 	dead.fail.Store(true)
 	e.drainer(context.Background(), sink, func(c *drain.Config) { c.DeadLetters = dead })
-	waitFor(t, 10*time.Second, "two refused dead-letter attempts", func() bool { return dead.calls.Load() >= 2 })
+	waittest.Eventually(t, 10*time.Second, "two refused dead-letter attempts", func() bool { return dead.calls.Load() >= 2 })
 	if d := e.depth(r); d != 1 {
 		t.Fatalf("depth %d while dead letters refuse: the message must stay", d)
 	}
 	dead.fail.Store(false)
-	waitFor(t, 10*time.Second, "dead letter stored and message deleted", func() bool { return dead.count() == 1 && e.depth(r) == 0 })
+	waittest.Eventually(t, 10*time.Second, "dead letter stored and message deleted", func() bool { return dead.count() == 1 && e.depth(r) == 0 })
 	if n := sink.count(); n != 1 {
 		t.Fatalf("sink called %d times: a message already judged dead must not be delivered again", n)
 	}

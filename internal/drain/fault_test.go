@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -61,7 +62,7 @@ func TestRedisOutagePausesAndReconcileRepairs(t *testing.T) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
 	e.enqueue(r, "k", `1`)
-	waitFor(t, 20*time.Second, "first delivery", func() bool { return sink.count() == 1 })
+	waittest.Eventually(t, 20*time.Second, "first delivery", func() bool { return sink.count() == 1 })
 
 	srv.Stop()
 	// Admitted while Redis is down: stored in JetStream, but the ingress cannot mark it due.
@@ -69,7 +70,7 @@ func TestRedisOutagePausesAndReconcileRepairs(t *testing.T) {
 	if _, err := e.q.Enqueue(context.Background(), r.Name, m); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the outage to be noticed", func() bool { return strings.Contains(logs.String(), "claiming paused") })
+	waittest.Eventually(t, 20*time.Second, "the outage to be noticed", func() bool { return strings.Contains(logs.String(), "claiming paused") })
 	time.Sleep(200 * time.Millisecond) // several failed claims (RedisBackoff 20 ms) to show the log is throttled
 	if n := strings.Count(logs.String(), "claiming paused"); n != 1 {
 		t.Errorf("%d 'claiming paused' lines in 200 ms: not throttled", n)
@@ -77,11 +78,11 @@ func TestRedisOutagePausesAndReconcileRepairs(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "delivery of the message admitted during the outage", func() bool { return sink.count() == 2 })
+	waittest.Eventually(t, 30*time.Second, "delivery of the message admitted during the outage", func() bool { return sink.count() == 2 })
 	if got := sink.deliveries()[1]; got.ID != "during-outage" {
 		t.Fatalf("delivered %+v", got)
 	}
-	waitFor(t, 10*time.Second, "resume log", func() bool { return strings.Contains(logs.String(), "claiming resumed") })
+	waittest.Eventually(t, 10*time.Second, "resume log", func() bool { return strings.Contains(logs.String(), "claiming resumed") })
 	if !strings.Contains(logs.String(), "reconcile: scheduled keys") {
 		t.Errorf("the repair was not logged:\n%s", logs.String())
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -79,7 +80,7 @@ func TestMaxInFlightKeepsOutflowWithASlowSink(t *testing.T) {
 		starts, most := sink.snapshot("wide")
 		t.Logf("wide: %d deliveries, at most %d at once; depth %d", len(starts), most, e.depth(wide))
 	}()
-	waitFor(t, 30*time.Second, "every message of the wide key delivered", func() bool {
+	waittest.Eventually(t, 30*time.Second, "every message of the wide key delivered", func() bool {
 		starts, _ := sink.snapshot("wide")
 		return len(starts) >= n && e.depth(wide) == 0
 	})
@@ -117,7 +118,7 @@ func TestMaxInFlightKeepsOutflowWithASlowSink(t *testing.T) {
 	}
 	sink.mu.Unlock()
 
-	waitFor(t, 30*time.Second, "the narrow key drained", func() bool { return e.depth(narrow) == 0 })
+	waittest.Eventually(t, 30*time.Second, "the narrow key drained", func() bool { return e.depth(narrow) == 0 })
 	nstarts, nmost := sink.snapshot("narrow")
 	if nmost > 4 {
 		t.Errorf("%d deliveries at once with max_in_flight 4", nmost)
@@ -131,7 +132,7 @@ func TestMaxInFlightKeepsOutflowWithASlowSink(t *testing.T) {
 		t.Errorf("20 deliveries, 4 at a time of 2 s, started within %v", took)
 	}
 	// Nothing of the keys is left in Redis once they are empty (the flight released them).
-	waitFor(t, 10*time.Second, "keys released", func() bool {
+	waittest.Eventually(t, 10*time.Second, "keys released", func() bool {
 		return e.rdb.ZCard(context.Background(), e.prefix+"sl:{"+queue.RuleToken("wide")+"}:lease").Val() == 0 &&
 			e.rdb.HLen(context.Background(), e.prefix+"sl:{"+queue.RuleToken("wide")+"}:held").Val() == 0
 	})
@@ -183,7 +184,7 @@ func TestMaxInFlightHardStopLosesNothing(t *testing.T) {
 	}
 	sink := &recSink{}
 	e.drainer(context.Background(), sink, nil)
-	waitFor(t, 30*time.Second, "every message delivered by a second drainer", func() bool { return e.depth(r) == 0 })
+	waittest.Eventually(t, 30*time.Second, "every message delivered by a second drainer", func() bool { return e.depth(r) == 0 })
 	seen := map[string]int{}
 	for _, d := range sink.deliveries() {
 		seen[d.Payload]++

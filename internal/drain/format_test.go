@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -29,7 +30,7 @@ func TestNewerFormatIsDeadLetteredSayingSo(t *testing.T) {
 	sink := &recSink{}
 	dead := &deadRec{}
 	e.drainer(ctx, sink, func(c *drain.Config) { c.DeadLetters = dead })
-	waitFor(t, 10*time.Second, "the newer message dead and the next one delivered", func() bool { return dead.count() == 1 && sink.count() == 1 })
+	waittest.Eventually(t, 10*time.Second, "the newer message dead and the next one delivered", func() bool { return dead.count() == 1 && sink.count() == 1 })
 	if dead.msgs[0].ID != newer.ID || !strings.Contains(dead.why[0], "written by a newer sluice") {
 		t.Errorf("dead letter %s (%q), want %s saying a newer sluice wrote it", dead.msgs[0].ID, dead.why[0], newer.ID)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sink"
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -64,7 +65,7 @@ func TestOffsetClocksKeepEveryKeyWithinItsOutflow(t *testing.T) {
 		}
 	}
 	slow := func(ctx context.Context, m queue.Message, n int) drain.Outcome {
-		time.Sleep(40 * time.Millisecond)
+		time.Sleep(40 * time.Millisecond) // the scenario: a sink that takes 40 ms
 		return drain.OutcomeDelivered()
 	}
 	sinks := []*recSink{{fn: slow}, {fn: slow}}
@@ -74,7 +75,7 @@ func TestOffsetClocksKeepEveryKeyWithinItsOutflow(t *testing.T) {
 			c.Workers = 2
 		})
 	}
-	waitFor(t, 60*time.Second, "every message delivered", func() bool {
+	waittest.Eventually(t, 60*time.Second, "every message delivered", func() bool {
 		return sinks[0].count()+sinks[1].count() == perKey*len(keys)
 	})
 	times := map[string][]time.Time{}
@@ -230,13 +231,13 @@ func TestLostLeaseIsFencedAtTheSink(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.drainer(context.Background(), httpSink, func(c *drain.Config) { c.DeadLetters = deadB })
-	waitFor(t, 20*time.Second, "B's first accepted delivery", func() bool { a, _, _, _ := srv.snapshot(); return len(a) >= 1 })
+	waittest.Eventually(t, 20*time.Second, "B's first accepted delivery", func() bool { a, _, _, _ := srv.snapshot(); return len(a) >= 1 })
 	openGate() // A's request, still at the sink, is answered now
-	waitFor(t, 20*time.Second, "all three accepted", func() bool { a, _, _, _ := srv.snapshot(); return len(a) == 3 })
-	waitFor(t, 10*time.Second, "A's lost claim counted", func() bool {
+	waittest.Eventually(t, 20*time.Second, "all three accepted", func() bool { a, _, _, _ := srv.snapshot(); return len(a) == 3 })
+	waittest.Eventually(t, 10*time.Second, "A's lost claim counted", func() bool {
 		return counterValue(t, regA, "sluice_claims_lost_total", r.Name) == 1
 	})
-	waitFor(t, 10*time.Second, "empty queue", func() bool { return e.depth(r) == 0 })
+	waittest.Eventually(t, 10*time.Second, "empty queue", func() bool { return e.depth(r) == 0 })
 	accepted, stale, missing, overlaps := srv.snapshot()
 	t.Logf("A's fence %d; accepted %+v; refused as stale %+v; %d requests overlapped another of their key", fA, accepted, stale, overlaps)
 	var ids []string
@@ -300,7 +301,7 @@ func TestKilledDrainersKeysAreClaimedAgainWithinThreeSeconds(t *testing.T) {
 	}}
 	ctxA, kill := context.WithCancel(context.Background())
 	a := e.drainer(ctxA, stuck, func(c *drain.Config) { c.Scheduler = sA; c.Workers = 4 })
-	waitFor(t, 20*time.Second, "four deliveries in flight in A", func() bool { return inflight.Load() == 4 })
+	waittest.Eventually(t, 20*time.Second, "four deliveries in flight in A", func() bool { return inflight.Load() == 4 })
 	time.Sleep(time.Second) // at least one renewal of A's leases
 	killed := time.Now()
 	rdbA.Close() // from now on A tells Redis nothing: no release, no renewal
@@ -308,7 +309,7 @@ func TestKilledDrainersKeysAreClaimedAgainWithinThreeSeconds(t *testing.T) {
 	<-a.Done()
 	sink := &recSink{}
 	e.drainer(context.Background(), sink, nil)
-	waitFor(t, 20*time.Second, "every message delivered by B", func() bool { return sink.count() == 2*nkeys })
+	waittest.Eventually(t, 20*time.Second, "every message delivered by B", func() bool { return sink.count() == 2*nkeys })
 	first := map[string]time.Duration{}
 	for _, d := range sink.deliveries() {
 		if _, ok := first[d.Key]; !ok {
@@ -393,10 +394,10 @@ func TestHungSinkDoesNotStopOtherRules(t *testing.T) {
 	e.drainer(context.Background(), httpSink, nil) // 8 workers per rule
 	got := func() []time.Time { okMu.Lock(); defer okMu.Unlock(); return slices.Clone(okTimes) }
 	// Skip the first second (start-up), then count over 10 s.
-	waitFor(t, 60*time.Second, "the healthy rule's 10 first deliveries", func() bool { return len(got()) >= 10 })
+	waittest.Eventually(t, 60*time.Second, "the healthy rule's 10 first deliveries", func() bool { return len(got()) >= 10 })
 	from := got()[9]
 	window := 10 * time.Second
-	waitFor(t, 60*time.Second, "the measured window to end", func() bool {
+	waittest.Eventually(t, 60*time.Second, "the measured window to end", func() bool {
 		ts := got()
 		return len(ts) > 0 && ts[len(ts)-1].Sub(from) >= window+time.Second || len(ts) == msgs
 	})
@@ -455,7 +456,7 @@ func TestLostClaimIsNotDelivered(t *testing.T) {
 	ctx := context.Background()
 	base := e.prefix + "sl:{" + queue.RuleToken(r.Name) + "}:"
 	var lostFence int64
-	waitFor(t, 10*time.Second, "A to hold k, waiting for its worker", func() bool {
+	waittest.Eventually(t, 10*time.Second, "A to hold k, waiting for its worker", func() bool {
 		h, err := e.rdb.HGet(ctx, base+"held", "k").Result()
 		if err != nil {
 			return false
@@ -471,12 +472,12 @@ func TestLostClaimIsNotDelivered(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "A's renewal to find k's claim gone", func() bool {
+	waittest.Eventually(t, 10*time.Second, "A's renewal to find k's claim gone", func() bool {
 		return counterValue(t, regA, "sluice_claims_lost_total", r.Name) == 1
 	})
 	openGate()
-	waitFor(t, 20*time.Second, "both messages of k delivered", func() bool { return sinkA.count() == 3 })
-	waitFor(t, 10*time.Second, "empty queue", func() bool { return e.depth(r) == 0 })
+	waittest.Eventually(t, 20*time.Second, "both messages of k delivered", func() bool { return sinkA.count() == 3 })
+	waittest.Eventually(t, 10*time.Second, "empty queue", func() bool { return e.depth(r) == 0 })
 	fmu.Lock()
 	defer fmu.Unlock()
 	t.Logf("lost claim's fence %d; k delivered under fences %v", lostFence, fences)
@@ -526,7 +527,7 @@ func TestSinkIgnoringItsDeadlineIsAbandoned(t *testing.T) {
 	t.Cleanup(func() { close(release) }) // before the drainer's Stop
 	since := <-entered
 	e.enqueue(r, "ok", `"ok"`)
-	waitFor(t, 20*time.Second, "the other key's delivery", func() bool {
+	waittest.Eventually(t, 20*time.Second, "the other key's delivery", func() bool {
 		for _, d := range sink.deliveries() {
 			if d.Key == "ok" {
 				return true

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -54,8 +55,8 @@ func TestOneRuleOverTheClusterEndToEnd(t *testing.T) {
 	for range 2 {
 		e.drainer(ctx, sink, func(c *drain.Config) { c.Workers = 64 })
 	}
-	waitFor(t, 60*time.Second, "3,000 deliveries", func() bool { return sink.count() >= keys*per })
-	waitFor(t, 10*time.Second, "empty queue", func() bool { return e.depth(r) == 0 })
+	waittest.Eventually(t, 60*time.Second, "3,000 deliveries", func() bool { return sink.count() >= keys*per })
+	waittest.Eventually(t, 10*time.Second, "empty queue", func() bool { return e.depth(r) == 0 })
 	time.Sleep(200 * time.Millisecond) // a duplicate would arrive now
 	got := map[string][]delivery{}
 	seen := map[string]bool{}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
 )
@@ -57,16 +58,11 @@ func TestAdminTuneShowsAndResets(t *testing.T) {
 		}
 	}
 	// GET shows the override (the watcher sees it within a second).
-	deadline := time.Now().Add(2 * time.Second)
-	for {
+	if !waittest.Within(2*time.Second, func() bool {
 		q = e.admin("GET", "/v1/admin/queues/orders", "")
-		if q.body["capacity"] == float64(5) && q.body["paused"] == true {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("override not shown: %s", q.raw)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return q.body["capacity"] == float64(5) && q.body["paused"] == true
+	}) {
+		t.Fatalf("override not shown: %s", q.raw)
 	}
 
 	bad := e.admin("PATCH", "/v1/admin/queues/orders", `{"outflow":{"unit":"fortnight","requests_per_unit":1}}`)
@@ -194,19 +190,16 @@ func TestAdminConsoleAPI(t *testing.T) {
 		t.Fatalf("ETag of an untuned queue: %q", q.header.Get("ETag"))
 	}
 	// Refusals reach Redis within a second and count for the minute after their bucket.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var rate float64
+	if !waittest.Within(15*time.Second, func() bool {
 		q = e.admin("GET", "/v1/admin/queues/orders", "")
-		if rate, _ := q.body["refused_per_second"].(float64); rate > 0 {
-			if rate != 1.0/60 {
-				t.Fatalf("refused_per_second %v, want one refusal over a minute", rate)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the refusal never showed: %s", q.raw)
-		}
-		time.Sleep(200 * time.Millisecond)
+		rate, _ = q.body["refused_per_second"].(float64)
+		return rate > 0
+	}) {
+		t.Fatalf("the refusal never showed: %s", q.raw)
+	}
+	if rate != 1.0/60 {
+		t.Fatalf("refused_per_second %v, want one refusal over a minute", rate)
 	}
 	if r := e.admin("GET", "/v1/admin/queues/parking", ""); r.body["oldest_age_seconds"] != nil {
 		t.Fatalf("an empty queue has an oldest age: %s", r.raw)

@@ -111,7 +111,7 @@ func loadAt(t *testing.T, url string, rate float64, d time.Duration, bodies [][]
 		wg.Go(func() {
 			for at := range due {
 				if wait := time.Until(at); wait > 0 {
-					time.Sleep(wait)
+					time.Sleep(wait) // the load's schedule: requests at a fixed rate
 				}
 				n := idx.Add(1) - 1
 				if !send(client, url, bodies[n%int64(len(bodies))], idem, run, n) {

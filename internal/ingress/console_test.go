@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/sinktest"
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
 )
@@ -288,7 +289,7 @@ descriptors:
 	b.wait("paused", `document.getElementById("q-state").textContent === "Paused"`)
 	time.Sleep(1500 * time.Millisecond) // overrides reach drainers within 1 s; one delivery may be under way
 	before := len(sink.Accepted())
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // the scenario: a paused queue delivers nothing for 1.5 s
 	if after := len(sink.Accepted()); after != before {
 		t.Fatalf("paused, yet %d deliveries in 1.5 s", after-before)
 	}
@@ -342,13 +343,9 @@ descriptors:
 	b.noOverflow("the dead letters page at 1280 px")
 	b.do("replay", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-id="%s"] button`, deadID))))
 	b.wait("replayed", `document.getElementById("status").textContent.includes("is queued again")`)
-	deadline := time.Now().Add(20 * time.Second)
-	for !slices.ContainsFunc(sink.Accepted(), func(d sinktest.Delivery) bool { return d.ID == deadID }) {
-		if time.Now().After(deadline) {
-			t.Fatal("the replayed dead letter was never delivered")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waittest.Eventually(t, 20*time.Second, "the replayed dead letter delivered", func() bool {
+		return slices.ContainsFunc(sink.Accepted(), func(d sinktest.Delivery) bool { return d.ID == deadID })
+	})
 
 	// Purge only after typing the queue's name.
 	b.do("back to the queue", chromedp.Navigate(e.base+"/ui/#/queue/orders"))

@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 // The envoy parity suite, decision half: the request sequences of envoyproxy/ratelimit's
@@ -365,20 +367,16 @@ func TestEnvoyParityReload(t *testing.T) {
 	waitFor := func(limit string) {
 		t.Helper()
 		for i, e := range p.envs {
-			deadline := time.Now().Add(10 * time.Second)
-			for {
+			got := "-"
+			if !waittest.Within(10*time.Second, func() bool {
 				r := e.call(t, "later", 0, pd("ip", "probe").descriptor())
-				got := "-"
+				got = "-"
 				if cl := r.Statuses[0].CurrentLimit; cl != nil {
 					got = fmt.Sprintf("%d/%s", cl.RequestsPerUnit, cl.Unit)
 				}
-				if got == limit {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%s: the rules of domain later were not (un)loaded: %s", transports[i], got)
-				}
-				time.Sleep(20 * time.Millisecond)
+				return got == limit
+			}) {
+				t.Fatalf("%s: the rules of domain later were not (un)loaded: %s", transports[i], got)
 			}
 		}
 	}

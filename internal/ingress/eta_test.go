@@ -34,7 +34,7 @@ func TestETAWhileTheHeadIsBeingDelivered(t *testing.T) {
 		got[req.Header.Get("Sluice-Message-Id")] = time.Now()
 		mu.Unlock()
 		entered <- struct{}{}
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // the scenario: a sink that takes 300 ms
 	}))
 	t.Cleanup(sink.Close)
 	dir := t.TempDir()

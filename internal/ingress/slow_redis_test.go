@@ -73,7 +73,7 @@ func startSlowProxy(t *testing.T, network, addr string, delay time.Duration) *sl
 				go func() {
 					defer close(done)
 					for k := range ch {
-						time.Sleep(time.Until(k.at.Add(p.delay)))
+						time.Sleep(time.Until(k.at.Add(p.delay))) // the scenario: every byte p.delay late
 						if _, err := c.Write(k.data); err != nil {
 							return
 						}

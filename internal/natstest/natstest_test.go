@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 func TestSingleServerJetStream(t *testing.T) {
@@ -50,18 +51,13 @@ func TestClusterR3SurvivesNodeLoss(t *testing.T) {
 		}
 	}
 	// A new leader takes over and the acknowledged message is still there.
-	for {
-		if ctx.Err() != nil {
-			t.Fatal("no new leader")
-		}
+	until, _ := ctx.Deadline()
+	waittest.Eventually(t, time.Until(until), "a new leader accepting a publish", func() bool {
 		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		defer pcancel()
 		_, err := js.Publish(pctx, "r3.b", []byte("y"))
-		pcancel()
-		if err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil
+	})
 	info, err = s.Info(ctx)
 	if err != nil || info.State.Msgs != 2 {
 		t.Fatalf("after failover: %+v, %v", info.State, err)

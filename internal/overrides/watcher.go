@@ -174,11 +174,19 @@ func (w *Watcher) Stop() {
 
 func (w *Watcher) run(ctx context.Context) {
 	defer close(w.done)
+	w.rewatch(ctx, w.watch)
+}
+
+// rewatch calls watch until ctx ends: again at once when it returns without an error (a
+// deliberate re-watch), after a backoff when it fails. The backoff starts at cfg.Backoff,
+// doubles up to maxBackoff, and starts over once a watch completed a read of the bucket.
+// watch is a parameter so that a test can run this timing in virtual time.
+func (w *Watcher) rewatch(ctx context.Context, watch func(context.Context) (synced bool, err error)) {
 	backoff := w.cfg.Backoff
 	var lastLog time.Time
 	failures := 0
 	for ctx.Err() == nil {
-		synced, err := w.watch(ctx)
+		synced, err := watch(ctx)
 		if ctx.Err() != nil {
 			return
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/overrides"
+	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 // contract is docs/http-api.md's PATCH /v1/admin/queues/{name}: "reaches every drainer within a second".
@@ -33,18 +34,6 @@ func waitChanged(t testing.TB, ch <-chan struct{}, d time.Duration, what string)
 	case <-ch:
 	case <-timer.C:
 		t.Fatalf("%s: no change notification within %s", what, d)
-	}
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -168,7 +157,7 @@ func TestOverridesSurviveServerRestart(t *testing.T) {
 	if _, err := s.Apply(ctx, r, overrides.Patch{Outflow: rate(3, time.Second)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "watcher sees the first patch", func() bool {
+	waittest.Eventually(t, 5*time.Second, "watcher sees the first patch", func() bool {
 		_, ok := w.Get(r.Name)
 		return ok
 	})
@@ -179,7 +168,7 @@ func TestOverridesSurviveServerRestart(t *testing.T) {
 
 	// The stored override survived (retry while the client reconnects and JetStream recovers).
 	var got overrides.Override
-	eventually(t, 20*time.Second, "override readable after restart", func() bool {
+	waittest.Eventually(t, 20*time.Second, "override readable after restart", func() bool {
 		c, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		o, ok, err := s.Get(c, r.Name)
@@ -202,7 +191,7 @@ func TestOverridesSurviveServerRestart(t *testing.T) {
 	}
 
 	// The watcher that lived through the restart sees a change made after it.
-	eventually(t, 20*time.Second, "patch after restart reaches the old watcher", func() bool {
+	waittest.Eventually(t, 20*time.Second, "patch after restart reaches the old watcher", func() bool {
 		c, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		if _, err := s.Apply(c, r, overrides.Patch{Capacity: i64(11)}); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -154,21 +155,17 @@ descriptors:
 		}
 		resp.Body.Close()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var metrics []byte
+	if !waittest.Within(10*time.Second, func() bool {
 		resp, err := http.Get(base + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := io.ReadAll(resp.Body)
+		metrics, _ = io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if strings.Contains(string(b), `sluice_deliveries_total{outcome="delivered",rule="orders-per-merchant"} 1`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics lack the delivery:\n%s", b)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return strings.Contains(string(metrics), `sluice_deliveries_total{outcome="delivered",rule="orders-per-merchant"} 1`)
+	}) {
+		t.Fatalf("metrics lack the delivery:\n%s", metrics)
 	}
 	m.Close()
 	m.Close()

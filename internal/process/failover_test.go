@@ -97,7 +97,7 @@ func startWriters(t *testing.T, rdb redis.UniversalClient, key string, n int) *w
 				}
 				w.mu.Unlock()
 				if err != nil {
-					time.Sleep(20 * time.Millisecond)
+					time.Sleep(20 * time.Millisecond) // the scenario: a client retrying a failed write
 				}
 			}
 		}()
@@ -215,13 +215,13 @@ func TestSentinelFailover(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatalf("the sentinels did not promote the replica within 30 s")
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the resolution of the measured promotion time: not waittest's coarser polling
 	}
 	for !w.ackedAfter(promoted) {
 		if ctx.Err() != nil {
 			t.Fatalf("the client did not write again within 30 s of the kill (promotion after %v)", promoted.Sub(killed))
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the resolution of the measured time to write again
 	}
 	st := w.stats(t, killed, dead, promoted)
 	last := st.maxOld
@@ -290,13 +290,13 @@ func TestClusterFailover(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatalf("the cluster did not promote the replica within 30 s")
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the resolution of the measured promotion time: not waittest's coarser polling
 	}
 	for !w.ackedAfter(promoted) {
 		if ctx.Err() != nil {
 			t.Fatalf("the client did not write again within 30 s of the kill (promotion after %v)", promoted.Sub(killed))
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the resolution of the measured time to write again
 	}
 	st := w.stats(t, killed, dead, promoted)
 	t.Logf("failover: the cluster promoted %s %.2fs after its master's SIGKILL; the client wrote again %.2fs after the promotion (writes failed from %.3fs to %.2fs after the kill, %d failed attempts); %d of %d writes acknowledged by the old master lost to asynchronous replication",

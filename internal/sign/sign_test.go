@@ -1,6 +1,8 @@
 package sign_test
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/internal/sign"
+	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 func write(t *testing.T, path, content string) {
@@ -28,7 +31,8 @@ func TestSignerReload(t *testing.T) {
 	path := filepath.Join(dir, "k")
 	k1, k2 := "first-key-0123456789", "second-key-0123456789"
 	write(t, path, k1+"\n")
-	s, err := sign.NewSigner([]string{path}, nil)
+	var logs bytes.Buffer // written by Sign, in this goroutine
+	s, err := sign.NewSigner([]string{path}, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,18 +44,16 @@ func TestSignerReload(t *testing.T) {
 		t.Fatal("not signed with the key file's key (whitespace trimmed)")
 	}
 	write(t, path, "short")
-	time.Sleep(1100 * time.Millisecond)
-	if !signedWith(k1) {
-		t.Fatal("a broken key file replaced the key")
-	}
-	write(t, path, k2)
-	deadline := time.Now().Add(3 * time.Second)
-	for !signedWith(k2) {
-		if time.Now().After(deadline) {
-			t.Fatal("the new key was not used within 3s")
+	// The signer re-reads a changed file at most once a second, when it signs: sign until
+	// it has tried (and logged that the file does not load), with the old key every time.
+	waittest.Eventually(t, 3*time.Second, "the broken key file noticed", func() bool {
+		if !signedWith(k1) {
+			t.Fatal("a broken key file replaced the key")
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return strings.Contains(logs.String(), "does not load")
+	})
+	write(t, path, k2)
+	waittest.Eventually(t, 3*time.Second, "the new key used", func() bool { return signedWith(k2) })
 	for _, files := range [][]string{{filepath.Join(dir, "missing")}, {path, filepath.Join(dir, "missing")}} {
 		if _, err := sign.NewSigner(files, nil); err == nil || !strings.HasPrefix(err.Error(), "-sign-keys: ") {
 			t.Errorf("%v: %v, want an error naming -sign-keys", files, err)

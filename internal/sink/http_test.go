@@ -219,9 +219,9 @@ func TestHTTPTimeout(t *testing.T) {
 
 func TestHTTPCancelledIsRetry(t *testing.T) {
 	t.Parallel()
-	srv, _ := recordingServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	// Cancelled while the request is at the sink.
+	srv, _ := recordingServer(t, func(w http.ResponseWriter, r *http.Request) { cancel(); <-r.Context().Done() })
 	o := newHTTP(t).Deliver(ctx, testRule(srv.URL), testMessage())
 	if o.Verdict != drain.Retry || !strings.Contains(o.Err, "cancel") {
 		t.Fatalf("outcome = %+v, want retry (cancelled)", o)

@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/tlsx"
 	"github.com/sluice-io/sluice/internal/tlsx/tlstest"
+	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 // verifySluiceSignature is the README's Go verification snippet, as a sink would write it
@@ -168,13 +169,9 @@ func TestSignedDeliveries(t *testing.T) {
 	}
 	// The same signer picks up a rewritten key file.
 	writeKey(t, dir, "old.key", newKey)
-	deadline := time.Now().Add(5 * time.Second)
-	for h.Deliver(t.Context(), rule, m).Verdict != drain.Delivered {
-		if time.Now().After(deadline) {
-			t.Fatal("a rewritten key file was not used within 5s")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waittest.Eventually(t, 5*time.Second, "a rewritten key file used", func() bool {
+		return h.Deliver(t.Context(), rule, m).Verdict == drain.Delivered
+	})
 	if sinkSrv.accepted.Load() < 3 || sinkSrv.refused.Load() < 4 {
 		t.Fatalf("sink accepted %d, refused %d", sinkSrv.accepted.Load(), sinkSrv.refused.Load())
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-io/sluice/internal/retryrules"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
 )
@@ -191,19 +192,13 @@ func TestLocatorAnswersEveryStateFromWhereTheMessageIs(t *testing.T) {
 	}
 	// The same id with a delivered record (written asynchronously by the drainer).
 	w.rec.Record(w.ctx, goneID, status.Delivered, 3, "")
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		st, err := w.loc.Get(w.ctx, goneID)
-		if err == nil {
-			if st.State != status.Delivered || st.Attempts != 3 || st.Key != key || st.UpdatedAt.IsZero() {
-				t.Fatalf("delivered record: %+v", st)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("delivered record never read: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var st status.Status
+	waittest.Eventually(t, 5*time.Second, "the delivered record read", func() bool {
+		st, err = w.loc.Get(w.ctx, goneID)
+		return err == nil
+	})
+	if st.State != status.Delivered || st.Attempts != 3 || st.Key != key || st.UpdatedAt.IsZero() {
+		t.Fatalf("delivered record: %+v", st)
 	}
 	if w.rec.Dropped() != 0 {
 		t.Fatalf("%d records dropped", w.rec.Dropped())
