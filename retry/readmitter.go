@@ -146,26 +146,73 @@ func (c ReadmitterConfig) Validate() error {
 	return nil
 }
 
-// keyHolds remembers, per key, the last re-park of a round of firings (the schedules that
-// fired for one second) in one worker: the key's later messages of that round park after it.
-type keyHolds map[string]keyHold
+// keyHolds remembers, per key, what one worker re-parked under strict ordering: the last
+// re-park of a round of firings (the schedules that fired for one second), which the key's
+// later messages of that round park after; and every message of the key still parked, with
+// when it fires again, so a younger message never overtakes an older one of its key. (Each
+// message's own backoff doubles with its own park count: without this, a message parked once
+// came back before one parked twice.)
+type keyHolds map[string]*keyHold
 
 type keyHold struct {
 	fired   time.Time // the round: the second its schedules fired
 	at      time.Time // when the key's messages of that round go again
 	outcome AdmitOutcome
+	// parked: message id → when it fires again, for the key's messages this worker re-parked
+	// and has not seen fire since.
+	parked map[string]time.Time
 }
 
-// put records h, forgetting rounds over a minute old so the map stays small.
-func (k keyHolds) put(key string, h keyHold, now time.Time) {
+// get returns key's hold, creating it; it forgets holds over a minute old so the map stays
+// small.
+func (k keyHolds) get(key string, now time.Time) *keyHold {
+	if h, ok := k[key]; ok {
+		return h
+	}
 	if len(k) > 1024 {
 		for key, old := range k {
-			if now.Sub(old.fired) > time.Minute {
+			if now.Sub(old.fired) > time.Minute && old.latest().Before(now.Add(-time.Minute)) {
 				delete(k, key)
 			}
 		}
 	}
+	h := &keyHold{parked: map[string]time.Time{}}
 	k[key] = h
+	return h
+}
+
+// latest is the last time one of the key's parked messages fires again (zero: none).
+func (h *keyHold) latest() time.Time {
+	var t time.Time
+	for _, at := range h.parked {
+		t = maxTime(t, at)
+	}
+	return t
+}
+
+// olderParked reports the latest time an older message of the key (its id sorts before
+// id: ids begin with a time-ordered uuid v7) fires again, if one is still parked. Entries a
+// minute past their time are forgotten: that message was handled elsewhere.
+func (h *keyHold) olderParked(id string, now time.Time) (time.Time, bool) {
+	var at time.Time
+	found := false
+	for other, t := range h.parked {
+		if now.Sub(t) > time.Minute {
+			delete(h.parked, other)
+			continue
+		}
+		if other < id {
+			at, found = maxTime(at, t), true
+		}
+	}
+	return at, found
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // keyShard picks the worker of (rule, key): FNV-1a of both, modulo n.
@@ -371,6 +418,13 @@ func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleM
 		return ResultDead, nil
 	}
 	now := r.cfg.Now()
+	strict := !rule.Relaxed
+	hk := m.Rule + "\x00" + m.Key
+	var kh *keyHold
+	if strict {
+		kh = held.get(hk, now)
+		delete(kh.parked, m.ID) // it fired: whatever becomes of it, it no longer holds the key's later ones
+	}
 	if m.Expired(now) {
 		// Past its ttl, expires_at or queue.max_age while parked or scheduled: dead, not
 		// admitted (and not dropped silently).
@@ -397,12 +451,23 @@ func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleM
 	// Strict ordering: once a message of this key went back to park in this round of
 	// firings, the key's later ones follow it rather than overtake it through a place that
 	// freed up meanwhile.
-	strict := !rule.Relaxed
-	hk := m.Rule + "\x00" + m.Key
 	var res AdmitResult
-	if h, ok := held[hk]; strict && ok && h.fired.Equal(meta.RetryAt) {
-		res = AdmitResult{Outcome: h.outcome, RetryAt: h.at}
-	} else {
+	var after time.Time // under strict ordering: re-park no earlier than this
+	olderAt, older := time.Time{}, false
+	if strict {
+		olderAt, older = kh.olderParked(m.ID, now)
+	}
+	switch {
+	case strict && older:
+		// An older message of the key is still parked: this one goes after it.
+		res = AdmitResult{Outcome: kh.outcome, RetryAt: olderAt}
+		if res.Outcome == Admitted {
+			res.Outcome = Full
+		}
+		after = olderAt
+	case strict && kh.fired.Equal(meta.RetryAt) && !kh.at.IsZero():
+		res = AdmitResult{Outcome: kh.outcome, RetryAt: kh.at}
+	default:
 		var err error
 		if res, err = r.cfg.Admit(ctx, rule, m, AdmitMsgID(m)); err != nil {
 			return "", fmt.Errorf("retry: admit: %w", err)
@@ -419,10 +484,11 @@ func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleM
 	parks := meta.Parks + 1
 	at := r.cfg.reparkAt(now, parks, strict, res.RetryAt)
 	if strict {
-		if h, ok := held[hk]; ok && h.fired.Equal(meta.RetryAt) && h.at.After(at) {
-			at = h.at
+		if kh.fired.Equal(meta.RetryAt) && kh.at.After(at) {
+			at = kh.at
 		}
-		held.put(hk, keyHold{fired: meta.RetryAt, at: at, outcome: res.Outcome}, now)
+		at = maxTime(at, after)
+		kh.fired, kh.at, kh.outcome = meta.RetryAt, at, res.Outcome
 	}
 	if m.ParkedFrom.IsZero() {
 		m.ParkedFrom = now // a delivery retry whose queue is full starts its park here
@@ -433,6 +499,9 @@ func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleM
 	m.LastError = "re-admission: " + res.Outcome.String()
 	if _, err := r.cfg.Store.schedule(ctx, KindPark, rule.Name, m, at, parks); err != nil {
 		return "", err
+	}
+	if strict {
+		kh.parked[m.ID] = at
 	}
 	return ResultReparked, nil
 }
