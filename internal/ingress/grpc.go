@@ -117,6 +117,12 @@ func rlsDescriptors(req *rlsv3.RateLimitRequest) ([]checkDescriptor, *httpx.Prob
 			mult := uint64(1)
 			if o.GetUnitMultiplier() != nil {
 				mult = uint64(o.GetUnitMultiplier().GetValue())
+				if mult == 0 {
+					// Set but 0: envoy's proto rules refuse it (unit_multiplier > 0). Found
+					// by FuzzRLSDescriptors (seed 892843dcbe0c3002).
+					p := httpx.BadRequest(at+".limit.unit_multiplier", "must be 1 to 1048576")
+					return nil, &p
+				}
 			}
 			var p *httpx.Problem
 			if out[i].Override, p = overrideLimit(at+".limit", uint64(o.GetRequestsPerUnit()), o.GetUnit().String(), mult); p != nil {
