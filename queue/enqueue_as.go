@@ -80,12 +80,13 @@ const publishAttempt = 2 * time.Second
 // earlier attempt may have been stored, the stream's "duplicate" answer is this message's
 // own, not another's. A client without a connection fails at once: nothing to wait for.
 func (q *Queues) publish(ctx context.Context, msg *nats.Msg, stream string) (*jetstream.PubAck, error) {
-	budget, cancel := context.WithTimeout(ctx, q.cfg.PublishWait)
-	defer cancel()
+	// The budget is a time, not a context: an admission that is answered at once (nearly
+	// all) pays for one context, its attempt's.
+	budget := time.Now().Add(q.cfg.PublishWait)
 	mayBeStored := false
 	pause := 100 * time.Millisecond
 	for {
-		actx, acancel := context.WithTimeout(budget, publishAttempt)
+		actx, acancel := context.WithTimeout(ctx, min(publishAttempt, time.Until(budget)))
 		ack, err := q.js.PublishMsg(actx, msg, jetstream.WithExpectStream(stream), jetstream.WithRetryAttempts(0))
 		timedOut := errors.Is(actx.Err(), context.DeadlineExceeded)
 		acancel()
@@ -95,10 +96,10 @@ func (q *Queues) publish(ctx context.Context, msg *nats.Msg, stream string) (*je
 			}
 			return ack, nil
 		}
-		if budget.Err() != nil || !electing(err, timedOut) || !q.js.Conn().IsConnected() {
+		if ctx.Err() != nil || !time.Now().Before(budget) || !electing(err, timedOut) || !q.js.Conn().IsConnected() {
 			return nil, err
 		}
-		if q.storeFullRecently() {
+		if q.StoreFull() {
 			// A clustered stream whose server found its store full answers that once and
 			// steps down; its replicas, as full, elect no new leader. No election to wait for:
 			// the store is full.
@@ -106,9 +107,9 @@ func (q *Queues) publish(ctx context.Context, msg *nats.Msg, stream string) (*je
 				time.Since(time.Unix(0, q.storeFullAt.Load())).Round(time.Millisecond))
 		}
 		mayBeStored = mayBeStored || timedOut
-		t := time.NewTimer(pause)
+		t := time.NewTimer(min(pause, time.Until(budget)))
 		select {
-		case <-budget.Done():
+		case <-ctx.Done():
 			t.Stop()
 			return nil, err
 		case <-t.C:
@@ -140,7 +141,9 @@ func electing(err error, timedOut bool) bool {
 // unanswered publish is taken for the same condition rather than an election.
 const storeFullFor = 10 * time.Second
 
-func (q *Queues) storeFullRecently() bool {
+// StoreFull reports whether the store refused a message for lack of room (its max_store)
+// within the last storeFullFor: the ingress's readiness body and sluice_queue_store_full.
+func (q *Queues) StoreFull() bool {
 	at := q.storeFullAt.Load()
 	return at != 0 && time.Since(time.Unix(0, at)) < storeFullFor
 }
