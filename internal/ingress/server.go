@@ -34,8 +34,6 @@ type Server struct {
 	bufs    sync.Pool
 	refused refusals
 	envoy   *envoyState // envoy parity options (envoy.go)
-	// storeFull: when the queue store last refused a message for lack of room (storefull.go).
-	storeFull storeFull
 }
 
 // refusals counts this process's 429s per rule between two flushes to Redis (see
@@ -465,7 +463,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.Header().Set("Content-Type", "text/plain")
-	if s.storeFull.active(s.cfg.Now()) {
+	if s.storeFull() {
 		// Still ready (see storeFull): the body says why submits get 503 #store-full.
 		io.WriteString(w, "ready; the queue store is full (submits answer 503 #store-full)\n")
 		return
