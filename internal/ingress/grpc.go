@@ -47,7 +47,8 @@ type rlsService struct {
 // ShouldRateLimit decides every descriptor of req. Bad input is InvalidArgument naming the
 // field; an unknown domain or descriptor is OK with no limit (as envoyproxy/ratelimit); a
 // limiter store that cannot decide is Unavailable (Envoy then applies its
-// failure_mode_deny).
+// failure_mode_deny), DeadlineExceeded (or Canceled) when the call's own deadline passed
+// meanwhile.
 func (g *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	descs, p := rlsDescriptors(req)
 	if p != nil {
@@ -58,6 +59,10 @@ func (g *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 	case errors.Is(err, errLimitsInvalid):
 		g.s.cfg.Logger.Error("ingress: a rule's limits were refused by the limiter", "err", err)
 		return nil, status.Error(codes.Internal, "the rule's limits could not be evaluated")
+	case err != nil && ctx.Err() != nil:
+		// The caller's deadline passed (or it gave up) while the store was asked: say so,
+		// not that the store is down — the caller may still read it, racing its own timer.
+		return nil, status.FromContextError(ctx.Err()).Err()
 	case err != nil:
 		return nil, status.Error(codes.Unavailable, "the limiter store is unreachable")
 	}

@@ -8,10 +8,23 @@ import (
 	"time"
 )
 
+// Stats is what one run measured.
+type Stats struct {
+	Calls    int           // calls done
+	Rate     float64       // calls per second
+	P50, P99 time.Duration // latency percentiles
+}
+
 // Run calls call(w, i) from conc goroutines (w is the goroutine, i its call count) until
 // ops calls are done in all (ops > 0) or until the deadline (ops == 0). It returns calls
 // per second, the p99 latency and the first error (a goroutine stops at its first error).
 func Run(conc, ops int, until time.Time, call func(w, i int) error) (rate float64, p99 time.Duration, err error) {
+	st, err := Measure(conc, ops, until, call)
+	return st.Rate, st.P99, err
+}
+
+// Measure is Run returning every statistic.
+func Measure(conc, ops int, until time.Time, call func(w, i int) error) (Stats, error) {
 	lat := make([][]time.Duration, conc)
 	errs := make([]error, conc)
 	var wg sync.WaitGroup
@@ -41,13 +54,18 @@ func Run(conc, ops int, until time.Time, call func(w, i int) error) (rate float6
 	var all []time.Duration
 	for w := range lat {
 		if errs[w] != nil {
-			return 0, 0, errs[w]
+			return Stats{}, errs[w]
 		}
 		all = append(all, lat[w]...)
 	}
-	if len(all) == 0 {
-		return 0, 0, nil
+	return Summarize(all, elapsed), nil
+}
+
+// Summarize computes Stats from latencies measured over elapsed (lat is sorted in place).
+func Summarize(lat []time.Duration, elapsed time.Duration) Stats {
+	if len(lat) == 0 {
+		return Stats{}
 	}
-	slices.Sort(all)
-	return float64(len(all)) / elapsed.Seconds(), all[len(all)*99/100], nil
+	slices.Sort(lat)
+	return Stats{Calls: len(lat), Rate: float64(len(lat)) / elapsed.Seconds(), P50: lat[len(lat)/2], P99: lat[len(lat)*99/100]}
 }
