@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-io/sluice/internal/loadtest"
 	"github.com/sluice-io/sluice/internal/natstest"
@@ -209,8 +211,70 @@ func TestEnvoyRatelimitReport(t *testing.T) {
 		firstErr                        atomic.Value
 	}
 
-	// one round of the gRPC load loop against addr.
+	coldMsgs, hotMsgs := make([][]byte, keys), make([][]byte, hotKeys)
+	for i, r := range coldReqs {
+		coldMsgs[i], _ = proto.Marshal(r)
+	}
+	for i, r := range hotReqs {
+		hotMsgs[i], _ = proto.Marshal(r)
+	}
+	// one round of the gRPC load loop against addr: loadtest.RunGRPC (an event loop per
+	// connection, a few µs of CPU per call), or with SLUICE_BENCH_CLIENT=grpc-go grpc-go's
+	// client from a goroutine per call (tens of µs per call; the runs before 2026-11-26).
 	load := func(addr string, conc int, wl workload, c *counts) (loadtest.Stats, error) {
+		hotCall := func(k int) bool { return wl.hot && k%10 != 0 }
+		// answer counts what a call came to; an error stops the round
+		answer := func(k int, err error, code rlsv3.RateLimitResponse_Code) error {
+			if wl.slow {
+				switch {
+				case err == nil:
+					c.answered.Add(1)
+				case status.Code(err) == codes.DeadlineExceeded:
+					c.missed.Add(1)
+				default: // counted and shown, not fatal: what a slow Redis makes a server answer is the point
+					c.failed.Add(1)
+					c.firstErr.CompareAndSwap(nil, err.Error())
+				}
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if hotCall(k) {
+				if code == rlsv3.RateLimitResponse_OK {
+					c.hotOK.Add(1)
+				}
+			} else if code != rlsv3.RateLimitResponse_OK {
+				return fmt.Errorf("c-%d refused: %v", k%keys, code)
+			}
+			return nil
+		}
+		deadline := time.Duration(0)
+		if wl.slow {
+			deadline = slowDeadline
+		}
+		if os.Getenv("SLUICE_BENCH_CLIENT") != "grpc-go" {
+			return loadtest.RunGRPC(loadtest.GRPCLoad{Addr: addr, Method: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+				Conc: conc, PerConn: 16, Deadline: deadline,
+				Request: func(w, i int) []byte {
+					if k := i*conc + w; hotCall(k) {
+						return hotMsgs[k%hotKeys]
+					} else {
+						return coldMsgs[k%keys]
+					}
+				},
+				Answer: func(w, i int, code int, msg string, resp []byte) error {
+					var err error
+					if code != loadtest.CodeOK {
+						err = status.Error(codes.Code(code), msg)
+					}
+					oc, perr := overallCode(resp)
+					if err == nil && perr != nil {
+						err = perr
+					}
+					return answer(i*conc+w, err, oc)
+				}}, time.Now().Add(dur))
+		}
 		conns := make([]rlsv3.RateLimitServiceClient, (conc+15)/16)
 		for i := range conns {
 			cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -224,36 +288,18 @@ func TestEnvoyRatelimitReport(t *testing.T) {
 		bg := context.Background()
 		return loadtest.Measure(conc, 0, time.Now().Add(dur), func(w, i int) error {
 			k := i*conc + w
-			if wl.hot && k%10 != 0 {
-				resp, err := conns[w/16].ShouldRateLimit(bg, hotReqs[k%hotKeys])
-				if err == nil && resp.OverallCode == rlsv3.RateLimitResponse_OK {
-					c.hotOK.Add(1)
-				}
-				return err
+			req := coldReqs[k%keys]
+			if hotCall(k) {
+				req = hotReqs[k%hotKeys]
 			}
 			ctx := bg
-			if wl.slow {
+			if deadline > 0 {
 				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(bg, slowDeadline)
+				ctx, cancel = context.WithTimeout(bg, deadline)
 				defer cancel()
 			}
-			resp, err := conns[w/16].ShouldRateLimit(ctx, coldReqs[k%keys])
-			if wl.slow {
-				switch {
-				case err == nil:
-					c.answered.Add(1)
-				case status.Code(err) == codes.DeadlineExceeded:
-					c.missed.Add(1)
-				default: // counted and shown, not fatal: what a slow Redis makes a server answer is the point
-					c.failed.Add(1)
-					c.firstErr.CompareAndSwap(nil, err.Error())
-				}
-				err = nil
-			}
-			if err == nil && resp != nil && resp.OverallCode != rlsv3.RateLimitResponse_OK {
-				err = fmt.Errorf("c-%d refused: %v", k%keys, resp)
-			}
-			return err
+			resp, err := conns[w/16].ShouldRateLimit(ctx, req)
+			return answer(k, err, resp.GetOverallCode())
 		})
 	}
 
@@ -400,6 +446,33 @@ func profileConc() int {
 	n := 16
 	fmt.Sscan(c, &n)
 	return n
+}
+
+// overallCode reads the overall_code of an encoded RateLimitResponse (field 1) without
+// decoding the rest.
+func overallCode(b []byte) (rlsv3.RateLimitResponse_Code, error) {
+	code := rlsv3.RateLimitResponse_UNKNOWN
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return code, protowire.ParseError(n)
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.VarintType {
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return code, protowire.ParseError(m)
+			}
+			code, b = rlsv3.RateLimitResponse_Code(v), b[m:]
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return code, protowire.ParseError(m)
+		}
+		b = b[m:]
+	}
+	return code, nil
 }
 
 func field[T any](xs []T, f func(T) float64) []float64 {
