@@ -75,7 +75,7 @@ func TestRunGRPCDeadline(t *testing.T) {
 	addr := healthServer(t)
 	slow, _ := proto.Marshal(&healthpb.HealthCheckRequest{Service: "slow"})
 	quick, _ := proto.Marshal(&healthpb.HealthCheckRequest{})
-	var ok, missed atomic.Int64
+	var ok, missed, quickMissed atomic.Int64
 	st, err := loadtest.RunGRPC(loadtest.GRPCLoad{Addr: addr, Method: "/grpc.health.v1.Health/Check", Conc: 8, Deadline: 20 * time.Millisecond,
 		Request: func(w, i int) []byte {
 			if w%2 == 0 {
@@ -89,6 +89,8 @@ func TestRunGRPCDeadline(t *testing.T) {
 				ok.Add(1)
 			case code == loadtest.CodeDeadlineExceeded && w%2 == 0:
 				missed.Add(1)
+			case code == loadtest.CodeDeadlineExceeded:
+				quickMissed.Add(1) // a stall of the shared machine
 			default:
 				t.Errorf("slot %d call %d: code %d %q", w, i, code, msg)
 			}
@@ -97,8 +99,8 @@ func TestRunGRPCDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if missed.Load() < 4*10 || ok.Load() < 100 {
+	if missed.Load() < 4*10 || ok.Load() < 100 || quickMissed.Load() > ok.Load()/50 {
 		t.Fatalf("%+v: %d OK, %d missed", st, ok.Load(), missed.Load())
 	}
-	t.Logf("%+v: %d OK, %d missed", st, ok.Load(), missed.Load())
+	t.Logf("%+v: %d OK, %d missed, %d quick ones missed", st, ok.Load(), missed.Load(), quickMissed.Load())
 }
