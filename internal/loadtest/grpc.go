@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -110,7 +111,8 @@ type conn struct {
 	l       *GRPCLoad
 	nc      net.Conn
 	wbuf    []byte
-	header  []byte // the constant header block of a call
+	header  []byte // the header block of the next call (see headerBlocks)
+	later   []byte // the header block of every call after the first
 	next    uint32 // next stream id
 	streams map[uint32]*slot
 	slots   []slot
@@ -130,7 +132,7 @@ func runConn(l *GRPCLoad, first, n int, until time.Time) ([]time.Duration, error
 	defer nc.Close()
 	c := &conn{l: l, nc: nc, next: 1, streams: make(map[uint32]*slot, n), slots: make([]slot, n),
 		until: until, sendWin: 65535, lat: make([]time.Duration, 0, 1<<16)}
-	c.header = headerBlock(l.Addr, l.Method, l.Deadline)
+	c.header, c.later = headerBlocks(l.Addr, l.Method, l.Deadline)
 
 	c.wbuf = append(c.wbuf, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"...)
 	c.wbuf = appendFrameHeader(c.wbuf, 12, frameSettings, 0, 0)
@@ -320,6 +322,7 @@ func (c *conn) send(s *slot) bool {
 	c.sendWin -= int64(5 + len(req))
 	c.wbuf = appendFrameHeader(c.wbuf, len(c.header), frameHeaders, flagEndHeaders, s.stream)
 	c.wbuf = append(c.wbuf, c.header...)
+	c.header = c.later
 	c.wbuf = appendFrameHeader(c.wbuf, 5+len(req), frameData, flagEndStream, s.stream)
 	c.wbuf = append(c.wbuf, 0)
 	c.wbuf = binary.BigEndian.AppendUint32(c.wbuf, uint32(len(req)))
@@ -379,20 +382,28 @@ func appendFrameHeader(b []byte, length int, typ, flags byte, stream uint32) []b
 		byte(stream>>24), byte(stream>>16), byte(stream>>8), byte(stream))
 }
 
-// headerBlock encodes a call's request headers once. Every field is a literal never
-// indexed, so the block leaves the server's HPACK table alone and can be sent again as is.
-func headerBlock(authority, method string, deadline time.Duration) []byte {
+// headerBlocks encodes a call's request headers once, as an HTTP/2 client does the first
+// time (literals the server adds to its HPACK table), and again as it does every later
+// time (references to those entries only). The second block adds nothing to the table,
+// so it can be sent again as is for every later call; Envoy's client sends the same
+// headers (its timeout as grpc-timeout) on every call too.
+func headerBlocks(authority, method string, deadline time.Duration) (first, later []byte) {
 	var b headerBuf
 	e := hpack.NewEncoder(&b)
-	fields := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", method}, {":authority", authority},
-		{"content-type", "application/grpc"}, {"te", "trailers"}}
+	fields := []hpack.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"}, {Name: ":path", Value: method},
+		{Name: ":authority", Value: authority}, {Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"}}
 	if deadline > 0 {
-		fields = append(fields, [2]string{"grpc-timeout", strconv.FormatInt(deadline.Microseconds(), 10) + "u"})
+		fields = append(fields, hpack.HeaderField{Name: "grpc-timeout", Value: strconv.FormatInt(deadline.Microseconds(), 10) + "u"})
 	}
 	for _, f := range fields {
-		e.WriteField(hpack.HeaderField{Name: f[0], Value: f[1], Sensitive: true})
+		e.WriteField(f)
 	}
-	return b
+	first = slices.Clone(b)
+	b = b[:0]
+	for _, f := range fields {
+		e.WriteField(f)
+	}
+	return first, slices.Clone(b)
 }
 
 type headerBuf []byte
