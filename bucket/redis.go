@@ -35,8 +35,11 @@ type RedisConfig struct {
 	// own. Batching needs a client with Pipeline (Client, ClusterClient, Ring).
 	Batch int
 	// Pipelines is the most batches in flight at once (besides one decision sent on
-	// its own). More help when Redis and the client have cores to spare; on two cores
-	// one or two did best. Default 2.
+	// its own). More help when Redis and the client have cores to spare. Default 1: a
+	// single pipeline gathers what was queued while its last batch was out, so batches
+	// are larger — on two cores with 16 concurrent callers, 2 pipelines cost 9.5 µs of
+	// client and 11 µs of Redis CPU per decision, 1 (with its yield, batch.go) 7 and
+	// 9.6 µs, at 64 callers the two were alike.
 	Pipelines int
 }
 
@@ -52,7 +55,7 @@ func (c RedisConfig) WithDefaults() RedisConfig {
 		c.Batch = 64
 	}
 	if c.Pipelines <= 0 {
-		c.Pipelines = 2
+		c.Pipelines = 1
 	}
 	return c
 }
