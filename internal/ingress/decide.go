@@ -138,34 +138,41 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 				s.metrics.checks.WithLabelValues(cr.Rule.Name, codeOK, transport).Inc()
 			}
 			continue
-		default:
-			key = admit.LimitKey(rule.Name, cr.Key)
 		}
 		res, blocked := blockedResult(rule, descs[i].Hits, now)
 		var err error
 		cached := false
-		if !blocked {
+		if !blocked && env.cache != nil && !rule.ShadowMode {
 			var hit overLimitEntry
-			if env.cache != nil && !rule.ShadowMode {
+			if key != "" {
 				hit, cached = env.cache.get(key, now)
-				cached = cached && hit.limit < len(rule.RateLimits) && rule.RateLimits[hit.limit].Rate.Interval == hit.ivl
+			} else {
+				// looked up without building the key's string: a cached answer allocates
+				// nothing here
+				var buf [128]byte
+				hit, cached = cacheGet(env.cache, appendLimitKey(buf[:0], rule.Name, cr.Key), now)
 			}
+			cached = cached && hit.limit < len(rule.RateLimits) && rule.RateLimits[hit.limit].Rate.Interval == hit.ivl
 			if cached {
 				// envoy's local cache: over until the window ends, the store not asked
 				res = bucket.Result{Index: hit.limit, N: min(len(rule.RateLimits), bucket.MaxLimits)}
 				res.Decisions[hit.limit] = bucket.Decision{Limit: rule.RateLimits[hit.limit].Rate.Requests,
 					ResetAfter: hit.until.Sub(now), RetryAfter: hit.until.Sub(now), Window: hit.ivl}
-			} else {
-				lims := admit.Limits(rule)
-				if countsOver(rule) {
-					for j := range lims {
-						if lims[j].Algorithm == bucket.FixedWindow || lims[j].Algorithm == "" {
-							lims[j].CountOver = true
-						}
+			}
+		}
+		if key == "" && !cached {
+			key = admit.LimitKey(rule.Name, cr.Key)
+		}
+		if !blocked && !cached {
+			lims := admit.Limits(rule)
+			if countsOver(rule) {
+				for j := range lims {
+					if lims[j].Algorithm == bucket.FixedWindow || lims[j].Algorithm == "" {
+						lims[j].CountOver = true
 					}
 				}
-				res, err = s.cfg.Limits.Allow(ctx, key, lims, descs[i].Hits, now)
 			}
+			res, err = s.cfg.Limits.Allow(ctx, key, lims, descs[i].Hits, now)
 		}
 		if err != nil {
 			if errors.Is(err, bucket.ErrInvalid) {
@@ -251,6 +258,12 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 		v.DynamicMetadata = dynamicMetadata(domain, reqHits, descs, &v)
 	}
 	return v, nil
+}
+
+// appendLimitKey appends admit.LimitKey(rule, key) to b (TestAppendLimitKey keeps the two
+// alike).
+func appendLimitKey(b []byte, rule, key string) []byte {
+	return append(append(append(b, rule...), ':'), key...)
 }
 
 // windowEnd is the end of the fixed window of l that holds now: aligned to the epoch, or

@@ -148,14 +148,19 @@ func newOverLimitCache(max int64) *overLimitCache {
 
 // get returns the entry of key when it is still over at now.
 func (c *overLimitCache) get(key string, now time.Time) (overLimitEntry, bool) {
+	return cacheGet(c, key, now)
+}
+
+// cacheGet is get for a key held as a string or as bytes (looked up without a copy).
+func cacheGet[K string | []byte](c *overLimitCache, key K, now time.Time) (overLimitEntry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.m[key]
+	e, ok := c.m[string(key)]
 	if !ok {
 		return e, false
 	}
 	if !now.Before(e.until) {
-		delete(c.m, key)
+		delete(c.m, string(key))
 		c.size -= int64(len(key)) + overLimitEntryBytes
 		return e, false
 	}

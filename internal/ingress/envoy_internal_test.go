@@ -1,12 +1,18 @@
 package ingress
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluice-io/sluice/bucket"
+	"github.com/sluice-io/sluice/internal/admit"
 	"github.com/sluice-io/sluice/internal/rules"
 )
 
@@ -82,6 +88,66 @@ func TestDetailedValueCut(t *testing.T) {
 	for v := range e.values["r"] {
 		if len(v) > maxDetailedValueBytes+len("…") || !utf8.ValidString(v) || !strings.HasSuffix(v, "…") || !strings.HasPrefix(v, "k_é") {
 			t.Fatalf("label value %q (%d bytes)", v, len(v))
+		}
+	}
+}
+
+// BenchmarkShouldRateLimit decides one descriptor in process (no gRPC transport): a key
+// answered from the local over-limit cache, and one under its limit counted in a memory
+// store. The cached answer is what 90 % of the calls of TestEnvoyRatelimitReport's hot
+// workload cost sluice beyond grpc-go.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	set, err := rules.Parse("bench.yaml", []byte(envoyBenchRulesInternal))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := NewServer(ServerConfig{Rules: func() *rules.Set { return set }, Limits: bucket.NewMemory(bucket.MemoryConfig{}),
+		Envoy: EnvoyConfig{LocalCacheBytes: 4 << 20}})
+	g := &rlsService{s: s}
+	ctx := context.Background()
+	hot := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "hot", Value: "h-1"}}}}}
+	cold := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "client", Value: "c-1"}}}}}
+	for range 2 { // over the hour's limit of 1, then cached
+		if _, err := g.ShouldRateLimit(ctx, hot); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		req  *rlsv3.RateLimitRequest
+		want rlsv3.RateLimitResponse_Code
+	}{{"over-limit-cached", hot, rlsv3.RateLimitResponse_OVER_LIMIT}, {"under-limit-memory", cold, rlsv3.RateLimitResponse_OK}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := g.ShouldRateLimit(ctx, c.req)
+				if err != nil || resp.OverallCode != c.want {
+					b.Fatal(resp, err)
+				}
+			}
+		})
+	}
+}
+
+const envoyBenchRulesInternal = `domain: bench
+descriptors:
+  - key: client
+    rate_limit:
+      unit: second
+      requests_per_unit: 1000000
+  - key: hot
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1
+`
+
+// The over-limit cache is looked up with appendLimitKey and filled with admit.LimitKey:
+// the two must spell a key alike, or every cached key would miss.
+func TestAppendLimitKey(t *testing.T) {
+	t.Parallel()
+	for _, c := range [][2]string{{"api", "user=42"}, {"r", ""}, {"long-rule_name", strings.Repeat("v", 300)}} {
+		if got, want := string(appendLimitKey(nil, c[0], c[1])), admit.LimitKey(c[0], c[1]); got != want {
+			t.Fatalf("appendLimitKey(%q, %q) = %q, admit.LimitKey = %q", c[0], c[1], got, want)
 		}
 	}
 }

@@ -97,12 +97,12 @@ func rlsDescriptors(req *rlsv3.RateLimitRequest) ([]checkDescriptor, *httpx.Prob
 	out := make([]checkDescriptor, len(ds))
 	es := make([]entry, 0, 4)
 	for i, d := range ds {
-		at := "descriptors[" + strconv.Itoa(i) + "]"
+		at, atEntries := descriptorFields[i].at, descriptorFields[i].entries
 		es = es[:0]
 		for _, e := range d.GetEntries() {
 			es = append(es, entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
-		if p := validateEntries(at+".entries", es); p != nil {
+		if p := validateEntries(atEntries, es); p != nil {
 			return nil, p
 		}
 		out[i] = checkDescriptor{Entries: toRuleEntries(es), Hits: hits}
@@ -138,29 +138,71 @@ func rlsDescriptors(req *rlsv3.RateLimitRequest) ([]checkDescriptor, *httpx.Prob
 	return out, nil
 }
 
+// descriptorFields names the fields of descriptor i in validation problems, built once
+// rather than on every request.
+var descriptorFields = func() (f [MaxCheckDescriptors]struct{ at, entries string }) {
+	for i := range f {
+		f[i].at = "descriptors[" + strconv.Itoa(i) + "]"
+		f[i].entries = f[i].at + ".entries"
+	}
+	return f
+}()
+
+// oneStatus is the answer to a request of one descriptor (the usual case) in a single
+// allocation: the response, its status and the status's limit and reset time.
+type oneStatus struct {
+	resp  rlsv3.RateLimitResponse
+	ptr   [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	ds    rlsv3.RateLimitResponse_DescriptorStatus
+	limit rlsv3.RateLimitResponse_RateLimit
+	reset durationpb.Duration
+}
+
 // rlsResponse encodes a verdict as envoy's RateLimitResponse.
 func rlsResponse(v checkVerdict) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(v.Statuses))}
+	var resp *rlsv3.RateLimitResponse
+	var one *oneStatus
+	if len(v.Statuses) == 1 {
+		one = &oneStatus{}
+		resp = &one.resp
+		resp.Statuses = one.ptr[:]
+	} else {
+		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(v.Statuses))}
+	}
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
 	if v.Over {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	for i, st := range v.Statuses {
-		ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: clampUint32(st.Remaining)}
+		var ds *rlsv3.RateLimitResponse_DescriptorStatus
+		if one != nil {
+			ds = &one.ds
+		} else {
+			ds = &rlsv3.RateLimitResponse_DescriptorStatus{}
+		}
+		ds.Code, ds.LimitRemaining = rlsv3.RateLimitResponse_OK, clampUint32(st.Remaining)
 		if st.Over {
 			ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		if st.Limit != nil {
-			unit, mult := unitOf(st.Limit.Rate.Interval)
-			cl := &rlsv3.RateLimitResponse_RateLimit{
-				Name:            st.Limit.Name,
-				RequestsPerUnit: clampUint32(st.Limit.Rate.Requests),
-				Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[unit]),
+			var cl *rlsv3.RateLimitResponse_RateLimit
+			var reset *durationpb.Duration
+			if one != nil {
+				cl, reset = &one.limit, &one.reset
+			} else {
+				cl, reset = &rlsv3.RateLimitResponse_RateLimit{}, &durationpb.Duration{}
 			}
+			unit, mult := unitOf(st.Limit.Rate.Interval)
+			cl.Name = st.Limit.Name
+			cl.RequestsPerUnit = clampUint32(st.Limit.Rate.Requests)
+			cl.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[unit])
 			if mult != 1 {
 				cl.UnitMultiplier = wrapperspb.UInt32(mult)
 			}
 			ds.CurrentLimit = cl
-			ds.DurationUntilReset = durationpb.New(st.ResetAfter)
+			// as durationpb.New
+			reset.Seconds, reset.Nanos = int64(st.ResetAfter/time.Second), int32(st.ResetAfter%time.Second)
+			ds.DurationUntilReset = reset
 		}
 		resp.Statuses[i] = ds
 	}
