@@ -245,9 +245,8 @@ type GRPCConfig struct {
 	// of a worker over one HTTP/2 connection).
 	MaxConcurrentStreams uint32
 	// StreamWorkers is the number of goroutines kept to serve calls (grpc-go's
-	// NumStreamWorkers); a call arriving while all are busy gets a goroutine of its own.
-	// Default 256: idle workers cost their stacks (a few KiB each), a fresh goroutine
-	// grows its stack on every call.
+	// NumStreamWorkers); a call arriving while all are busy gets a goroutine of its own,
+	// whose stack grows from scratch. Default 64 (see NewGRPCServer).
 	StreamWorkers int
 	Logger        *slog.Logger
 	// TLS serves over TLS with this configuration (tlsx.Server.Config); nil = plain text.
@@ -271,7 +270,7 @@ func (c GRPCConfig) withDefaults() GRPCConfig {
 		c.MaxConcurrentStreams = 1024
 	}
 	if c.StreamWorkers <= 0 {
-		c.StreamWorkers = 256
+		c.StreamWorkers = 64
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -306,8 +305,11 @@ func (s *Server) NewGRPCServer(c GRPCConfig) *GRPCServer {
 		// A fixed pool of goroutines serves the streams: a new goroutine per call grows its
 		// stack from scratch every time. grpc-go hands a stream to a worker only when one
 		// is waiting, else starts a goroutine, so the pool must cover a burst of calls read
-		// at once, not the cores: with 4 workers, 16 concurrent calls spent 11 % of the
-		// ingress's CPU growing fresh stacks, with 256 4 % (TestEnvoyRatelimitReport).
+		// at once, not the cores — but workers take calls in turn, and each GC shrinks the
+		// stacks of the idle ones, so every worker more is one more stack regrown per GC.
+		// Stack growth, share of the ingress's CPU at 16 concurrent calls
+		// (TestEnvoyRatelimitReport): 4 workers 11 % (hot keys), 256 workers 4–5 %, 32 or
+		// 64 workers 2–2.5 %.
 		grpc.NumStreamWorkers(uint32(c.StreamWorkers)),
 		grpc.SharedWriteBuffer(true),
 		// Fixed flow-control windows turn off the BDP estimator, whose pings cost a frame
