@@ -220,7 +220,7 @@ func TestEnvoyRatelimitReport(t *testing.T) {
 	}
 	// one round of the gRPC load loop against addr: loadtest.RunGRPC (an event loop per
 	// connection, a few µs of CPU per call), or with SLUICE_BENCH_CLIENT=grpc-go grpc-go's
-	// client from a goroutine per call (tens of µs per call; the runs before 2026-11-26).
+	// client from a goroutine per call (tens of µs per call; the README's runs before 2026-11-25 14:30).
 	load := func(addr string, conc int, wl workload, c *counts) (loadtest.Stats, error) {
 		hotCall := func(k int) bool { return wl.hot && k%10 != 0 }
 		// answer counts what a call came to; an error stops the round
