@@ -57,7 +57,7 @@ type Batcher struct {
 
 type claimCmd struct {
 	op  *op
-	cmd *redis.StatusCmd
+	cmd *queue.IdempotencyClaim
 }
 
 func (b *Batcher) ttl() time.Duration {

@@ -58,6 +58,15 @@ func (p *fileParser) sink(n *yaml.Node, field string, s *Sink) {
 	if v, has := m["sign_keys"]; has {
 		s.SignKeys = strings.Join(p.signKeys(v, joinField(field, "sign_keys"), hasSubject), ",")
 	}
+	if v, has := m["max_in_flight"]; has {
+		if a, ok := p.int64(v, joinField(field, "max_in_flight")); ok {
+			if a < 1 || a > 100000 {
+				p.errorf(v, joinField(field, "max_in_flight"), "must be between 1 and 100000 (got %d)", a)
+			} else {
+				s.MaxInFlight = int(a)
+			}
+		}
+	}
 }
 
 // signKeys parses sink.sign_keys: a non-empty list of key file paths (HTTP sinks only).
