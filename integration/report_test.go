@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -56,7 +58,10 @@ func TestE2EReport(t *testing.T) {
 		rounds = v
 	}
 	sink := startCountingSink(t, time.Millisecond)
-	c := startCluster(t, clusterOptions{rules: strings.ReplaceAll(reportRules, "COUNTING_SINK", sink.URL), drainerWorkers: 64})
+	// SLUICE_BENCH_DEBUG_ADDR serves the first ingress's pprof there; SLUICE_BENCH_PROFILE
+	// names a file for a CPU profile of it taken during sluice's first admission round.
+	debugAddr := os.Getenv("SLUICE_BENCH_DEBUG_ADDR")
+	c := startCluster(t, clusterOptions{rules: strings.ReplaceAll(reportRules, "COUNTING_SINK", sink.URL), drainerWorkers: 64, debugAddr: debugAddr})
 	// Drainers off while admission is measured: the drain is measured on its own below.
 	for _, d := range c.drainers {
 		if err := d.Term(15 * time.Second); err != nil {
@@ -125,7 +130,12 @@ func TestE2EReport(t *testing.T) {
 			return err == nil
 		}},
 	}
+	profiled := false
 	round := func(tg *target) {
+		if tg == targets[0] && !profiled && debugAddr != "" && os.Getenv("SLUICE_BENCH_PROFILE") != "" {
+			profiled = true
+			go profileCPU(t, "http://"+debugAddr+"/debug/pprof/profile?seconds=2", os.Getenv("SLUICE_BENCH_PROFILE"))
+		}
 		var ok atomic.Int64
 		lats := make([][]time.Duration, inflight)
 		ctx, cancel := context.WithTimeout(context.Background(), measure)
@@ -291,4 +301,18 @@ func machine() string {
 		f.Close()
 	}
 	return fmt.Sprintf("%d cores (%s), %s, %s %s/%s", runtime.NumCPU(), model, mem, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// profileCPU saves the CPU profile at url (a pprof endpoint) to file.
+func profileCPU(t *testing.T, url, file string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Logf("profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Logf("profile: %v", err)
+	}
 }
