@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -77,32 +78,21 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte
 		httpx.WriteProblem(w, httpx.BadRequest("Idempotency-Key", "a batch takes an idempotency_key per item, not the header"))
 		return
 	}
-	raw, p := splitBatch(body)
+	reqs, problems, p := s.decodeBatch(body)
 	if p != nil {
 		httpx.WriteProblem(w, *p)
 		return
 	}
-	if len(raw) == 0 {
-		httpx.WriteProblem(w, httpx.BadRequest("items", "the batch is empty"))
-		return
-	}
-	if max := s.cfg.MaxBatch; len(raw) > max {
-		p := httpx.TooLarge("a batch carries at most " + strconv.Itoa(max) + " messages; this one has " + strconv.Itoa(len(raw)))
-		p.Field = "items"
-		httpx.WriteProblem(w, p)
-		return
-	}
 	ctx := r.Context()
-	items := make([]outcome, len(raw))
-	reqs := make([]submitRequest, len(raw))
-	subs := make([]submission, len(raw))
-	adms := make([]admit.BatchAdmission, 0, len(raw))
-	admOf := make([]int, len(raw)) // items[i]'s index in adms
+	items := make([]outcome, len(reqs))
+	subs := make([]submission, len(reqs))
+	adms := make([]admit.BatchAdmission, 0, len(reqs))
+	admOf := make([]int, len(reqs)) // items[i]'s index in adms
 	var scheduled []int
 	traceParent, traceState := telemetry.FromHTTP(r.Header)
-	for i, b := range raw {
+	for i := range reqs {
 		req := &reqs[i]
-		if p := decodeJSONBytes(b, req); p != nil {
+		if p := problems[i]; p != nil {
 			items[i] = problemItem(*p, i)
 			continue
 		}
@@ -142,6 +132,63 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte
 	}
 	s.eachKey(reqs, repeats, func(i int) { items[i] = s.concludeItem(ctx, &subs[i], &adms[admOf[i]], i) })
 	writeBatch(w, items)
+}
+
+// decodeBatch decodes a batch body into its items: problems[i] is item i's own problem
+// (it does not decode), p the whole batch's (not a batch, empty, too many items).
+func (s *Server) decodeBatch(body []byte) (reqs []submitRequest, problems []*httpx.Problem, p *httpx.Problem) {
+	if reqs, ok := decodeArray(body, s.cfg.MaxBatch); ok && len(reqs) > 0 {
+		return reqs, make([]*httpx.Problem, len(reqs)), nil
+	}
+	raw, p := splitBatch(body)
+	if p != nil {
+		return nil, nil, p
+	}
+	if len(raw) == 0 {
+		p := httpx.BadRequest("items", "the batch is empty")
+		return nil, nil, &p
+	}
+	if max := s.cfg.MaxBatch; len(raw) > max {
+		p := httpx.TooLarge("a batch carries at most " + strconv.Itoa(max) + " messages; this one has " + strconv.Itoa(len(raw)))
+		p.Field = "items"
+		return nil, nil, &p
+	}
+	reqs = make([]submitRequest, len(raw))
+	problems = make([]*httpx.Problem, len(raw))
+	for i, b := range raw {
+		problems[i] = decodeJSONBytes(b, &reqs[i])
+	}
+	return reqs, problems, nil
+}
+
+// decodeArray decodes a JSON array of at most max submissions with one decoder, straight
+// into their requests: what splitBatch and decodeJSONBytes per item give for a body whose
+// every item decodes, without a copy of each item and a decoder per item. ok is false for
+// anything else (NDJSON, an item that does not decode, too many items): splitBatch then
+// cuts the body, so that each item's problem is its own.
+func decodeArray(body []byte, max int) (reqs []submitRequest, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+		return nil, false
+	}
+	reqs = make([]submitRequest, 0, min(max, 1+len(body)/64))
+	for dec.More() {
+		if len(reqs) == max {
+			return nil, false
+		}
+		reqs = append(reqs, submitRequest{})
+		if err := dec.Decode(&reqs[len(reqs)-1]); err != nil {
+			return nil, false
+		}
+	}
+	if t, err := dec.Token(); err != nil || t != json.Delim(']') {
+		return nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, false
+	}
+	return reqs, true
 }
 
 // concludeItem is item i's answer from its admission.
