@@ -46,9 +46,9 @@ type Publication struct {
 //
 // A publish that finds no stream leader or whose ack does not come within publishAttempt is
 // sent again synchronously and rides through the election as EnqueueAs does, within one
-// PublishWait from the batch's start. Such a retried message may then enter its key's
-// queue after a later message of the same batch that was stored at once: order within a
-// key holds for every message stored on its first attempt.
+// PublishWait from the batch's start, or until ctx ends. Such a retried message may then
+// enter its key's queue after a later message of the same batch that was stored at once:
+// order within a key holds for every message stored on its first attempt.
 func (q *Queues) EnqueueBatch(ctx context.Context, pubs []Publication) {
 	budget := time.Now().Add(q.cfg.PublishWait)
 	for i := range pubs {
@@ -74,6 +74,9 @@ func (q *Queues) EnqueueBatch(ctx context.Context, pubs []Publication) {
 		var err error
 		retry, mayBeStored := p.future == nil, false
 		if p.future != nil {
+			// Not ended by ctx: the message is sent, and its ack (within publishAttempt)
+			// says whether it was stored, so that the caller counts and marks it right
+			// even when its client went away.
 			select {
 			case ack = <-p.future.Ok():
 			case err = <-p.future.Err():
@@ -81,8 +84,6 @@ func (q *Queues) EnqueueBatch(ctx context.Context, pubs []Publication) {
 				// message may be stored; the retry's duplicate answer is then its own.
 				mayBeStored = errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, nats.ErrDisconnected)
 				retry = mayBeStored || electing(err, false)
-			case <-ctx.Done():
-				err = ctx.Err()
 			}
 		}
 		if retry {
