@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,6 +32,7 @@ import (
 	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/queue"
 )
 
 // load drives url with conns keep-alive connections for d, cycling over bodies, and
@@ -446,7 +448,7 @@ func procCPU(pid int) time.Duration {
 // against single submissions on the same connections, and against the ceiling of one Go
 // client async-publishing the same messages straight to JetStream (no HTTP, no Redis).
 // CPU per message is this process's (load generator, ingress and embedded nats-server)
-// and redis-server's. SLUICE_BENCH_PROFILE=batch (or single, ceiling) drives only that one for 10 s,
+// and redis-server's. SLUICE_BENCH_PROFILE=batch (or single, ceiling, ceiling-same) drives only that one for 10 s,
 // for `go test -cpuprofile`.
 func TestBatchReport(t *testing.T) {
 	if os.Getenv("SLUICE_BENCH") == "" {
@@ -523,6 +525,36 @@ descriptors:
 		<-js.PublishAsyncComplete()
 		return float64(sent)
 	}
+	// The same ceiling with sluice's own messages: a stream of the same shape (per-key
+	// capacity, duplicate window), each message with the headers and Nats-Msg-Id an admission
+	// writes, so nats-server does for it what it does for an admitted message.
+	cq, err := queue.NewQueues(js, queue.Config{StreamPrefix: "CEILSAME_", SubjectPrefix: "ceilsame"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cq.Ensure(ctx, "orders", 1000000); err != nil {
+		t.Fatal(err)
+	}
+	ceilingSame := func() float64 {
+		start := time.Now()
+		sent := 0
+		for time.Since(start) < dur {
+			for i := 0; i < 1000; i++ {
+				key := "m-" + strconv.Itoa(sent%keys)
+				m := queue.Message{ID: uuid.NewString() + ".orders." + queue.KeyToken(key), Rule: "orders", Key: key,
+					Payload: []byte(payload), CreatedAt: time.Now()}
+				if _, err := js.PublishMsgAsync(queue.EncodeMessage(cq.Subject("orders", key), m)); err != nil {
+					t.Fatal(err)
+				}
+				sent++
+			}
+			if js.PublishAsyncPending() > 1000 {
+				<-js.PublishAsyncComplete()
+			}
+		}
+		<-js.PublishAsyncComplete()
+		return float64(sent)
+	}
 	rdb := redis.NewClient(r.Options())
 	defer rdb.Close()
 	// measure runs f, which reports the messages it got admitted, and returns messages/s
@@ -550,9 +582,12 @@ descriptors:
 			bodies, n = singles, 1
 		}
 		f := drive(bodies, n, 10*time.Second)
-		if which == "ceiling" {
+		if which == "ceiling" || which == "ceiling-same" {
 			dur = 10 * time.Second
 			f = ceiling
+			if which == "ceiling-same" {
+				f = ceilingSame
+			}
 		} else {
 			load(t, url, conns, time.Second, bodies, false)
 		}
@@ -562,15 +597,16 @@ descriptors:
 	}
 	load(t, url, conns, time.Second, singles, false)
 	load(t, url, conns, time.Second, batches, false)
-	var single, batched, ceil []float64
-	var cpu [3]time.Duration
+	var single, batched, ceil, ceilSame []float64
+	var cpu [4]time.Duration
 	var redisCPU [2]time.Duration
 	for round := 0; round < 3; round++ {
 		rs, cs, qs := measure(drive(singles, 1, dur))
 		rb, cb, qb := measure(drive(batches, per, dur))
 		rc, cc, _ := measure(ceiling)
-		single, batched, ceil = append(single, rs), append(batched, rb), append(ceil, rc)
-		cpu[0], cpu[1], cpu[2] = cpu[0]+cs/3, cpu[1]+cb/3, cpu[2]+cc/3
+		rd, cd, _ := measure(ceilingSame)
+		single, batched, ceil, ceilSame = append(single, rs), append(batched, rb), append(ceil, rc), append(ceilSame, rd)
+		cpu[0], cpu[1], cpu[2], cpu[3] = cpu[0]+cs/3, cpu[1]+cb/3, cpu[2]+cc/3, cpu[3]+cd/3
 		redisCPU[0], redisCPU[1] = redisCPU[0]+qs/3, redisCPU[1]+qb/3
 	}
 	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
@@ -579,4 +615,5 @@ descriptors:
 	t.Logf("  single submissions:        %8.0f  CPU %s (redis-server %s)", med(single), us(cpu[0]), us(redisCPU[0]))
 	t.Logf("  batches of %d:            %8.0f  CPU %s (redis-server %s)  %.2f× single; goal ≥ 3×", per, med(batched), us(cpu[1]), us(redisCPU[1]), med(batched)/med(single))
 	t.Logf("  JetStream async publish:   %8.0f  CPU %s  batches reach %.2f× of it; goal ≥ 0.6×", med(ceil), us(cpu[2]), med(batched)/med(ceil))
+	t.Logf("  the same, sluice's messages (headers, Nats-Msg-Id, per-key capacity): %8.0f  CPU %s  batches reach %.2f× of it", med(ceilSame), us(cpu[3]), med(batched)/med(ceilSame))
 }
