@@ -52,10 +52,12 @@ func TestMain(m *testing.M) {
 const adminToken = "integration-token"
 
 type clusterOptions struct {
-	rules          string // rules YAML; "SINK" is replaced with the sink's URL
-	ingresses      int    // default 2
-	drainers       int    // default 2
-	drainerWorkers int    // default 16
+	rules     string // rules YAML; "SINK" is replaced with the sink's URL
+	ingresses int    // default 2
+	// debugAddr, when set, gives the first ingress -debug-addr (pprof), for profiling a report.
+	debugAddr      string
+	drainers       int // default 2
+	drainerWorkers int // default 16
 	// allAtOnce starts every process at the same moment (default: the first ingress
 	// alone first, see startCluster).
 	allAtOnce bool
@@ -87,6 +89,7 @@ type cluster struct {
 	redisURL  string               // the -redis of every process
 	sink      *sinktest.Sink
 	procEnv   []string // clusterOptions.procEnv
+	debugAddr string   // clusterOptions.debugAddr
 	replicas  string   // the processes' -replicas: "3", or "1" with clusterOptions.natsSingle
 	rulesPath string
 	ingress   []*proctest.Proc
@@ -105,7 +108,7 @@ func startCluster(t *testing.T, o clusterOptions) *cluster {
 	if o.drainerWorkers == 0 {
 		o.drainerWorkers = 16
 	}
-	c := &cluster{t: t, procEnv: o.procEnv, http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+	c := &cluster{t: t, procEnv: o.procEnv, debugAddr: o.debugAddr, http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
 	c.replicas = "3"
 	switch {
 	case o.natsSingle:
@@ -212,11 +215,15 @@ func (g goroutineTB) Fatalf(format string, args ...any) {
 }
 
 func (c *cluster) newIngress(name string) *proctest.Proc {
-	return c.startProc(proctest.Spec{Name: name, Bin: bins.ingress, ReadyMsg: "ingress: listening", Env: c.procEnv, Args: []string{
+	args := []string{
 		"-rules", c.rulesPath, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", c.natsURL, "-redis", c.redisURL,
 		"-admin-token", adminToken, "-replicas", c.replicas, "-drain=false", "-status-keep", "1h", "-shutdown-timeout", "3s",
 		"-log-format", "json", "-rules-poll", "250ms",
-	}})
+	}
+	if c.debugAddr != "" && name == "ingress-1" {
+		args = append(args, "-debug-addr", c.debugAddr)
+	}
+	return c.startProc(proctest.Spec{Name: name, Bin: bins.ingress, ReadyMsg: "ingress: listening", Env: c.procEnv, Args: args})
 }
 
 func (c *cluster) newDrainer(name string, workers int) *proctest.Proc {

@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,12 +20,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-io/sluice/internal/proctest"
 	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 // TestE2EReport measures the whole system through its processes and compares each figure
 // with its bare ceiling measured in the same run on the same cluster: admission through
-// 2 ingress processes vs publishing straight to an R3 stream; draining through 2 drainer
+// 2 ingress processes vs a bare HTTP publish handler in 2 processes and vs publishing
+// straight to an R3 stream, in alternating rounds; draining through 2 drainer
 // processes vs a bare get+delete loop; outflow error. SLUICE_BENCH=1 only; the result is
 // written to results/bench.md.
 
@@ -45,11 +50,18 @@ func TestE2EReport(t *testing.T) {
 	}
 	const (
 		inflight = 64
-		measure  = 10 * time.Second
+		measure  = 3 * time.Second // per round
 		nkeys    = 1000
 	)
+	rounds := 3
+	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
 	sink := startCountingSink(t, time.Millisecond)
-	c := startCluster(t, clusterOptions{rules: strings.ReplaceAll(reportRules, "COUNTING_SINK", sink.URL), drainerWorkers: 64})
+	// SLUICE_BENCH_DEBUG_ADDR serves the first ingress's pprof there; SLUICE_BENCH_PROFILE
+	// names a file for a CPU profile of it taken during sluice's first admission round.
+	debugAddr := os.Getenv("SLUICE_BENCH_DEBUG_ADDR")
+	c := startCluster(t, clusterOptions{rules: strings.ReplaceAll(reportRules, "COUNTING_SINK", sink.URL), drainerWorkers: 64, debugAddr: debugAddr})
 	// Drainers off while admission is measured: the drain is measured on its own below.
 	for _, d := range c.drainers {
 		if err := d.Term(15 * time.Second); err != nil {
@@ -57,35 +69,11 @@ func TestE2EReport(t *testing.T) {
 		}
 	}
 
-	// 1. Admission through the 2 ingress processes, closed loop.
-	var ok atomic.Int64
-	lats := make([][]time.Duration, inflight)
-	ctx, cancel := context.WithTimeout(context.Background(), measure)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := 0; w < inflight; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ctx.Err() == nil; i++ {
-				s := time.Now()
-				r := c.do(ctx, "POST", c.ingress[w%2].URL()+"/v1/messages",
-					submitBody("bench", []kv{{"user_id", fmt.Sprintf("u-%04d", (w*7919+i)%nkeys)}}, fmt.Sprintf(`{"s":%d}`, w<<24|i)), nil)
-				if r.Code == 202 {
-					ok.Add(1)
-					lats[w] = append(lats[w], time.Since(s))
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	cancel()
-	admitRate := float64(ok.Load()) / time.Since(start).Seconds()
-	admitP50, admitP99 := percentiles(lats)
-	admitted := ok.Load()
-
-	// 2. The bare ceiling: publish straight to an R3 stream of the same shape, same
-	// concurrency, from this process.
+	// 1. Admission, in alternating rounds against two ceilings measured on the same
+	// cluster in the same run: a bare HTTP publish handler (integration/testdata/barepub,
+	// 2 processes, as the ingresses: read the body, publish it to an R3 stream, answer 202
+	// after the PubAck) and publishing straight to an R3 stream from this process (no HTTP
+	// at all). Closed loop, 64 requests in flight, the same keys and bodies for each.
 	nc, err := nats.Connect(c.natsURL)
 	if err != nil {
 		t.Fatal(err)
@@ -93,36 +81,110 @@ func TestE2EReport(t *testing.T) {
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	bctx, bcancel := context.WithTimeout(context.Background(), 30*time.Second)
-	_, err = js.CreateStream(bctx, jetstream.StreamConfig{Name: "BENCH_BARE", Subjects: []string{"bare.>"}, Replicas: 3,
-		Storage: jetstream.FileStorage, Retention: jetstream.WorkQueuePolicy, Discard: jetstream.DiscardNew,
-		DiscardNewPerSubject: true, MaxMsgsPerSubject: 1000, Duplicates: 2 * time.Minute})
+	for name, subject := range map[string]string{"BENCH_BARE": "bare.>", "BENCH_HTTP": "barehttp.>"} {
+		_, err = js.CreateStream(bctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}, Replicas: 3,
+			Storage: jetstream.FileStorage, Retention: jetstream.WorkQueuePolicy, Discard: jetstream.DiscardNew,
+			DiscardNewPerSubject: true, MaxMsgsPerSubject: 1000, Duplicates: 2 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	bcancel()
-	if err != nil {
+	binDir := t.TempDir()
+	if err := proctest.Build(binDir, "./integration/testdata/barepub"); err != nil {
 		t.Fatal(err)
 	}
-	var bareOK atomic.Int64
-	bareLats := make([][]time.Duration, inflight)
-	ctx, cancel = context.WithTimeout(context.Background(), measure)
-	start = time.Now()
-	for w := 0; w < inflight; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ctx.Err() == nil; i++ {
-				s := time.Now()
-				_, err := js.Publish(ctx, fmt.Sprintf("bare.u-%04d", (w*7919+i)%nkeys), []byte(fmt.Sprintf(`{"s":%d}`, i)),
-					jetstream.WithMsgID(fmt.Sprintf("%d-%d", w, i)))
-				if err == nil {
-					bareOK.Add(1)
-					bareLats[w] = append(bareLats[w], time.Since(s))
-				}
-			}
-		}()
+	var bare []*proctest.Proc
+	for i := range 2 {
+		p := c.startProc(proctest.Spec{Name: fmt.Sprint("barepub-", i), Bin: filepath.Join(binDir, "barepub"), ReadyMsg: "barepub: listening",
+			Args: []string{"-http", "127.0.0.1:0", "-nats", c.natsURL, "-keys", fmt.Sprint(nkeys)}})
+		if p == nil {
+			t.FailNow()
+		}
+		bare = append(bare, p)
 	}
-	wg.Wait()
-	cancel()
-	bareRate := float64(bareOK.Load()) / time.Since(start).Seconds()
-	bareP50, bareP99 := percentiles(bareLats)
+	body := func(w, i int) string {
+		return submitBody("bench", []kv{{"user_id", fmt.Sprintf("u-%04d", (w*7919+i)%nkeys)}}, fmt.Sprintf(`{"s":%d}`, w<<24|i))
+	}
+	type target struct {
+		name string
+		send func(ctx context.Context, w, i int) bool
+		runs []float64
+		lats [][]time.Duration
+	}
+	var admitted atomic.Int64
+	targets := []*target{
+		{name: "sluice", send: func(ctx context.Context, w, i int) bool {
+			if c.do(ctx, "POST", c.ingress[w%2].URL()+"/v1/messages", body(w, i), nil).Code == 202 {
+				admitted.Add(1)
+				return true
+			}
+			return false
+		}},
+		{name: "bare handler", send: func(ctx context.Context, w, i int) bool {
+			return c.do(ctx, "POST", bare[w%2].URL()+"/v1/messages", body(w, i), nil).Code == 202
+		}},
+		{name: "raw publish", send: func(ctx context.Context, w, i int) bool {
+			_, err := js.Publish(ctx, fmt.Sprintf("bare.u-%04d", (w*7919+i)%nkeys), []byte(fmt.Sprintf(`{"s":%d}`, i)),
+				jetstream.WithMsgID(fmt.Sprintf("%d-%d-%d", time.Now().UnixNano(), w, i)))
+			return err == nil
+		}},
+	}
+	profiled := false
+	round := func(tg *target) {
+		if tg == targets[0] && !profiled && debugAddr != "" && os.Getenv("SLUICE_BENCH_PROFILE") != "" {
+			profiled = true
+			go profileCPU(t, "http://"+debugAddr+"/debug/pprof/profile?seconds=2", os.Getenv("SLUICE_BENCH_PROFILE"))
+		}
+		var ok atomic.Int64
+		lats := make([][]time.Duration, inflight)
+		ctx, cancel := context.WithTimeout(context.Background(), measure)
+		defer cancel()
+		start := time.Now()
+		var wg sync.WaitGroup
+		for w := range inflight {
+			wg.Go(func() {
+				for i := 0; ctx.Err() == nil; i++ {
+					s := time.Now()
+					if tg.send(ctx, w, i) {
+						ok.Add(1)
+						lats[w] = append(lats[w], time.Since(s))
+					}
+				}
+			})
+		}
+		wg.Wait()
+		tg.runs = append(tg.runs, float64(ok.Load())/time.Since(start).Seconds())
+		tg.lats = append(tg.lats, lats...)
+	}
+	for r := range rounds {
+		for i := range targets {
+			round(targets[(r+i)%len(targets)]) // the order turns each round
+		}
+	}
+	// The queue rule keeps at most 1000 messages per key: the rounds stay under it.
+	sluiceT, bareT, rawT := targets[0], targets[1], targets[2]
+	ratios := func(a, b *target) (med, lo, hi float64) {
+		var rs []float64
+		for i := range a.runs {
+			rs = append(rs, a.runs[i]/b.runs[i])
+		}
+		sort.Float64s(rs)
+		return rs[len(rs)/2], rs[0], rs[len(rs)-1]
+	}
+	median := func(v []float64) float64 {
+		v = append([]float64(nil), v...)
+		sort.Float64s(v)
+		return v[len(v)/2]
+	}
+	vsBare, vsBareLo, vsBareHi := ratios(sluiceT, bareT)
+	vsRaw, vsRawLo, vsRawHi := ratios(sluiceT, rawT)
+	admitP50, admitP99 := percentiles(sluiceT.lats)
+	bareP50, bareP99 := percentiles(bareT.lats)
+	rawP50, rawP99 := percentiles(rawT.lats)
+	for _, p := range bare {
+		p.Term(5 * time.Second)
+	}
 
 	// 3. Drain: the admitted backlog through 2 drainer processes.
 	drainStart := time.Now()
@@ -131,8 +193,8 @@ func TestE2EReport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !waittest.Within(10*time.Minute, func() bool { return sink.total() >= admitted }) {
-		t.Errorf("drained %d of %d in 10 min", sink.total(), admitted)
+	if !waittest.Within(10*time.Minute, func() bool { return sink.total() >= admitted.Load() }) {
+		t.Errorf("drained %d of %d in 10 min", sink.total(), admitted.Load())
 	}
 	drainRate := float64(sink.total()) / time.Since(drainStart).Seconds() // includes the drainers' start
 
@@ -143,6 +205,7 @@ func TestE2EReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	var popped atomic.Int64
+	var wg sync.WaitGroup
 	popStart := time.Now()
 	popCtx, popCancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	for w := 0; w < 128; w++ {
@@ -183,10 +246,12 @@ func TestE2EReport(t *testing.T) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# sluice end-to-end benchmark\n\nProduced by `SLUICE_BENCH=1 go test ./integration -run TestE2EReport` on %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&b, "Machine: %s. Everything on this one machine: 3 embedded NATS nodes (R3) and the load generator in the test process, redis-server, 2 ingress and 2 drainer processes.\n\n", machine())
-	b.WriteString("| measure | sluice | bare ceiling (same run) | ratio |\n|---|---:|---:|---:|\n")
-	fmt.Fprintf(&b, "| admission, req/s (%d in flight, 2 ingress processes, %d keys) | %.0f | %.0f (JetStream publish, R3, same stream shape) | %.2f |\n", inflight, nkeys, admitRate, bareRate, admitRate/bareRate)
-	fmt.Fprintf(&b, "| admission p50 / p99 | %v / %v | %v / %v | %.2f (p99) |\n", admitP50.Round(10*time.Microsecond), admitP99.Round(10*time.Microsecond),
-		bareP50.Round(10*time.Microsecond), bareP99.Round(10*time.Microsecond), float64(admitP99)/float64(bareP99))
+	fmt.Fprintf(&b, "Admission: %d alternating rounds of %v each (the order turns each round), %d requests in flight, %d keys; medians of the rounds, and the per-round ratio's range.\n\n", rounds, measure, inflight, nkeys)
+	b.WriteString("| measure | sluice | bare ceiling (same run) | ratio (per-round range) |\n|---|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| admission, req/s (2 ingress processes) | %.0f | %.0f (bare HTTP publish handler, 2 processes, R3 stream of the same shape) | %.2f (%.2f–%.2f) |\n", median(sluiceT.runs), median(bareT.runs), vsBare, vsBareLo, vsBareHi)
+	fmt.Fprintf(&b, "| admission, req/s | %.0f | %.0f (JetStream publish from the test process, no HTTP) | %.2f (%.2f–%.2f) |\n", median(sluiceT.runs), median(rawT.runs), vsRaw, vsRawLo, vsRawHi)
+	fmt.Fprintf(&b, "| admission p50 / p99 | %v / %v | bare handler %v / %v; publish %v / %v | %.2f (p99 vs bare handler) |\n", admitP50.Round(10*time.Microsecond), admitP99.Round(10*time.Microsecond),
+		bareP50.Round(10*time.Microsecond), bareP99.Round(10*time.Microsecond), rawP50.Round(10*time.Microsecond), rawP99.Round(10*time.Microsecond), float64(admitP99)/float64(bareP99))
 	fmt.Fprintf(&b, "| drain, msgs/s (2 drainer processes × 64 workers, %d keys, HTTP sink) | %.0f | %.0f (get + delete loop, 128 goroutines) | %.2f |\n", nkeys, drainRate, popRate, drainRate/popRate)
 	fmt.Fprintf(&b, "| outflow error, one key at 20/s over 5 s | %+.1f%% (%.1f/s) | | |\n", 100*outflowErr, pacedRate)
 	t.Log("\n" + b.String())
@@ -236,4 +301,18 @@ func machine() string {
 		f.Close()
 	}
 	return fmt.Sprintf("%d cores (%s), %s, %s %s/%s", runtime.NumCPU(), model, mem, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// profileCPU saves the CPU profile at url (a pprof endpoint) to file.
+func profileCPU(t *testing.T, url, file string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Logf("profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Logf("profile: %v", err)
+	}
 }

@@ -20,6 +20,9 @@ descriptors:
   - key: merchant
     name: faults
     queue: {capacity: 100000, outflow: {unit: second, requests_per_unit: 500}}
+    # The sink refuses for as long as the store takes to fill (longer on a slow machine or
+    # under -race): no message may run out of attempts meanwhile, or it would be dead, not delivered.
+    delivery: {max_attempts: 1000, min_backoff: 100ms, max_backoff: 1s}
     sink: {url: "SINK"}
 `
 

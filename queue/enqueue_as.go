@@ -16,11 +16,22 @@ import (
 // duplicate within its window and store nothing); the retry stream gives it a
 // generation-specific id instead (retry.AdmitMsgID). The sink still sees m.ID.
 func (q *Queues) EnqueueAs(ctx context.Context, rule string, m Message, msgID string) (Enqueued, error) {
-	if err := CheckKey(m.Key); err != nil {
+	msg, err := q.encode(rule, m, msgID)
+	if err != nil {
 		return Enqueued{}, err
 	}
+	ack, err := q.publish(ctx, msg, q.StreamName(rule))
+	return q.enqueued(rule, ack, err)
+}
+
+// encode checks m and builds its message for rule's stream, with msgID as its Nats-Msg-Id
+// when given (EnqueueAs).
+func (q *Queues) encode(rule string, m Message, msgID string) (*nats.Msg, error) {
+	if err := CheckKey(m.Key); err != nil {
+		return nil, err
+	}
 	if m.ID == "" {
-		return Enqueued{}, errors.New("queue: message without id")
+		return nil, errors.New("queue: message without id")
 	}
 	if m.Rule == "" {
 		m.Rule = rule
@@ -30,7 +41,12 @@ func (q *Queues) EnqueueAs(ctx context.Context, rule string, m Message, msgID st
 		msg.Header.Set(HeaderID, m.ID)
 		msg.Header.Set(HeaderMsgID, msgID)
 	}
-	ack, err := q.publish(ctx, msg, q.StreamName(rule))
+	return msg, nil
+}
+
+// enqueued is the result of a publish to rule's stream: its ack, or its error named for
+// the caller (a refusal for lack of room as ErrFull, ErrRuleFull or ErrStoreFull).
+func (q *Queues) enqueued(rule string, ack *jetstream.PubAck, err error) (Enqueued, error) {
 	if err != nil {
 		if full := storeRefusal(err); full != nil {
 			if full == ErrStoreFull {
@@ -82,8 +98,12 @@ const publishAttempt = 2 * time.Second
 func (q *Queues) publish(ctx context.Context, msg *nats.Msg, stream string) (*jetstream.PubAck, error) {
 	// The budget is a time, not a context: an admission that is answered at once (nearly
 	// all) pays for one context, its attempt's.
-	budget := time.Now().Add(q.cfg.PublishWait)
-	mayBeStored := false
+	return q.publishUntil(ctx, msg, stream, time.Now().Add(q.cfg.PublishWait), false)
+}
+
+// publishUntil is publish with its budget's end given, for a message that may already have
+// been stored by an earlier attempt (mayBeStored: its asynchronous publish timed out).
+func (q *Queues) publishUntil(ctx context.Context, msg *nats.Msg, stream string, budget time.Time, mayBeStored bool) (*jetstream.PubAck, error) {
 	pause := 100 * time.Millisecond
 	for {
 		actx, acancel := context.WithTimeout(ctx, min(publishAttempt, time.Until(budget)))

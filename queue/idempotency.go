@@ -42,17 +42,76 @@ func (s *Scheduler) idemKey(rule, k string) string {
 }
 
 // ClaimIdempotencyPipe queues, on a pipeline the caller executes, the claim of idempotency
-// key k of rule for value (a message id, or IdempotencyValue): SET NX GET with the TTL. The
-// command's value is the value that already owned the key, or redis.Nil when this claim
-// took it.
-func (s *Scheduler) ClaimIdempotencyPipe(ctx context.Context, pipe redis.Pipeliner, rule, k, value string, ttl time.Duration) *redis.StatusCmd {
-	return pipe.SetArgs(ctx, s.idemKey(rule, k), value, redis.SetArgs{Mode: "NX", Get: true, TTL: ttl})
+// key k of rule for value (a message id, or IdempotencyValue): SET NX GET with the TTL. Once
+// the pipeline has run, the claim's Result is the value that already owned the key, or
+// redis.Nil when this claim took it.
+//
+// With SchedulerConfig.LegacyIdempotency the claim is also made in v0.3's layout (legacyIdem),
+// so a repeat is recognised whichever version took the key first.
+func (s *Scheduler) ClaimIdempotencyPipe(ctx context.Context, pipe redis.Pipeliner, rule, k, value string, ttl time.Duration) *IdempotencyClaim {
+	c := &IdempotencyClaim{s: s, rule: rule, k: k, value: value}
+	c.cur = pipe.SetArgs(ctx, s.idemKey(rule, k), value, redis.SetArgs{Mode: "NX", Get: true, TTL: ttl})
+	if s.legacyIdem {
+		id, _ := SplitIdempotencyValue(value)
+		c.legacy = pipe.SetArgs(ctx, s.legacyIdemKey(rule, k), id, redis.SetArgs{Mode: "NX", Get: true, TTL: ttl})
+	}
+	return c
+}
+
+// An IdempotencyClaim is a claim queued by ClaimIdempotencyPipe.
+type IdempotencyClaim struct {
+	s              *Scheduler
+	rule, k, value string
+	cur, legacy    *redis.StatusCmd
+}
+
+// Result returns the value that owns the key, or redis.Nil when this claim took it. Of a
+// claim made in both layouts, the current one's owner wins; a v0.3 owner found by the legacy
+// claim alone (the key was first used by a v0.3 ingress) is the owner, and the current
+// layout's key this claim took is given back. A layout this claim took but which another
+// owner holds in the other layout is given back too, so neither layout keeps a second owner.
+func (c *IdempotencyClaim) Result() (string, error) {
+	owner, err := c.cur.Result()
+	if c.legacy == nil || (err != nil && !errors.Is(err, redis.Nil)) {
+		return owner, err
+	}
+	legacyOwner, lerr := c.legacy.Result()
+	tookLegacy := errors.Is(lerr, redis.Nil)
+	switch {
+	case err == nil: // the current layout has an owner
+		if tookLegacy {
+			id, _ := SplitIdempotencyValue(c.value)
+			go c.s.unlock(c.s.legacyIdemKey(c.rule, c.k), id)
+		}
+		return owner, nil
+	case lerr == nil: // only a v0.3 ingress had used the key
+		go c.s.unlock(c.s.idemKey(c.rule, c.k), c.value)
+		return legacyOwner, nil
+	default: // taken in both layouts, or the legacy claim failed (the current one holds)
+		return "", redis.Nil
+	}
+}
+
+// legacyIdemKey is v0.3's layout of an idempotency key: <prefix>sl:idem:{<rule>}:<k>, holding
+// the bare message id.
+func (s *Scheduler) legacyIdemKey(rule, k string) string {
+	return s.prefix + "sl:idem:{" + rule + "}:" + k
+}
+
+func (s *Scheduler) unlock(key, value string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	unlockScript.Run(ctx, s.rdb, []string{key}, value)
 }
 
 // ReleaseIdempotency removes the mapping of k if it still holds value (as claimed), so a
 // request that was not accepted (429) can be retried with the same key.
 func (s *Scheduler) ReleaseIdempotency(ctx context.Context, rule, k, value string) error {
 	err := unlockScript.Run(ctx, s.rdb, []string{s.idemKey(rule, k)}, value).Err()
+	if s.legacyIdem && (err == nil || errors.Is(err, redis.Nil)) {
+		id, _ := SplitIdempotencyValue(value)
+		err = unlockScript.Run(ctx, s.rdb, []string{s.legacyIdemKey(rule, k)}, id).Err()
+	}
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("queue: release idempotency key: %w", err)
 	}

@@ -134,8 +134,9 @@ func (c Config) Validate() error {
 // DiscardNewPerSubject), so any number of ingress processes share one capacity without a
 // Redis round trip. It is safe for concurrent use.
 type Queues struct {
-	js  jetstream.JetStream
-	cfg Config
+	js    jetstream.JetStream
+	async jetstream.JetStream // EnqueueBatch's, on js's connection
+	cfg   Config
 	// storeFullAt is when the store last refused a message for lack of room (unix ns).
 	storeFullAt atomic.Int64
 
@@ -149,7 +150,11 @@ func NewQueues(js jetstream.JetStream, cfg Config) (*Queues, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Queues{js: js, cfg: cfg, streams: map[string]jetstream.Stream{}}, nil
+	async, err := newAsync(js)
+	if err != nil {
+		return nil, fmt.Errorf("queue: JetStream context for batch publishes: %w", err)
+	}
+	return &Queues{js: js, async: async, cfg: cfg, streams: map[string]jetstream.Stream{}}, nil
 }
 
 // StreamName is the name of rule's stream.

@@ -56,6 +56,12 @@ type SchedulerConfig struct {
 	// a Redis Cluster). Every process sharing the Redis must answer the same for a rule, but
 	// a change (a rules reload) loses nothing: see partition.go.
 	Partitions func(rule string) int
+	// LegacyIdempotency also claims and honours idempotency keys in v0.3's layout
+	// (<prefix>sl:idem:{<rule>}:<k>), so that during a rolling upgrade from v0.3 a repeat is
+	// recognised whichever version admitted the first request. It costs one more SET per
+	// admission with an idempotency key: turn it off once no v0.3 ingress is left and the
+	// idempotency TTL has passed.
+	LegacyIdempotency bool
 }
 
 // Scheduler coordinates the outflow of every key of every queue rule across any number of
@@ -129,6 +135,8 @@ type Scheduler struct {
 	nexts    sync.Map // rule -> *[]int64: each partition's earliest due time at the last claim
 	refunds  refunds
 	rr       atomic.Uint64 // where the next claim starts visiting partitions
+
+	legacyIdem bool // SchedulerConfig.LegacyIdempotency
 }
 
 // NewScheduler returns a Scheduler on rdb (a *redis.Client, *redis.ClusterClient, …).
@@ -136,7 +144,8 @@ func NewScheduler(rdb redis.UniversalClient, cfg SchedulerConfig) (*Scheduler, e
 	if strings.ContainsAny(cfg.Prefix, "{}") {
 		return nil, fmt.Errorf("queue: scheduler prefix %q must not contain '{' or '}'", cfg.Prefix)
 	}
-	return &Scheduler{rdb: rdb, prefix: cfg.Prefix, clock: cfg.Clock, parts: cfg.Partitions, defParts: DefaultPartitions(rdb)}, nil
+	return &Scheduler{rdb: rdb, prefix: cfg.Prefix, clock: cfg.Clock, parts: cfg.Partitions, defParts: DefaultPartitions(rdb),
+		legacyIdem: cfg.LegacyIdempotency}, nil
 }
 
 type ruleKeys struct{ due, lease, held, dirty, total, try, depth, idle, fence string }

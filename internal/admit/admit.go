@@ -168,48 +168,95 @@ type Options struct {
 	Park bool
 }
 
+// admission is one message between the steps of its admission (Admit, AdmitBatch).
+type admission struct {
+	r        *rules.Rule
+	m        queue.Message
+	o        Options
+	now      time.Time
+	capacity int64
+	outflow  rules.Rate
+	limRes   *bucket.Result // the admission limits' decision, when the rule has limits
+}
+
+// prepare checks that r has a queue and fills in what every step needs.
+func (a *Admitter) prepare(r *rules.Rule, m queue.Message, o Options) (admission, error) {
+	if !r.HasQueue() {
+		return admission{}, fmt.Errorf("admit: rule %q has no queue", r.Name)
+	}
+	ad := admission{r: r, m: m, o: o, now: a.now(), capacity: r.Queue.Capacity}
+	ad.m.Rule = r.Name
+	if ad.m.CreatedAt.IsZero() {
+		ad.m.CreatedAt = ad.now
+	}
+	ad.outflow, _ = a.outflow(r)
+	if a.CapacityOf != nil {
+		ad.capacity = a.CapacityOf(r)
+	}
+	return ad, nil
+}
+
+// limited reports whether the rule's admission limits are decided for each message.
+func (a *Admitter) limited(r *rules.Rule) bool {
+	return len(r.RateLimits) > 0 && !r.Unlimited && a.Limits != nil
+}
+
+// limit decides the admission limits of ad (step 1): done with the answer when they refuse
+// it (parked or rejected), or fail.
+func (a *Admitter) limit(ctx context.Context, ad *admission) (res Result, done bool, err error) {
+	if !a.limited(ad.r) {
+		return Result{}, false, nil
+	}
+	r, m, now, capacity := ad.r, ad.m, ad.now, ad.capacity
+	lres, err := a.Limits.Allow(ctx, LimitKey(r.Name, m.Key), Limits(r), 1, now)
+	if err != nil {
+		return Result{}, true, fmt.Errorf("%w: admission limit: %v", ErrUnavailable, err)
+	}
+	if lres.Allowed {
+		ad.limRes = &lres
+		return Result{}, false, nil
+	}
+	d := lres.Decision()
+	out := Result{
+		Reason: ReasonLimit, Capacity: capacity,
+		Policy: policyName(r, lres), Limit: d.Limit, Remaining: d.Remaining,
+		Reset: d.ResetAfter, Window: d.Window, RetryAfter: lres.RetryAfter(),
+		Violated: violated(r, lres),
+	}
+	// The limiter decides in whole ms: from now's ms, RetryAfter ends exactly where
+	// the window turns (not up to a ms later, which rounds retry_at a second late).
+	retryAt := now.Truncate(time.Millisecond).Add(out.RetryAfter)
+	if out.RetryAfter == bucket.Never { // the limit can never pass (requests_per_unit: 0)
+		out.RetryAfter = max(d.Window, time.Second)
+		retryAt = now.Add(r.Park.MaxAge)
+	}
+	res, err = a.refuse(ctx, r, m, ad.o, out, retryAt, ad.o.Park)
+	return res, true, err
+}
+
+// taken answers a count whose idempotency claim found another owner: nothing is stored, and
+// the count is taken back.
+func (a *Admitter) taken(ad *admission, owner string, countErr error) Result {
+	if countErr == nil {
+		a.Redis.Undo(ad.r.Name, ad.m.Key)
+	}
+	ownerID, digest := queue.SplitIdempotencyValue(owner)
+	if ad.o.RequestDigest != "" && digest != "" && digest != ad.o.RequestDigest {
+		return Result{Decision: KeyReused, Owner: ownerID, Capacity: ad.capacity}
+	}
+	return Result{Decision: KeyTaken, Owner: ownerID, Capacity: ad.capacity}
+}
+
 // Admit admits m (m.Key, m.ID, m.Payload set) into rule r's queue.
 func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o Options) (Result, error) {
-	msgID, allowPark := o.MsgID, o.Park
-	if !r.HasQueue() {
-		return Result{}, fmt.Errorf("admit: rule %q has no queue", r.Name)
-	}
-	now := a.now()
-	m.Rule = r.Name
-	if m.CreatedAt.IsZero() {
-		m.CreatedAt = now
-	}
-	outflow, _ := a.outflow(r)
-	capacity := r.Queue.Capacity
-	if a.CapacityOf != nil {
-		capacity = a.CapacityOf(r)
+	ad, err := a.prepare(r, m, o)
+	if err != nil {
+		return Result{}, err
 	}
 
 	// 1. Admission limits.
-	var limRes *bucket.Result
-	if len(r.RateLimits) > 0 && !r.Unlimited && a.Limits != nil {
-		res, err := a.Limits.Allow(ctx, LimitKey(r.Name, m.Key), Limits(r), 1, now)
-		if err != nil {
-			return Result{}, fmt.Errorf("%w: admission limit: %v", ErrUnavailable, err)
-		}
-		if !res.Allowed {
-			d := res.Decision()
-			out := Result{
-				Reason: ReasonLimit, Capacity: capacity,
-				Policy: policyName(r, res), Limit: d.Limit, Remaining: d.Remaining,
-				Reset: d.ResetAfter, Window: d.Window, RetryAfter: res.RetryAfter(),
-				Violated: violated(r, res),
-			}
-			// The limiter decides in whole ms: from now's ms, RetryAfter ends exactly where
-			// the window turns (not up to a ms later, which rounds retry_at a second late).
-			retryAt := now.Truncate(time.Millisecond).Add(out.RetryAfter)
-			if out.RetryAfter == bucket.Never { // the limit can never pass (requests_per_unit: 0)
-				out.RetryAfter = max(d.Window, time.Second)
-				retryAt = now.Add(r.Park.MaxAge)
-			}
-			return a.refuse(ctx, r, m, o, out, retryAt, allowPark)
-		}
-		limRes = &res
+	if res, done, err := a.limit(ctx, &ad); done {
+		return res, err
 	}
 
 	// 2. Count the message into the key's depth in Redis while it is published: the answer
@@ -226,37 +273,36 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		var owner string
 		var cerr error
 		value := queue.IdempotencyValue(m.ID, o.RequestDigest)
-		cres, owner, werr, cerr = a.Redis.CountClaim(r.Name, m.Key, capacity, now, o.IdempotencyKey, value).Claimed()
+		cres, owner, werr, cerr = a.Redis.CountClaim(r.Name, m.Key, ad.capacity, ad.now, o.IdempotencyKey, value).Claimed()
 		switch {
 		case cerr != nil:
 			a.throttledWarn("idempotency", "admit: idempotency key not checked (Redis unreachable)", "rule", r.Name, "err", cerr)
 		case owner != value:
-			if werr == nil {
-				a.Redis.Undo(r.Name, m.Key)
-			}
-			ownerID, digest := queue.SplitIdempotencyValue(owner)
-			if o.RequestDigest != "" && digest != "" && digest != o.RequestDigest {
-				return Result{Decision: KeyReused, Owner: ownerID, Capacity: capacity}, nil
-			}
-			return Result{Decision: KeyTaken, Owner: ownerID, Capacity: capacity}, nil
+			return a.taken(&ad, owner, werr), nil
 		default:
 			claimed = true
 		}
 	} else {
-		counted = a.Redis.Count(r.Name, m.Key, capacity, now)
+		counted = a.Redis.Count(r.Name, m.Key, ad.capacity, ad.now)
 	}
 
 	// 3. Enqueue: JetStream enforces the capacity atomically.
 	var enq queue.Enqueued
-	var err error
 	if telemetry.On() {
-		enq, err = a.tracedEnqueue(ctx, r, m, msgID)
+		enq, err = a.tracedEnqueue(ctx, r, ad.m, o.MsgID)
 	} else {
-		enq, err = a.Queues.EnqueueAs(ctx, r.Name, m, msgID)
+		enq, err = a.Queues.EnqueueAs(ctx, r.Name, ad.m, o.MsgID)
 	}
 	if o.IdempotencyKey == "" {
 		cres, werr = counted.Result()
 	}
+	return a.settle(ctx, &ad, cres, werr, claimed, enq, err)
+}
+
+// settle answers ad once its publish is answered (steps 3 and 4): cres and werr are its
+// count's result, claimed whether it took its idempotency key, enq and err its publish's.
+func (a *Admitter) settle(ctx context.Context, ad *admission, cres queue.Admitted, werr error, claimed bool, enq queue.Enqueued, err error) (Result, error) {
+	r, m, o, now, capacity, outflow := ad.r, ad.m, ad.o, ad.now, ad.capacity, ad.outflow
 	depth, next := cres.Depth, cres.Next
 	full := errors.Is(err, queue.ErrFull)
 	if err != nil && !full && werr == nil {
@@ -280,7 +326,7 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		if werr == nil && next.After(now) {
 			out.Reset = next.Sub(now) // one place frees when the head leaves at its slot
 		}
-		res, err := a.refuse(ctx, r, m, o, out, now.Add(drain), allowPark)
+		res, err := a.refuse(ctx, r, m, o, out, now.Add(drain), o.Park)
 		res.Claimed = claimed
 		return res, err
 	}
@@ -297,7 +343,7 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 			Reset: every, Window: every, RetryAfter: max(every, time.Second),
 			Violated: []string{r.Name},
 		}
-		res, err := a.refuse(ctx, r, m, o, out, now.Add(out.RetryAfter), allowPark)
+		res, err := a.refuse(ctx, r, m, o, out, now.Add(out.RetryAfter), o.Park)
 		res.Claimed = claimed
 		return res, err
 	}
@@ -352,7 +398,7 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 	}
 	// An admission limit with fewer requests left than the queue has places is the
 	// tighter policy: report it.
-	if limRes != nil {
+	if limRes := ad.limRes; limRes != nil {
 		if d := limRes.Decision(); d.Remaining < out.Remaining {
 			out.Policy, out.Limit, out.Remaining, out.Reset, out.Window = policyName(r, *limRes), d.Limit, d.Remaining, d.ResetAfter, d.Window
 		}

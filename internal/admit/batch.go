@@ -57,7 +57,7 @@ type Batcher struct {
 
 type claimCmd struct {
 	op  *op
-	cmd *redis.StatusCmd
+	cmd *queue.IdempotencyClaim
 }
 
 func (b *Batcher) ttl() time.Duration {
@@ -104,6 +104,26 @@ type op struct {
 	claimErr error  // the claim's own error
 	err      error
 	done     chan struct{} // buffered (1): receives one value when the result is in
+	// group, when set, is answered instead of done: the counts of one CountBatch.
+	group *countGroup
+}
+
+// countGroup is the counts of one CountBatch: the last one answered wakes its caller.
+type countGroup struct {
+	left atomic.Int32
+	done chan struct{}
+}
+
+// answer hands a count's result to its waiter: its Wait, or its CountBatch once the whole
+// group is answered. o belongs to the waiter from here on.
+func (o *op) answer() {
+	if g := o.group; g != nil {
+		if g.left.Add(-1) == 0 {
+			g.done <- struct{}{}
+		}
+		return
+	}
+	o.done <- struct{}{}
 }
 
 const maxBatch = 4096
@@ -169,11 +189,58 @@ func (b *Batcher) Count(rule, key string, capacity int64, now time.Time) Pending
 func (b *Batcher) send(o *op) Pending {
 	if b.down() {
 		o.err = ErrRedisDown
-		o.done <- struct{}{}
+		o.answer()
 		return Pending{o}
 	}
 	b.ch <- o
 	return Pending{o}
+}
+
+// CountRequest is one count of CountBatch: Count's arguments, with CountClaim's when
+// IdempotencyKey is set.
+type CountRequest struct {
+	Rule, Key string
+	Capacity  int64
+	Now       time.Time
+	// IdempotencyKey, when set, is claimed for Value (see CountClaim).
+	IdempotencyKey, Value string
+}
+
+// CountResult is the answer to one count of CountBatch: what Pending.Claimed returns (Owner
+// and ClaimErr only for a claim).
+type CountResult struct {
+	Admitted queue.Admitted
+	Owner    string
+	Err      error // the count's
+	ClaimErr error // the claim's own
+}
+
+// CountBatch is Count (or CountClaim) of many messages at once, for a batch submission:
+// they go to the batch goroutine together, usually into one pipeline, and the caller is
+// woken once, when the last is answered, instead of once per count. out[i] answers reqs[i].
+func (b *Batcher) CountBatch(reqs []CountRequest, out []CountResult) {
+	if len(reqs) == 0 {
+		return
+	}
+	b.start()
+	g := &countGroup{done: make(chan struct{}, 1)}
+	g.left.Store(int32(len(reqs)))
+	ops := make([]*op, len(reqs))
+	for i, r := range reqs {
+		o := newOp(opCount, r.Rule, r.Key)
+		o.capacity, o.now, o.idemKey, o.id, o.group = r.Capacity, r.Now, r.IdempotencyKey, r.Value, g
+		ops[i] = o
+		b.send(o)
+	}
+	<-g.done
+	for i, o := range ops {
+		out[i] = CountResult{Admitted: o.res, Owner: o.owner, Err: o.err, ClaimErr: o.claimErr}
+		if o.idemKey != "" && out[i].ClaimErr == nil && out[i].Owner == "" {
+			out[i].ClaimErr = o.err // the pipeline did not run
+		}
+		*o = op{done: o.done}
+		opPool.Put(o)
+	}
 }
 
 // CountClaim is Count together with the claim of idempotency key k of rule for id (a
@@ -273,7 +340,7 @@ func (b *Batcher) run() {
 			if !o.answered && o.err == nil {
 				o.err = err // its own command got no answer (another rule's error does not count)
 			}
-			o.done <- struct{}{} // o belongs to its Wait from here on
+			o.answer()
 		}
 	}
 }

@@ -17,16 +17,40 @@ import (
 // semantic conventions), the child of the admission's span. A full queue is not an error
 // of the span: it is the admission's answer.
 func (a *Admitter) tracedEnqueue(ctx context.Context, r *rules.Rule, m queue.Message, msgID string) (queue.Enqueued, error) {
-	ctx, span := telemetry.Start(ctx, "publish "+a.Queues.StreamName(r.Name), trace.WithSpanKind(trace.SpanKindProducer),
+	ctx, span := a.startPublish(ctx, r.Name, m.ID)
+	enq, err := a.Queues.EnqueueAs(ctx, r.Name, m, msgID)
+	endPublish(span, enq, err)
+	return enq, err
+}
+
+// tracedEnqueueBatch is EnqueueBatch with each message's publish in a producer span, from
+// its asynchronous publish to its PubAck.
+func (a *Admitter) tracedEnqueueBatch(ctx context.Context, pubs []queue.Publication) {
+	spans := make([]trace.Span, len(pubs))
+	for i, p := range pubs {
+		_, spans[i] = a.startPublish(ctx, p.Rule, p.Msg.ID)
+	}
+	a.Queues.EnqueueBatch(ctx, pubs)
+	for i, p := range pubs {
+		endPublish(spans[i], p.Enqueued, p.Err)
+	}
+}
+
+// startPublish starts the producer span of one message's publish to rule's stream.
+func (a *Admitter) startPublish(ctx context.Context, rule, id string) (context.Context, trace.Span) {
+	stream := a.Queues.StreamName(rule)
+	return telemetry.Start(ctx, "publish "+stream, trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(
 			attribute.String("messaging.system", "nats"),
 			attribute.String("messaging.operation.type", "publish"),
-			attribute.String("messaging.destination.name", a.Queues.StreamName(r.Name)),
-			attribute.String("sluice.rule", r.Name),
-			attribute.String("sluice.message.id", m.ID),
+			attribute.String("messaging.destination.name", stream),
+			attribute.String("sluice.rule", rule),
+			attribute.String("sluice.message.id", id),
 		))
-	defer span.End()
-	enq, err := a.Queues.EnqueueAs(ctx, r.Name, m, msgID)
+}
+
+// endPublish ends a publish's span with its outcome.
+func endPublish(span trace.Span, enq queue.Enqueued, err error) {
 	switch {
 	case errors.Is(err, queue.ErrFull):
 		span.SetAttributes(attribute.Bool("sluice.queue.full", true))
@@ -36,5 +60,5 @@ func (a *Admitter) tracedEnqueue(ctx context.Context, r *rules.Rule, m queue.Mes
 	default:
 		span.SetAttributes(attribute.Int64("messaging.nats.stream.sequence", int64(enq.Seq)), attribute.Bool("sluice.duplicate", enq.Duplicate))
 	}
-	return enq, err
+	span.End()
 }

@@ -35,12 +35,14 @@ type claimer struct {
 	pending []queue.Release // finished keys, handed back with the next claim
 	closed  bool            // the claim loop ended: release directly
 	held    map[*heldKey]struct{}
+
+	sinkFreed chan struct{} // cap 1: a delivery of this rule gave its sink.max_in_flight slot back
 }
 
 func newClaimer(name string, workers, maxClaimed int) *claimer {
 	c := &claimer{name: name, wake: make(chan struct{}, 1), quit: make(chan struct{}),
 		tokens: make(chan struct{}, maxClaimed), workers: make(chan struct{}, workers),
-		held: map[*heldKey]struct{}{}}
+		held: map[*heldKey]struct{}{}, sinkFreed: make(chan struct{}, 1)}
 	for range maxClaimed {
 		c.tokens <- struct{}{}
 	}

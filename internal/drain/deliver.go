@@ -63,8 +63,25 @@ func (d *Drainer) handle(c *claimer, r *rules.Rule, pol Policy, cl queue.Claim, 
 		d.lostKey(c, r, h, "before delivery")
 		return
 	}
+	slot := ""
+	if r.Sink.MaxInFlight > 0 {
+		var took bool
+		if slot, took = d.takeSinkSlot(ctx, c, r, h); !took {
+			c.workers <- struct{}{}
+			if !h.ok(d.cfg.Clock()) {
+				d.lostKey(c, r, h, "waiting for a sink slot")
+			} else {
+				d.release(c, r, pol, h, later)
+			}
+			return
+		}
+		now = d.cfg.Clock()
+	}
 	d.m.lag.WithLabelValues(r.Name).Observe(max(0, c.toRedis(now).Sub(cl.Due).Seconds()))
 	rel, ok := d.deliverHead(ctx, c, r, pol, cl, h, now)
+	if slot != "" {
+		d.giveSinkSlot(c, r, slot)
+	}
 	if h.delivery.Load() != deliveryAbandoned { // else the watchdog gave the worker back already
 		c.workers <- struct{}{}
 	}

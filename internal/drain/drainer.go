@@ -52,6 +52,7 @@ type Drainer struct {
 
 	redisDown  atomic.Bool
 	redisLog   throttle
+	slotSeq    atomic.Uint64 // names each sink.max_in_flight slot this drainer takes
 	natsLog    throttle
 	releaseLog throttle
 }

@@ -195,3 +195,57 @@ func TestMaxInFlightHardStopLosesNothing(t *testing.T) {
 		}
 	}
 }
+
+// sink.max_in_flight caps a rule's deliveries at the sink over all its keys and every
+// drainer: two drainers with 16 workers each and 60 due keys of a rule capped at 5, a sink
+// that takes 300 ms — never more than 5 at the sink at once, and the cap is used (5 at
+// once), every message delivered once. A second rule without a cap on the same drainers
+// is not held back by the first's waiting deliveries (up to the workers at once).
+func TestSinkMaxInFlightIsGlobalPerRule(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	capped := e.rule("capped", 10, 0, func(r *rules.Rule) { r.Sink.MaxInFlight = 5; r.Sink.Timeout = 5 * time.Second })
+	free := e.rule("free", 10, 0, func(r *rules.Rule) { r.Sink.Timeout = 5 * time.Second })
+	const keys = 60
+	for k := range keys {
+		e.enqueue(capped, fmt.Sprint("c", k), "1")
+		e.enqueue(free, fmt.Sprint("f", k), "1")
+	}
+	sink := &slowSink{took: 300 * time.Millisecond, now: map[string]int{}, most: map[string]int{}, at: map[string][]time.Time{}, ids: map[string]int{}}
+	for range 2 {
+		e.drainer(context.Background(), sink, func(c *drain.Config) { c.Workers = 16 })
+	}
+	waittest.Eventually(t, 30*time.Second, "every message of both rules delivered", func() bool {
+		c, _ := sink.snapshot("capped")
+		f, _ := sink.snapshot("free")
+		return len(c) >= keys && len(f) >= keys
+	})
+	starts, most := sink.snapshot("capped")
+	_, freeMost := sink.snapshot("free")
+	took := starts[len(starts)-1].Sub(starts[0])
+	t.Logf("capped rule: %d deliveries in %v, at most %d at once; uncapped rule: at most %d at once", len(starts), took, most, freeMost)
+	if most > 5 {
+		t.Errorf("capped rule had %d deliveries at the sink at once, want at most 5", most)
+	}
+	if most < 5 {
+		t.Errorf("capped rule had at most %d at once: the cap of 5 was not used", most)
+	}
+	// 60 deliveries of 300 ms, 5 at a time: at least 11 rounds after the first, 3.3 s.
+	if took < 3*time.Second {
+		t.Errorf("60 capped deliveries started within %v: more than 5 at a time", took)
+	}
+	if freeMost < 16 {
+		t.Errorf("the uncapped rule had at most %d deliveries at once, want its drainers' workers (≥ 16)", freeMost)
+	}
+	waittest.Eventually(t, 5*time.Second, "every slot given back once the last deliveries end", func() bool {
+		n, err := e.s.InFlight(context.Background(), "capped")
+		return err == nil && n == 0
+	})
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	for id, n := range sink.ids {
+		if n != 1 {
+			t.Errorf("message %s delivered %d times", id, n)
+		}
+	}
+}

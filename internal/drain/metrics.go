@@ -14,6 +14,7 @@ type metrics struct {
 	outflow    *prometheus.GaugeVec     // rule: configured outflow per key, messages/s
 	lag        *prometheus.HistogramVec // rule: dispatch time − due time, seconds
 	lost       *prometheus.CounterVec   // rule: claims lost before the drainer was done with the key
+	slotWaits  *prometheus.CounterVec   // rule: deliveries that waited for a sink.max_in_flight slot
 
 	// The on-call's signals (signals.go).
 	inQueue   *prometheus.HistogramVec // rule: admission → first delivery start, seconds
@@ -51,6 +52,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_claims_lost_total",
 			Help: "Claims whose lease this drainer lost before it was done with the key (it stopped before delivering, or its delivery may overlap another drainer's).",
 		}, []string{"rule"}),
+		slotWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_sink_slot_waits_total",
+			Help: "Deliveries that waited because the rule's sink.max_in_flight deliveries were already at the sink (over all drainers).",
+		}, []string{"rule"}),
 	}
 	m.addSignals()
 	if reg == nil {
@@ -71,6 +76,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.lost, err = register(reg, m.lost); err != nil {
+		return nil, err
+	}
+	if m.slotWaits, err = register(reg, m.slotWaits); err != nil {
 		return nil, err
 	}
 	if err := m.registerSignals(reg); err != nil {

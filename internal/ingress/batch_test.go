@@ -106,3 +106,73 @@ func TestBatchTooLarge(t *testing.T) {
 		t.Fatalf("batch of 3 with -max-batch 2: %d %s", r.code, r.raw)
 	}
 }
+
+// A batch answers each item as a submission of it alone would be answered: the same
+// submissions, sent one by one to one ingress and as one batch to another, get the same
+// statuses, states, depths, fields and problems — queued, repeated and reused idempotency
+// keys, a full key, park on overflow, an admission limit, a scheduled item, a rule without
+// a queue, bad fields.
+func TestBatchAnswersAsSingleSubmissions(t *testing.T) {
+	t.Parallel()
+	marketing := [][2]string{{"message_type", "marketing"}, {"user_id", "u-1"}}
+	subs := []string{
+		submit("orders", merchant("m-1"), `{"n":1}`),
+		submit("orders", merchant("m-1"), `{"n":2}`, "idempotency_key", "k-1"),
+		submit("orders", merchant("m-1"), `{"n":2}`, "idempotency_key", "k-1"),
+		submit("orders", merchant("m-1"), `{"n":9}`, "idempotency_key", "k-1"),
+		submit("orders", merchant("m-1"), `{"n":3}`),
+		submit("orders", merchant("m-1"), `{"n":4}`),
+		submit("parking", merchant("p"), `{"n":1}`),
+		submit("parking", merchant("p"), `{"n":2}`),
+		submit("messaging", marketing, `1`),
+		submit("messaging", marketing, `2`),
+		submit("messaging", marketing, `3`),
+		submit("auth", [][2]string{{"auth_type", "login"}}, `1`),
+		submit("orders", merchant("m-2"), `{"n":1}`, "delay", "1h"),
+		submit("orders", merchant("m-2"), `{"n":2}`, "delay", "1h", "ttl", "1m"),
+		submit("orders", nil, `1`),
+		submit("nowhere", merchant("m-1"), `1`),
+		`{"domain":"orders","descriptor":[{"key":"merchant_id","value":"m-3"}]}`,
+		submit("orders", merchant("m-2"), `{"n":3}`),
+	}
+	// what is compared of an answer; its id is replaced by the index of the submission
+	// that first answered with it
+	view := func(body map[string]any, status int, ids map[string]int, i int) string {
+		id, _ := body["id"].(string)
+		first, seen := ids[id]
+		if id == "" {
+			first = -1
+		}
+		if id != "" && !seen {
+			ids[id], first = i, i
+		}
+		field, _ := body["field"].(string)
+		if _, rest, ok := strings.Cut(field, "]"); ok && strings.HasPrefix(field, "[") {
+			field = strings.TrimPrefix(rest, ".")
+		}
+		return fmt.Sprint(status, " id#", first, " ", body["state"], " ", body["depth"], "/", body["capacity"], " ",
+			body["type"], " ", field, " ", body["violated-policies"], " eta:", body["eta"] != nil, " retry_at:", body["retry_at"] != nil,
+			" retry_after:", body["retry_after"] != nil)
+	}
+
+	one := start(t, nil)
+	singleIDs := map[string]int{}
+	var single []string
+	for i, s := range subs {
+		r := one.do("POST", "/v1/messages", s)
+		single = append(single, view(r.body, r.code, singleIDs, i))
+	}
+
+	other := start(t, nil)
+	code, a := other.batch(t, "["+strings.Join(subs, ",")+"]")
+	if code != 200 || len(a.Items) != len(subs) {
+		t.Fatalf("batch: %d %+v", code, a)
+	}
+	batchIDs := map[string]int{}
+	for i, it := range a.Items {
+		status, _ := it["status"].(float64)
+		if got := view(it, int(status), batchIDs, i); got != single[i] {
+			t.Errorf("item %d: batch answered %s, alone %s", i, got, single[i])
+		}
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,6 +32,7 @@ import (
 	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/queue"
 )
 
 // load drives url with conns keep-alive connections for d, cycling over bodies, and
@@ -75,7 +77,8 @@ func load(t *testing.T, url string, conns int, d time.Duration, bodies [][]byte,
 	return float64(len(all)) / elapsed.Seconds(), all[len(all)*99/100], failed.Load()
 }
 
-// send posts one request and reports whether it was answered 2xx.
+// send posts one request and reports whether it was answered 2xx — a batch only when it
+// has no refused item.
 func send(client *http.Client, url string, body []byte, idem bool, run string, n int64) bool {
 	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -86,8 +89,13 @@ func send(client *http.Client, url string, body []byte, idem bool, run string, n
 	if err != nil {
 		return false
 	}
+	var head [64]byte
+	h, _ := io.ReadFull(resp.Body, head[:])
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+	if bytes.HasPrefix(head[:h], []byte(`{"accepted":`)) && !bytes.Contains(head[:h], []byte(`"refused":0,`)) {
+		return false
+	}
 	return resp.StatusCode/100 == 2
 }
 
@@ -439,6 +447,9 @@ func procCPU(pid int) time.Duration {
 // TestBatchReport measures batch submission: messages/s admitted through batches of 100
 // against single submissions on the same connections, and against the ceiling of one Go
 // client async-publishing the same messages straight to JetStream (no HTTP, no Redis).
+// CPU per message is this process's (load generator, ingress and embedded nats-server)
+// and redis-server's. SLUICE_BENCH_PROFILE=batch (or single, ceiling, ceiling-same) drives only that one for 10 s,
+// for `go test -cpuprofile`.
 func TestBatchReport(t *testing.T) {
 	if os.Getenv("SLUICE_BENCH") == "" {
 		t.Skip("set SLUICE_BENCH=1 (make bench)")
@@ -512,22 +523,97 @@ descriptors:
 			}
 		}
 		<-js.PublishAsyncComplete()
-		return float64(sent) / time.Since(start).Seconds()
+		return float64(sent)
+	}
+	// The same ceiling with sluice's own messages: a stream of the same shape (per-key
+	// capacity, duplicate window), each message with the headers and Nats-Msg-Id an admission
+	// writes, so nats-server does for it what it does for an admitted message.
+	cq, err := queue.NewQueues(js, queue.Config{StreamPrefix: "CEILSAME_", SubjectPrefix: "ceilsame"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cq.Ensure(ctx, "orders", 1000000); err != nil {
+		t.Fatal(err)
+	}
+	ceilingSame := func() float64 {
+		start := time.Now()
+		sent := 0
+		for time.Since(start) < dur {
+			for i := 0; i < 1000; i++ {
+				key := "m-" + strconv.Itoa(sent%keys)
+				m := queue.Message{ID: uuid.NewString() + ".orders." + queue.KeyToken(key), Rule: "orders", Key: key,
+					Payload: []byte(payload), CreatedAt: time.Now()}
+				if _, err := js.PublishMsgAsync(queue.EncodeMessage(cq.Subject("orders", key), m)); err != nil {
+					t.Fatal(err)
+				}
+				sent++
+			}
+			if js.PublishAsyncPending() > 1000 {
+				<-js.PublishAsyncComplete()
+			}
+		}
+		<-js.PublishAsyncComplete()
+		return float64(sent)
+	}
+	rdb := redis.NewClient(r.Options())
+	defer rdb.Close()
+	// measure runs f, which reports the messages it got admitted, and returns messages/s
+	// and the CPU per message.
+	measure := func(f func() float64) (rate float64, cpu, redisCPU time.Duration) {
+		c0, r0 := cpuTime(rdb, 0)
+		start := time.Now()
+		msgs := f()
+		elapsed := time.Since(start)
+		c1, r1 := cpuTime(rdb, 0)
+		return msgs / elapsed.Seconds(), time.Duration(float64(c1-c0) / msgs), time.Duration(float64(r1-r0) / msgs)
+	}
+	drive := func(bodies [][]byte, n int, d time.Duration) func() float64 {
+		return func() float64 {
+			rate, _, bad := load(t, url, conns, d, bodies, false)
+			if bad > 0 {
+				t.Errorf("%d answers not 2xx (or a batch with refused items)", bad)
+			}
+			return rate * d.Seconds() * float64(n)
+		}
+	}
+	if which := os.Getenv("SLUICE_BENCH_PROFILE"); which != "" { // only one of them, for a CPU profile
+		bodies, n := batches, per
+		if which == "single" {
+			bodies, n = singles, 1
+		}
+		f := drive(bodies, n, 10*time.Second)
+		if which == "ceiling" || which == "ceiling-same" {
+			dur = 10 * time.Second
+			f = ceiling
+			if which == "ceiling-same" {
+				f = ceilingSame
+			}
+		} else {
+			load(t, url, conns, time.Second, bodies, false)
+		}
+		rate, cpu, rcpu := measure(f)
+		t.Logf("%s only: %.0f messages/s, CPU/message %v (redis-server %v)", which, rate, cpu.Round(100*time.Nanosecond), rcpu.Round(100*time.Nanosecond))
+		return
 	}
 	load(t, url, conns, time.Second, singles, false)
 	load(t, url, conns, time.Second, batches, false)
-	var single, batched, ceil []float64
+	var single, batched, ceil, ceilSame []float64
+	var cpu [4]time.Duration
+	var redisCPU [2]time.Duration
 	for round := 0; round < 3; round++ {
-		rs, _, bs := load(t, url, conns, dur, singles, false)
-		rb, _, bb := load(t, url, conns, dur, batches, false)
-		if bs > 0 || bb > 0 {
-			t.Errorf("non-2xx answers: single %d, batch %d", bs, bb)
-		}
-		single, batched, ceil = append(single, rs), append(batched, rb*per), append(ceil, ceiling())
+		rs, cs, qs := measure(drive(singles, 1, dur))
+		rb, cb, qb := measure(drive(batches, per, dur))
+		rc, cc, _ := measure(ceiling)
+		rd, cd, _ := measure(ceilingSame)
+		single, batched, ceil, ceilSame = append(single, rs), append(batched, rb), append(ceil, rc), append(ceilSame, rd)
+		cpu[0], cpu[1], cpu[2], cpu[3] = cpu[0]+cs/3, cpu[1]+cb/3, cpu[2]+cc/3, cpu[3]+cd/3
+		redisCPU[0], redisCPU[1] = redisCPU[0]+qs/3, redisCPU[1]+qb/3
 	}
 	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
-	t.Logf("batch submission, %d connections, %d keys, 128-byte payloads, 3 alternating rounds of %v (median messages/s):", conns, keys, dur)
-	t.Logf("  single submissions:        %8.0f", med(single))
-	t.Logf("  batches of %d:            %8.0f  (%.2f× single; goal ≥ 3×)", per, med(batched), med(batched)/med(single))
-	t.Logf("  JetStream async publish:   %8.0f  (batches reach %.2f× of it; goal ≥ 0.6×)", med(ceil), med(batched)/med(ceil))
+	us := func(d time.Duration) string { return d.Round(100 * time.Nanosecond).String() }
+	t.Logf("batch submission, %d connections, %d keys, 128-byte payloads, %d cores, 3 alternating rounds of %v (median messages/s; mean CPU per message):", conns, keys, runtimeCPU(), dur)
+	t.Logf("  single submissions:        %8.0f  CPU %s (redis-server %s)", med(single), us(cpu[0]), us(redisCPU[0]))
+	t.Logf("  batches of %d:            %8.0f  CPU %s (redis-server %s)  %.2f× single; goal ≥ 3×", per, med(batched), us(cpu[1]), us(redisCPU[1]), med(batched)/med(single))
+	t.Logf("  JetStream async publish:   %8.0f  CPU %s  batches reach %.2f× of it; goal ≥ 0.6×", med(ceil), us(cpu[2]), med(batched)/med(ceil))
+	t.Logf("  the same, sluice's messages (headers, Nats-Msg-Id, per-key capacity): %8.0f  CPU %s  batches reach %.2f× of it", med(ceilSame), us(cpu[3]), med(batched)/med(ceilSame))
 }

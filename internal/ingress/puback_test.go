@@ -2,12 +2,15 @@ package ingress_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +23,8 @@ import (
 
 // No 202 leaves before its PubAck: with the NATS server's answers held back on the wire
 // (a TCP proxy between the ingress and nats-server stops forwarding what the server sends),
-// a submit gets no answer; once the answers flow again it gets its 202.
+// a submit gets no answer, nor does a batch (its items are published asynchronously, and
+// the answer waits for every PubAck); once the answers flow again they get their 202s.
 func TestNo202BeforePubAck(t *testing.T) {
 	n := natstest.Start(t)
 	r := redistest.Start(t, redistest.Options{})
@@ -48,41 +52,60 @@ descriptors:
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Close)
-	submit := func() (int, error) {
-		resp, err := http.Post("http://"+m.Addr.String()+"/v1/messages", "application/json",
-			strings.NewReader(`{"domain":"orders","descriptor":[{"key":"merchant_id","value":"m-1"}],"payload":{"n":1}}`))
-		if err != nil {
-			return 0, err
-		}
-		resp.Body.Close()
-		return resp.StatusCode, nil
+	item := func(key string, n int) string {
+		return `{"domain":"orders","descriptor":[{"key":"merchant_id","value":"` + key + `"}],"payload":{"n":` + strconv.Itoa(n) + `}}`
 	}
-	if code, err := submit(); err != nil || code != http.StatusAccepted {
+	// submit sends body and returns its status, with the items' statuses of a batch.
+	submit := func(body string) (int, []int, error) {
+		resp, err := http.Post("http://"+m.Addr.String()+"/v1/messages", "application/json", strings.NewReader(body))
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		var answer struct{ Items []struct{ Status int } }
+		json.NewDecoder(resp.Body).Decode(&answer)
+		var items []int
+		for _, it := range answer.Items {
+			items = append(items, it.Status)
+		}
+		return resp.StatusCode, items, nil
+	}
+	if code, _, err := submit(item("m-1", 1)); err != nil || code != http.StatusAccepted {
 		t.Fatalf("submit through the proxy: %d %v", code, err)
 	}
 
-	proxy.hold(true)
-	answered := make(chan int, 1)
-	go func() {
-		code, err := submit()
-		if err != nil {
-			code = -1
+	for _, c := range []struct {
+		name, body string
+		code       int
+		items      []int
+	}{
+		{"single", item("m-1", 2), http.StatusAccepted, nil},
+		{"batch", "[" + item("m-1", 3) + "," + item("m-2", 1) + "," + item("m-1", 4) + "]", http.StatusOK, []int{202, 202, 202}},
+	} {
+		proxy.hold(true)
+		answered := make(chan string, 1)
+		go func() {
+			code, items, err := submit(c.body)
+			answered <- fmt.Sprint(code, items, err)
+		}()
+		select {
+		case got := <-answered:
+			t.Fatalf("%s: answered %s while the server's answers (the PubAcks) were held back", c.name, got)
+		case <-time.After(1500 * time.Millisecond):
 		}
-		answered <- code
-	}()
-	select {
-	case code := <-answered:
-		t.Fatalf("answered %d while the server's answers (the PubAck) were held back", code)
-	case <-time.After(1500 * time.Millisecond):
-	}
-	proxy.hold(false)
-	select {
-	case code := <-answered:
-		if code != http.StatusAccepted {
-			t.Fatalf("once the PubAck arrived: %d, want 202", code)
+		proxy.hold(false)
+		want := fmt.Sprint(c.code, c.items, nil)
+		if c.items == nil {
+			want = fmt.Sprint(c.code, []int(nil), nil)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no answer after the PubAck was let through")
+		select {
+		case got := <-answered:
+			if got != want {
+				t.Fatalf("%s: once the PubAcks arrived: %s, want %s", c.name, got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no answer after the PubAcks were let through", c.name)
+		}
 	}
 }
 

@@ -1,7 +1,6 @@
 package ingress
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -11,7 +10,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/sluice-io/sluice/internal/admit"
@@ -36,16 +34,6 @@ type outcome struct {
 	eta     time.Time
 }
 
-// item is the submission's answer as a batch item carries it.
-func (o outcome) item() submitResponse {
-	r := o.resp
-	if o.queued {
-		depth, capacity := o.depth, o.cap
-		r.Depth, r.Capacity, r.ETA = &depth, &capacity, o.eta.UTC().Format(time.RFC3339Nano)
-	}
-	return r
-}
-
 func problemOutcome(p httpx.Problem) outcome { return outcome{status: p.Status, problem: &p} }
 
 // write answers one submission.
@@ -65,24 +53,52 @@ func (s *Server) write(w http.ResponseWriter, o outcome) {
 	}
 }
 
+// submission is one decoded, validated submission between its checks and its answer.
+type submission struct {
+	req    *submitRequest
+	rule   *rules.Rule
+	msg    queue.Message
+	at     time.Time // when it asks to be delivered, if later than now (scheduled); else zero
+	digest string    // req.digest(), for an admission now
+}
+
+// options are the submission's admission options.
+func (sub *submission) options() admit.Options {
+	return admit.Options{Park: true, IdempotencyKey: sub.req.IdempotencyKey, RequestDigest: sub.digest}
+}
+
 // submit admits one decoded, validated submission.
 func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
+	sub, o, ok := s.prepare(ctx, req)
+	if !ok {
+		return o
+	}
+	if !sub.at.IsZero() {
+		return s.schedule(ctx, sub.rule, sub.msg, req, sub.at)
+	}
+	res, err := s.cfg.Admitter.Admit(ctx, sub.rule, sub.msg, sub.options())
+	return s.conclude(ctx, &sub, res, err)
+}
+
+// prepare matches a submission's rule and builds its message; when it cannot be admitted
+// (no rule, no queue, a field at fault) ok is false and o is the answer.
+func (s *Server) prepare(ctx context.Context, req *submitRequest) (sub submission, o outcome, ok bool) {
 	set := s.cfg.Rules()
 	match, ok := set.Match(req.Domain, toRuleEntries(req.Descriptor))
 	if !ok {
-		return problemOutcome(httpx.NoRule("", set.NoMatchDetail(req.Domain)))
+		return sub, problemOutcome(httpx.NoRule("", set.NoMatchDetail(req.Domain))), false
 	}
 	rule := match.Rule
 	if !rule.HasQueue() {
-		return problemOutcome(httpx.NoRule("No queue for this descriptor", "rule "+strconv.Quote(rule.Name)+" has no queue; it answers POST /v1/check only"))
+		return sub, problemOutcome(httpx.NoRule("No queue for this descriptor", "rule "+strconv.Quote(rule.Name)+" has no queue; it answers POST /v1/check only")), false
 	}
 	if len(match.Key) > queue.MaxKeyBytes {
-		return problemOutcome(httpx.BadRequest("descriptor", "the key made of the descriptor's values is longer than 256 bytes"))
+		return sub, problemOutcome(httpx.BadRequest("descriptor", "the key made of the descriptor's values is longer than 256 bytes")), false
 	}
 	now := s.cfg.Now()
 	id, err := queue.NewID(rule.Name, match.Key)
 	if err != nil {
-		return s.internalOutcome(rule.Name, err)
+		return sub, s.internalOutcome(rule.Name, err), false
 	}
 	msg := queue.Message{ID: id, Key: match.Key, Payload: req.Payload, CreatedAt: now, // decodeJSON copied the payload out of the pooled body
 		ExpiresAt: req.expiresAt(now, rule.Queue.MaxAge), Headers: req.Headers,
@@ -96,17 +112,23 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 		if req.ExpiresAt != "" {
 			field = "expires_at"
 		}
-		return problemOutcome(httpx.BadRequest(field, "the message would expire (its ttl or expires_at, or its rule's queue.max_age) before it could be delivered"))
+		return sub, problemOutcome(httpx.BadRequest(field, "the message would expire (its ttl or expires_at, or its rule's queue.max_age) before it could be delivered")), false
 	}
+	sub = submission{req: req, rule: rule, msg: msg}
 	if at.After(now) {
-		return s.schedule(ctx, rule, msg, req, at)
+		sub.at = at
+	} else {
+		sub.digest = req.digest()
 	}
+	return sub, outcome{}, true
+}
 
+// conclude answers a submission from its admission's result.
+func (s *Server) conclude(ctx context.Context, sub *submission, res admit.Result, err error) outcome {
+	rule, msg, req, digest := sub.rule, sub.msg, sub.req, sub.digest
 	// Idempotency: the first request with a key owns it for the TTL (claimed with the
 	// admission's count, before the publish, with the request's digest); repeats get its
 	// answer, and another request under the same key a 422.
-	digest := req.digest()
-	res, err := s.cfg.Admitter.Admit(ctx, rule, msg, admit.Options{Park: true, IdempotencyKey: req.IdempotencyKey, RequestDigest: digest})
 	if err == nil && res.Decision == admit.KeyReused {
 		return keyReusedOutcome(req.IdempotencyKey, res.Owner)
 	}
@@ -130,7 +152,7 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 		}
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionError).Inc()
 		if errors.Is(err, admit.ErrUnavailable) {
-			s.cfg.Logger.Warn("ingress: message not stored", "rule", rule.Name, "key", match.Key, "err", err)
+			s.cfg.Logger.Warn("ingress: message not stored", "rule", rule.Name, "key", msg.Key, "err", err)
 			return problemOutcome(httpx.Unavailable("Cannot store the message now", "the queue store (NATS JetStream) is unreachable; nothing was stored", s.cfg.Unavailable))
 		}
 		return s.internalOutcome(rule.Name, err)
@@ -165,8 +187,8 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 		return replayOutcome(status.Status{ID: msg.ID, State: status.Queued})
 	default:
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionQueued).Inc()
-		// The body is written by writeQueued from these fields; a batch item builds its
-		// submitResponse from them (item): nothing is formatted twice on this hot path.
+		// The body is written by writeQueued from these fields, a batch item by appendItem:
+		// nothing is formatted twice on this hot path.
 		return outcome{status: http.StatusAccepted, limit: limit, queued: true, depth: res.Depth, cap: res.Capacity, eta: res.ETA,
 			resp: submitResponse{ID: msg.ID, State: status.Queued}}
 	}
@@ -315,189 +337,6 @@ func replayOutcome(st status.Status) outcome {
 func (s *Server) internalOutcome(rule string, err error) outcome {
 	s.cfg.Logger.Error("ingress: internal error", "rule", rule, "err", err)
 	return problemOutcome(httpx.Internal())
-}
-
-// DefaultMaxBatch is the most messages one batch submission may carry.
-const DefaultMaxBatch = 500
-
-// batchConcurrency bounds the admissions of one batch in flight at once.
-const batchConcurrency = 64
-
-// batchItem is one item's answer in a batch: the submission's answer (202, 200) or its
-// problem (400, 404, 429, 503), with its status.
-type batchItem struct {
-	Status int `json:"status"`
-	submitResponse
-	*httpx.Problem
-}
-
-// MarshalJSON writes the item's status with the fields of whichever answer it has (a
-// problem carries its status already).
-func (b batchItem) MarshalJSON() ([]byte, error) {
-	if b.Problem != nil {
-		return json.Marshal(b.Problem)
-	}
-	raw, err := json.Marshal(b.submitResponse)
-	if err != nil {
-		return nil, err
-	}
-	out := append([]byte(`{"status":`), strconv.Itoa(b.Status)...)
-	if len(raw) > 2 {
-		out = append(append(out, ','), raw[1:]...)
-	} else {
-		out = append(out, '}')
-	}
-	return out, nil
-}
-
-// batchResponse answers a batch: one item per submission, in order.
-type batchResponse struct {
-	Accepted int         `json:"accepted"` // 202 and 200 (repeats)
-	Refused  int         `json:"refused"`  // any other status
-	Items    []batchItem `json:"items"`
-}
-
-// isBatch reports whether a submission body is a batch: a JSON array, or NDJSON.
-func isBatch(r *http.Request, body []byte) bool {
-	if ct := r.Header.Get("Content-Type"); len(ct) >= 20 && (ct[:20] == "application/x-ndjson" || ct[:20] == "application/jsonl") {
-		return true
-	}
-	for _, c := range body {
-		switch c {
-		case ' ', '\t', '\r', '\n':
-			continue
-		case '[':
-			return true
-		}
-		return false
-	}
-	return false
-}
-
-// splitBatch cuts a batch body into its items: the elements of a JSON array, or the
-// non-empty lines of NDJSON.
-func splitBatch(body []byte) ([]json.RawMessage, *httpx.Problem) {
-	var items []json.RawMessage
-	trimmed := bytes.TrimLeft(body, " \t\r\n")
-	if len(trimmed) > 0 && trimmed[0] == '[' {
-		if err := json.Unmarshal(body, &items); err != nil {
-			p := jsonProblem(err)
-			return nil, &p
-		}
-		return items, nil
-	}
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 0, 64<<10), len(body)+1)
-	for sc.Scan() {
-		if line := bytes.TrimSpace(sc.Bytes()); len(line) > 0 {
-			items = append(items, json.RawMessage(bytes.Clone(line)))
-		}
-	}
-	if err := sc.Err(); err != nil {
-		p := httpx.BadRequest("", "could not read the NDJSON body: "+err.Error())
-		return nil, &p
-	}
-	return items, nil
-}
-
-// handleBatch admits the items of a batch submission. Every item is answered on its own,
-// in order (one bad item never fails the others); the items of one key are admitted one
-// after the other in the order given, so they enter their queue in that order, and the
-// items of different keys concurrently. The answer is 200 once every item has its answer:
-// an item answered 202 is stored, and a client that lost the answer retries the batch
-// with the same idempotency keys to learn which (repeats answer 200).
-func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte) {
-	if r.Header.Get("Idempotency-Key") != "" {
-		httpx.WriteProblem(w, httpx.BadRequest("Idempotency-Key", "a batch takes an idempotency_key per item, not the header"))
-		return
-	}
-	raw, p := splitBatch(body)
-	if p != nil {
-		httpx.WriteProblem(w, *p)
-		return
-	}
-	if len(raw) == 0 {
-		httpx.WriteProblem(w, httpx.BadRequest("items", "the batch is empty"))
-		return
-	}
-	if max := s.cfg.MaxBatch; len(raw) > max {
-		p := httpx.TooLarge("a batch carries at most " + strconv.Itoa(max) + " messages; this one has " + strconv.Itoa(len(raw)))
-		p.Field = "items"
-		httpx.WriteProblem(w, p)
-		return
-	}
-	ctx := r.Context()
-	items := make([]batchItem, len(raw))
-	reqs := make([]submitRequest, len(raw))
-	// Decode and validate every item first; group the good ones by domain and descriptor
-	// (their queue key), keeping their order.
-	groups := map[string][]int{}
-	var order []string
-	for i, b := range raw {
-		req := &reqs[i]
-		if p := decodeJSONBytes(b, req); p != nil {
-			items[i] = problemItem(*p, i)
-			continue
-		}
-		if p := req.validate(); p != nil {
-			items[i] = problemItem(*p, i)
-			continue
-		}
-		req.traceParent, req.traceState = telemetry.FromHTTP(r.Header)
-		k := groupKey(req)
-		if _, ok := groups[k]; !ok {
-			order = append(order, k)
-		}
-		groups[k] = append(groups[k], i)
-	}
-	sem := make(chan struct{}, batchConcurrency)
-	var wg sync.WaitGroup
-	for _, k := range order {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			for _, i := range groups[k] {
-				o := s.submit(ctx, &reqs[i])
-				if o.problem != nil {
-					items[i] = problemItem(*o.problem, i)
-				} else {
-					items[i] = batchItem{Status: o.status, submitResponse: o.item()}
-				}
-			}
-		})
-	}
-	wg.Wait()
-	resp := batchResponse{Items: items}
-	for _, it := range items {
-		if it.Status/100 == 2 {
-			resp.Accepted++
-		} else {
-			resp.Refused++
-		}
-	}
-	httpx.WriteJSON(w, http.StatusOK, resp)
-}
-
-// problemItem is an item's problem, its field prefixed with the item's index.
-func problemItem(p httpx.Problem, i int) batchItem {
-	prefix := "[" + strconv.Itoa(i) + "]"
-	if p.Field != "" {
-		p.Field = prefix + "." + p.Field
-	} else if p.Status == http.StatusBadRequest {
-		p.Field = prefix
-	}
-	return batchItem{Status: p.Status, Problem: &p}
-}
-
-// groupKey identifies an item's queue key before matching: its domain and descriptor.
-func groupKey(req *submitRequest) string {
-	var b []byte
-	b = strconv.AppendQuote(b, req.Domain)
-	for _, e := range req.Descriptor {
-		b = strconv.AppendQuote(b, e.Key)
-		b = strconv.AppendQuote(b, e.Value)
-	}
-	return string(b)
 }
 
 // DefaultMaxDelay is how far ahead a submission may ask to be delivered by default.

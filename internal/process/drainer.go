@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/internal/tlsx"
+	"github.com/sluice-io/sluice/retry"
 )
 
 // RunDrainer is the drainer binary: flags, -version, or the process until ctx ends, then
@@ -49,24 +50,25 @@ func RunDrainer(ctx context.Context, args []string, getenv func(string) string, 
 // flag with a SLUICE_* environment variable (the flag wins); defaults are in
 // drainerFlags and the README's table.
 type DrainerConfig struct {
-	Rules           []string      // -rules: required
-	HTTPAddr        string        // -http: /metrics, /healthz, /readyz. Default ":8082" (the ingress has :8080 and :8081).
-	DebugAddr       string        // -debug-addr: pprof; default empty (off)
-	NATSURL         string        // -nats: default "nats://127.0.0.1:4222"
-	RedisURL        string        // -redis: default "redis://127.0.0.1:6379"
-	Workers         int           // -workers: deliveries in flight per queue rule; default 32
-	Lease           time.Duration // -lease: default 2.5s, at least 500ms
-	LeaseRenew      time.Duration // -lease-renew: default 0s = Lease/3; at most Lease/2
-	Replicas        int           // -replicas: 1 or 3, default 1
-	RetryMaxBytes   int64         // -retry-max-bytes: default 1GiB (as the ingress's)
-	DeadMaxBytes    int64         // -dead-max-bytes: default 1GiB (as the ingress's)
-	DeadDropOldest  bool          // -dead-drop-oldest: default false (a full dead-letter stream refuses; the message waits)
-	ShutdownTimeout time.Duration // -shutdown-timeout: default 30s
-	LogFormat       string        // -log-format: json (default) or text
-	LogLevel        string        // -log-level: default info
-	RulesPoll       time.Duration // -rules-poll: default 1s
-	StatusKeep      time.Duration // -status-keep: records of delivered messages kept this long; default 0s (off)
-	StatusKeepMax   int64         // -status-keep-max: most delivered records kept; default 1000000
+	Rules             []string      // -rules: required
+	HTTPAddr          string        // -http: /metrics, /healthz, /readyz. Default ":8082" (the ingress has :8080 and :8081).
+	DebugAddr         string        // -debug-addr: pprof; default empty (off)
+	NATSURL           string        // -nats: default "nats://127.0.0.1:4222"
+	RedisURL          string        // -redis: default "redis://127.0.0.1:6379"
+	Workers           int           // -workers: deliveries in flight per queue rule; default 32
+	Lease             time.Duration // -lease: default 2.5s, at least 500ms
+	LeaseRenew        time.Duration // -lease-renew: default 0s = Lease/3; at most Lease/2
+	Replicas          int           // -replicas: 1 or 3, default 1
+	RetryMaxBytes     int64         // -retry-max-bytes: default 1GiB (as the ingress's)
+	DeadMaxBytes      int64         // -dead-max-bytes: default 1GiB (as the ingress's)
+	DeadDropOldest    bool          // -dead-drop-oldest: default false (a full dead-letter stream refuses; the message waits)
+	ShutdownTimeout   time.Duration // -shutdown-timeout: default 30s
+	LogFormat         string        // -log-format: json (default) or text
+	LogLevel          string        // -log-level: default info
+	RulesPoll         time.Duration // -rules-poll: default 1s
+	StatusKeep        time.Duration // -status-keep: records of delivered messages kept this long; default 0s (off)
+	StatusKeepMax     int64         // -status-keep-max: most delivered records kept; default 1000000
+	ReadmitMaxBackoff time.Duration // -readmit-max-backoff: longest wait between re-admission attempts of a parked message; default 5m
 
 	TLSCert, TLSKey, TLSClientCA string   // -tls-cert, -tls-key, -tls-client-ca: TLS (and mTLS) on -http; default off
 	NATSCA, NATSCert, NATSKey    string   // -nats-ca, -nats-cert, -nats-key: NATS TLS; default system roots, no client certificate
@@ -92,6 +94,7 @@ func drainerFlags(c *DrainerConfig, getenv func(string) string, stderr io.Writer
 	f.Bool(&c.DeadDropOldest, "dead-drop-oldest", "SLUICE_DEAD_DROP_OLDEST", false, "when the dead letters are full, delete the oldest (counted) instead of keeping the failed message in its queue")
 	f.Duration(&c.StatusKeep, "status-keep", "SLUICE_STATUS_KEEP", 0, "keep a record of each delivered message this long, for GET /v1/messages/{id}; 0s = off")
 	f.Int64(&c.StatusKeepMax, "status-keep-max", "SLUICE_STATUS_KEEP_MAX", 1_000_000, "most delivered records kept, oldest dropped first")
+	f.Duration(&c.ReadmitMaxBackoff, "readmit-max-backoff", "SLUICE_READMIT_MAX_BACKOFF", 5*time.Minute, "longest wait between re-admission attempts of a parked message")
 	f.Duration(&c.ShutdownTimeout, "shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", 30*time.Second, "on SIGTERM: stop claiming, finish in-flight deliveries within this")
 	f.Duration(&c.RulesPoll, "rules-poll", "SLUICE_RULES_POLL", time.Second, "how often rules files are checked for changes")
 	f.String(&c.LogFormat, "log-format", "SLUICE_LOG_FORMAT", "json", "json or text")
@@ -156,6 +159,8 @@ func (c *DrainerConfig) Validate() error {
 		return fmt.Errorf("-status-keep: want 0s (off) or a positive duration, got %s", c.StatusKeep)
 	case c.StatusKeepMax <= 0:
 		return fmt.Errorf("-status-keep-max: want a positive number of records, got %d", c.StatusKeepMax)
+	case c.ReadmitMaxBackoff <= 0:
+		return fmt.Errorf("-readmit-max-backoff: want a positive duration, got %s", c.ReadmitMaxBackoff)
 	}
 	if err := CheckStreamBytes(c.RetryMaxBytes, c.DeadMaxBytes); err != nil {
 		return err
@@ -245,7 +250,8 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 	proc, err := StartDraining(bg, DrainDeps{
 		Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
 		SinkTLS: sinkTLS, Signer: signer,
-		Drain: drain.Config{Workers: c.Workers, StopTimeout: c.ShutdownTimeout, Lease: c.Lease, LeaseRenew: c.LeaseRenew},
+		Drain:   drain.Config{Workers: c.Workers, StopTimeout: c.ShutdownTimeout, Lease: c.Lease, LeaseRenew: c.LeaseRenew},
+		Readmit: retry.ReadmitterConfig{MaxBackoff: c.ReadmitMaxBackoff},
 	})
 	if err != nil {
 		return err

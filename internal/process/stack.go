@@ -45,6 +45,8 @@ type StackConfig struct {
 	RedisPoolSize int
 	// IdempotencyTTL is how long an idempotency key maps to its first message (0: 24 h).
 	IdempotencyTTL time.Duration
+	// LegacyIdempotency also claims idempotency keys in v0.3's layout (queue.SchedulerConfig).
+	LegacyIdempotency bool
 	// StatusKeep > 0 keeps records of delivered messages that long, at most StatusKeepMax
 	// (0: a million) of them (status.DeliveredRecords).
 	StatusKeep    time.Duration
@@ -140,6 +142,7 @@ func Open(ctx context.Context, c StackConfig) (s *Stack, err error) {
 		return s, err
 	}
 	if s.Scheduler, err = queue.NewScheduler(s.Redis, queue.SchedulerConfig{
+		LegacyIdempotency: c.LegacyIdempotency,
 		Partitions: func(rule string) int {
 			if r := c.Rules().Rule(rule); r != nil && r.Queue != nil {
 				return r.Queue.Partitions

@@ -58,6 +58,11 @@ func (p *fileParser) sink(n *yaml.Node, field string, s *Sink) {
 	if v, has := m["sign_keys"]; has {
 		s.SignKeys = strings.Join(p.signKeys(v, joinField(field, "sign_keys"), hasSubject), ",")
 	}
+	if v, has := m["max_in_flight"]; has {
+		if a, ok := p.intIn(v, joinField(field, "max_in_flight"), 1, 100_000); ok {
+			s.MaxInFlight = a
+		}
+	}
 }
 
 // signKeys parses sink.sign_keys: a non-empty list of key file paths (HTTP sinks only).
@@ -91,12 +96,8 @@ func (p *fileParser) delivery(n *yaml.Node, field string, d *Delivery) {
 		return
 	}
 	if v, has := m["max_attempts"]; has {
-		if a, ok := p.int64(v, joinField(field, "max_attempts")); ok {
-			if a < 1 || a > 1_000_000 {
-				p.errorf(v, joinField(field, "max_attempts"), "must be between 1 and 1000000 (got %d)", a)
-			} else {
-				d.MaxAttempts = int(a)
-			}
+		if a, ok := p.intIn(v, joinField(field, "max_attempts"), 1, 1_000_000); ok {
+			d.MaxAttempts = a
 		}
 	}
 	if v, has := m["min_backoff"]; has {
@@ -110,12 +111,8 @@ func (p *fileParser) delivery(n *yaml.Node, field string, d *Delivery) {
 		}
 	}
 	if v, has := m["max_in_flight"]; has {
-		if a, ok := p.int64(v, joinField(field, "max_in_flight")); ok {
-			if a < 1 || a > 1000 {
-				p.errorf(v, joinField(field, "max_in_flight"), "must be between 1 and 1000 (got %d)", a)
-			} else {
-				d.MaxInFlight = int(a)
-			}
+		if a, ok := p.intIn(v, joinField(field, "max_in_flight"), 1, 1000); ok {
+			d.MaxInFlight = a
 		}
 	}
 	if d.MaxBackoff < d.MinBackoff {

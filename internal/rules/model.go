@@ -101,6 +101,9 @@ type Sink struct {
 	// signs), comma-separated, instead of the drainer's -sign-keys; empty = -sign-keys.
 	// Read by the drainer, not when the rules load. A string, so Sink stays comparable.
 	SignKeys string
+	// MaxInFlight caps the rule's deliveries at the sink at once, over all its keys and
+	// every drainer (a slot in Redis per delivery); 0 = no cap but each drainer's -workers.
+	MaxInFlight int
 }
 
 // Delivery is the retry policy for deliveries to the sink.

@@ -99,7 +99,7 @@ descriptors:
           partitions: 4
         overflow: park
         park: {max_age: 48h}
-        sink: {nats_subject: sms.send, timeout: 3s}
+        sink: {nats_subject: sms.send, timeout: 3s, max_in_flight: 40}
         delivery: {max_attempts: 3, min_backoff: 2s, max_backoff: 1m}
         ordering: relaxed
 `)
@@ -120,7 +120,7 @@ descriptors:
 		},
 		Queue:    &Queue{Capacity: 50, Outflow: Rate{1, 500 * time.Millisecond}, TotalOutflow: Rate{600, time.Minute}, MaxScheduled: 7, Partitions: 4},
 		Overflow: OverflowPark, Park: Park{MaxAge: 48 * time.Hour},
-		Sink:     Sink{NATSSubject: "sms.send", Timeout: 3 * time.Second},
+		Sink:     Sink{NATSSubject: "sms.send", Timeout: 3 * time.Second, MaxInFlight: 40},
 		Delivery: Delivery{MaxAttempts: 3, MinBackoff: 2 * time.Second, MaxBackoff: time.Minute, MaxInFlight: 1},
 		Ordering: OrderingRelaxed, File: "test.yaml", Line: 9, varying: []int{1},
 	}
@@ -348,6 +348,8 @@ func TestParseErrors(t *testing.T) {
 			[]string{"f.yaml:6: descriptors[0].delivery.max_in_flight: above 1 needs ordering: relaxed (with several deliveries of a key at once, a later message may arrive first); got 5 with ordering: strict"}},
 		{"bad max_in_flight", "domain: x\ndescriptors:\n  - key: a\n    " + q + "\n    sink: {url: 'http://h/'}\n    ordering: relaxed\n    delivery: {max_in_flight: 0}\n",
 			[]string{"f.yaml:7: descriptors[0].delivery.max_in_flight: must be between 1 and 1000 (got 0)"}},
+		{"bad sink max_in_flight", "domain: x\ndescriptors:\n  - key: a\n    " + q + "\n    sink: {url: 'http://h/', max_in_flight: 0}\n",
+			[]string{"f.yaml:5: descriptors[0].sink.max_in_flight: must be between 1 and 100000 (got 0)"}},
 		{"behaviour on plain descriptor", "domain: x\ndescriptors:\n  - key: a\n    name: foo\n    sink: {url: 'http://h/'}\n    descriptors:\n      - key: b\n        rate_limit: {unit: second, requests_per_unit: 1}\n",
 			[]string{"f.yaml:4: descriptors[0].name: only applies to a descriptor with rate_limit or queue",
 				"f.yaml:5: descriptors[0].sink: only applies to a descriptor with rate_limit or queue"}},

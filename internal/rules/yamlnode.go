@@ -191,6 +191,20 @@ func (p *fileParser) int64(n *yaml.Node, field string) (int64, bool) {
 	return v, true
 }
 
+// intIn reads an integer that must lie in [lo, hi]; ok is false (and the error recorded)
+// otherwise.
+func (p *fileParser) intIn(n *yaml.Node, field string, lo, hi int64) (int, bool) {
+	v, ok := p.int64(n, field)
+	if !ok {
+		return 0, false
+	}
+	if v < lo || v > hi {
+		p.errorf(n, field, "must be between %d and %d (got %d)", lo, hi, v)
+		return 0, false
+	}
+	return int(v), true
+}
+
 func (p *fileParser) bool(n *yaml.Node, field string) (bool, bool) {
 	n = resolve(n)
 	var v bool

@@ -1,0 +1,167 @@
+package admit
+
+import (
+	"context"
+	"sync"
+
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/telemetry"
+	"github.com/sluice-io/sluice/queue"
+)
+
+// BatchAdmission is one message of AdmitBatch: Admit's arguments and its answer.
+type BatchAdmission struct {
+	Rule    *rules.Rule
+	Msg     queue.Message
+	Options Options
+
+	Result Result
+	Err    error
+}
+
+// batchState is one message's admission between the steps of AdmitBatch.
+type batchState struct {
+	ad      admission
+	live    bool // still to count and publish
+	count   CountResult
+	claimed bool // its count took its idempotency key
+	pub     int  // its index in the batch's publications
+}
+
+// keyConcurrency bounds the keys of one batch whose steps with round trips of their own
+// (admission limits, refusals) run at once.
+const keyConcurrency = 64
+
+// AdmitBatch is Admit of many messages at once (a batch submission): each gets the answer
+// Admit would give it, and the messages of one key enter its queue in the order given. The
+// steps are taken for the whole batch together instead of once per message: one group of
+// counts sent to Redis and waited for once (CountBatch), then every message published
+// asynchronously on the one NATS connection and every PubAck waited for (EnqueueBatch);
+// no message is answered Queued before its PubAck. Unlike Admit, counts are waited for
+// before the publishes (a claimed idempotency key must be known before its message is
+// published, and publishes of one key must keep their order): one Redis round trip more
+// per batch, not per message. Admission limits and refusals (park, a full key's depth
+// heal) keep their round trips per message, keys concurrently.
+func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
+	st := make([]batchState, len(items))
+	var limited []int
+	for i := range items {
+		it := &items[i]
+		ad, err := a.prepare(it.Rule, it.Msg, it.Options)
+		if err != nil {
+			it.Err = err
+			continue
+		}
+		st[i].ad, st[i].live = ad, true
+		if a.limited(it.Rule) {
+			limited = append(limited, i)
+		}
+	}
+
+	// 1. Admission limits: one decision per message, the messages of a key in order.
+	a.eachKey(items, limited, func(i int) {
+		if res, done, err := a.limit(ctx, &st[i].ad); done {
+			items[i].Result, items[i].Err, st[i].live = res, err, false
+		}
+	})
+
+	// 2. Count (and claim) every message still in, together.
+	idx := make([]int, 0, len(items))
+	reqs := make([]CountRequest, 0, len(items))
+	for i := range st {
+		if !st[i].live {
+			continue
+		}
+		ad := &st[i].ad
+		req := CountRequest{Rule: ad.r.Name, Key: ad.m.Key, Capacity: ad.capacity, Now: ad.now}
+		if ad.o.IdempotencyKey != "" {
+			req.IdempotencyKey, req.Value = ad.o.IdempotencyKey, queue.IdempotencyValue(ad.m.ID, ad.o.RequestDigest)
+		}
+		idx, reqs = append(idx, i), append(reqs, req)
+	}
+	counts := make([]CountResult, len(reqs))
+	a.Redis.CountBatch(reqs, counts)
+
+	// 3. Publish, in order, every message whose idempotency key is its own (or could not
+	// be checked); one whose key another message owns is answered with that owner.
+	pubs := make([]queue.Publication, 0, len(idx))
+	for j, i := range idx {
+		s, req := &st[i], &reqs[j]
+		s.count = counts[j]
+		if req.IdempotencyKey != "" {
+			switch {
+			case s.count.ClaimErr != nil:
+				a.throttledWarn("idempotency", "admit: idempotency key not checked (Redis unreachable)", "rule", s.ad.r.Name, "err", s.count.ClaimErr)
+			case s.count.Owner != req.Value:
+				items[i].Result, s.live = a.taken(&s.ad, s.count.Owner, s.count.Err), false
+				continue
+			default:
+				s.claimed = true
+			}
+		}
+		s.pub = len(pubs)
+		pubs = append(pubs, queue.Publication{Rule: s.ad.r.Name, Msg: s.ad.m, MsgID: s.ad.o.MsgID})
+	}
+	if telemetry.On() {
+		a.tracedEnqueueBatch(ctx, pubs)
+	} else {
+		a.Queues.EnqueueBatch(ctx, pubs)
+	}
+
+	// 4. Answer each. A stored message with its count needs no round trip to be answered;
+	// a refused or failed one may (a park, a depth heal, the stream's depth while Redis is
+	// down): those run per key, keys concurrently.
+	var slow []int
+	settle := func(i int) {
+		s := &st[i]
+		p := &pubs[s.pub]
+		items[i].Result, items[i].Err = a.settle(ctx, &s.ad, s.count.Admitted, s.count.Err, s.claimed, p.Enqueued, p.Err)
+	}
+	for i := range st {
+		switch s := &st[i]; {
+		case !s.live:
+		case pubs[s.pub].Err != nil || s.count.Err != nil:
+			slow = append(slow, i)
+		default:
+			settle(i)
+		}
+	}
+	a.eachKey(items, slow, settle)
+}
+
+// eachKey runs f on the items at idx: those of one key one after the other in their order,
+// different keys concurrently (at most keyConcurrency at once). It returns when every f
+// has returned.
+func (a *Admitter) eachKey(items []BatchAdmission, idx []int, f func(i int)) {
+	if len(idx) == 0 {
+		return
+	}
+	groups := map[string][]int{}
+	var order []string
+	for _, i := range idx {
+		k := items[i].Rule.Name + "\x00" + items[i].Msg.Key
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], i)
+	}
+	run := func(k string) {
+		for _, i := range groups[k] {
+			f(i)
+		}
+	}
+	if len(order) == 1 {
+		run(order[0])
+		return
+	}
+	sem := make(chan struct{}, keyConcurrency)
+	var wg sync.WaitGroup
+	for _, k := range order {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			run(k)
+		})
+	}
+	wg.Wait()
+}

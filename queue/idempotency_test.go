@@ -1,0 +1,99 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluice-io/sluice/internal/redistest"
+	"github.com/sluice-io/sluice/internal/waittest"
+	"github.com/sluice-io/sluice/queue"
+)
+
+// TestLegacyIdempotencyKeys: with LegacyIdempotency a claim is made in both layouts, so a
+// key first used by a v0.3 ingress (which stored the bare id under sl:idem:{<rule>}:<k>)
+// answers that id, and a key first used here is seen by v0.3 (it finds this message's id).
+// The layout a claim took but lost in the other is given back; a release frees both.
+// Without the option the v0.3 layout is neither read nor written.
+func TestLegacyIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	rdb := testRedis(t)
+	prefix := redistest.Prefix(t)
+	ctx := context.Background()
+	legacy, err := queue.NewScheduler(rdb, queue.SchedulerConfig{Prefix: prefix, LegacyIdempotency: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := queue.NewScheduler(rdb, queue.SchedulerConfig{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v03Key := func(k string) string { return prefix + "sl:idem:{orders}:" + k }
+	v03Claim := func(k, id string) string { // what a v0.3 ingress does: SET NX GET, bare id
+		owner, err := rdb.SetArgs(ctx, v03Key(k), id, redis.SetArgs{Mode: "NX", Get: true, TTL: time.Hour}).Result()
+		if errors.Is(err, redis.Nil) {
+			return id
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return owner
+	}
+	newID := "019a0000-0000-7000-8000-000000000001.orders.kbS0x"
+
+	// A v0.3 ingress took "a": the new ingress answers its id, and does not keep a claim of
+	// its own in the current layout.
+	if got := v03Claim("a", "old-id-a"); got != "old-id-a" {
+		t.Fatalf("v0.3's claim of a: %q", got)
+	}
+	owner, err := legacy.ClaimIdempotency(ctx, "orders", "a", queue.IdempotencyValue(newID, "digest"), time.Hour)
+	if err != nil || owner != "old-id-a" {
+		t.Fatalf("claim of a key v0.3 holds: %q %v, want old-id-a", owner, err)
+	}
+	waittest.Eventually(t, 5*time.Second, "the current layout's claim of a given back", func() bool {
+		v, _ := plain.ClaimIdempotency(ctx, "orders", "a", "probe", time.Hour)
+		if v == "probe" {
+			plain.ReleaseIdempotency(ctx, "orders", "a", "probe")
+			return true
+		}
+		return false
+	})
+
+	// The new ingress took "b": v0.3 finds the message's bare id.
+	value := queue.IdempotencyValue(newID, "digest")
+	if owner, err := legacy.ClaimIdempotency(ctx, "orders", "b", value, time.Hour); err != nil || owner != value {
+		t.Fatalf("first claim of b: %q %v", owner, err)
+	}
+	if got := v03Claim("b", "old-id-b"); got != newID {
+		t.Fatalf("v0.3's claim of b answered %q, want %q", got, newID)
+	}
+	if ttl := rdb.PTTL(ctx, v03Key("b")).Val(); ttl <= 59*time.Minute {
+		t.Fatalf("the v0.3 layout's key has TTL %v, want the hour given", ttl)
+	}
+	// A repeat here answers the first claim whatever the layout.
+	if owner, err := legacy.ClaimIdempotency(ctx, "orders", "b", "another", time.Hour); err != nil || owner != value {
+		t.Fatalf("repeat of b: %q %v, want %q", owner, err, value)
+	}
+	// Released (the admission was refused): both layouts are free again.
+	if err := legacy.ReleaseIdempotency(ctx, "orders", "b", value); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.Exists(ctx, v03Key("b")).Val(); n != 0 {
+		t.Fatal("the v0.3 layout's key outlived the release")
+	}
+	if owner, err := plain.ClaimIdempotency(ctx, "orders", "b", "again", time.Hour); err != nil || owner != "again" {
+		t.Fatalf("claim after release: %q %v", owner, err)
+	}
+
+	// Without the option the v0.3 layout is ignored and left alone.
+	v03Claim("c", "old-id-c")
+	if owner, err := plain.ClaimIdempotency(ctx, "orders", "c", "new-c", time.Hour); err != nil || owner != "new-c" {
+		t.Fatalf("plain claim of c: %q %v", owner, err)
+	}
+	plain.ClaimIdempotency(ctx, "orders", "d", "new-d", time.Hour)
+	if n := rdb.Exists(ctx, v03Key("d")).Val(); n != 0 {
+		t.Fatal("a plain claim wrote the v0.3 layout")
+	}
+}
