@@ -194,16 +194,18 @@ func TestDevStack(t *testing.T) {
 			// The drainer's slots are exactly one interval apart, but a delivery reaches the
 			// sink some time after its slot (worker, JetStream read, HTTP), and that time
 			// varies: unloaded it is within 5 ms; under -race with both cores of a 2-core
-			// machine kept busy, the first delivery arrived up to 31 ms later than the
-			// second (68.7 ms gap). Half an interval absorbs that and still catches a
-			// missing outflow, a burst after a late delivery or a doubled rate; the span
-			// below catches a rate that is off by more than a few percent.
-			if i == 0 {
+			// machine kept busy, one delivery arrived 176 ms after its slot and the next on
+			// its own (gaps 275.9 ms, then 48 ms). A late delivery may be followed by one
+			// closer than the interval (the slots do not move), so what is asserted is that
+			// no three deliveries fall within one interval (less half an interval of jitter):
+			// a burst after a late delivery or a doubled rate is caught; the span below
+			// catches a rate that is off by more than a few percent.
+			if i < 2 {
 				continue
 			}
-			if gap := d.at.Sub(got[i-1].at); gap < every/2 {
-				t.Errorf("deliveries %d and %d of one merchant %s apart, want %s (outflow %d per %s)",
-					i, i+1, gap, every, orders.Queue.Outflow.Requests, orders.Queue.Outflow.Interval)
+			if gap := d.at.Sub(got[i-2].at); gap < every/2 {
+				t.Errorf("deliveries %d to %d of one merchant within %s, want at least %s between a delivery and the next but one (outflow %d per %s)",
+					i-1, i+1, gap, every, orders.Queue.Outflow.Requests, orders.Queue.Outflow.Interval)
 			}
 		}
 		// Over all gaps the delays do not add up: only the first and last deliveries' count.

@@ -52,8 +52,8 @@ func (s *slowSink) snapshot(rule string) (starts []time.Time, most int) {
 
 // delivery.max_in_flight: a sink that takes 2 s per call gets one key's messages at the
 // key's outflow (10/s), up to max_in_flight at once, each message once; without it the
-// same key gets 0.5/s. The slots do not change: consecutive deliveries start one interval
-// (100 ms) apart, never closer.
+// same key gets 0.5/s. The slots do not change: they are one interval (100 ms) apart, and
+// no two deliveries start closer than that but after a late start.
 func TestMaxInFlightKeepsOutflowWithASlowSink(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -104,9 +104,12 @@ func TestMaxInFlightKeepsOutflowWithASlowSink(t *testing.T) {
 	if in < 99 || in > 101 {
 		t.Errorf("%d deliveries in 10 s of one key at 10/s with a 2 s sink, want 100 ± 1", in)
 	}
-	for i := 1; i < len(starts); i++ {
-		if gap := starts[i].Sub(starts[i-1]); gap < 90*time.Millisecond {
-			t.Errorf("deliveries %d and %d of one key at 10/s started %v apart", i-1, i, gap)
+	// The slots are 100 ms apart; a start that was late (a busy machine, -race) may be
+	// followed by one on its own slot, closer than 100 ms. No three starts within one
+	// interval (less 10 ms of jitter): a burst or a doubled rate is caught.
+	for i := 2; i < len(starts); i++ {
+		if gap := starts[i].Sub(starts[i-2]); gap < 90*time.Millisecond {
+			t.Errorf("deliveries %d to %d of one key at 10/s started within %v", i-2, i, gap)
 			break
 		}
 	}

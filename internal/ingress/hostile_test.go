@@ -31,12 +31,14 @@ func TestSlowHeadersDisconnected(t *testing.T) {
 	// trickle sends req one byte every gap and reports how long the server kept the
 	// connection and what it answered.
 	trickle := func(req string, gap time.Duration) (held time.Duration, sent int, answer string) {
+		// Timed from before the dial: the server's header timer starts once it has accepted
+		// the connection, which may be before Dial returns here on a busy machine.
+		start := time.Now()
 		conn, err := net.Dial("tcp", m.Addr.String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		start := time.Now()
 		read := make(chan string, 1)
 		go func() {
 			b, _ := io.ReadAll(conn) // until the server closes (or answers and closes)
