@@ -65,42 +65,41 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 		}
 	})
 
-	// 2. Count (and claim) every message still in, together.
-	idx := make([]int, 0, len(items))
-	reqs := make([]CountRequest, 0, len(items))
+	// 2. Claim the idempotency keys of the messages still in, together: a claimed key must
+	// be known before its message is published.
+	var cidx []int
+	var creqs []CountRequest
 	for i := range st {
-		if !st[i].live {
-			continue
+		if ad := &st[i].ad; st[i].live && ad.o.IdempotencyKey != "" {
+			cidx = append(cidx, i)
+			creqs = append(creqs, CountRequest{Rule: ad.r.Name, Key: ad.m.Key, IdempotencyKey: ad.o.IdempotencyKey,
+				Value: queue.IdempotencyValue(ad.m.ID, ad.o.RequestDigest)})
 		}
-		ad := &st[i].ad
-		req := CountRequest{Rule: ad.r.Name, Key: ad.m.Key, Capacity: ad.capacity, Now: ad.now}
-		if ad.o.IdempotencyKey != "" {
-			req.IdempotencyKey, req.Value = ad.o.IdempotencyKey, queue.IdempotencyValue(ad.m.ID, ad.o.RequestDigest)
-		}
-		idx, reqs = append(idx, i), append(reqs, req)
 	}
-	counts := make([]CountResult, len(reqs))
-	a.Redis.CountBatch(reqs, counts)
-
-	// 3. Publish, in order, every message whose idempotency key is its own (or could not
-	// be checked); one whose key another message owns is answered with that owner.
-	pubs := make([]queue.Publication, 0, len(idx))
-	for j, i := range idx {
-		s, req := &st[i], &reqs[j]
-		s.count = counts[j]
-		if req.IdempotencyKey != "" {
+	if len(creqs) > 0 {
+		claims := make([]CountResult, len(creqs))
+		a.Redis.ClaimBatch(creqs, claims)
+		for j, i := range cidx {
+			s, c := &st[i], &claims[j]
 			switch {
-			case s.count.ClaimErr != nil:
-				a.throttledWarn("idempotency", "admit: idempotency key not checked (Redis unreachable)", "rule", s.ad.r.Name, "err", s.count.ClaimErr)
-			case s.count.Owner != req.Value:
-				items[i].Result, s.live = a.taken(&s.ad, s.count.Owner, s.count.Err), false
-				continue
+			case c.ClaimErr != nil:
+				a.throttledWarn("idempotency", "admit: idempotency key not checked (Redis unreachable)", "rule", s.ad.r.Name, "err", c.ClaimErr)
+			case c.Owner != creqs[j].Value:
+				items[i].Result, s.live = a.taken(&s.ad, c.Owner, false), false
 			default:
 				s.claimed = true
 			}
 		}
-		s.pub = len(pubs)
-		pubs = append(pubs, queue.Publication{Rule: s.ad.r.Name, Msg: s.ad.m, MsgID: s.ad.o.MsgID})
+	}
+
+	// 3. Publish, in order, every message still in.
+	idx := make([]int, 0, len(items))
+	pubs := make([]queue.Publication, 0, len(items))
+	for i := range st {
+		if s := &st[i]; s.live {
+			s.pub = len(pubs)
+			idx, pubs = append(idx, i), append(pubs, queue.Publication{Rule: s.ad.r.Name, Msg: s.ad.m, MsgID: s.ad.o.MsgID})
+		}
 	}
 	if telemetry.On() {
 		a.tracedEnqueueBatch(ctx, pubs)
@@ -108,7 +107,26 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 		a.Queues.EnqueueBatch(ctx, pubs)
 	}
 
-	// 4. Answer each. A stored message with its count needs no round trip to be answered;
+	// 4. Count every published message, together, once its publish is answered, and make
+	// the keys of the stored ones due in the same script call (admitmark.lua): what
+	// Admit's count and mark do, in one Redis round trip for the batch instead of a count
+	// before the publishes and marks after. The count is then read after the message is
+	// stored instead of while it is published: Admit's count, sent with its publish, may
+	// land on either side of it too.
+	reqs := make([]CountRequest, len(idx))
+	for j, i := range idx {
+		ad := &st[i].ad
+		reqs[j] = CountRequest{Rule: ad.r.Name, Key: ad.m.Key, Capacity: ad.capacity, Now: ad.now, Stored: pubs[j].Err == nil}
+	}
+	counts := make([]CountResult, len(reqs))
+	a.Redis.CountBatch(reqs, counts)
+	for j, i := range idx {
+		s := &st[i]
+		s.count.Admitted, s.count.Err = counts[j].Admitted, counts[j].Err
+		s.ad.marked = reqs[j].Stored && s.count.Err == nil
+	}
+
+	// 5. Answer each. A stored message with its count needs no round trip to be answered;
 	// a refused or failed one may (a park, a depth heal, the stream's depth while Redis is
 	// down): those run per key, keys concurrently.
 	var slow []int
