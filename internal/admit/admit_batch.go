@@ -28,6 +28,13 @@ type batchState struct {
 	pub     int  // its index in the batch's publications
 }
 
+var (
+	statePool    SlicePool[batchState]
+	pubPool      SlicePool[queue.Publication]
+	countReqPool SlicePool[CountRequest]
+	countResPool SlicePool[CountResult]
+)
+
 // keyConcurrency bounds the keys of one batch whose steps with round trips of their own
 // (admission limits, refusals) run at once.
 const keyConcurrency = 64
@@ -43,7 +50,8 @@ const keyConcurrency = 64
 // per batch, not per message. Admission limits and refusals (park, a full key's depth
 // heal) keep their round trips per message, keys concurrently.
 func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
-	st := make([]batchState, len(items))
+	st := statePool.Get(len(items))
+	defer statePool.Put(st)
 	var limited []int
 	for i := range items {
 		it := &items[i]
@@ -94,7 +102,8 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 
 	// 3. Publish, in order, every message still in.
 	idx := make([]int, 0, len(items))
-	pubs := make([]queue.Publication, 0, len(items))
+	pubs := pubPool.Get(len(items))[:0]
+	defer func() { pubPool.Put(pubs) }()
 	for i := range st {
 		if s := &st[i]; s.live {
 			s.pub = len(pubs)
@@ -113,12 +122,14 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 	// before the publishes and marks after. The count is then read after the message is
 	// stored instead of while it is published: Admit's count, sent with its publish, may
 	// land on either side of it too.
-	reqs := make([]CountRequest, len(idx))
+	reqs := countReqPool.Get(len(idx))
+	defer countReqPool.Put(reqs)
 	for j, i := range idx {
 		ad := &st[i].ad
 		reqs[j] = CountRequest{Rule: ad.r.Name, Key: ad.m.Key, Capacity: ad.capacity, Now: ad.now, Stored: pubs[j].Err == nil}
 	}
-	counts := make([]CountResult, len(reqs))
+	counts := countResPool.Get(len(reqs))
+	defer countResPool.Put(counts)
 	a.Redis.CountBatch(reqs, counts)
 	for j, i := range idx {
 		s := &st[i]

@@ -19,6 +19,13 @@ import (
 // DefaultMaxBatch is the most messages one batch submission may carry.
 const DefaultMaxBatch = 500
 
+// The slices of a batch's items, kept for the next batches (admit.SlicePool).
+var (
+	outcomePool    admit.SlicePool[outcome]
+	submissionPool admit.SlicePool[submission]
+	admissionPool  admit.SlicePool[admit.BatchAdmission]
+)
+
 // batchConcurrency bounds the keys of one batch whose items make round trips of their own
 // (scheduled items, repeats of an idempotency key) at once.
 const batchConcurrency = 64
@@ -84,9 +91,12 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte
 		return
 	}
 	ctx := r.Context()
-	items := make([]outcome, len(reqs))
-	subs := make([]submission, len(reqs))
-	adms := make([]admit.BatchAdmission, 0, len(reqs))
+	items := outcomePool.Get(len(reqs))
+	defer outcomePool.Put(items)
+	subs := submissionPool.Get(len(reqs))
+	defer submissionPool.Put(subs)
+	adms := admissionPool.Get(len(reqs))[:0]
+	defer func() { admissionPool.Put(adms) }()
 	admOf := make([]int, len(reqs)) // items[i]'s index in adms
 	var scheduled []int
 	traceParent, traceState := telemetry.FromHTTP(r.Header)
