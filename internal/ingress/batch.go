@@ -21,6 +21,8 @@ const DefaultMaxBatch = 500
 
 // The slices of a batch's items, kept for the next batches (admit.SlicePool).
 var (
+	requestPool    admit.SlicePool[submitRequest]
+	answerPool     admit.SlicePool[byte]
 	outcomePool    admit.SlicePool[outcome]
 	submissionPool admit.SlicePool[submission]
 	admissionPool  admit.SlicePool[admit.BatchAdmission]
@@ -90,6 +92,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte
 		httpx.WriteProblem(w, *p)
 		return
 	}
+	defer requestPool.Put(reqs)
 	ctx := r.Context()
 	items := outcomePool.Get(len(reqs))
 	defer outcomePool.Put(items)
@@ -182,21 +185,25 @@ func decodeArray(body []byte, max int) (reqs []submitRequest, ok bool) {
 	if t, err := dec.Token(); err != nil || t != json.Delim('[') {
 		return nil, false
 	}
-	reqs = make([]submitRequest, 0, min(max, 1+len(body)/64))
+	reqs = requestPool.Get(min(max, 1+len(body)/64))[:0]
+	fail := func() ([]submitRequest, bool) {
+		requestPool.Put(reqs)
+		return nil, false
+	}
 	for dec.More() {
 		if len(reqs) == max {
-			return nil, false
+			return fail()
 		}
 		reqs = append(reqs, submitRequest{})
 		if err := dec.Decode(&reqs[len(reqs)-1]); err != nil {
-			return nil, false
+			return fail()
 		}
 	}
 	if t, err := dec.Token(); err != nil || t != json.Delim(']') {
-		return nil, false
+		return fail()
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, false
+		return fail()
 	}
 	return reqs, true
 }
@@ -281,7 +288,8 @@ func writeBatch(w http.ResponseWriter, items []outcome) {
 			accepted++
 		}
 	}
-	b := make([]byte, 0, 64+200*len(items))
+	b := answerPool.Get(64 + 200*len(items))[:0]
+	defer func() { answerPool.Put(b) }()
 	b = append(b, `{"accepted":`...)
 	b = strconv.AppendInt(b, int64(accepted), 10)
 	b = append(b, `,"refused":`...)
