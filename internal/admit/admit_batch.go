@@ -41,14 +41,18 @@ const keyConcurrency = 64
 
 // AdmitBatch is Admit of many messages at once (a batch submission): each gets the answer
 // Admit would give it, and the messages of one key enter its queue in the order given. The
-// steps are taken for the whole batch together instead of once per message: one group of
-// counts sent to Redis and waited for once (CountBatch), then every message published
-// asynchronously on the one NATS connection and every PubAck waited for (EnqueueBatch);
-// no message is answered Queued before its PubAck. Unlike Admit, counts are waited for
-// before the publishes (a claimed idempotency key must be known before its message is
-// published, and publishes of one key must keep their order): one Redis round trip more
-// per batch, not per message. Admission limits and refusals (park, a full key's depth
-// heal) keep their round trips per message, keys concurrently.
+// steps are taken for the whole batch together instead of once per message: the
+// idempotency keys claimed together (ClaimBatch; only when items carry one), every message
+// published asynchronously on the one NATS connection and every PubAck waited for
+// (EnqueueBatch), then every message counted and the stored ones' keys made due in one
+// script call (CountBatch with Stored, admitmark.lua); no message is answered Queued
+// before its PubAck. Admit counts while it publishes and marks after; a batch counts after
+// its publishes, as Admit's count may land too, and marks with the count, so the count's
+// answer (depth, next slot, held) is the same kind of snapshot and the mark comes after
+// the PubAck as before, for one Redis round trip and one script call per batch instead of
+// two (and a Mark per message). Capacity needs no count first: JetStream enforces it
+// (DiscardNewPerSubject). Admission limits and refusals (park, a full key's depth heal)
+// keep their round trips per message, keys concurrently.
 func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 	st := statePool.Get(len(items))
 	defer statePool.Put(st)

@@ -27,7 +27,9 @@ import (
 // One goroutine collects whatever is waiting (up to MaxBatch), sends one pipeline, waits for
 // it and answers the waiters. In a pipeline, each rule's marks are one markdue.lua call and
 // its counts one admitcount.lua call (a script call costs several times the commands it
-// runs), marks and undos before counts; pipelines never overlap. That order keeps every
+// runs) — admitmark.lua when some of them are of stored messages (CountBatch with Stored:
+// those are counted and marked in that one call) —, marks and undos before counts;
+// pipelines never overlap. That order keeps every
 // cause before its effect: a mark or an undo is only asked for after its own count was
 // answered, in an earlier pipeline, so a sequential client's second Count sees its first
 // Mark.
