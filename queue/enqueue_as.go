@@ -27,6 +27,11 @@ func (q *Queues) EnqueueAs(ctx context.Context, rule string, m Message, msgID st
 // encode checks m and builds its message for rule's stream, with msgID as its Nats-Msg-Id
 // when given (EnqueueAs).
 func (q *Queues) encode(rule string, m Message, msgID string) (*nats.Msg, error) {
+	return q.encodeFor(rule, m, msgID, "")
+}
+
+// encodeFor is encode with the Nats-Expected-Stream header set to stream (when not "").
+func (q *Queues) encodeFor(rule string, m Message, msgID, stream string) (*nats.Msg, error) {
 	if err := CheckKey(m.Key); err != nil {
 		return nil, err
 	}
@@ -36,7 +41,7 @@ func (q *Queues) encode(rule string, m Message, msgID string) (*nats.Msg, error)
 	if m.Rule == "" {
 		m.Rule = rule
 	}
-	msg := EncodeMessage(q.Subject(rule, m.Key), m)
+	msg := encodeMessage(q.Subject(rule, m.Key), m, stream)
 	if msgID != "" && msgID != m.ID {
 		msg.Header.Set(HeaderID, m.ID)
 		msg.Header.Set(HeaderMsgID, msgID)

@@ -19,14 +19,25 @@ var admitCountSrc string
 
 var admitCountScript = redis.NewScript(admitCountSrc)
 
+//go:embed admitmark.lua
+var admitMarkSrc string
+
+var admitMarkScript = redis.NewScript(admitMarkSrc)
+
 // Scripts returns the Lua scripts of the scheduler that callers may pipeline.
-func Scripts() []*redis.Script { return []*redis.Script{markDueScript, admitCountScript} }
+func Scripts() []*redis.Script {
+	return []*redis.Script{markDueScript, admitCountScript, admitMarkScript}
+}
 
 // Admission is one message being counted into its key's queue by CountAdmittedPipe.
 type Admission struct {
 	Key      string
 	Capacity int64
 	Now      time.Time
+	// Stored: the message's publish was already acknowledged, and its key is made due in
+	// the same script call, after the counts (admitmark.lua: admitcount.lua and
+	// markdue.lua in one call), instead of by a MarkDuePipe of its own.
+	Stored bool
 }
 
 // CountAdmittedPipe queues, on a pipeline the caller executes, the count of messages being
@@ -62,11 +73,26 @@ func (s *Scheduler) CountAdmittedPipe(ctx context.Context, pipe redis.Pipeliner,
 
 func (s *Scheduler) countPipe(ctx context.Context, pipe redis.Pipeliner, rule string, i int, adms []Admission) *redis.Cmd {
 	k := s.part(rule, i)
-	args := make([]any, 0, 3*len(adms))
+	stored := false
 	for _, a := range adms {
-		args = append(args, a.Key, a.Capacity, us(a.Now))
+		stored = stored || a.Stored
 	}
-	return admitCountScript.EvalSha(ctx, pipe, []string{k.due, k.held, k.depth, k.idle}, args...)
+	if !stored {
+		args := make([]any, 0, 3*len(adms))
+		for _, a := range adms {
+			args = append(args, a.Key, a.Capacity, us(a.Now))
+		}
+		return admitCountScript.EvalSha(ctx, pipe, []string{k.due, k.held, k.depth, k.idle}, args...)
+	}
+	args := make([]any, 0, 4*len(adms))
+	for _, a := range adms {
+		mark := 0
+		if a.Stored {
+			mark = 1
+		}
+		args = append(args, a.Key, a.Capacity, us(a.Now), mark)
+	}
+	return admitMarkScript.EvalSha(ctx, pipe, []string{k.due, k.held, k.depth, k.idle, k.lease, k.dirty}, args...)
 }
 
 // AdmitCounts is the pending result of a CountAdmittedPipe: one script call per partition.

@@ -51,15 +51,18 @@ type Publication struct {
 // order within a key holds for every message stored on its first attempt.
 func (q *Queues) EnqueueBatch(ctx context.Context, pubs []Publication) {
 	budget := time.Now().Add(q.cfg.PublishWait)
+	var rule, stream string // the last message's: a batch is usually of one rule
 	for i := range pubs {
 		p := &pubs[i]
-		msg, err := q.encode(p.Rule, p.Msg, p.MsgID)
+		if p.Rule != rule || stream == "" {
+			rule, stream = p.Rule, q.StreamName(p.Rule)
+		}
+		// With what WithExpectStream sets, without the option's allocations.
+		msg, err := q.encodeFor(p.Rule, p.Msg, p.MsgID, stream)
 		if err != nil {
 			p.Err = err
 			continue
 		}
-		// What WithExpectStream sets, without the option's allocations.
-		msg.Header[jetstream.ExpectedStreamHeader] = []string{q.StreamName(p.Rule)}
 		p.msg = msg
 		if p.future, err = q.async.PublishMsgAsync(msg); err != nil {
 			p.future = nil // too many pending, or no connection: published synchronously below

@@ -177,6 +177,7 @@ type admission struct {
 	capacity int64
 	outflow  rules.Rate
 	limRes   *bucket.Result // the admission limits' decision, when the rule has limits
+	marked   bool           // its key was made due with its count (AdmitBatch): settle does not Mark
 }
 
 // prepare checks that r has a queue and fills in what every step needs.
@@ -234,10 +235,10 @@ func (a *Admitter) limit(ctx context.Context, ad *admission) (res Result, done b
 	return res, true, err
 }
 
-// taken answers a count whose idempotency claim found another owner: nothing is stored, and
-// the count is taken back.
-func (a *Admitter) taken(ad *admission, owner string, countErr error) Result {
-	if countErr == nil {
+// taken answers a claim whose idempotency key another owns: nothing is stored, and the
+// count made with the claim, if any (counted), is taken back.
+func (a *Admitter) taken(ad *admission, owner string, counted bool) Result {
+	if counted {
 		a.Redis.Undo(ad.r.Name, ad.m.Key)
 	}
 	ownerID, digest := queue.SplitIdempotencyValue(owner)
@@ -278,7 +279,7 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		case cerr != nil:
 			a.throttledWarn("idempotency", "admit: idempotency key not checked (Redis unreachable)", "rule", r.Name, "err", cerr)
 		case owner != value:
-			return a.taken(&ad, owner, werr), nil
+			return a.taken(&ad, owner, werr == nil), nil
 		default:
 			claimed = true
 		}
@@ -360,7 +361,9 @@ func (a *Admitter) settle(ctx context.Context, ad *admission, cres queue.Admitte
 		a.Redis.Undo(r.Name, m.Key) // already counted when it was first stored
 		depth--
 	}
-	a.Redis.Mark(r.Name, m.Key, now)
+	if !ad.marked {
+		a.Redis.Mark(r.Name, m.Key, now)
+	}
 	every := outflow.Every()
 	if werr != nil {
 		// Redis is unreachable: the answer is built from the stream's own count.

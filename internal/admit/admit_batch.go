@@ -28,22 +28,34 @@ type batchState struct {
 	pub     int  // its index in the batch's publications
 }
 
+var (
+	statePool    SlicePool[batchState]
+	pubPool      SlicePool[queue.Publication]
+	countReqPool SlicePool[CountRequest]
+	countResPool SlicePool[CountResult]
+)
+
 // keyConcurrency bounds the keys of one batch whose steps with round trips of their own
 // (admission limits, refusals) run at once.
 const keyConcurrency = 64
 
 // AdmitBatch is Admit of many messages at once (a batch submission): each gets the answer
 // Admit would give it, and the messages of one key enter its queue in the order given. The
-// steps are taken for the whole batch together instead of once per message: one group of
-// counts sent to Redis and waited for once (CountBatch), then every message published
-// asynchronously on the one NATS connection and every PubAck waited for (EnqueueBatch);
-// no message is answered Queued before its PubAck. Unlike Admit, counts are waited for
-// before the publishes (a claimed idempotency key must be known before its message is
-// published, and publishes of one key must keep their order): one Redis round trip more
-// per batch, not per message. Admission limits and refusals (park, a full key's depth
-// heal) keep their round trips per message, keys concurrently.
+// steps are taken for the whole batch together instead of once per message: the
+// idempotency keys claimed together (ClaimBatch; only when items carry one), every message
+// published asynchronously on the one NATS connection and every PubAck waited for
+// (EnqueueBatch), then every message counted and the stored ones' keys made due in one
+// script call (CountBatch with Stored, admitmark.lua); no message is answered Queued
+// before its PubAck. Admit counts while it publishes and marks after; a batch counts after
+// its publishes, as Admit's count may land too, and marks with the count, so the count's
+// answer (depth, next slot, held) is the same kind of snapshot and the mark comes after
+// the PubAck as before, for one Redis round trip and one script call per batch instead of
+// two (and a Mark per message). Capacity needs no count first: JetStream enforces it
+// (DiscardNewPerSubject). Admission limits and refusals (park, a full key's depth heal)
+// keep their round trips per message, keys concurrently.
 func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
-	st := make([]batchState, len(items))
+	st := statePool.Get(len(items))
+	defer statePool.Put(st)
 	var limited []int
 	for i := range items {
 		it := &items[i]
@@ -65,42 +77,42 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 		}
 	})
 
-	// 2. Count (and claim) every message still in, together.
-	idx := make([]int, 0, len(items))
-	reqs := make([]CountRequest, 0, len(items))
+	// 2. Claim the idempotency keys of the messages still in, together: a claimed key must
+	// be known before its message is published.
+	var cidx []int
+	var creqs []CountRequest
 	for i := range st {
-		if !st[i].live {
-			continue
+		if ad := &st[i].ad; st[i].live && ad.o.IdempotencyKey != "" {
+			cidx = append(cidx, i)
+			creqs = append(creqs, CountRequest{Rule: ad.r.Name, Key: ad.m.Key, IdempotencyKey: ad.o.IdempotencyKey,
+				Value: queue.IdempotencyValue(ad.m.ID, ad.o.RequestDigest)})
 		}
-		ad := &st[i].ad
-		req := CountRequest{Rule: ad.r.Name, Key: ad.m.Key, Capacity: ad.capacity, Now: ad.now}
-		if ad.o.IdempotencyKey != "" {
-			req.IdempotencyKey, req.Value = ad.o.IdempotencyKey, queue.IdempotencyValue(ad.m.ID, ad.o.RequestDigest)
-		}
-		idx, reqs = append(idx, i), append(reqs, req)
 	}
-	counts := make([]CountResult, len(reqs))
-	a.Redis.CountBatch(reqs, counts)
-
-	// 3. Publish, in order, every message whose idempotency key is its own (or could not
-	// be checked); one whose key another message owns is answered with that owner.
-	pubs := make([]queue.Publication, 0, len(idx))
-	for j, i := range idx {
-		s, req := &st[i], &reqs[j]
-		s.count = counts[j]
-		if req.IdempotencyKey != "" {
+	if len(creqs) > 0 {
+		claims := make([]CountResult, len(creqs))
+		a.Redis.ClaimBatch(creqs, claims)
+		for j, i := range cidx {
+			s, c := &st[i], &claims[j]
 			switch {
-			case s.count.ClaimErr != nil:
-				a.throttledWarn("idempotency", "admit: idempotency key not checked (Redis unreachable)", "rule", s.ad.r.Name, "err", s.count.ClaimErr)
-			case s.count.Owner != req.Value:
-				items[i].Result, s.live = a.taken(&s.ad, s.count.Owner, s.count.Err), false
-				continue
+			case c.ClaimErr != nil:
+				a.throttledWarn("idempotency", "admit: idempotency key not checked (Redis unreachable)", "rule", s.ad.r.Name, "err", c.ClaimErr)
+			case c.Owner != creqs[j].Value:
+				items[i].Result, s.live = a.taken(&s.ad, c.Owner, false), false
 			default:
 				s.claimed = true
 			}
 		}
-		s.pub = len(pubs)
-		pubs = append(pubs, queue.Publication{Rule: s.ad.r.Name, Msg: s.ad.m, MsgID: s.ad.o.MsgID})
+	}
+
+	// 3. Publish, in order, every message still in.
+	idx := make([]int, 0, len(items))
+	pubs := pubPool.Get(len(items))[:0]
+	defer func() { pubPool.Put(pubs) }()
+	for i := range st {
+		if s := &st[i]; s.live {
+			s.pub = len(pubs)
+			idx, pubs = append(idx, i), append(pubs, queue.Publication{Rule: s.ad.r.Name, Msg: s.ad.m, MsgID: s.ad.o.MsgID})
+		}
 	}
 	if telemetry.On() {
 		a.tracedEnqueueBatch(ctx, pubs)
@@ -108,7 +120,28 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 		a.Queues.EnqueueBatch(ctx, pubs)
 	}
 
-	// 4. Answer each. A stored message with its count needs no round trip to be answered;
+	// 4. Count every published message, together, once its publish is answered, and make
+	// the keys of the stored ones due in the same script call (admitmark.lua): what
+	// Admit's count and mark do, in one Redis round trip for the batch instead of a count
+	// before the publishes and marks after. The count is then read after the message is
+	// stored instead of while it is published: Admit's count, sent with its publish, may
+	// land on either side of it too.
+	reqs := countReqPool.Get(len(idx))
+	defer countReqPool.Put(reqs)
+	for j, i := range idx {
+		ad := &st[i].ad
+		reqs[j] = CountRequest{Rule: ad.r.Name, Key: ad.m.Key, Capacity: ad.capacity, Now: ad.now, Stored: pubs[j].Err == nil}
+	}
+	counts := countResPool.Get(len(reqs))
+	defer countResPool.Put(counts)
+	a.Redis.CountBatch(reqs, counts)
+	for j, i := range idx {
+		s := &st[i]
+		s.count.Admitted, s.count.Err = counts[j].Admitted, counts[j].Err
+		s.ad.marked = reqs[j].Stored && s.count.Err == nil
+	}
+
+	// 5. Answer each. A stored message with its count needs no round trip to be answered;
 	// a refused or failed one may (a park, a depth heal, the stream's depth while Redis is
 	// down): those run per key, keys concurrently.
 	var slow []int

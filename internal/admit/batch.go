@@ -27,7 +27,9 @@ import (
 // One goroutine collects whatever is waiting (up to MaxBatch), sends one pipeline, waits for
 // it and answers the waiters. In a pipeline, each rule's marks are one markdue.lua call and
 // its counts one admitcount.lua call (a script call costs several times the commands it
-// runs), marks and undos before counts; pipelines never overlap. That order keeps every
+// runs) — admitmark.lua when some of them are of stored messages (CountBatch with Stored:
+// those are counted and marked in that one call) —, marks and undos before counts;
+// pipelines never overlap. That order keeps every
 // cause before its effect: a mark or an undo is only asked for after its own count was
 // answered, in an earlier pipeline, so a sequential client's second Count sees its first
 // Mark.
@@ -96,6 +98,8 @@ type op struct {
 	now       time.Time
 	idemKey   string // opCount: an idempotency key to claim for id, or ""
 	id        string
+	stored    bool // opCount: the message is stored; its count also marks its key due
+	claimOnly bool // opCount: only the claim of idemKey, no count (ClaimBatch)
 
 	// results of opCount
 	answered bool // its count script answered
@@ -204,6 +208,9 @@ type CountRequest struct {
 	Now       time.Time
 	// IdempotencyKey, when set, is claimed for Value (see CountClaim).
 	IdempotencyKey, Value string
+	// Stored: the message's publish was acknowledged already; its count also makes its key
+	// due, in the same script call (queue.Admission.Stored), instead of a Mark of its own.
+	Stored bool
 }
 
 // CountResult is the answer to one count of CountBatch: what Pending.Claimed returns (Owner
@@ -219,6 +226,17 @@ type CountResult struct {
 // they go to the batch goroutine together, usually into one pipeline, and the caller is
 // woken once, when the last is answered, instead of once per count. out[i] answers reqs[i].
 func (b *Batcher) CountBatch(reqs []CountRequest, out []CountResult) {
+	b.countBatch(reqs, out, false)
+}
+
+// ClaimBatch is the idempotency claims of CountBatch without the counts, for messages
+// counted once their publishes are answered (CountBatch with Stored): Owner and ClaimErr
+// of out[i] answer reqs[i] (every one has an IdempotencyKey).
+func (b *Batcher) ClaimBatch(reqs []CountRequest, out []CountResult) {
+	b.countBatch(reqs, out, true)
+}
+
+func (b *Batcher) countBatch(reqs []CountRequest, out []CountResult, claimOnly bool) {
 	if len(reqs) == 0 {
 		return
 	}
@@ -229,6 +247,7 @@ func (b *Batcher) CountBatch(reqs []CountRequest, out []CountResult) {
 	for i, r := range reqs {
 		o := newOp(opCount, r.Rule, r.Key)
 		o.capacity, o.now, o.idemKey, o.id, o.group = r.Capacity, r.Now, r.IdempotencyKey, r.Value, g
+		o.stored, o.claimOnly = r.Stored, claimOnly
 		ops[i] = o
 		b.send(o)
 	}
@@ -419,11 +438,11 @@ func (b *Batcher) exec(ctx context.Context, batch []*op, scriptsOnly bool) error
 			if o.idemKey != "" && !scriptsOnly {
 				b.claims = append(b.claims, claimCmd{o, b.Scheduler.ClaimIdempotencyPipe(ctx, pipe, o.rule, o.idemKey, o.id, b.ttl())})
 			}
-			if o.answered { // scriptsOnly: its count ran, only another script failed
+			if o.answered || o.claimOnly { // scriptsOnly: its count ran, only another script failed
 				continue
 			}
 			g := groupOf(o.rule)
-			g.counts = append(g.counts, queue.Admission{Key: o.key, Capacity: o.capacity, Now: o.now})
+			g.counts = append(g.counts, queue.Admission{Key: o.key, Capacity: o.capacity, Now: o.now, Stored: o.stored})
 			g.countOp = append(g.countOp, o)
 		}
 	}

@@ -1,0 +1,96 @@
+package ingress
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// decodeArrayByDecoder is decodeArray without scanArray: encoding/json's decoder alone.
+func decodeArrayByDecoder(body []byte, max int) ([]submitRequest, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+		return nil, false
+	}
+	var reqs []submitRequest
+	for dec.More() {
+		if len(reqs) == max {
+			return nil, false
+		}
+		reqs = append(reqs, submitRequest{})
+		if err := dec.Decode(&reqs[len(reqs)-1]); err != nil {
+			return nil, false
+		}
+	}
+	if t, err := dec.Token(); err != nil || t != json.Delim(']') {
+		return nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, false
+	}
+	return reqs, true
+}
+
+// TestScanArrayDecodesAsTheDecoder: every body scanArray takes, it decodes exactly as
+// encoding/json's decoder does (payloads byte for byte); the others it leaves to it.
+func TestScanArrayDecodesAsTheDecoder(t *testing.T) {
+	item := func(fields ...string) string { return "{" + strings.Join(fields, ",") + "}" }
+	desc := `"descriptor":[{"key":"merchant_id","value":"m-1"}]`
+	payloads := []string{`{"order":"x"}`, ` { "a" : [1, 2.5e3, {"b":"c\"}]"}] , "d":null } `, `"s,}]"`, `12`, `-0.5`, `true`, `[]`,
+		`{"u":"\u00e9\ud83d\ude00 é"}`, `null`, `{"a":1`, `{"a":1}}`, `[1,]`, `"\x"`, "\"a\x01\"", `nul`, ``, "\"\xff\""}
+	var bodies []string
+	for _, p := range payloads {
+		bodies = append(bodies, "["+item(`"domain":"orders"`, desc, `"payload":`+p)+"]")
+		bodies = append(bodies, "[ "+item(`"payload":`+p, `"domain":"orders"`, desc)+" ,\n"+item(`"domain":"orders"`, desc, `"payload":`+p, `"ttl":"1m"`)+" ]\n")
+	}
+	bodies = append(bodies,
+		"["+item(`"domain":"orders"`, `"descriptor":[{"value":"v","key":"k"},{"key":"a","value":"b"}]`, `"payload":1`, `"idempotency_key":"k-1"`,
+			`"deliver_at":"2026-01-01T00:00:00Z"`, `"delay":"1h"`, `"expires_at":"2027-01-01T00:00:00Z"`)+"]",
+		"["+item(`"domain":"orders"`, `"descriptor":[{"key":"k"}]`, `"payload":1`)+"]",
+		"["+item(`"domain":"orders"`, `"descriptor":[]`, `"payload":1`)+"]",
+		"["+item(`"domain":"orders"`, `"descriptor":null`, `"payload":1`)+"]",
+		"["+item(`"Domain":"orders"`, desc, `"payload":1`)+"]",
+		"["+item(`"domain":"orders"`, `"domain":"other"`, desc, `"payload":1`)+"]",
+		"["+item(`"domain":"or\"ders"`, desc, `"payload":1`)+"]",
+		"["+item(`"domain":"ordérs"`, desc, `"payload":1`)+"]",
+		"["+item(`"domain":"orders"`, desc, `"payload":1`, `"headers":{"X-A":"b"}`)+"]",
+		"["+item(`"domain":"orders"`, desc, `"payload":1`, `"unknown":1`)+"]",
+		"["+item(`"domain":null`, desc, `"payload":1`)+"]",
+		"["+item(`"domain":1`, desc, `"payload":1`)+"]",
+		"["+item()+"]",
+		"["+item(`"domain":"orders"`)+","+item(`"domain":"b"`)+"]",
+		"["+item(`"domain":"orders"`)+"] x",
+		"["+item(`"domain":"orders"`)+",]",
+		"["+item(`"domain":"orders"`)+"",
+		"[1]", "[]", "[", "", "{}", `["a"]`,
+	)
+	for _, max := range []int{500, 1} {
+		for _, body := range bodies {
+			want, wantOK := decodeArrayByDecoder([]byte(body), max)
+			got, ok := scanArray([]byte(body), max)
+			if ok && (!wantOK || !reflect.DeepEqual(got, want)) {
+				t.Errorf("max %d, %s:\n scanArray %+v\n decoder   %+v (ok %v)", max, body, got, want, wantOK)
+			}
+			if all, allOK := decodeArray([]byte(body), max); allOK != wantOK || len(all)+len(want) > 0 && !reflect.DeepEqual(all, want) {
+				t.Errorf("max %d, %s: decodeArray %+v %v, decoder %+v %v", max, body, all, allOK, want, wantOK)
+			}
+		}
+	}
+	// The report's body is taken.
+	payload := fmt.Sprintf(`{"order":%q}`, strings.Repeat("x", 116))
+	var parts []string
+	for i := range 100 {
+		parts = append(parts, fmt.Sprintf(`{"domain":"orders","descriptor":[{"key":"merchant_id","value":"m-%d"}],"payload":%s}`, i, payload))
+	}
+	body := []byte("[" + strings.Join(parts, ",") + "]")
+	got, ok := scanArray(body, 500)
+	want, _ := decodeArrayByDecoder(body, 500)
+	if !ok || !reflect.DeepEqual(got, want) {
+		t.Fatalf("the report's batch: scanArray ok %v", ok)
+	}
+}

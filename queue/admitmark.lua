@@ -1,0 +1,100 @@
+-- admitmark.lua: admitcount.lua and markdue.lua of a batch submission in one call, once
+-- its publishes are answered: count every message into its key's depth and answer each
+-- key's depth and next slot (admitcount.lua, all messages first, in order), then make the
+-- keys of the stored messages due (markdue.lua). The same as the two scripts called one
+-- after the other, for one script call and one read of the keys' due scores instead of two:
+-- counting changes no due score, so the scores read for the counts are the marks' too.
+--
+-- KEYS[1] due    ZSET  key -> next due time (µs)
+-- KEYS[2] held   HASH  key -> "<owner> <next µs>" (claimed keys)
+-- KEYS[3] depth  HASH  key -> messages queued
+-- KEYS[4] idle   ZSET  key -> next slot of a key that recently left `due` empty (µs)
+-- KEYS[5] lease  ZSET  key -> lease expiry (µs)
+-- KEYS[6] dirty  HASH  key -> "1"
+--
+-- ARGV: one quadruple per message, in admission order: key, capacity of its queue, now (µs
+-- since the Unix epoch), 1 if the message was stored (its key is marked due) or 0 (counted
+-- only: its caller counts it out or heals the count, as after admitcount.lua). The marks
+-- use the latest now of the stored messages.
+--
+-- Returns what admitcount.lua returns: {depth1, next1, held1, ...}.
+
+local due, held, depth, idle, lease, dirty = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local ks = {}
+for i = 1, #ARGV, 4 do ks[#ks + 1] = ARGV[i] end
+if #ks == 0 then return {} end
+local dues = redis.call('ZMSCORE', due, unpack(ks))
+-- The depths too are read in one call, counted here and written back in one HSET: a
+-- redis.call per message (HINCRBY) was most of the script's cost. The result is that of
+-- admitcount.lua's HINCRBY and clamp per message, in order.
+local stored = redis.call('HMGET', depth, unpack(ks))
+local depths, changed = {}, {}
+local out = {}
+local marknow = nil
+for j = 1, #ks do
+  local i = 4 * j - 3
+  local k, cap, now = ks[j], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  local n = depths[k]
+  if n == nil then
+    n = 0
+    if stored[j] then
+      n = tonumber(stored[j])
+      if n == nil or n ~= math.floor(n) then return redis.error_reply('ERR hash value is not an integer') end
+    end
+  end
+  n = n + 1
+  if n > cap then
+    n = cap
+  elseif n < 1 then
+    n = 1
+  end
+  if depths[k] == nil then changed[#changed + 1] = k end
+  depths[k] = n
+  local nxt = dues[j] or redis.call('ZSCORE', idle, k)
+  local isheld = 0
+  if not nxt then
+    local h = redis.call('HGET', held, k)
+    if h then
+      nxt = string.match(h, '^%S+ (%S+)$')
+      isheld = 1
+    end
+  end
+  nxt = tonumber(nxt or now)
+  if nxt < now then nxt = now end
+  out[#out + 1] = n
+  out[#out + 1] = nxt
+  out[#out + 1] = isheld
+  if ARGV[i + 3] == '1' and (marknow == nil or now > marknow) then marknow = now end
+end
+-- One HSET per 1,000 keys: unpack puts its values on Lua's stack, which holds under 8,000.
+for c = 1, #changed, 1000 do
+  local kv = {}
+  for j = c, math.min(c + 999, #changed) do
+    local k = changed[j]
+    kv[#kv + 1] = k
+    kv[#kv + 1] = depths[k]
+  end
+  redis.call('HSET', depth, unpack(kv))
+end
+if marknow == nil then return out end
+
+-- markdue.lua, on the stored messages' keys.
+local now = marknow
+redis.call('ZREMRANGEBYSCORE', idle, '-inf', now)
+for j = 1, #ks do
+  local k = ks[j]
+  if ARGV[4 * j] ~= '1' or dues[j] then
+    -- Not stored, or already due: it keeps its score.
+  elseif redis.call('ZSCORE', lease, k) then
+    redis.call('HSET', dirty, k, '1')
+  else
+    local at = now
+    local slot = redis.call('ZSCORE', idle, k)
+    if slot then
+      at = math.max(now, tonumber(slot))
+      redis.call('ZREM', idle, k)
+    end
+    redis.call('ZADD', due, 'NX', string.format('%.0f', at), k)
+  end
+end
+return out
