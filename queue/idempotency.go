@@ -46,15 +46,20 @@ func (s *Scheduler) idemKey(rule, k string) string {
 // the pipeline has run, the claim's Result is the value that already owned the key, or
 // redis.Nil when this claim took it.
 //
-// With SchedulerConfig.LegacyIdempotency the claim is also made in v0.3's layout (legacyIdem),
-// so a repeat is recognised whichever version took the key first.
+// With SchedulerConfig.LegacyIdempotency the claim is made in v0.3's layout instead
+// (legacyIdem), the one key every version then claims, so a repeat is recognised whichever
+// version took it first, and two claims never race across two keys. The current layout is
+// read in the same pipeline (for the owner's request digest) and written once the claim took
+// the key, so it holds every key claimed meanwhile when the option is turned off.
 func (s *Scheduler) ClaimIdempotencyPipe(ctx context.Context, pipe redis.Pipeliner, rule, k, value string, ttl time.Duration) *IdempotencyClaim {
-	c := &IdempotencyClaim{s: s, rule: rule, k: k, value: value}
-	c.cur = pipe.SetArgs(ctx, s.idemKey(rule, k), value, redis.SetArgs{Mode: "NX", Get: true, TTL: ttl})
-	if s.legacyIdem {
-		id, _ := SplitIdempotencyValue(value)
-		c.legacy = pipe.SetArgs(ctx, s.legacyIdemKey(rule, k), id, redis.SetArgs{Mode: "NX", Get: true, TTL: ttl})
+	c := &IdempotencyClaim{s: s, rule: rule, k: k, value: value, ttl: ttl}
+	if !s.legacyIdem {
+		c.cur = pipe.SetArgs(ctx, s.idemKey(rule, k), value, redis.SetArgs{Mode: "NX", Get: true, TTL: ttl})
+		return c
 	}
+	id, _ := SplitIdempotencyValue(value)
+	c.legacy = pipe.SetArgs(ctx, s.legacyIdemKey(rule, k), id, redis.SetArgs{Mode: "NX", Get: true, TTL: ttl})
+	c.curValue = pipe.Get(ctx, s.idemKey(rule, k))
 	return c
 }
 
@@ -62,46 +67,43 @@ func (s *Scheduler) ClaimIdempotencyPipe(ctx context.Context, pipe redis.Pipelin
 type IdempotencyClaim struct {
 	s              *Scheduler
 	rule, k, value string
+	ttl            time.Duration
 	cur, legacy    *redis.StatusCmd
+	curValue       *redis.StringCmd // legacy mode: the current layout's value, for its digest
 }
 
-// Result returns the value that owns the key, or redis.Nil when this claim took it. Of a
-// claim made in both layouts, the current one's owner wins; a v0.3 owner found by the legacy
-// claim alone (the key was first used by a v0.3 ingress) is the owner, and the current
-// layout's key this claim took is given back. A layout this claim took but which another
-// owner holds in the other layout is given back too, so neither layout keeps a second owner.
+// Result returns the value that owns the key, or redis.Nil when this claim took it.
 func (c *IdempotencyClaim) Result() (string, error) {
-	owner, err := c.cur.Result()
-	if c.legacy == nil || (err != nil && !errors.Is(err, redis.Nil)) {
-		return owner, err
+	if c.legacy == nil {
+		return c.cur.Result()
 	}
-	legacyOwner, lerr := c.legacy.Result()
-	tookLegacy := errors.Is(lerr, redis.Nil)
+	owner, err := c.legacy.Result()
 	switch {
-	case err == nil: // the current layout has an owner
-		if tookLegacy {
-			id, _ := SplitIdempotencyValue(c.value)
-			go c.s.unlock(c.s.legacyIdemKey(c.rule, c.k), id)
-		}
-		return owner, nil
-	case lerr == nil: // only a v0.3 ingress had used the key
-		go c.s.unlock(c.s.idemKey(c.rule, c.k), c.value)
-		return legacyOwner, nil
-	default: // taken in both layouts, or the legacy claim failed (the current one holds)
+	case errors.Is(err, redis.Nil):
+		// Taken: the current layout gets it too, before the admission goes on (a repeat
+		// on an ingress without the option must find it). A failure here is no double
+		// admission: every ingress with the option claims the legacy key.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		c.s.rdb.Set(ctx, c.s.idemKey(c.rule, c.k), c.value, c.ttl)
 		return "", redis.Nil
+	case err != nil:
+		return "", err
 	}
+	// Owned: the legacy layout holds the bare id; the current one, when the owner wrote it,
+	// also its request's digest.
+	if v, err := c.curValue.Result(); err == nil {
+		if id, _ := SplitIdempotencyValue(v); id == owner {
+			return v, nil
+		}
+	}
+	return owner, nil
 }
 
 // legacyIdemKey is v0.3's layout of an idempotency key: <prefix>sl:idem:{<rule>}:<k>, holding
 // the bare message id.
 func (s *Scheduler) legacyIdemKey(rule, k string) string {
 	return s.prefix + "sl:idem:{" + rule + "}:" + k
-}
-
-func (s *Scheduler) unlock(key, value string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	unlockScript.Run(ctx, s.rdb, []string{key}, value)
 }
 
 // ReleaseIdempotency removes the mapping of k if it still holds value (as claimed), so a

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,11 +13,11 @@ import (
 	"github.com/sluice-io/sluice/queue"
 )
 
-// TestLegacyIdempotencyKeys: with LegacyIdempotency a claim is made in both layouts, so a
-// key first used by a v0.3 ingress (which stored the bare id under sl:idem:{<rule>}:<k>)
-// answers that id, and a key first used here is seen by v0.3 (it finds this message's id).
-// The layout a claim took but lost in the other is given back; a release frees both.
-// Without the option the v0.3 layout is neither read nor written.
+// TestLegacyIdempotencyKeys: with LegacyIdempotency a claim is made in v0.3's layout (the
+// bare id under sl:idem:{<rule>}:<k>), so a key first used by a v0.3 ingress answers that id
+// and a key first used here is seen by v0.3; the current layout is written too once the claim
+// took the key, and keeps the request's digest. A release frees both. Concurrent claims of one
+// key agree on one owner. Without the option the v0.3 layout is neither read nor written.
 func TestLegacyIdempotencyKeys(t *testing.T) {
 	t.Parallel()
 	rdb := testRedis(t)
@@ -85,6 +86,28 @@ func TestLegacyIdempotencyKeys(t *testing.T) {
 	}
 	if owner, err := plain.ClaimIdempotency(ctx, "orders", "b", "again", time.Hour); err != nil || owner != "again" {
 		t.Fatalf("claim after release: %q %v", owner, err)
+	}
+
+	// Concurrent first claims of one key: one takes it, every other is told that one.
+	const n = 32
+	owners := make(chan string, n)
+	for i := range n {
+		go func() {
+			v := queue.IdempotencyValue(fmt.Sprintf("id-%d", i), "d")
+			owner, err := legacy.ClaimIdempotency(ctx, "orders", "race", v, time.Hour)
+			if err != nil {
+				t.Error(err)
+			}
+			owners <- owner
+		}()
+	}
+	// A claim that reads the owner before the taker has written the current layout gets
+	// the bare id, without the digest (then not compared): the same owner.
+	first, _ := queue.SplitIdempotencyValue(<-owners)
+	for range n - 1 {
+		if o, _ := queue.SplitIdempotencyValue(<-owners); o != first {
+			t.Errorf("concurrent claims disagree on the owner: %q and %q", first, o)
+		}
 	}
 
 	// Without the option the v0.3 layout is ignored and left alone.

@@ -21,16 +21,26 @@ import (
 // inflightScript takes a slot. KEYS[1] the set; ARGV[1] member, ARGV[2] cap, ARGV[3] lease
 // (ms). Answers 1 when the slot was taken, else the ms until the earliest lease in the set
 // ends (at least 1), a bound on how long a waiter may wait for a slot freed by a crash.
+//
+// A member already in the set holds its slot (a take whose answer was lost and is sent
+// again). The set's TTL is only ever extended, to the longest lease in it: members with
+// longer leases (another drainer's -lease, a sink.timeout changed by a reload) are never
+// dropped with the set before their own lease ends.
 var inflightScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
-  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  return -math.max(1, tonumber(first[2]) - now)
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+    local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+    return -math.max(1, tonumber(first[2]) - now)
+  end
 end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
+if redis.call('PTTL', KEYS[1]) < lease then
+  redis.call('PEXPIRE', KEYS[1], lease)
+end
 return 1
 `)
 

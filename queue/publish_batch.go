@@ -48,9 +48,12 @@ type Publication struct {
 // sent again synchronously and rides through the election as EnqueueAs does, within one
 // PublishWait from the batch's start, or until ctx ends. Such a retried message may then
 // enter its key's queue after a later message of the same batch that was stored at once:
-// order within a key holds for every message stored on its first attempt.
+// order within a key holds for every message stored on its first attempt. A message that
+// cannot be published asynchronously (too many acks pending in the process) is published
+// synchronously with every later one, in order.
 func (q *Queues) EnqueueBatch(ctx context.Context, pubs []Publication) {
 	budget := time.Now().Add(q.cfg.PublishWait)
+	async := true           // until a message cannot be published asynchronously
 	var rule, stream string // the last message's: a batch is usually of one rule
 	for i := range pubs {
 		p := &pubs[i]
@@ -64,8 +67,13 @@ func (q *Queues) EnqueueBatch(ctx context.Context, pubs []Publication) {
 			continue
 		}
 		p.msg = msg
-		if p.future, err = q.async.PublishMsgAsync(msg); err != nil {
-			p.future = nil // too many pending, or no connection: published synchronously below
+		if async {
+			if p.future, err = q.async.PublishMsgAsync(msg); err != nil {
+				// Too many acks pending, or no connection: this message and every later one
+				// are published synchronously below, in order, so a key's later message is
+				// never sent ahead of it.
+				p.future, async = nil, false
+			}
 		}
 	}
 	for i := range pubs {

@@ -197,9 +197,10 @@ func TestDevStack(t *testing.T) {
 			// machine kept busy, one delivery arrived 176 ms after its slot and the next on
 			// its own (gaps 275.9 ms, then 48 ms). A late delivery may be followed by one
 			// closer than the interval (the slots do not move), so what is asserted is that
-			// no three deliveries fall within one interval (less half an interval of jitter):
-			// a burst after a late delivery or a doubled rate is caught; the span below
-			// catches a rate that is off by more than a few percent.
+			// no three deliveries fall within one interval (less half an interval of jitter:
+			// a burst), that such close pairs are the exception (deliveries sent in pairs
+			// would make every other gap one), and, below, that the span is the outflow's (a
+			// doubled rate).
 			if i < 2 {
 				continue
 			}
@@ -207,6 +208,15 @@ func TestDevStack(t *testing.T) {
 				t.Errorf("deliveries %d to %d of one merchant within %s, want at least %s between a delivery and the next but one (outflow %d per %s)",
 					i-1, i+1, gap, every, orders.Queue.Outflow.Requests, orders.Queue.Outflow.Interval)
 			}
+		}
+		closeGaps := 0
+		for i := 1; i < len(got); i++ {
+			if got[i].at.Sub(got[i-1].at) < every/2 {
+				closeGaps++
+			}
+		}
+		if closeGaps > 1 {
+			t.Errorf("%d of %d gaps under half the interval: deliveries in pairs, not one late delivery", closeGaps, len(got)-1)
 		}
 		// Over all gaps the delays do not add up: only the first and last deliveries' count.
 		if span, want := got[n-1].at.Sub(got[0].at), time.Duration(n-1)*every; span < want-every/2 {

@@ -106,12 +106,23 @@ func TestMaxInFlightKeepsOutflowWithASlowSink(t *testing.T) {
 	}
 	// The slots are 100 ms apart; a start that was late (a busy machine, -race) may be
 	// followed by one on its own slot, closer than 100 ms. No three starts within one
-	// interval (less 10 ms of jitter): a burst or a doubled rate is caught.
-	for i := 2; i < len(starts); i++ {
-		if gap := starts[i].Sub(starts[i-2]); gap < 90*time.Millisecond {
-			t.Errorf("deliveries %d to %d of one key at 10/s started within %v", i-2, i, gap)
-			break
+	// interval (less 10 ms of jitter: a burst), and such close pairs only as exceptions
+	// (starts in pairs would make every other gap one); the rate check above catches a
+	// doubled rate.
+	closeGaps := 0
+	for i := 1; i < len(starts); i++ {
+		if starts[i].Sub(starts[i-1]) < 50*time.Millisecond {
+			closeGaps++
 		}
+		if i >= 2 {
+			if gap := starts[i].Sub(starts[i-2]); gap < 90*time.Millisecond {
+				t.Errorf("deliveries %d to %d of one key at 10/s started within %v", i-2, i, gap)
+				break
+			}
+		}
+	}
+	if closeGaps > len(starts)/20 {
+		t.Errorf("%d of %d gaps under half the interval: starts in pairs, not a few late ones", closeGaps, len(starts)-1)
 	}
 	sink.mu.Lock()
 	for id, calls := range sink.ids {

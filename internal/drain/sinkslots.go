@@ -30,8 +30,8 @@ func (d *Drainer) takeSinkSlot(ctx context.Context, c *claimer, r *rules.Rule, h
 	slot = d.cfg.Owner + "#" + strconv.FormatUint(d.slotSeq.Add(1), 10)
 	waited := false
 	for {
-		if !h.ok(d.cfg.Clock()) {
-			return "", false
+		if !h.ok(d.cfg.Clock()) || d.stopping() {
+			return "", false // a stopping drainer hands the key back rather than wait
 		}
 		ok, wait, err := d.cfg.Scheduler.AcquireInFlight(ctx, r.Name, slot, r.Sink.MaxInFlight, d.sinkSlotLease(r))
 		switch {
@@ -57,6 +57,9 @@ func (d *Drainer) takeSinkSlot(ctx context.Context, c *claimer, r *rules.Rule, h
 		case <-t.C:
 		case <-c.sinkFreed:
 			t.Stop()
+		case <-c.quit: // the rule is gone
+			t.Stop()
+			return "", false
 		case <-ctx.Done():
 			t.Stop()
 			return "", false
