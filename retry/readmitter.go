@@ -289,10 +289,12 @@ func NewReadmitter(cfg ReadmitterConfig) (*Readmitter, error) {
 // that fire together (parked 3 then 4) reach one process, whose workers take each key's
 // messages in stream order — two processes could otherwise re-admit 4 before 3. The others
 // wait; when the pinned one stops it gives the pin up, and when it dies the server moves it
-// after pinnedTTL without a pull from it.
+// after pinnedTTL without a pull from it. pinnedTTL is well above what a re-admitter may
+// spend on the messages it holds (a publish rides through a leader election for up to
+// -publish-wait, 10 s), so the pin does not move while it still holds a key's messages.
 const (
 	readmitGroup = "readmit"
-	pinnedTTL    = 10 * time.Second
+	pinnedTTL    = 30 * time.Second
 	pullExpiry   = 5 * time.Second // a pinned re-admitter pulls again well within pinnedTTL
 )
 
@@ -322,10 +324,6 @@ func (r *Readmitter) Start(ctx context.Context) error {
 	if r.started {
 		return nil
 	}
-	cons, err := r.cfg.Store.js.CreateOrUpdateConsumer(ctx, r.cfg.Store.cfg.Stream, r.ConsumerConfig())
-	if err != nil {
-		return fmt.Errorf("retry: re-admitter consumer: %w", err)
-	}
 	// One channel per worker, and every message of a key to the same worker: the consumer
 	// hands messages over in stream order, so the messages of one key (parked 3 then 4,
 	// firing in the same second) are re-admitted in that order, never 4 before 3.
@@ -334,27 +332,39 @@ func (r *Readmitter) Start(ctx context.Context) error {
 		works[i] = make(chan jetstream.Msg)
 	}
 	quit := make(chan struct{})
-	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		r.gotMsg.Store(true)
-		h := msg.Headers()
-		work := works[keyShard(h.Get(queue.HeaderRule), h.Get(queue.HeaderKey), len(works))]
-		select {
-		case work <- msg:
-		case <-quit:
-			_ = msg.Nak() // stopping: hand it to another re-admitter now
-		case <-ctx.Done():
-			_ = msg.Nak()
+	consume := func() (jetstream.ConsumeContext, error) {
+		cons, err := r.cfg.Store.js.CreateOrUpdateConsumer(ctx, r.cfg.Store.cfg.Stream, r.ConsumerConfig())
+		if err != nil {
+			return nil, fmt.Errorf("retry: re-admitter consumer: %w", err)
 		}
-	},
-		jetstream.PullMaxMessages(4*r.cfg.Workers),
-		jetstream.PullPriorityGroup(readmitGroup),
-		jetstream.PullExpiry(pullExpiry),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			r.logError("consume", err)
-		}))
-	if err != nil {
-		return fmt.Errorf("retry: re-admitter consume: %w", err)
+		cc, err := cons.Consume(func(msg jetstream.Msg) {
+			r.gotMsg.Store(true)
+			h := msg.Headers()
+			work := works[keyShard(h.Get(queue.HeaderRule), h.Get(queue.HeaderKey), len(works))]
+			select {
+			case work <- msg:
+			case <-quit:
+				_ = msg.Nak() // stopping: hand it to another re-admitter now
+			case <-ctx.Done():
+				_ = msg.Nak()
+			}
+		},
+			jetstream.PullMaxMessages(4*r.cfg.Workers),
+			jetstream.PullPriorityGroup(readmitGroup),
+			jetstream.PullExpiry(pullExpiry),
+			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+				r.logError("consume", err)
+			}))
+		if err != nil {
+			return nil, fmt.Errorf("retry: re-admitter consume: %w", err)
+		}
+		return cc, nil
 	}
+	cc, err := consume()
+	if err != nil {
+		return err
+	}
+	go r.reconsume(ctx, quit, cc, consume)
 	r.started, r.cc, r.quit = true, cc, quit
 	for _, work := range works {
 		r.wg.Add(1)
@@ -374,6 +384,51 @@ func (r *Readmitter) Start(ctx context.Context) error {
 		}()
 	}
 	return nil
+}
+
+// reconsume starts consuming again when consuming ended without Stop: nats.go ends it on
+// an error it treats as terminal — the consumer deleted, or a pull refused because another
+// process rewrote the consumer without its priority group (a v0.3 drainer starting during a
+// rolling upgrade). Re-creating the consumer puts the group back; until then the
+// re-admitter would look healthy and consume nothing.
+func (r *Readmitter) reconsume(ctx context.Context, quit chan struct{}, cc jetstream.ConsumeContext, consume func() (jetstream.ConsumeContext, error)) {
+	wait := time.Second
+	for {
+		select {
+		case <-cc.Closed():
+		case <-quit:
+			return
+		case <-ctx.Done():
+			return
+		}
+		for {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-quit:
+				t.Stop()
+				return
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+			next, err := consume()
+			if err == nil {
+				r.mu.Lock()
+				if !r.started || r.quit != quit { // stopped meanwhile
+					r.mu.Unlock()
+					next.Stop()
+					return
+				}
+				r.cc, cc, wait = next, next, time.Second
+				r.mu.Unlock()
+				r.log.Warn("re-admitter consuming again after its consumer ended")
+				break
+			}
+			r.logError("consume again", err)
+			wait = min(2*wait, 30*time.Second)
+		}
+	}
 }
 
 // Stop stops fetching, waits for in-flight messages and returns buffered ones to the

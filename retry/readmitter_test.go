@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-io/sluice/internal/waittest"
@@ -382,4 +383,49 @@ func TestReadmitterSurvivesRestarts(t *testing.T) {
 	if l, _, err := e.dead.List(ctx, "", 10, 0); err != nil || len(l) != 0 {
 		t.Errorf("dead letters: %d, %v; want none", len(l), err)
 	}
+}
+
+// A v0.3 drainer that starts during a rolling upgrade rewrites the re-admitters' consumer
+// without its priority group; the server then refuses the pinned pulls and nats.go ends the
+// consumption. The re-admitter puts its consumer back and re-admits what fires afterwards.
+func TestReadmitterRecoversItsConsumer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rule := e.rules.add(parkRule("r", time.Hour))
+	q := newFakeQueue(nil)
+	r := startReadmitter(t, e, q.Admit, nil)
+	ctx := context.Background()
+	first := newMessage(rule.Name, "k1")
+	if _, err := e.store.Park(ctx, rule.Name, first, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Eventually(t, 15*time.Second, "the first message re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
+
+	old := r.ConsumerConfig() // as v0.3 wrote it: no priority group
+	old.PriorityPolicy, old.PriorityGroups, old.PinnedTTL = jetstream.PriorityPolicyNone, nil, 0
+	if _, err := e.store.js.CreateOrUpdateConsumer(ctx, e.store.cfg.Stream, old); err != nil {
+		t.Fatal(err)
+	}
+	second := newMessage(rule.Name, "k2")
+	if _, err := e.store.Park(ctx, rule.Name, second, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Eventually(t, 30*time.Second, "the second message re-admitted after the consumer was rewritten", func() bool {
+		_, adm := q.snapshot()
+		_, ok := adm[second.ID]
+		return ok
+	})
+	waittest.Eventually(t, 30*time.Second, "the consumer pinned again", func() bool {
+		c, err := e.store.js.Consumer(ctx, e.store.cfg.Stream, r.ConsumerConfig().Durable)
+		return err == nil && c.CachedInfo().Config.PriorityPolicy == jetstream.PriorityPolicyPinned
+	})
+	third := newMessage(rule.Name, "k3")
+	if _, err := e.store.Park(ctx, rule.Name, third, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Eventually(t, 30*time.Second, "a message fired after the recovery re-admitted", func() bool {
+		_, adm := q.snapshot()
+		_, ok := adm[third.ID]
+		return ok
+	})
 }
