@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -231,35 +232,52 @@ func TestTwoReadmittersIdempotent(t *testing.T) {
 	e := newEnv(t)
 	rule := e.rules.add(parkRule("r", time.Hour))
 	ctx := context.Background()
-	const n = 40
+	const n, workers = 40, 4
+	// The target message's key has a worker of its own: no other message waits behind its
+	// hung admission, so the consumer keeps pulling and the server can deliver it again.
+	targetKey := "target"
 	ids := map[string]bool{}
 	var msgs []queue.Message
-	for i := range n {
-		m := newMessage(rule.Name, string(rune('a'+i%26)))
+	for i := 0; len(msgs) < n-1; i++ {
+		key := fmt.Sprint("k", i)
+		if keyShard(rule.Name, key, workers) == keyShard(rule.Name, targetKey, workers) {
+			continue
+		}
+		m := newMessage(rule.Name, key)
 		ids[m.ID] = true
 		msgs = append(msgs, m)
 	}
-	// The first admission of one message hangs until that message is delivered again (to
-	// either re-admitter) after AckWait: the redelivery is forced, not left to timing.
-	target := msgs[7].ID
+	tm := newMessage(rule.Name, targetKey)
+	ids[tm.ID] = true
+	msgs = append(msgs, tm)
+	// The first admission of the target hangs until the server has delivered it again
+	// after AckWait (the consumer counts the redelivery): the redelivery is forced, not left
+	// to timing. The consumer is pinned to one re-admitter, so the copy waits for the hung
+	// admission to end and is then re-admitted under the same msgID.
+	target := tm.ID
 	var targetCalls atomic.Int32
 	redelivered := make(chan struct{})
+	var r1 *Readmitter
 	q := newFakeQueue(func(call int, m queue.Message) (AdmitResult, error) {
 		if m.ID == target {
 			switch targetCalls.Add(1) {
 			case 1:
-				select {
-				case <-redelivered:
-				case <-time.After(15 * time.Second):
-				}
+				waittest.Within(15*time.Second, func() bool {
+					c, err := e.store.js.Consumer(ctx, e.store.cfg.Stream, r1.ConsumerConfig().Durable)
+					if err != nil {
+						return false
+					}
+					info, err := c.Info(ctx)
+					return err == nil && info.NumRedelivered > 0
+				})
 			case 2:
 				close(redelivered)
 			}
 		}
 		return AdmitResult{Outcome: Admitted}, nil
 	})
-	mod := func(c *ReadmitterConfig) { c.AckWait = time.Second; c.Workers = 4 }
-	startReadmitter(t, e, q.Admit, mod)
+	mod := func(c *ReadmitterConfig) { c.AckWait = time.Second; c.Workers = workers }
+	r1 = startReadmitter(t, e, q.Admit, mod)
 	startReadmitter(t, e, q.Admit, mod)
 	for _, m := range msgs {
 		if _, err := e.store.Park(ctx, rule.Name, m, time.Now().Add(time.Second)); err != nil {
@@ -272,8 +290,8 @@ func TestTwoReadmittersIdempotent(t *testing.T) {
 	})
 	select {
 	case <-redelivered:
-	default:
-		t.Fatalf("message %s was not delivered again while its first admission hung past AckWait", target)
+	case <-time.After(15 * time.Second):
+		t.Fatalf("message %s was not delivered again after its first admission hung past AckWait", target)
 	}
 	calls, adm := q.snapshot()
 	for id := range adm {
