@@ -289,12 +289,13 @@ func NewReadmitter(cfg ReadmitterConfig) (*Readmitter, error) {
 // that fire together (parked 3 then 4) reach one process, whose workers take each key's
 // messages in stream order — two processes could otherwise re-admit 4 before 3. The others
 // wait; when the pinned one stops it gives the pin up, and when it dies the server moves it
-// after pinnedTTL without a pull from it. pinnedTTL is well above what a re-admitter may
-// spend on the messages it holds (a publish rides through a leader election for up to
-// -publish-wait, 10 s), so the pin does not move while it still holds a key's messages.
+// after pinnedTTL without a pull from it. A live re-admitter pulls again every pullExpiry,
+// busy or not. A re-admitter stopped while idle cannot tell whether the server pinned one of
+// its last, expiring pulls (it got no message): then the next one takes over after
+// pinnedTTL, which is why it is short.
 const (
 	readmitGroup = "readmit"
-	pinnedTTL    = 30 * time.Second
+	pinnedTTL    = 10 * time.Second
 	pullExpiry   = 5 * time.Second // a pinned re-admitter pulls again well within pinnedTTL
 )
 
