@@ -56,11 +56,12 @@ type SchedulerConfig struct {
 	// a Redis Cluster). Every process sharing the Redis must answer the same for a rule, but
 	// a change (a rules reload) loses nothing: see partition.go.
 	Partitions func(rule string) int
-	// LegacyIdempotency also claims and honours idempotency keys in v0.3's layout
-	// (<prefix>sl:idem:{<rule>}:<k>), so that during a rolling upgrade from v0.3 a repeat is
-	// recognised whichever version admitted the first request. It costs one more SET per
-	// admission with an idempotency key: turn it off once no v0.3 ingress is left and the
-	// idempotency TTL has passed.
+	// LegacyIdempotency claims idempotency keys in v0.3's layout
+	// (<prefix>sl:idem:{<rule>}:<k>), the one key every version then claims, so that during a
+	// rolling upgrade from v0.3 a repeat is recognised whichever version admitted the first
+	// request; this version's layout is written too once a claim took the key. It costs one
+	// more round trip per first use of a key: turn it off once no v0.3 ingress is left and
+	// the idempotency TTL has passed.
 	LegacyIdempotency bool
 }
 

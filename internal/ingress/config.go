@@ -73,8 +73,8 @@ type Config struct {
 	// IdempotencyTTL is how long an idempotency key maps to its first message.
 	// -idempotency-ttl; default 24h.
 	IdempotencyTTL time.Duration
-	// LegacyIdempotencyKeys also claims and honours idempotency keys in v0.3's Redis layout,
-	// for a rolling upgrade from v0.3. -legacy-idempotency-keys; default false.
+	// LegacyIdempotencyKeys claims idempotency keys in v0.3's Redis layout (and writes this
+	// version's too), for a rolling upgrade from v0.3. -legacy-idempotency-keys; default false.
 	LegacyIdempotencyKeys bool
 	// StatusKeep keeps a record of each delivered message this long, so GET
 	// /v1/messages/{id} answers "delivered" (set the same on drainers: they write them).
@@ -134,7 +134,7 @@ func declareFlags(c *Config, getenv func(string) string, stderr io.Writer) *proc
 	f.Int(&c.MaxBatch, "max-batch", "SLUICE_MAX_BATCH", DefaultMaxBatch, "most messages in one batch submission; more is 413")
 	f.Duration(&c.MaxDelay, "max-delay", "SLUICE_MAX_DELAY", DefaultMaxDelay, "how far ahead a submission's deliver_at or delay may be")
 	f.Duration(&c.IdempotencyTTL, "idempotency-ttl", "SLUICE_IDEMPOTENCY_TTL", 24*time.Hour, "how long an idempotency key maps to its first message")
-	f.Bool(&c.LegacyIdempotencyKeys, "legacy-idempotency-keys", "SLUICE_LEGACY_IDEMPOTENCY_KEYS", false, "also claim and honour idempotency keys as v0.3 stored them (during a rolling upgrade from v0.3, and for -idempotency-ttl after it)")
+	f.Bool(&c.LegacyIdempotencyKeys, "legacy-idempotency-keys", "SLUICE_LEGACY_IDEMPOTENCY_KEYS", false, "claim idempotency keys where v0.3 does, so a repeat is recognised whichever version took it (during a rolling upgrade from v0.3, and for -idempotency-ttl after it)")
 	f.Duration(&c.ReadHeaderTimeout, "read-header-timeout", "SLUICE_READ_HEADER_TIMEOUT", httpx.ReadHeaderTimeout, "how long a client has to send a request's headers; slower ones are disconnected")
 	f.Int(&c.Replicas, "replicas", "SLUICE_REPLICAS", 1, "replicas of the streams, 1 or 3")
 	f.Bytes(&c.RetryMaxBytes, "retry-max-bytes", "SLUICE_RETRY_MAX_BYTES", process.DefaultRetryMaxBytes, "JetStream storage of the retry stream (parked messages)")
