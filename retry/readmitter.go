@@ -282,9 +282,6 @@ func NewReadmitter(cfg ReadmitterConfig) (*Readmitter, error) {
 	return &Readmitter{cfg: cfg, log: cfg.Logger.With("component", "re-admitter"), runs: runs}, nil
 }
 
-// pullExpiry bounds one pull request: a re-admitter pulls again at least this often.
-const pullExpiry = 5 * time.Second
-
 // ConsumerConfig is the durable consumer all re-admitters of the retry stream share.
 func (r *Readmitter) ConsumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
@@ -332,7 +329,6 @@ func (r *Readmitter) Start(ctx context.Context) error {
 			}
 		},
 			jetstream.PullMaxMessages(4*r.cfg.Workers),
-			jetstream.PullExpiry(pullExpiry),
 			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 				r.logError("consume", err)
 			}))
