@@ -27,11 +27,17 @@ type pipeliner interface {
 	Pipeline() redis.Pipeliner
 }
 
-// call is one queued decision.
+// call is one queued decision: a script call (keys, args → vals) or a count-over
+// counter (countover.go: counter, n, ttl → count).
 type call struct {
 	keys []string
 	args []any
 	vals []int64
+
+	counter string // the count-over window's key; "" for a script call
+	n, ttl  int64  // hits to add (0 peeks) and the key's TTL in ms
+	count   int64
+
 	err  error
 	done chan struct{} // buffered: the pipeline never waits for a caller that gave up
 }
@@ -48,14 +54,33 @@ func (s *Redis) run(ctx context.Context, keys []string, args []any) ([]int64, er
 		}
 		return limitsScript.Run(ctx, s.c, keys, args...).Int64Slice()
 	}
-	defer s.inflight.Add(-1)
 	c := callPool.Get().(*call)
 	c.keys, c.args = keys, args
+	if _, err := s.enqueue(ctx, c); err != nil {
+		return nil, err
+	}
+	vals := c.vals
+	*c = call{done: c.done}
+	callPool.Put(c)
+	return vals, nil
+}
+
+// enqueue hands c (counted in inflight by the caller) to the pipeline and waits for its
+// answer: its error, and its count when it is a counter. It leaves inflight and, when
+// ctx ends first, drops c (the pipeline may still write to it).
+func (s *Redis) enqueue(ctx context.Context, c *call) (int64, error) {
+	defer s.inflight.Add(-1)
+	if c.done == nil {
+		c.done = make(chan struct{}, 1)
+	}
 	select {
 	case s.queue <- c:
 	case <-ctx.Done():
-		callPool.Put(c)
-		return nil, ctx.Err()
+		if c.counter == "" {
+			*c = call{done: c.done}
+			callPool.Put(c)
+		}
+		return 0, ctx.Err()
 	}
 	if s.pipelines.Load() < s.maxPipelines {
 		if s.pipelines.Add(1) <= s.maxPipelines {
@@ -66,12 +91,9 @@ func (s *Redis) run(ctx context.Context, keys []string, args []any) ([]int64, er
 	}
 	select {
 	case <-c.done:
-		vals, err := c.vals, c.err
-		*c = call{done: c.done}
-		callPool.Put(c)
-		return vals, err
+		return c.count, c.err
 	case <-ctx.Done():
-		return nil, ctx.Err() // c is dropped: the pipeline may still write to it
+		return 0, ctx.Err()
 	}
 }
 
@@ -80,7 +102,7 @@ func (s *Redis) pipeline() {
 	idle := time.NewTimer(pipelineIdle)
 	defer idle.Stop()
 	batch := make([]*call, 0, s.batch)
-	cmds := make([]*redis.Cmd, 0, s.batch)
+	cmds := make([]redis.Cmder, 0, s.batch)
 	for {
 		var c *call
 		select {
@@ -126,20 +148,36 @@ func (s *Redis) pipeline() {
 }
 
 // exec sends one batch and hands each caller its reply.
-func (s *Redis) exec(batch []*call, cmds []*redis.Cmd) []*redis.Cmd {
+func (s *Redis) exec(batch []*call, cmds []redis.Cmder) []redis.Cmder {
 	// No caller's context fits the whole batch; the client's own timeouts bound it,
 	// and every caller waits on its own context.
 	ctx := context.Background()
 	pipe := s.pipe.Pipeline()
 	for _, c := range batch {
+		if c.counter != "" {
+			incr, get := c.queueCounter(ctx, pipe)
+			if incr != nil {
+				cmds = append(cmds, incr)
+			} else {
+				cmds = append(cmds, get)
+			}
+			continue
+		}
 		cmds = append(cmds, limitsScript.EvalSha(ctx, pipe, c.keys, c.args...))
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read below
 	for i, c := range batch {
-		c.vals, c.err = cmds[i].Int64Slice()
-		if redis.HasErrorPrefix(c.err, "NOSCRIPT") {
-			// A server that has not seen the script yet (or was restarted): EVAL loads it.
-			c.vals, c.err = limitsScript.Run(ctx, s.c, c.keys, c.args...).Int64Slice()
+		switch cmd := cmds[i].(type) {
+		case *redis.IntCmd:
+			c.count, c.err = counterReply(cmd, nil)
+		case *redis.StringCmd:
+			c.count, c.err = counterReply(nil, cmd)
+		case *redis.Cmd:
+			c.vals, c.err = cmd.Int64Slice()
+			if redis.HasErrorPrefix(c.err, "NOSCRIPT") {
+				// A server that has not seen the script yet (or was restarted): EVAL loads it.
+				c.vals, c.err = limitsScript.Run(ctx, s.c, c.keys, c.args...).Int64Slice()
+			}
 		}
 		c.done <- struct{}{}
 	}

@@ -73,7 +73,8 @@ func (c RedisConfig) Validate() error {
 
 // Redis is a Store that keeps state in Redis, shared by every process that uses the
 // same Redis and prefix. Each decision is one EVALSHA of limits.lua (EVAL only the
-// first time a server has not seen the script); overlapping decisions share a
+// first time a server has not seen the script), or INCRBY and PEXPIRE for a lone
+// fixed window that counts over (countover.go); overlapping decisions share a
 // pipeline (see RedisConfig.Batch). Safe for concurrent use; needs no Close.
 //
 // It sets no timeout of its own: bound it with ctx (a decision waiting in a batch
@@ -92,6 +93,7 @@ type Redis struct {
 
 	prefix   string
 	slackArg any // TTLSlack in ms, boxed once rather than on every call
+	slack    int64
 	nonce    string
 	seq      atomic.Uint64
 }
@@ -108,7 +110,7 @@ func NewRedis(c redis.Scripter, cfg RedisConfig) (*Redis, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("bucket: nonce: %w", err)
 	}
-	s := &Redis{c: c, prefix: cfg.Prefix, slackArg: cfg.TTLSlack.Milliseconds(), nonce: hex.EncodeToString(b[:])}
+	s := &Redis{c: c, prefix: cfg.Prefix, slackArg: cfg.TTLSlack.Milliseconds(), slack: cfg.TTLSlack.Milliseconds(), nonce: hex.EncodeToString(b[:])}
 	if p, ok := c.(pipeliner); ok && cfg.Batch > 1 {
 		s.pipe, s.batch, s.maxPipelines = p, cfg.Batch, int32(cfg.Pipelines)
 		s.queue = make(chan *call, cfg.Batch*cfg.Pipelines)
@@ -119,7 +121,9 @@ func NewRedis(c redis.Scripter, cfg RedisConfig) (*Redis, error) {
 // Keys returns the Redis keys that hold key's state for limits, in order:
 // Prefix + "{" + key + "}:" + algorithm code + interval in ms, e.g. "sl:{m-42}:tb1000"
 // (plus "#i" when two limits share an algorithm and interval). Keys are for
-// operators and tests; Allow builds the same names.
+// operators and tests; Allow builds the same names. A key whose only limit is a fixed
+// window that counts over keeps a counter per window instead, named by this name, ":c"
+// and the window (countover.go).
 func (s *Redis) Keys(key string, limits []Limit) ([]string, error) {
 	var ps [MaxLimits]params
 	if err := validate(limits, 0, 1, &ps); err != nil {
@@ -173,6 +177,18 @@ func (s *Redis) Allow(ctx context.Context, key string, limits []Limit, n int64, 
 	}
 	if len(limits) == 0 {
 		res.Allowed, res.Index = true, -1
+		return res, nil
+	}
+	if s.pipe != nil && countOverOnly(limits, ps[:1]) {
+		v, err := s.countOver(ctx, key, &ps[0], n, t)
+		if err != nil {
+			return res, fmt.Errorf("bucket: redis: %w", err)
+		}
+		res.N = 1
+		d := &res.Decisions[0]
+		d.Allowed, d.Limit, d.Window = v[0] == 1, ps[0].burst, ms(ps[0].window())
+		d.Remaining, d.RetryAfter, d.ResetAfter = v[1], ms(v[2]), ms(v[3])
+		res.finish(limits)
 		return res, nil
 	}
 	var member any = noMember
