@@ -407,6 +407,17 @@ func scanArray(body []byte, max int) (reqs []submitRequest, ok bool) {
 	}
 }
 
+// scanOne decodes into req, as scanArray decodes an item, a body that is one plain
+// submission and nothing else; false for any other body (req is then partly written).
+func scanOne(body []byte, req *submitRequest) bool {
+	sc := scanner{b: body}
+	if !sc.request(req) {
+		return false
+	}
+	sc.space()
+	return sc.i == len(sc.b)
+}
+
 // scanner reads the plain JSON scanArray takes, at b[i:].
 type scanner struct {
 	b []byte

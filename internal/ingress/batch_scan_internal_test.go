@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -92,5 +93,50 @@ func TestScanArrayDecodesAsTheDecoder(t *testing.T) {
 	want, _ := decodeArrayByDecoder(body, 500)
 	if !ok || !reflect.DeepEqual(got, want) {
 		t.Fatalf("the report's batch: scanArray ok %v", ok)
+	}
+}
+
+// TestScanOneDecodesAsTheDecoder: a single submission the scanner takes is decoded as
+// encoding/json decodes it; every other body goes to encoding/json, which answers it.
+func TestScanOneDecodesAsTheDecoder(t *testing.T) {
+	item := func(fields ...string) string { return "{" + strings.Join(fields, ",") + "}" }
+	desc := `"descriptor":[{"key":"merchant_id","value":"m-1"}]`
+	payloads := []string{`{"order":"x"}`, ` { "a" : [1, 2.5e3, {"b":"c\"}]"}] , "d":null } `, `"s,}]"`, `12`, `-0.5`, `true`, `[]`,
+		`{"u":"\u00e9\ud83d\ude00 é"}`, `null`, `{"a":1`, `{"a":1}}`, `[1,]`, `"\x"`, "\"a\x01\"", `nul`, ``, "\"\xff\""}
+	var bodies []string
+	for _, p := range payloads {
+		bodies = append(bodies, item(`"domain":"orders"`, desc, `"payload":`+p), " "+item(`"payload":`+p, `"domain":"orders"`, desc, `"ttl":"1m"`)+"\n")
+	}
+	bodies = append(bodies,
+		item(`"domain":"orders"`, `"descriptor":[{"value":"v","key":"k"},{"key":"a","value":"b"}]`, `"payload":1`, `"idempotency_key":"k-1"`,
+			`"deliver_at":"2026-01-01T00:00:00Z"`, `"delay":"1h"`, `"expires_at":"2027-01-01T00:00:00Z"`),
+		item(`"domain":"orders"`, `"descriptor":[]`, `"payload":1`),
+		item(`"domain":"orders"`, `"domain":"other"`, desc, `"payload":1`),
+		item(`"domain":"or\"ders"`, desc, `"payload":1`),
+		item(`"domain":"orders"`, desc, `"payload":1`, `"headers":{"X-A":"b"}`),
+		item(`"domain":"orders"`, desc, `"payload":1`, `"unknown":1`),
+		item(`"domain":1`, desc, `"payload":1`),
+		item(), item(`"domain":"orders"`)+" x", item(`"domain":"orders"`)+item(), "{", "", "[]", `"a"`,
+	)
+	req, _ := http.NewRequest(http.MethodPost, "/v1/messages", nil)
+	req.Header.Set("Content-Type", "application/json")
+	for _, body := range bodies {
+		var want submitRequest
+		wantP := decodeJSON(req, []byte(body), &want)
+		var got submitRequest
+		gotP := decodeSubmit(req, []byte(body), &got)
+		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(gotP, wantP) {
+			t.Errorf("%s:\n decodeSubmit %+v %v\n decodeJSON   %+v %v", body, got, gotP, want, wantP)
+		}
+		var one submitRequest
+		if scanOne([]byte(body), &one) && (wantP != nil || !reflect.DeepEqual(one, want)) {
+			t.Errorf("%s: scanOne took it as %+v; decodeJSON %+v %v", body, one, want, wantP)
+		}
+	}
+	// The report's body is scanned.
+	body := fmt.Sprintf(`{"domain":"orders","descriptor":[{"key":"merchant_id","value":"m-1"}],"payload":{"order":%q}}`, strings.Repeat("x", 116))
+	var one submitRequest
+	if !scanOne([]byte(body), &one) {
+		t.Fatal("the report's body is not scanned")
 	}
 }

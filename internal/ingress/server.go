@@ -315,7 +315,7 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req submitRequest
-	if p := decodeJSON(r, body, &req); p != nil {
+	if p := decodeSubmit(r, body, &req); p != nil {
 		httpx.WriteProblem(w, *p)
 		return
 	}
