@@ -5,14 +5,11 @@
 // Admission of a message m under a queue rule R, key k:
 //
 //  1. R's admission limits (bucket/), if any, are decided for k. Denied → park or reject.
-//  2. m is published to k's subject in R's stream with its id as Nats-Msg-Id. JetStream
-//     itself refuses the (capacity+1)-th message of k (error 10077) → m is parked or
-//     rejected, and Redis is not asked.
-//  3. Once the publish is acknowledged, m is counted into k's depth and k is marked due in
-//     the outflow scheduler, in one script call batched with the other admissions in
-//     flight (Batcher.CountStored); the answer's depth and eta come from it. With an
-//     idempotency key, m is counted with the key's claim before step 2 instead (a key that
-//     is taken stores nothing), and k marked due after it (not waited for).
+//  2. m is counted into k's depth in Redis (batched, see Batcher) while m is published to k's subject in R's stream with its id as
+//     Nats-Msg-Id. JetStream itself refuses the (capacity+1)-th message of k (error 10077)
+//     → the count is healed, and m parked or rejected.
+//  3. Once the publish is acknowledged, k is marked due in the outflow scheduler (not
+//     waited for). The answer's depth and eta come from step 2.
 //
 // Redis being down never stops the publish: limits fall back to a local limiter (bucket.Degraded)
 // and a missed due mark is repaired by the drainers' reconciler. NATS being down makes
@@ -263,13 +260,15 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		return res, err
 	}
 
-	// 2. With an idempotency key, the message is counted into the key's depth with the
-	// key's claim, which is waited for before the publish: a key that is taken stores
-	// nothing.
+	// 2. Count the message into the key's depth in Redis while it is published: the answer
+	// needs the depth, and overlapping the two round trips is what makes admission cost one
+	// of them, not both. With an idempotency key, the count carries the key's claim and is
+	// waited for before the publish: a key that is taken stores nothing.
 	var (
 		cres    queue.Admitted
 		werr    error
 		claimed bool
+		counted Pending
 	)
 	if o.IdempotencyKey != "" {
 		var owner string
@@ -284,6 +283,8 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		default:
 			claimed = true
 		}
+	} else {
+		counted = a.Redis.Count(r.Name, m.Key, ad.capacity, ad.now)
 	}
 
 	// 3. Enqueue: JetStream enforces the capacity atomically.
@@ -294,23 +295,10 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		enq, err = a.Queues.EnqueueAs(ctx, r.Name, ad.m, o.MsgID)
 	}
 	if o.IdempotencyKey == "" {
-		// Without a key, the message is counted once it is stored, and its key made due in
-		// the same script call (one Redis op per admission, batched with the others in
-		// flight): a refused publish costs Redis nothing. A duplicate was counted when it
-		// was first stored; settle takes this count back.
-		if err == nil {
-			cres, werr = a.Redis.CountStored(r.Name, m.Key, ad.capacity, ad.now).Result()
-			ad.marked = werr == nil
-		} else {
-			werr = errNotCounted
-		}
+		cres, werr = counted.Result()
 	}
 	return a.settle(ctx, &ad, cres, werr, claimed, enq, err)
 }
-
-// errNotCounted is the count "result" of a message whose publish failed before it was
-// counted: there is nothing to take back, and no depth from Redis.
-var errNotCounted = errors.New("admit: not counted")
 
 // settle answers ad once its publish is answered (steps 3 and 4): cres and werr are its
 // count's result, claimed whether it took its idempotency key, enq and err its publish's.

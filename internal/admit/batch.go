@@ -15,14 +15,14 @@ import (
 // Batcher sends the Redis side of admissions for many concurrent admissions in one
 // pipelined round trip.
 //
-// An admission without an idempotency key needs Redis once, after its publish is
-// acknowledged: to count the message into the key's depth (the answer's depth and eta come
-// back from it) and mark the key due, in one script call (CountStored). An admission with
-// an idempotency key needs it twice: before its publish, to claim the key with its count
-// (CountClaim: a SET NX among the batch's commands costs Redis ~1 µs, where a round trip of
-// its own cost as much as the rest of the admission), and after, to mark the key due
-// (Mark, not waited for). Without batching every admission would also pay its own round
-// trip and syscalls on both ends, which was most of its CPU.
+// An admission needs Redis twice: before its publish is acknowledged, to count the message
+// into the key's depth (Count — the answer's depth and eta come back from it), and after, to
+// mark the key due (Mark). An admission with an idempotency key claims the key with its
+// count (CountClaim), in the same pipeline: a SET NX among the batch's commands costs Redis
+// ~1 µs, where a round trip of its own cost as much as the rest of the admission. Count is sent at the same time as
+// the publish, and Mark is not waited for, so an admission costs the latency of the slower
+// of its two servers instead of their sum; without batching every admission would also pay
+// its own round trip and syscalls on both ends, which was most of its CPU.
 //
 // One goroutine collects whatever is waiting (up to MaxBatch), sends one pipeline, waits for
 // it and answers the waiters. In a pipeline, each rule's marks are one markdue.lua call and
@@ -187,17 +187,6 @@ func (b *Batcher) Count(rule, key string, capacity int64, now time.Time) Pending
 	b.start()
 	o := newOp(opCount, rule, key)
 	o.capacity, o.now = capacity, now
-	return b.send(o)
-}
-
-// CountStored counts a message whose publish was acknowledged into (rule, key)'s depth and
-// makes the key due, in one script call (admitmark.lua, as CountBatch with Stored): what
-// Count and then Mark do, for one op instead of two. It returns at once; Wait for the
-// result.
-func (b *Batcher) CountStored(rule, key string, capacity int64, now time.Time) Pending {
-	b.start()
-	o := newOp(opCount, rule, key)
-	o.capacity, o.now, o.stored = capacity, now, true
 	return b.send(o)
 }
 
