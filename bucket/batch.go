@@ -9,18 +9,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Batching: when decisions overlap, the Redis store sends their EVALSHAs together in
-// one pipeline instead of one round trip each. Every decision is still exactly one
-// EVALSHA, atomic on its own; only the network writes and reads are shared. On a busy
-// ingress this cuts the client's system calls per decision several times over, which
-// is what bounds throughput (the script itself costs the server ~6µs).
+// Batching: when decisions overlap, the Redis store sends them together in one pipeline
+// instead of one round trip each. Every decision is still its own EVALSHA (or INCRBY and
+// PEXPIRE, countover.go), atomic on its own; only the network writes and reads are shared.
+// On a busy ingress this cuts the client's system calls per decision several times over,
+// which is what bounds throughput (the script itself costs the server ~6µs).
 //
-// A decision goes straight to Redis when no other is in flight, so an idle or
-// single-threaded caller pays no hand-off. Otherwise it is queued for the pipeline
-// goroutine (one by default; see RedisConfig.Pipelines), started on demand and gone
-// after a second without work, so the store needs no Close. While a batch is out, the
-// next one gathers whatever is queued, so batches grow with the load without a timer.
-
 // pipeliner is what batching needs from the client (*redis.Client, *redis.ClusterClient
 // and *redis.Ring all have it).
 type pipeliner interface {
@@ -155,12 +149,7 @@ func (s *Redis) exec(batch []*call, cmds []redis.Cmder) []redis.Cmder {
 	pipe := s.pipe.Pipeline()
 	for _, c := range batch {
 		if c.counter != "" {
-			incr, get := c.queueCounter(ctx, pipe)
-			if incr != nil {
-				cmds = append(cmds, incr)
-			} else {
-				cmds = append(cmds, get)
-			}
+			cmds = append(cmds, c.queueCounter(ctx, pipe))
 			continue
 		}
 		cmds = append(cmds, limitsScript.EvalSha(ctx, pipe, c.keys, c.args...))
@@ -168,10 +157,8 @@ func (s *Redis) exec(batch []*call, cmds []redis.Cmder) []redis.Cmder {
 	_, _ = pipe.Exec(ctx) // per-command errors are read below
 	for i, c := range batch {
 		switch cmd := cmds[i].(type) {
-		case *redis.IntCmd:
-			c.count, c.err = counterReply(cmd, nil)
-		case *redis.StringCmd:
-			c.count, c.err = counterReply(nil, cmd)
+		case *counterCmds:
+			c.count, c.err = s.counterReply(ctx, c, cmd)
 		case *redis.Cmd:
 			c.vals, c.err = cmd.Int64Slice()
 			if redis.HasErrorPrefix(c.err, "NOSCRIPT") {

@@ -50,12 +50,21 @@ func (h *pipeHook) add(cmds ...redis.Cmder) {
 // and answers as the script would.
 func TestRedisCountOverIsACounterPerWindow(t *testing.T) {
 	t.Parallel()
+	for _, batch := range []int{0, 1} { // the default batching, and none: the same layout
+		t.Run("batch="+strconv.Itoa(batch), func(t *testing.T) {
+			t.Parallel()
+			countOverIsACounterPerWindow(t, batch)
+		})
+	}
+}
+
+func countOverIsACounterPerWindow(t *testing.T, batch int) {
 	c := redistest.Shared(t).Client(t)
 	hook := &pipeHook{}
 	c.AddHook(hook)
 	prefix := redistest.Prefix(t)
 	const slack = 10 * time.Millisecond
-	s, err := bucket.NewRedis(c, bucket.RedisConfig{Prefix: prefix, TTLSlack: slack})
+	s, err := bucket.NewRedis(c, bucket.RedisConfig{Prefix: prefix, TTLSlack: slack, Batch: batch})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,8 @@
 // now? It implements the five algorithms of the rules file — token bucket, leaky
 // bucket (GCRA), fixed window, sliding window log and sliding window counter — over
 // two stores that make identical decisions: Memory (this process) and Redis (shared
-// by every ingress process, one EVALSHA per decision). Degraded wraps Redis with a
+// by every ingress process, one EVALSHA per decision, or INCRBY and PEXPIRE for envoy's
+// counting). Degraded wraps Redis with a
 // local fallback for outages.
 //
 // # Model
@@ -85,6 +86,9 @@
 //
 // Each decision is one EVALSHA of limits.lua (go-redis falls back to EVAL once when a
 // server has not seen it), so it is atomic under any concurrency and across processes.
+// The exception is a key whose only limit is a fixed window with CountOver (envoy's
+// counting): its count after the call is the whole decision, so it is one INCRBY (atomic)
+// and a PEXPIRE of a counter per window, "<key's name below>:c<window>" (countover.go).
 // Decisions that overlap in time share a pipeline (RedisConfig.Batch): still one
 // EVALSHA each, but one network write and read for the lot, which is what bounds a
 // busy ingress. A decision alone goes straight out. A caller whose context ends while
@@ -115,7 +119,10 @@
 //     about Rate·d/Interval extra hits pass per key (a few ms against windows of
 //     seconds or more is negligible);
 //   - a host that is behind never undoes another's progress: a state newer than its
-//     now is used as is (no refill, no rolling back a window), which can only deny;
+//     now is used as is (no refill, no rolling back a window), which can only deny —
+//     except for a lone CountOver fixed window in Redis, whose lagging caller counts in
+//     its own (previous) window as envoy's does, so up to d into a new window it may let
+//     up to Rate more hits pass (countover.go);
 //   - expiry runs on Redis's clock, not the callers'; TTLSlack (default 1s) covers a
 //     difference up to that much, so state never expires before the callers think.
 //

@@ -31,7 +31,7 @@ type RedisConfig struct {
 	// Redis's by up to this much never see their state expire early. Default 1s.
 	TTLSlack time.Duration
 	// Batch is the most overlapping decisions sent together in one pipeline (each is
-	// still its own EVALSHA; see batch.go). Default 64; 1 sends every decision on its
+	// still its own EVALSHA, or INCRBY and PEXPIRE; see batch.go). Default 64; 1 sends every decision on its
 	// own. Batching needs a client with Pipeline (Client, ClusterClient, Ring).
 	Batch int
 	// Pipelines is the most batches in flight at once (besides one decision sent on
@@ -83,7 +83,7 @@ func (c RedisConfig) Validate() error {
 // Degraded store.
 type Redis struct {
 	c        redis.Scripter
-	pipe     pipeliner  // c, when it can pipeline and batching is on
+	pipe     pipeliner  // c, when it can pipeline
 	queue    chan *call // nil when batching is off
 	batch    int
 	inflight atomic.Int32 // decisions under way, to skip batching when alone
@@ -111,9 +111,12 @@ func NewRedis(c redis.Scripter, cfg RedisConfig) (*Redis, error) {
 		return nil, fmt.Errorf("bucket: nonce: %w", err)
 	}
 	s := &Redis{c: c, prefix: cfg.Prefix, slackArg: cfg.TTLSlack.Milliseconds(), slack: cfg.TTLSlack.Milliseconds(), nonce: hex.EncodeToString(b[:])}
-	if p, ok := c.(pipeliner); ok && cfg.Batch > 1 {
-		s.pipe, s.batch, s.maxPipelines = p, cfg.Batch, int32(cfg.Pipelines)
-		s.queue = make(chan *call, cfg.Batch*cfg.Pipelines)
+	if p, ok := c.(pipeliner); ok {
+		s.pipe = p // also without batching: a count-over decision is two commands
+		if cfg.Batch > 1 {
+			s.batch, s.maxPipelines = cfg.Batch, int32(cfg.Pipelines)
+			s.queue = make(chan *call, cfg.Batch*cfg.Pipelines)
+		}
 	}
 	return s, nil
 }
