@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,45 +104,5 @@ func countOverIsACounterPerWindow(t *testing.T, batch int) {
 		if ttl := c.PTTL(ctx, key).Val(); ttl <= 0 || ttl > time.Minute+slack {
 			t.Errorf("%s: pttl %v", key, ttl)
 		}
-	}
-}
-
-// TestRedisCountOverConcurrent: 64 goroutines count one key at one instant, batched:
-// exactly the limit is allowed, and every hit is counted.
-func TestRedisCountOverConcurrent(t *testing.T) {
-	t.Parallel()
-	opts := redistest.Shared(t).Options()
-	opts.PoolSize = 64
-	c := redis.NewClient(opts)
-	t.Cleanup(func() { c.Close() })
-	prefix := redistest.Prefix(t)
-	s, err := bucket.NewRedis(c, bucket.RedisConfig{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	limits := []bucket.Limit{{Rate: 100, Interval: time.Hour, CountOver: true}}
-	var allowed atomic.Int64
-	var wg sync.WaitGroup
-	for g := 0; g < 64; g++ {
-		wg.Go(func() {
-			for i := 0; i < 5; i++ {
-				r, err := s.Allow(context.Background(), "hot", limits, 1, t0.Add(time.Duration(i)*ms))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if r.Allowed {
-					allowed.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if got := allowed.Load(); got != 100 {
-		t.Fatalf("allowed %d of 320, want exactly 100", got)
-	}
-	key := prefix + "{hot}:fw3600000:c" + strconv.FormatInt(t0.Unix()/3600, 10)
-	if n, err := c.Get(context.Background(), key).Int64(); err != nil || n != 320 {
-		t.Fatalf("%s = %d (%v), want 320: every hit counted", key, n, err)
 	}
 }

@@ -56,6 +56,8 @@ func concurrentNeverOverAdmits(t *testing.T, s *bucket.Redis) {
 	for _, alg := range allAlgorithms {
 		cases[string(alg)] = []bucket.Limit{{Algorithm: alg, Rate: 100, Interval: time.Hour}}
 	}
+	// Envoy's counting (a counter per window, INCRBY): exactly the limit passes too.
+	cases["fixed_window counting over"] = []bucket.Limit{{Rate: 100, Interval: time.Hour, CountOver: true}}
 	// Two limits: the tighter one decides and neither may drift.
 	cases["token+log"] = []bucket.Limit{{Algorithm: bucket.TokenBucket, Rate: 70, Interval: time.Hour}, {Algorithm: bucket.SlidingWindowLog, Rate: 100, Interval: time.Hour}}
 	for name, limits := range cases {

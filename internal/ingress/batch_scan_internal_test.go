@@ -37,15 +37,18 @@ func decodeArrayByDecoder(body []byte, max int) ([]submitRequest, bool) {
 	return reqs, true
 }
 
+// scanPayloads are the payloads the scanner tests put in their bodies: plain, spaced,
+// escaped, of every JSON type, and broken in the ways a scan of their extent could miss.
+var scanPayloads = []string{`{"order":"x"}`, ` { "a" : [1, 2.5e3, {"b":"c\"}]"}] , "d":null } `, `"s,}]"`, `12`, `-0.5`, `true`, `[]`,
+	`{"u":"\u00e9\ud83d\ude00 é"}`, `null`, `{"a":1`, `{"a":1}}`, `[1,]`, `"\x"`, "\"a\x01\"", `nul`, ``, "\"\xff\""}
+
 // TestScanArrayDecodesAsTheDecoder: every body scanArray takes, it decodes exactly as
 // encoding/json's decoder does (payloads byte for byte); the others it leaves to it.
 func TestScanArrayDecodesAsTheDecoder(t *testing.T) {
 	item := func(fields ...string) string { return "{" + strings.Join(fields, ",") + "}" }
 	desc := `"descriptor":[{"key":"merchant_id","value":"m-1"}]`
-	payloads := []string{`{"order":"x"}`, ` { "a" : [1, 2.5e3, {"b":"c\"}]"}] , "d":null } `, `"s,}]"`, `12`, `-0.5`, `true`, `[]`,
-		`{"u":"\u00e9\ud83d\ude00 é"}`, `null`, `{"a":1`, `{"a":1}}`, `[1,]`, `"\x"`, "\"a\x01\"", `nul`, ``, "\"\xff\""}
 	var bodies []string
-	for _, p := range payloads {
+	for _, p := range scanPayloads {
 		bodies = append(bodies, "["+item(`"domain":"orders"`, desc, `"payload":`+p)+"]")
 		bodies = append(bodies, "[ "+item(`"payload":`+p, `"domain":"orders"`, desc)+" ,\n"+item(`"domain":"orders"`, desc, `"payload":`+p, `"ttl":"1m"`)+" ]\n")
 	}
@@ -101,10 +104,8 @@ func TestScanArrayDecodesAsTheDecoder(t *testing.T) {
 func TestScanOneDecodesAsTheDecoder(t *testing.T) {
 	item := func(fields ...string) string { return "{" + strings.Join(fields, ",") + "}" }
 	desc := `"descriptor":[{"key":"merchant_id","value":"m-1"}]`
-	payloads := []string{`{"order":"x"}`, ` { "a" : [1, 2.5e3, {"b":"c\"}]"}] , "d":null } `, `"s,}]"`, `12`, `-0.5`, `true`, `[]`,
-		`{"u":"\u00e9\ud83d\ude00 é"}`, `null`, `{"a":1`, `{"a":1}}`, `[1,]`, `"\x"`, "\"a\x01\"", `nul`, ``, "\"\xff\""}
 	var bodies []string
-	for _, p := range payloads {
+	for _, p := range scanPayloads {
 		bodies = append(bodies, item(`"domain":"orders"`, desc, `"payload":`+p), " "+item(`"payload":`+p, `"domain":"orders"`, desc, `"ttl":"1m"`)+"\n")
 	}
 	bodies = append(bodies,
