@@ -15,6 +15,12 @@ import (
 // On a busy ingress this cuts the client's system calls per decision several times over,
 // which is what bounds throughput (the script itself costs the server ~6µs).
 //
+// A decision goes straight to Redis when no other is in flight, so an idle or
+// single-threaded caller pays no hand-off. Otherwise it is queued for the pipeline
+// goroutine (one by default; see RedisConfig.Pipelines), started on demand and gone
+// after a second without work, so the store needs no Close. While a batch is out, the
+// next one gathers whatever is queued, so batches grow with the load without a timer.
+
 // pipeliner is what batching needs from the client (*redis.Client, *redis.ClusterClient
 // and *redis.Ring all have it).
 type pipeliner interface {
@@ -22,15 +28,18 @@ type pipeliner interface {
 }
 
 // call is one queued decision: a script call (keys, args → vals) or a count-over
-// counter (countover.go: counter, n, ttl → count).
+// counter (countover.go: counter, n, ttl → count). script and ctr are its commands in
+// the batch's pipeline.
 type call struct {
-	keys []string
-	args []any
-	vals []int64
+	keys   []string
+	args   []any
+	vals   []int64
+	script *redis.Cmd
 
 	counter string // the count-over window's key; "" for a script call
 	n, ttl  int64  // hits to add (0 peeks) and the key's TTL in ms
 	count   int64
+	ctr     *counterCmds
 
 	err  error
 	done chan struct{} // buffered: the pipeline never waits for a caller that gave up
@@ -40,12 +49,21 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 
 const pipelineIdle = time.Second
 
+// alone reports whether a decision goes straight out on the caller's goroutine:
+// batching is off, or nothing else is in flight. A caller told so calls leave when done;
+// one told otherwise hands its call to enqueue, which leaves for it.
+func (s *Redis) alone() bool { return s.queue == nil || s.inflight.Add(1) == 1 }
+
+func (s *Redis) leave() {
+	if s.queue != nil {
+		s.inflight.Add(-1)
+	}
+}
+
 // run decides one call: directly when nothing else is in flight, else batched.
 func (s *Redis) run(ctx context.Context, keys []string, args []any) ([]int64, error) {
-	if s.queue == nil || s.inflight.Add(1) == 1 {
-		if s.queue != nil {
-			defer s.inflight.Add(-1)
-		}
+	if s.alone() {
+		defer s.leave()
 		return limitsScript.Run(ctx, s.c, keys, args...).Int64Slice()
 	}
 	c := callPool.Get().(*call)
@@ -63,7 +81,7 @@ func (s *Redis) run(ctx context.Context, keys []string, args []any) ([]int64, er
 // answer: its error, and its count when it is a counter. It leaves inflight and, when
 // ctx ends first, drops c (the pipeline may still write to it).
 func (s *Redis) enqueue(ctx context.Context, c *call) (int64, error) {
-	defer s.inflight.Add(-1)
+	defer s.leave()
 	if c.done == nil {
 		c.done = make(chan struct{}, 1)
 	}
@@ -96,7 +114,6 @@ func (s *Redis) pipeline() {
 	idle := time.NewTimer(pipelineIdle)
 	defer idle.Stop()
 	batch := make([]*call, 0, s.batch)
-	cmds := make([]redis.Cmder, 0, s.batch)
 	for {
 		var c *call
 		select {
@@ -130,7 +147,7 @@ func (s *Redis) pipeline() {
 				break fill
 			}
 		}
-		cmds = s.exec(batch, cmds[:0])
+		s.exec(batch)
 		if !idle.Stop() {
 			select {
 			case <-idle.C:
@@ -142,25 +159,24 @@ func (s *Redis) pipeline() {
 }
 
 // exec sends one batch and hands each caller its reply.
-func (s *Redis) exec(batch []*call, cmds []redis.Cmder) []redis.Cmder {
+func (s *Redis) exec(batch []*call) {
 	// No caller's context fits the whole batch; the client's own timeouts bound it,
 	// and every caller waits on its own context.
 	ctx := context.Background()
 	pipe := s.pipe.Pipeline()
 	for _, c := range batch {
 		if c.counter != "" {
-			cmds = append(cmds, c.queueCounter(ctx, pipe))
-			continue
+			c.ctr = c.queueCounter(ctx, pipe)
+		} else {
+			c.script = limitsScript.EvalSha(ctx, pipe, c.keys, c.args...)
 		}
-		cmds = append(cmds, limitsScript.EvalSha(ctx, pipe, c.keys, c.args...))
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read below
-	for i, c := range batch {
-		switch cmd := cmds[i].(type) {
-		case *counterCmds:
-			c.count, c.err = s.counterReply(ctx, c, cmd)
-		case *redis.Cmd:
-			c.vals, c.err = cmd.Int64Slice()
+	for _, c := range batch {
+		if c.ctr != nil {
+			c.count, c.err = s.counterReply(ctx, c)
+		} else {
+			c.vals, c.err = c.script.Int64Slice()
 			if redis.HasErrorPrefix(c.err, "NOSCRIPT") {
 				// A server that has not seen the script yet (or was restarted): EVAL loads it.
 				c.vals, c.err = limitsScript.Run(ctx, s.c, c.keys, c.args...).Int64Slice()
@@ -168,5 +184,4 @@ func (s *Redis) exec(batch []*call, cmds []redis.Cmder) []redis.Cmder {
 		}
 		c.done <- struct{}{}
 	}
-	return cmds
 }

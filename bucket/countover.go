@@ -84,19 +84,18 @@ func countOverVals(p *params, count, n, now, end int64) [4]int64 {
 }
 
 // countOver decides a lone count-over fixed window (countOverOnly) with INCRBY and
-// PEXPIRE, batched with the other decisions in flight like a script call.
+// PEXPIRE, batched with the other decisions in flight like a script call, and answers
+// with the four values the script would.
 func (s *Redis) countOver(ctx context.Context, key string, p *params, n, now int64) ([4]int64, error) {
 	id, end := p.windowOf(now)
-	c := &call{counter: s.counterKey(key, p, id), n: n, ttl: max(1, end-now) + s.slack}
+	c := &call{counter: s.counterKey(key, p, id), n: n, ttl: max(1, end-now) + s.slackArg.(int64)}
 	var err error
-	if s.queue == nil || s.inflight.Add(1) == 1 {
-		if s.queue != nil {
-			defer s.inflight.Add(-1)
-		}
+	if s.alone() {
+		defer s.leave()
 		pipe := s.pipe.Pipeline()
-		cmds := c.queueCounter(ctx, pipe)
+		c.ctr = c.queueCounter(ctx, pipe)
 		_, _ = pipe.Exec(ctx)
-		c.count, err = s.counterReply(ctx, c, cmds)
+		c.count, err = s.counterReply(ctx, c)
 	} else {
 		c.count, err = s.enqueue(ctx, c)
 	}
@@ -106,37 +105,36 @@ func (s *Redis) countOver(ctx context.Context, key string, p *params, n, now int
 	return countOverVals(p, c.count, n, now, end), nil
 }
 
-// counterCmds are the commands of one counter call in a pipeline.
+// counterCmds are the commands of one counter call in a pipeline: INCRBY and PEXPIRE, or
+// GET to peek.
 type counterCmds struct {
-	redis.Cmder // the first, for its name and error
-	incr        *redis.IntCmd
-	expire      *redis.BoolCmd
-	get         *redis.StringCmd
+	incr   *redis.IntCmd
+	expire *redis.BoolCmd
+	get    *redis.StringCmd
 }
 
-// queueCounter queues a counter call's commands on pipe: INCRBY and PEXPIRE, or GET to peek.
+// queueCounter queues a counter call's commands on pipe.
 func (c *call) queueCounter(ctx context.Context, pipe redis.Pipeliner) *counterCmds {
 	if c.n == 0 {
-		get := pipe.Get(ctx, c.counter)
-		return &counterCmds{Cmder: get, get: get}
+		return &counterCmds{get: pipe.Get(ctx, c.counter)}
 	}
-	incr := pipe.IncrBy(ctx, c.counter, c.n)
-	return &counterCmds{Cmder: incr, incr: incr, expire: pipe.PExpire(ctx, c.counter, msDuration(c.ttl))}
+	return &counterCmds{incr: pipe.IncrBy(ctx, c.counter, c.n), expire: pipe.PExpire(ctx, c.counter, msDuration(c.ttl))}
 }
 
-// counterReply reads a counter call's count from its commands (a missing key counts 0).
-// A PEXPIRE that failed after its INCRBY went through (the connection dropped between the
-// two) is sent again on its own: no counter is left without its TTL.
-func (s *Redis) counterReply(ctx context.Context, c *call, cmds *counterCmds) (int64, error) {
-	if cmds.get != nil {
-		v, err := cmds.get.Int64()
+// counterReply reads a counter call's count from its commands, once its pipeline has run
+// (a missing key counts 0). A PEXPIRE that failed after its INCRBY went through (the
+// connection dropped between the two) is sent again on its own: no counter is left
+// without its TTL.
+func (s *Redis) counterReply(ctx context.Context, c *call) (int64, error) {
+	if c.ctr.get != nil {
+		v, err := c.ctr.get.Int64()
 		if errors.Is(err, redis.Nil) {
 			return 0, nil
 		}
 		return v, err
 	}
-	count, err := cmds.incr.Result()
-	if err == nil && cmds.expire.Err() != nil {
+	count, err := c.ctr.incr.Result()
+	if err == nil && c.ctr.expire.Err() != nil {
 		pipe := s.pipe.Pipeline()
 		pipe.PExpire(ctx, c.counter, msDuration(c.ttl))
 		if _, err := pipe.Exec(ctx); err != nil {

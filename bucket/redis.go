@@ -92,8 +92,7 @@ type Redis struct {
 	pipelines    atomic.Int32 // pipeline goroutines running
 
 	prefix   string
-	slackArg any // TTLSlack in ms, boxed once rather than on every call
-	slack    int64
+	slackArg any // TTLSlack in ms (an int64), boxed once rather than on every call
 	nonce    string
 	seq      atomic.Uint64
 }
@@ -110,7 +109,7 @@ func NewRedis(c redis.Scripter, cfg RedisConfig) (*Redis, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("bucket: nonce: %w", err)
 	}
-	s := &Redis{c: c, prefix: cfg.Prefix, slackArg: cfg.TTLSlack.Milliseconds(), slack: cfg.TTLSlack.Milliseconds(), nonce: hex.EncodeToString(b[:])}
+	s := &Redis{c: c, prefix: cfg.Prefix, slackArg: cfg.TTLSlack.Milliseconds(), nonce: hex.EncodeToString(b[:])}
 	if p, ok := c.(pipeliner); ok {
 		s.pipe = p // also without batching: a count-over decision is two commands
 		if cfg.Batch > 1 {
@@ -170,7 +169,9 @@ func (s *Redis) keys(key string, ps []params) []string {
 	return keys
 }
 
-// Allow implements Store with one script call.
+// Allow implements Store: one call of limits.lua, or INCRBY and PEXPIRE for a key whose
+// only limit is a fixed window that counts over (countover.go); either gives four values
+// per limit, read alike.
 func (s *Redis) Allow(ctx context.Context, key string, limits []Limit, n int64, now time.Time) (Result, error) {
 	var res Result
 	var ps [MaxLimits]params
@@ -182,18 +183,37 @@ func (s *Redis) Allow(ctx context.Context, key string, limits []Limit, n int64, 
 		res.Allowed, res.Index = true, -1
 		return res, nil
 	}
+	var vals []int64
+	var err error
 	if s.pipe != nil && countOverOnly(limits, ps[:1]) {
-		v, err := s.countOver(ctx, key, &ps[0], n, t)
-		if err != nil {
-			return res, fmt.Errorf("bucket: redis: %w", err)
-		}
-		res.N = 1
-		d := &res.Decisions[0]
-		d.Allowed, d.Limit, d.Window = v[0] == 1, ps[0].burst, ms(ps[0].window())
-		d.Remaining, d.RetryAfter, d.ResetAfter = v[1], ms(v[2]), ms(v[3])
-		res.finish(limits)
-		return res, nil
+		var one [4]int64
+		one, err = s.countOver(ctx, key, &ps[0], n, t)
+		vals = one[:]
+	} else {
+		vals, err = s.script(ctx, key, limits, ps[:len(limits)], n, t)
 	}
+	if err != nil {
+		return res, fmt.Errorf("bucket: redis: %w", err)
+	}
+	if len(vals) != 4*len(limits) {
+		return res, fmt.Errorf("bucket: redis: script returned %d values for %d limits", len(vals), len(limits))
+	}
+	res.N = len(limits)
+	for i := range limits {
+		d, v := &res.Decisions[i], vals[4*i:]
+		d.Allowed = v[0] == 1
+		d.Limit = ps[i].burst
+		d.Window = ms(ps[i].window())
+		d.Remaining = v[1]
+		d.RetryAfter = ms(v[2])
+		d.ResetAfter = ms(v[3])
+	}
+	res.finish(limits)
+	return res, nil
+}
+
+// script decides limits (validated into ps, at t in ms) with one call of limits.lua.
+func (s *Redis) script(ctx context.Context, key string, limits []Limit, ps []params, n, t int64) ([]int64, error) {
 	var member any = noMember
 	args := make([]any, 4, 4+4*len(limits))
 	for i := range limits {
@@ -217,23 +237,5 @@ func (s *Redis) Allow(ctx context.Context, key string, limits []Limit, n int64, 
 		args = append(args, code, p.rate, p.ivl, p.burst)
 	}
 	args[0], args[1], args[2], args[3] = t, n, s.slackArg, member
-	vals, err := s.run(ctx, s.keys(key, ps[:len(limits)]), args)
-	if err != nil {
-		return res, fmt.Errorf("bucket: redis: %w", err)
-	}
-	if len(vals) != 4*len(limits) {
-		return res, fmt.Errorf("bucket: redis: script returned %d values for %d limits", len(vals), len(limits))
-	}
-	res.N = len(limits)
-	for i := range limits {
-		d, v := &res.Decisions[i], vals[4*i:]
-		d.Allowed = v[0] == 1
-		d.Limit = ps[i].burst
-		d.Window = ms(ps[i].window())
-		d.Remaining = v[1]
-		d.RetryAfter = ms(v[2])
-		d.ResetAfter = ms(v[3])
-	}
-	res.finish(limits)
-	return res, nil
+	return s.run(ctx, s.keys(key, ps), args)
 }
