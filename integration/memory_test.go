@@ -28,11 +28,10 @@ import (
 // real nats-server and a private redis-server admits 30,000 messages over 1,000 keys into
 // a NATS-subject sink; once every one is delivered and every queue is empty, Redis holds
 // no more keys than before the flood and its keys hold at most 2 bytes more per delivered
-// message (the sum of MEMORY USAGE over the keys, exact: no sampling), with the
-// 1,000 keys already touched once, so per-key state is in both figures. INFO memory's
-// Both leave out the per-rule rate buckets (deliveries and refusals counted per ten
-// seconds, kept two minutes: bounded by time and rules, not traffic). INFO memory's
-// dataset is reported too and bounded at 8 bytes per message: it moves with the
+// message (the sum of MEMORY USAGE over the keys, exact: no sampling), with the 1,000 keys
+// already touched once, so per-key state is in both figures. Both leave out the per-rule
+// rate buckets (deliveries and refusals counted per ten seconds, kept two minutes:
+// bounded by time and rules, not traffic). INFO memory's dataset is reported too and bounded at 8 bytes per message: it moves with the
 // allocator's noise (+49 to +99 KB run to run, 1.6–3.3 B per message, while the keys
 // before and after were the same four, of the same sizes), where the smallest
 // per-message record (a bare message id) would cost more than 40 B.
