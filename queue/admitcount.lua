@@ -5,11 +5,13 @@
 --
 -- KEYS[1] due    ZSET  key -> next due time (µs)
 -- KEYS[2] held   HASH  key -> "<owner> <next µs>" (claimed keys)
--- KEYS[3] depth  HASH  key -> messages queued, as counted by admissions and releases
+-- KEYS[3] depth  the partition's depth key: key -> messages queued, as counted by admissions
+--                and releases, in the HASH depth .. ':' .. b of the key's bucket b
 -- KEYS[4] idle   ZSET  key -> next slot of a key that recently left `due` empty (µs)
 --
--- ARGV: one triple per message, in admission order: key, capacity of its queue, now (µs
--- since the Unix epoch). A key may appear more than once: each message counts.
+-- ARGV: four values per message, in admission order: key, capacity of its queue, now (µs
+-- since the Unix epoch), the key's depth bucket (partition.go). A key may appear more than
+-- once: each message counts.
 --
 -- Returns {depth1, next1, held1, depth2, next2, held2, ...} (integers): each key's depth
 -- counting its message, the µs at which the key's next message may leave (now when nothing
@@ -26,20 +28,21 @@
 
 local due, held, depth, idle = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ks = {}
-for i = 1, #ARGV, 3 do ks[#ks + 1] = ARGV[i] end
+for i = 1, #ARGV, 4 do ks[#ks + 1] = ARGV[i] end
 -- Every key's due score in one call: a redis.call costs several times the command it runs.
 local dues = redis.call('ZMSCORE', due, unpack(ks))
 local out = {}
 for j = 1, #ks do
-  local i = 3 * j - 2
+  local i = 4 * j - 3
   local k, cap, now = ks[j], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-  local n = redis.call('HINCRBY', depth, k, 1)
+  local dk = depth .. ':' .. ARGV[i + 3]
+  local n = redis.call('HINCRBY', dk, k, 1)
   if n > cap then
     n = cap
-    redis.call('HSET', depth, k, n)
+    redis.call('HSET', dk, k, n)
   elseif n < 1 then
     n = 1
-    redis.call('HSET', depth, k, n)
+    redis.call('HSET', dk, k, n)
   end
   local nxt = dues[j] or redis.call('ZSCORE', idle, k)
   local isheld = 0

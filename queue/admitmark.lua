@@ -7,48 +7,54 @@
 --
 -- KEYS[1] due    ZSET  key -> next due time (µs)
 -- KEYS[2] held   HASH  key -> "<owner> <next µs>" (claimed keys)
--- KEYS[3] depth  HASH  key -> messages queued
+-- KEYS[3] depth  the partition's depth key: key -> messages queued in the HASH
+--                depth .. ':' .. b of the key's bucket b (admitcount.lua)
 -- KEYS[4] idle   ZSET  key -> next slot of a key that recently left `due` empty (µs)
 -- KEYS[5] lease  ZSET  key -> lease expiry (µs)
 -- KEYS[6] dirty  HASH  key -> "1"
 --
--- ARGV: one quadruple per message, in admission order: key, capacity of its queue, now (µs
+-- ARGV: five values per message, in admission order: key, capacity of its queue, now (µs
 -- since the Unix epoch), 1 if the message was stored (its key is marked due) or 0 (counted
--- only: its caller counts it out or heals the count, as after admitcount.lua). The marks
--- use the latest now of the stored messages.
+-- only: its caller counts it out or heals the count, as after admitcount.lua), the key's
+-- depth bucket. The marks use the latest now of the stored messages.
 --
 -- Returns what admitcount.lua returns: {depth1, next1, held1, ...}.
 
 local due, held, depth, idle, lease, dirty = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local ks = {}
-for i = 1, #ARGV, 4 do ks[#ks + 1] = ARGV[i] end
+for i = 1, #ARGV, 5 do ks[#ks + 1] = ARGV[i] end
 if #ks == 0 then return {} end
 local dues = redis.call('ZMSCORE', due, unpack(ks))
--- The depths too are read in one call, counted here and written back in one HSET: a
--- redis.call per message (HINCRBY) was most of the script's cost. The result is that of
--- admitcount.lua's HINCRBY and clamp per message, in order.
-local stored = redis.call('HMGET', depth, unpack(ks))
-local depths, changed = {}, {}
+-- The depths are counted per distinct key, not per message: one HINCRBY by the key's number
+-- of messages c in the call gives the count s before them (a batch submission is often many
+-- messages of one key). Each message's depth is then s plus one per message, clamped as
+-- admitcount.lua clamps per message, and a key whose clamped depth is not s + c is set to it.
+local count, base, depths, order = {}, {}, {}, {}
+for j = 1, #ks do
+  local k = ks[j]
+  if count[k] == nil then
+    count[k] = 0
+    order[#order + 1] = j
+  end
+  count[k] = count[k] + 1
+end
+for _, j in ipairs(order) do
+  local k = ks[j]
+  local c = count[k]
+  base[k] = redis.call('HINCRBY', depth .. ':' .. ARGV[5 * j], k, c) - c
+  depths[k] = base[k]
+end
 local out = {}
 local marknow = nil
 for j = 1, #ks do
-  local i = 4 * j - 3
+  local i = 5 * j - 4
   local k, cap, now = ks[j], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-  local n = depths[k]
-  if n == nil then
-    n = 0
-    if stored[j] then
-      n = tonumber(stored[j])
-      if n == nil or n ~= math.floor(n) then return redis.error_reply('ERR hash value is not an integer') end
-    end
-  end
-  n = n + 1
+  local n = depths[k] + 1
   if n > cap then
     n = cap
   elseif n < 1 then
     n = 1
   end
-  if depths[k] == nil then changed[#changed + 1] = k end
   depths[k] = n
   local nxt = dues[j] or redis.call('ZSCORE', idle, k)
   local isheld = 0
@@ -66,15 +72,9 @@ for j = 1, #ks do
   out[#out + 1] = isheld
   if ARGV[i + 3] == '1' and (marknow == nil or now > marknow) then marknow = now end
 end
--- One HSET per 1,000 keys: unpack puts its values on Lua's stack, which holds under 8,000.
-for c = 1, #changed, 1000 do
-  local kv = {}
-  for j = c, math.min(c + 999, #changed) do
-    local k = changed[j]
-    kv[#kv + 1] = k
-    kv[#kv + 1] = depths[k]
-  end
-  redis.call('HSET', depth, unpack(kv))
+for _, j in ipairs(order) do
+  local k = ks[j]
+  if depths[k] ~= base[k] + count[k] then redis.call('HSET', depth .. ':' .. ARGV[5 * j], k, depths[k]) end
 end
 if marknow == nil then return out end
 
@@ -83,7 +83,7 @@ local now = marknow
 redis.call('ZREMRANGEBYSCORE', idle, '-inf', now)
 for j = 1, #ks do
   local k = ks[j]
-  if ARGV[4 * j] ~= '1' or dues[j] then
+  if ARGV[5 * j - 1] ~= '1' or dues[j] then
     -- Not stored, or already due: it keeps its score.
   elseif redis.call('ZSCORE', lease, k) then
     redis.call('HSET', dirty, k, '1')

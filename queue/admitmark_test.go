@@ -92,7 +92,11 @@ func TestAdmitMarkIsCountThenMark(t *testing.T) {
 	}
 	state := func(s *queue.Scheduler) string {
 		out := ""
-		for _, kind := range []string{"due", "idle", "dirty", "depth", "held", "lease"} {
+		for _, a := range adms { // each key's depth counter is in its own bucket
+			d, _ := rdb.HGet(ctx, s.KeyOf("r", a.Key, "depth"), a.Key).Result()
+			out += fmt.Sprint("depth ", a.Key, "=", d, "\n")
+		}
+		for _, kind := range []string{"due", "idle", "dirty", "held", "lease"} {
 			key := s.KeyOf("r", "x", kind)
 			if typ, _ := rdb.Type(ctx, key).Result(); typ == "zset" {
 				z, _ := rdb.ZRangeWithScores(ctx, key, 0, -1).Result()

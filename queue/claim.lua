@@ -6,7 +6,8 @@
 -- KEYS[4] dirty  HASH  key -> "1": MarkDue saw the key while it was claimed (see markdue.lua)
 -- KEYS[5] total  STRING     the rule's total_outflow meter: time (µs) the next message of any key may leave
 -- KEYS[6] try    HASH  key -> "<msg id>\n<attempts>\n<last error>": the key's head message is being retried
--- KEYS[7] depth  HASH  key -> messages queued, the ingress's counter (admitcount.lua); releases only
+-- KEYS[7] depth  the partition's depth key: the ingress's counters are in its buckets
+--                (admitcount.lua); releases only
 -- KEYS[8] idle   ZSET  key -> unused slot of a key that emptied (markdue.lua); releases only
 -- KEYS[9] fence  STRING     the rule's fencing counter: the last token handed to a claim
 --
@@ -26,8 +27,8 @@
 --                    unused slot at or after its due time, and at most nslots keys are claimed
 --                    (0 with total = 0: no meter at all)
 -- ARGV[10..9+nslots] the reserved slots (µs)
--- then               keys this owner releases first, in groups of five as for release.lua
---                    (key, mode, at, state, fence): a drainer hands back the keys it finished
+-- then               keys this owner releases first, in groups of six as for release.lua
+--                    (key, mode, at, state, fence, bucket): a drainer hands back the keys it finished
 --                    with in the same round trip as its next claim
 --
 -- Returns {next, lost, now, refunds, lostkey1, …, lostkeyL, key1, slot1, due1, try1, fence1, key2, ...}:
@@ -88,7 +89,7 @@ local meterevery = total
 if ext then meterevery = 0 end
 local rel, refunds = release_keys(due, lease, held, dirty, totalkey, try, depth, idle, owner, meterevery, ARGV, 10 + nslots)
 for j, v in ipairs(rel) do
-  if v == 0 then lostkeys[#lostkeys + 1] = ARGV[10 + nslots + (j - 1) * 5] end
+  if v == 0 then lostkeys[#lostkeys + 1] = ARGV[10 + nslots + (j - 1) * 6] end
 end
 
 -- Forget the unused slots of emptied keys once they have passed (as markdue.lua does): no

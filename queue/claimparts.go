@@ -139,7 +139,7 @@ func (s *Scheduler) claimParts(ctx context.Context, rule string, now time.Time, 
 			if total {
 				nslots = len(slots[j])
 			}
-			args := make([]any, 0, 9+max(nslots, 0)+5*len(rs))
+			args := make([]any, 0, 9+max(nslots, 0)+6*len(rs))
 			args = append(args, usOrZero(now), quota[j], req.Lookahead.Microseconds(), req.Every.Microseconds(),
 				req.TotalEvery.Microseconds(), req.Lease.Microseconds(), req.Owner, req.Reclaim, nslots)
 			for _, v := range slots[j] {
@@ -262,10 +262,10 @@ func (s *Scheduler) move(ctx context.Context, rule string, p int, owner string, 
 	var from [][]Claim
 	for i, cls := range moving {
 		k := s.part(rule, i)
-		args := make([]any, 0, 1+2*len(cls))
+		args := make([]any, 0, 1+3*len(cls))
 		args = append(args, owner)
 		for _, cl := range cls {
-			args = append(args, cl.Key, cl.Fence)
+			args = append(args, cl.Key, cl.Fence, depthBucket(cl.Key))
 		}
 		calls = append(calls, &call{script: moveScript, keys: []string{k.due, k.lease, k.held, k.dirty, k.try, k.depth, k.idle}, args: args})
 		from = append(from, cls)
@@ -290,9 +290,9 @@ func (s *Scheduler) move(ctx context.Context, rule string, p int, owner string, 
 	calls = calls[:0]
 	for h, ms := range to {
 		k := s.part(rule, h)
-		args := make([]any, 0, 4*len(ms))
+		args := make([]any, 0, 5*len(ms))
 		for _, m := range ms {
-			args = append(args, m.cl.Key, us(m.cl.Slot), m.try, m.depth)
+			args = append(args, m.cl.Key, us(m.cl.Slot), m.try, m.depth, depthBucket(m.cl.Key))
 		}
 		calls = append(calls, &call{script: adoptScript, keys: []string{k.due, k.lease, k.dirty, k.try, k.depth}, args: args})
 	}

@@ -13,17 +13,26 @@ func (s *Scheduler) HoldReconcileLock(ctx context.Context, rule string) (unlock 
 
 // DepthForTest reads the ingress's depth counter of one key.
 func (s *Scheduler) DepthForTest(ctx context.Context, rule, key string) (int64, error) {
-	return s.rdb.HGet(ctx, s.home(rule, key).depth, key).Int64()
+	return s.rdb.HGet(ctx, s.home(rule, key).depthOf(key), key).Int64()
 }
 
-// KeyOf is the Redis key of kind ("depth", "due", "idle", …) of the partition key is in.
+// KeyOf is the Redis key of kind ("depth", "due", "idle", …) of the partition key is in;
+// for "depth", the key's depth bucket.
 func (s *Scheduler) KeyOf(rule, key, kind string) string {
+	if kind == "depth" {
+		return s.home(rule, key).depthOf(key)
+	}
 	return s.prefix + "sl:{" + partTag(rule, PartitionOf(key, s.Partitions(rule))) + "}:" + kind
 }
 
 // PartKey is the Redis key of kind of partition i of rule.
 func (s *Scheduler) PartKey(rule string, i int, kind string) string {
 	return s.prefix + "sl:{" + partTag(rule, i) + "}:" + kind
+}
+
+// PartDepthKey is the depth bucket of key in partition i of rule.
+func (s *Scheduler) PartDepthKey(rule string, i int, key string) string {
+	return s.part(rule, i).depthOf(key)
 }
 
 // KeySlotForTest is keySlot of the hash tag of a Redis key ("…{tag}…").

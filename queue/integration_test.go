@@ -120,6 +120,10 @@ func TestReconcileRepairsStrandedKeys(t *testing.T) {
 	}
 	// Only "a" was marked: the ingress crashed before marking the others.
 	s.MarkDueAt(ctx, rule, t0, "a")
+	// An earlier version's single depth hash, which this version neither reads nor writes.
+	rdb := testRedis(t)
+	legacy := s.PartKey(rule, 0, "depth")
+	rdb.HSet(ctx, legacy, "a", 7, "gone", 3)
 	if r, err := queue.CheckSchedule(ctx, q, s, rule); err != nil || r.Deficit() != 2 {
 		t.Fatalf("check: deficit %d, %v; want 2", r.Deficit(), err)
 	}
@@ -140,8 +144,13 @@ func TestReconcileRepairsStrandedKeys(t *testing.T) {
 	if err != nil || r.Scanned || r.Repaired != 0 {
 		t.Fatalf("second reconcile scanned again: %+v, %v", r, err)
 	}
-	if d, err := s.DepthForTest(ctx, rule, "b.c"); err != nil || d != 1 {
-		t.Fatalf("depth counter after the scan: %d, %v; want 1", d, err)
+	for _, k := range []string{"a", "b.c", ">"} {
+		if d, err := s.DepthForTest(ctx, rule, k); err != nil || d != 1 {
+			t.Fatalf("depth counter of %q after the scan: %d, %v; want 1", k, d, err)
+		}
+	}
+	if n, err := rdb.Exists(ctx, legacy).Result(); err != nil || n != 0 {
+		t.Fatalf("the earlier versions' depth hash is still there after the scan (%d, %v)", n, err)
 	}
 	c, err := s.Claim(ctx, rule, t0, queue.ClaimRequest{Owner: "A", Max: 10, Lease: time.Minute})
 	if err != nil || len(c.Claims) != 3 {

@@ -36,5 +36,5 @@ func (s *Scheduler) KeyState(ctx context.Context, rule, key string) (KeyState, e
 // Uncount counts one message of (rule, key) out of the depth estimate (a message removed
 // other than by delivery, e.g. cancelled). Best effort: a miss heals when the key empties.
 func (s *Scheduler) Uncount(ctx context.Context, rule, key string) error {
-	return s.rdb.HIncrBy(ctx, s.home(rule, key).depth, key, -1).Err()
+	return s.rdb.HIncrBy(ctx, s.home(rule, key).depthOf(key), key, -1).Err()
 }

@@ -263,6 +263,9 @@ func TestPartitionCountChangeLosesNothing(t *testing.T) {
 		}
 		for _, kind := range []string{"due", "lease", "held", "depth", "dirty", "try"} {
 			key := ss[0].PartKey("mig", 0, kind)
+			if kind == "depth" {
+				key = ss[0].PartDepthKey("mig", 0, k)
+			}
 			var err error
 			if kind == "due" || kind == "lease" {
 				_, err = rdb.ZScore(ctx, key, k).Result()

@@ -78,19 +78,19 @@ func (s *Scheduler) countPipe(ctx context.Context, pipe redis.Pipeliner, rule st
 		stored = stored || a.Stored
 	}
 	if !stored {
-		args := make([]any, 0, 3*len(adms))
+		args := make([]any, 0, 4*len(adms))
 		for _, a := range adms {
-			args = append(args, a.Key, a.Capacity, us(a.Now))
+			args = append(args, a.Key, a.Capacity, us(a.Now), depthBucket(a.Key))
 		}
 		return admitCountScript.EvalSha(ctx, pipe, []string{k.due, k.held, k.depth, k.idle}, args...)
 	}
-	args := make([]any, 0, 4*len(adms))
+	args := make([]any, 0, 5*len(adms))
 	for _, a := range adms {
 		mark := 0
 		if a.Stored {
 			mark = 1
 		}
-		args = append(args, a.Key, a.Capacity, us(a.Now), mark)
+		args = append(args, a.Key, a.Capacity, us(a.Now), mark, depthBucket(a.Key))
 	}
 	return admitMarkScript.EvalSha(ctx, pipe, []string{k.due, k.held, k.depth, k.idle, k.lease, k.dirty}, args...)
 }
@@ -118,7 +118,7 @@ func (a *AdmitCounts) Err() error {
 // UncountPipe counts out a message counted by CountAdmittedPipe whose publish failed or
 // was a duplicate.
 func (s *Scheduler) UncountPipe(ctx context.Context, pipe redis.Pipeliner, rule, key string) {
-	pipe.HIncrBy(ctx, s.home(rule, key).depth, key, -1)
+	pipe.HIncrBy(ctx, s.home(rule, key).depthOf(key), key, -1)
 }
 
 // MarkDuePipe queues MarkDue of rule's keys (after their publishes were acknowledged) on a
@@ -186,7 +186,7 @@ func AdmittedResults(c *AdmitCounts, n int, out []Admitted) ([]Admitted, error) 
 // SetDepth records the known depth of a key (e.g. its capacity when the stream refused a
 // message as full), healing the counter that admissions keep.
 func (s *Scheduler) SetDepth(ctx context.Context, rule, key string, depth int64) error {
-	dk := s.home(rule, key).depth
+	dk := s.home(rule, key).depthOf(key)
 	var err error
 	if depth <= 0 {
 		err = s.rdb.HDel(ctx, dk, key).Err()
@@ -200,15 +200,29 @@ func (s *Scheduler) SetDepth(ctx context.Context, rule, key string, depth int64)
 }
 
 // ResetDepths forgets the depth counters of every key of rule (the rule was purged), in
-// every partition.
+// every partition: its depth buckets, and the single hash of earlier versions.
 func (s *Scheduler) ResetDepths(ctx context.Context, rule string) error {
 	_, n := s.layout(ctx, rule)
 	pipe := s.rdb.Pipeline()
 	for i := range n {
-		pipe.Del(ctx, s.part(rule, i).depth)
+		s.delDepthsPipe(ctx, pipe, s.part(rule, i))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("queue: reset depths of rule %q: %w", rule, err)
 	}
 	return nil
+}
+
+// delDepthsPipe deletes partition k's depth buckets and its earlier versions' single depth
+// hash, 1,024 keys per DEL (one slot: the partition's).
+func (s *Scheduler) delDepthsPipe(ctx context.Context, pipe redis.Pipeliner, k ruleKeys) {
+	ks := make([]string, 0, 1024)
+	ks = append(ks, k.depth)
+	for b := range depthBuckets {
+		ks = append(ks, depthBucketKey(k.depth, b))
+		if len(ks) == cap(ks) || b == depthBuckets-1 {
+			pipe.Del(ctx, ks...)
+			ks = make([]string, 0, 1024)
+		}
+	}
 }

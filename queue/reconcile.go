@@ -82,6 +82,9 @@ func Reconcile(ctx context.Context, q *Queues, s *Scheduler, rule string, now ti
 	if err := s.setDepths(ctx, rule, keys); err != nil {
 		return r, fmt.Errorf("queue: reconcile rule %q: %w", rule, err)
 	}
+	if err := s.dropLegacyDepths(ctx, rule); err != nil {
+		return r, fmt.Errorf("queue: reconcile rule %q: %w", rule, err)
+	}
 	return r, nil
 }
 

@@ -6,7 +6,7 @@
 -- KEYS[4] dirty  HASH  key -> "1" when MarkDue ran while the key was claimed
 -- KEYS[5] total  STRING     the rule's total_outflow meter (µs)
 -- KEYS[6] try    HASH  key -> "<msg id>\n<attempts>\n<last error>"
--- KEYS[7] depth  HASH  key -> messages queued, as counted by admissions (see release_fn.lua)
+-- KEYS[7] depth  the partition's depth key: the counters are in its buckets (admitcount.lua)
 -- KEYS[8] idle   ZSET  key -> next slot of a key that left `due` empty (see release_fn.lua)
 -- KEYS[9] fence  STRING     the rule's fencing counter (claim.lua; unused here)
 --
@@ -14,9 +14,9 @@
 -- ARGV[2] total  µs between two messages of the rule (1/total_outflow); 0 = none, or a
 --                partitioned rule (its meter is in another slot: the caller gives emptied
 --                keys' slots back, see meter.lua)
--- then one group of five per key:
--- ARGV[3+5i] key
--- ARGV[4+5i] mode   "next":  the head was delivered (or dead) and deleted; the key is due again at
+-- then one group of six per key:
+-- ARGV[3+6i] key
+-- ARGV[4+6i] mode   "next":  the head was delivered (or dead) and deleted; the key is due again at
 --                            max(its stored next time, at); its retry state is cleared
 --                   "retry": the head stays queued and is retried at max(stored next, at); the
 --                            retry state is set to `state`
@@ -26,9 +26,10 @@
 --                            claim (a message may have arrived after the pop looked), in which case
 --                            it is due again at its stored next time; the unused total_outflow slot
 --                            is given back
--- ARGV[5+5i] at     µs; 0 = none ("empty": the claimed slot that was not used, kept in `idle`)
--- ARGV[6+5i] state  retry state for "retry" ("" otherwise)
--- ARGV[7+5i] fence  the claim's fencing token (claim.lua); "0" = check the owner only
+-- ARGV[5+6i] at     µs; 0 = none ("empty": the claimed slot that was not used, kept in `idle`)
+-- ARGV[6+6i] state  retry state for "retry" ("" otherwise)
+-- ARGV[7+6i] fence  the claim's fencing token (claim.lua); "0" = check the owner only
+-- ARGV[8+6i] bucket the key's depth bucket (partition.go)
 --
 -- Returns an array with 1 per key released, 0 per key whose claim this owner no longer holds
 -- under that fence (its lease expired and it went back to `due`, maybe to another drainer, or

@@ -2,8 +2,8 @@
 -- by the Go code; not a script on its own).
 --
 -- release_keys(due, lease, held, dirty, totalkey, try, depth, idle, owner, total, args, first)
--- releases the keys described by args[first..] in groups of five (key, mode, at, state,
--- fence) — see release.lua for the modes — and returns {1 per key released, 0 per key this
+-- releases the keys described by args[first..] in groups of six (key, mode, at, state,
+-- fence, depth bucket) — see release.lua for the modes — and returns {1 per key released, 0 per key this
 -- owner no longer held} and the number of emptied keys whose total_outflow slot was unused
 -- (given back to `totalkey` when total > 0; a partitioned rule, whose meter lives in another
 -- slot, passes total = 0 and gives them back itself). A key is held by `owner` under fence F when its `held` entry reads
@@ -21,7 +21,7 @@ local function release_keys(due, lease, held, dirty, totalkey, try, depth, idle,
   local out = {}
   if #args < first then return out, 0 end
   local ks = {}
-  for i = first, #args, 5 do ks[#ks + 1] = args[i] end
+  for i = first, #args, 6 do ks[#ks + 1] = args[i] end
   local hs = redis.call('HMGET', held, unpack(ks))
   local hasdirty = redis.call('EXISTS', dirty) == 1
   local dirt = {}
@@ -29,8 +29,9 @@ local function release_keys(due, lease, held, dirty, totalkey, try, depth, idle,
   local mine, adds, tryset, trydel, counted, forgot, idles = {}, {}, {}, {}, {}, {}, {}
   local refunds = 0
   for j = 1, #ks do
-    local i = first + (j - 1) * 5
+    local i = first + (j - 1) * 6
     local k, mode, at, state, fence = ks[j], args[i + 1], tonumber(args[i + 2]), args[i + 3], args[i + 4]
+    local dk = depth .. ':' .. args[i + 5]
     local who, tok, nxt
     if hs[j] then
       who, tok, nxt = string.match(hs[j], '^([^#%s]+)#(%S+) (%S+)$')
@@ -51,6 +52,7 @@ local function release_keys(due, lease, held, dirty, totalkey, try, depth, idle,
           adds[#adds + 1] = nxt
           adds[#adds + 1] = k
         else
+          forgot[#forgot + 1] = dk
           forgot[#forgot + 1] = k
           if at > 0 then
             idles[#idles + 1] = at
@@ -67,6 +69,7 @@ local function release_keys(due, lease, held, dirty, totalkey, try, depth, idle,
           tryset[#tryset + 1] = state
         elseif mode == 'next' then
           trydel[#trydel + 1] = k
+          counted[#counted + 1] = dk
           counted[#counted + 1] = k
         end
       end
@@ -80,12 +83,12 @@ local function release_keys(due, lease, held, dirty, totalkey, try, depth, idle,
   if #adds > 0 then redis.call('ZADD', due, unpack(adds)) end
   if #trydel > 0 and redis.call('EXISTS', try) == 1 then redis.call('HDEL', try, unpack(trydel)) end
   if #tryset > 0 then redis.call('HSET', try, unpack(tryset)) end
-  if (#counted > 0 or #forgot > 0) and redis.call('EXISTS', depth) == 1 then
-    for _, k in ipairs(counted) do
-      if redis.call('HINCRBY', depth, k, -1) <= 0 then redis.call('HDEL', depth, k) end
-    end
-    if #forgot > 0 then redis.call('HDEL', depth, unpack(forgot)) end
+  -- counted and forgot hold (bucket, key) pairs. An emptied key's counter is dropped with
+  -- one HDEL per key: its bucket is its own.
+  for c = 1, #counted, 2 do
+    if redis.call('HINCRBY', counted[c], counted[c + 1], -1) <= 0 then redis.call('HDEL', counted[c], counted[c + 1]) end
   end
+  for c = 1, #forgot, 2 do redis.call('HDEL', forgot[c], forgot[c + 1]) end
   if #idles > 0 then redis.call('ZADD', idle, unpack(idles)) end
   -- An emptied key did not use its total_outflow slot: give it back.
   if refunds > 0 and total > 0 then

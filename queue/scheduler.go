@@ -83,8 +83,9 @@ type SchedulerConfig struct {
 //	<prefix>sl:{t}:total  STRING  total_outflow meter: µs the rule's next message may leave (one
 //	                              per rule: partition 0's; partitions i > 0 reserve from it, meter.lua)
 //	<prefix>sl:{T}:try    HASH    key -> "<msg id>\n<attempts>\n<last error>" (head being retried)
-//	<prefix>sl:{T}:depth  HASH    key -> messages queued, the ingress's estimate (admitcount.lua;
-//	                              releases count deliveries out, Reconcile resets it)
+//	<prefix>sl:{T}:depth:<b>  HASH  key -> messages queued, the ingress's estimate (admitcount.lua;
+//	                              releases count deliveries out, Reconcile resets it), in the
+//	                              key's bucket b of 16,384 (partition.go, "Depth buckets")
 //	<prefix>sl:{T}:idle   ZSET    key -> unused slot of a key that emptied, until it passes
 //	<prefix>sl:{T}:fence  STRING  the last fencing token handed to a claim (one per partition)
 //	<prefix>sl:{t}:lock:reconcile  STRING  one Reconcile scan per rule at a time
@@ -100,7 +101,9 @@ type SchedulerConfig struct {
 //	   (the keys of partition 0 above, sl:{t}:…).
 //	2  this tree: held is "<owner>#<fence> <next>"; adds sl:{T}:fence and sl:{t}:parts. At
 //	   one partition (every rule on a single Redis, and `partitions: 1` on a cluster) the
-//	   key names are version 1's.
+//	   key names are version 1's, but for the depth counters: earlier versions kept them in
+//	   one hash per partition, sl:{T}:depth, which this tree neither reads nor writes and
+//	   Reconcile deletes (dropLegacyDepths).
 //
 // A mixed fleet (a rolling upgrade) works on one Redis because each script reads both
 // shapes where it must: handing back an expired lease (claim.lua) and reading a held key's
@@ -287,7 +290,7 @@ func (s *Scheduler) Claim(ctx context.Context, rule string, now time.Time, req C
 
 // claimOne claims from a rule in one partition: one script, the meter inside it.
 func (s *Scheduler) claimOne(ctx context.Context, rule string, now time.Time, req ClaimRequest) (Claimed, error) {
-	args := make([]any, 0, 9+5*len(req.Releases))
+	args := make([]any, 0, 9+6*len(req.Releases))
 	args = append(args, usOrZero(now), req.Max, req.Lookahead.Microseconds(), req.Every.Microseconds(),
 		req.TotalEvery.Microseconds(), req.Lease.Microseconds(), req.Owner, req.Reclaim, -1)
 	args = appendReleases(args, req.Releases)
@@ -455,7 +458,7 @@ func (s *Scheduler) release(ctx context.Context, rule, owner string, totalEvery 
 		if i != 0 {
 			te = 0
 		}
-		args := make([]any, 0, 2+5*len(js))
+		args := make([]any, 0, 2+6*len(js))
 		args = append(args, owner, te)
 		for _, j := range js {
 			args = appendReleases(args, rels[j:j+1])
@@ -499,7 +502,7 @@ func appendReleases(args []any, rels []Release) []any {
 		if r.Mode == Retrying {
 			state = r.State.encode()
 		}
-		args = append(args, r.Key, string(r.Mode), at, state, r.Fence)
+		args = append(args, r.Key, string(r.Mode), at, state, r.Fence, depthBucket(r.Key))
 	}
 	return args
 }
@@ -591,33 +594,44 @@ func (s *Scheduler) NextSlot(ctx context.Context, rule, key string) (t time.Time
 	return time.Time{}, false, nil
 }
 
-// setDepths overwrites the depth counters of the given keys, 1000 per command.
+// setDepths overwrites the depth counters of the given keys: one HSET per depth bucket,
+// pipelined 1,000 at a time.
 func (s *Scheduler) setDepths(ctx context.Context, rule string, depths map[string]uint64) error {
 	p := s.Partitions(rule)
-	args := make([][]any, p)
-	flush := func(i int) error {
-		if len(args[i]) == 0 {
-			return nil
-		}
-		err := s.rdb.HSet(ctx, s.part(rule, i).depth, args[i]...).Err()
-		args[i] = args[i][:0]
-		return err
+	parts := make([]ruleKeys, p)
+	for i := range parts {
+		parts[i] = s.part(rule, i)
 	}
+	buckets := map[string][]any{}
 	for k, n := range depths {
-		i := PartitionOf(k, p)
-		args[i] = append(args[i], k, n)
-		if len(args[i]) >= 2*markDueBatch {
-			if err := flush(i); err != nil {
+		dk := parts[PartitionOf(k, p)].depthOf(k)
+		buckets[dk] = append(buckets[dk], k, n)
+	}
+	pipe := s.rdb.Pipeline()
+	for dk, kv := range buckets {
+		pipe.HSet(ctx, dk, kv...)
+		if pipe.Len() >= 1000 {
+			if _, err := pipe.Exec(ctx); err != nil {
 				return err
 			}
 		}
 	}
-	for i := range args {
-		if err := flush(i); err != nil {
-			return err
-		}
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// dropLegacyDepths deletes the single depth hash per partition that versions before depth
+// buckets kept (partition.go): Reconcile calls it once it has set every key's depth from the
+// stream. Processes of such a version still running count in it again, for their own
+// answers' headers only; it is dropped again by the next forced Reconcile.
+func (s *Scheduler) dropLegacyDepths(ctx context.Context, rule string) error {
+	_, n := s.layout(ctx, rule)
+	pipe := s.rdb.Pipeline()
+	for i := range n {
+		pipe.Del(ctx, s.part(rule, i).depth)
 	}
-	return nil
+	_, err := pipe.Exec(ctx)
+	return err
 }
 
 // lock takes a named per-rule lock for ttl (SET NX PX); unlock releases it if still ours.
@@ -709,7 +723,7 @@ func (s *Scheduler) Step(ctx context.Context, rule, owner, key string, fence int
 				given = r.first
 			}
 		}
-		res, err := stepScript.Run(ctx, s.rdb, []string{k.lease, k.held, k.total, k.depth},
+		res, err := stepScript.Run(ctx, s.rdb, []string{k.lease, k.held, k.total, k.depthOf(key)},
 			usOrZero(now), out.Every.Microseconds(), every, lease.Microseconds(), owner, key, fence, given).Int64Slice()
 		if err == nil && len(res) != 3 {
 			err = errUnexpected(len(res))

@@ -2,10 +2,13 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Statistics for operators (the admin API and the console): a queue's hottest keys and
@@ -22,45 +25,57 @@ type KeyDepth struct {
 const HotKeysScan = 10000
 
 // HotKeys returns up to n keys of rule with the most messages waiting, deepest first
-// (ties by key). It reads the depth counters with HSCAN, at most HotKeysScan of them over
-// all partitions: complete is false when the queue has more non-empty keys than that, and
-// the answer is then the deepest of the keys read. Cost: O(keys read) in Redis and here, no
-// stream access.
+// (ties by key). It reads the keys with messages (the due and claimed keys, with ZSCAN) and
+// their depth counters, at most HotKeysScan keys over all partitions: complete is false when
+// the queue has more keys with messages than that, and the answer is then the deepest of the
+// keys read. Cost: O(keys read) in Redis and here, no stream access.
 func (s *Scheduler) HotKeys(ctx context.Context, rule string, n int) (keys []KeyDepth, complete bool, err error) {
 	_, parts := s.layout(ctx, rule)
 	read := 0
 	complete = true
 	for i := range parts {
-		if read >= HotKeysScan {
-			complete = false
-			break
+		k := s.part(rule, i)
+		for _, set := range []string{k.due, k.lease} {
+			if read >= HotKeysScan {
+				return topKeys(keys, n), false, nil
+			}
+			var done bool
+			keys, read, done, err = s.hotKeys(ctx, rule, k, set, n, keys, read)
+			if err != nil {
+				return nil, false, err
+			}
+			complete = complete && done
 		}
-		var done bool
-		keys, read, done, err = s.hotKeys(ctx, rule, s.part(rule, i).depth, n, keys, read)
-		if err != nil {
-			return nil, false, err
-		}
-		complete = complete && done
 	}
 	return topKeys(keys, n), complete, nil
 }
 
-func (s *Scheduler) hotKeys(ctx context.Context, rule, dk string, n int, keys []KeyDepth, read int) ([]KeyDepth, int, bool, error) {
+// hotKeys reads the depths of the keys in set (partition k's due or lease), a page of
+// ZSCAN and one pipeline of HGETs at a time.
+func (s *Scheduler) hotKeys(ctx context.Context, rule string, k ruleKeys, set string, n int, keys []KeyDepth, read int) ([]KeyDepth, int, bool, error) {
 	var cursor uint64
-	var err error
 	for {
-		var page []string
-		page, cursor, err = s.rdb.HScan(ctx, dk, cursor, "", 1000).Result()
+		page, next, err := s.rdb.ZScan(ctx, set, cursor, "", 1000).Result()
 		if err != nil {
 			return nil, read, false, fmt.Errorf("queue: hot keys of rule %q: %w", rule, err)
 		}
-		for i := 0; i+1 < len(page); i += 2 {
-			d, _ := strconv.ParseInt(page[i+1], 10, 64)
-			if d > 0 {
-				keys = append(keys, KeyDepth{Key: page[i], Depth: d})
+		cursor = next
+		pipe := s.rdb.Pipeline()
+		cmds := make([]*redis.StringCmd, 0, len(page)/2)
+		for i := 0; i+1 < len(page); i += 2 { // member, score
+			cmds = append(cmds, pipe.HGet(ctx, k.depthOf(page[i]), page[i]))
+		}
+		if len(cmds) > 0 {
+			if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+				return nil, read, false, fmt.Errorf("queue: hot keys of rule %q: %w", rule, err)
 			}
 		}
-		read += len(page) / 2
+		for j, c := range cmds {
+			if d, _ := c.Int64(); d > 0 {
+				keys = append(keys, KeyDepth{Key: page[2*j], Depth: d})
+			}
+		}
+		read += len(cmds)
 		if cursor == 0 || read >= HotKeysScan {
 			break
 		}

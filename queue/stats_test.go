@@ -13,16 +13,30 @@ func TestHotKeys(t *testing.T) {
 	t.Parallel()
 	s := newSchedulers(t, 1)[0]
 	ctx := context.Background()
-	// 2,500 keys of depth 1..5 and three deep ones, one with a key that is syntax elsewhere.
+	// 2,500 keys of depth 1..5 and three deep ones, one with a key that is syntax elsewhere,
+	// every one due (HotKeys reads the keys with messages: due or claimed).
+	var keys []string
 	for i := 0; i < 2500; i++ {
-		if err := s.SetDepth(ctx, "r", fmt.Sprintf("k-%d", i), int64(1+i%5)); err != nil {
+		k := fmt.Sprintf("k-%d", i)
+		if err := s.SetDepth(ctx, "r", k, int64(1+i%5)); err != nil {
 			t.Fatal(err)
 		}
+		keys = append(keys, k)
 	}
 	for k, d := range map[string]int64{"deep.*>": 90, "deeper 🚀": 120, "deepest": 300} {
 		s.SetDepth(ctx, "r", k, d)
+		keys = append(keys, k)
+	}
+	if _, err := s.MarkDueAt(ctx, "r", time.Now(), keys...); err != nil {
+		t.Fatal(err)
+	}
+	// One of them claimed: it is still listed.
+	if _, err := s.Claim(ctx, "r", time.Now().Add(time.Hour), queue.ClaimRequest{Owner: "A", Max: 1, Lease: time.Hour}); err != nil {
+		t.Fatal(err)
 	}
 	s.SetDepth(ctx, "other", "elsewhere", 1000) // another rule's key never shows
+	s.MarkDueAt(ctx, "other", time.Now(), "elsewhere")
+	s.SetDepth(ctx, "r", "counted, not yet due", 2000) // a count whose mark is on its way is not listed
 	got, complete, err := s.HotKeys(ctx, "r", 4)
 	if err != nil {
 		t.Fatal(err)

@@ -649,8 +649,8 @@ func TestOneRulesErrorDoesNotFailOtherRules(t *testing.T) {
 	r := newRig(t, rdb)
 	ctx := context.Background()
 	r.count(t, "good", "k", 10, t0)
-	rdb.Set(ctx, r.prefix+"sl:{"+queue.RuleToken("broken")+"}:depth", "x", 0) // not a hash
-	rdb.Do(ctx, "CLIENT", "PAUSE", "100", "WRITE")                            // both Counts in one batch
+	rdb.Set(ctx, r.sched.DepthKey("broken", "k"), "x", 0) // not a hash
+	rdb.Do(ctx, "CLIENT", "PAUSE", "100", "WRITE")        // both Counts in one batch
 	r.b.Undo("r", "stall")
 	pb := r.b.Count("broken", "k", 10, t0)
 	pg := r.b.Count("good", "k", 10, t0)
@@ -687,14 +687,14 @@ func TestUndoWhileRedisIsDownIsSentLater(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := r.rdb.HGet(ctx, r.prefix+"sl:{r}:depth", "k").Int64(); err != nil || d != 2 {
+	if d, err := r.rdb.HGet(ctx, r.sched.DepthKey("r", "k"), "k").Int64(); err != nil || d != 2 {
 		t.Fatalf("the counts did not survive the restart (AOF): %d %v", d, err)
 	}
 	waittest.Within(5*time.Second, func() bool { return !r.b.Down() })   // the Count below fails if it is not
 	if _, _, err := r.b.Count("r", "other", 10, t0).Wait(); err != nil { // sends what waited
 		t.Fatalf("count after Redis came back: %v", err)
 	}
-	if d, err := r.rdb.HGet(ctx, r.prefix+"sl:{r}:depth", "k").Int64(); err != nil || d != 1 {
+	if d, err := r.rdb.HGet(ctx, r.sched.DepthKey("r", "k"), "k").Int64(); err != nil || d != 1 {
 		t.Errorf("depth after Redis came back: %d %v, want 1 (the undo that waited was sent)", d, err)
 	}
 }
