@@ -95,7 +95,9 @@ descriptors:
 // cannot be built.
 //
 // SLUICE_BENCH_ROUND (3s) is a round's length, SLUICE_BENCH_ROUNDS (5) their number,
-// SLUICE_BENCH_WORKLOADS (cold,hot,slow) the workloads run; SLUICE_BENCH_PROFILE=file
+// SLUICE_BENCH_WORKLOADS (cold,hot,slow) the workloads run; SLUICE_BENCH_FLOOR=1 adds a third
+// server to the cold and hot workloads, testdata/rlsfloor (grpc-go answering a fixed status:
+// the floor of any Go RLS server on this machine); SLUICE_BENCH_PROFILE=file
 // writes a CPU profile of sluice's ingress (it needs SLUICE_BENCH_DEBUG_ADDR) taken during
 // the first measured round of SLUICE_BENCH_PROFILE_AT (workload/calls, default cold/16).
 func TestEnvoyRatelimitReport(t *testing.T) {
@@ -114,6 +116,15 @@ func TestEnvoyRatelimitReport(t *testing.T) {
 	envoyBin, err := buildEnvoyRatelimit(dir)
 	if err != nil {
 		t.Skipf("envoyproxy/ratelimit could not be built, so there is nothing to compare with: %v", err)
+	}
+	// SLUICE_BENCH_FLOOR=1 measures a third server beside the two: rlsfloor (testdata), which
+	// decides nothing and answers a fixed status on grpc-go with the ingress's transport
+	// options — what any Go RLS server pays per call before deciding anything.
+	floor := os.Getenv("SLUICE_BENCH_FLOOR") != ""
+	if floor {
+		if err := proctest.Build(dir, "./internal/ingress/testdata/rlsfloor"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := proctest.Build(dir, "./cmd/ingress"); err != nil {
 		t.Fatal(err)
@@ -316,6 +327,10 @@ func TestEnvoyRatelimitReport(t *testing.T) {
 		sl, slAddr := startSluice(t, wl.hot, redisURL)
 		ev, evAddr := startEnvoy(t, wl.hot, redisAddr)
 		servers := []server{{"sluice", sl, slAddr}, {"envoyproxy/ratelimit", ev, evAddr}}
+		if floor && !wl.slow {
+			fl := proctest.Start(t, proctest.Spec{Name: "rlsfloor", Bin: filepath.Join(dir, "rlsfloor"), ReadyMsg: "rlsfloor: listening", Args: []string{"-addr", "127.0.0.1:0"}})
+			servers = append(servers, server{"grpc-go floor", fl, fl.Addr()})
+		}
 		for _, conc := range wl.concs {
 			samples := make([][]sample, len(servers))
 			cs := make([]counts, len(servers))
@@ -416,9 +431,15 @@ func TestEnvoyRatelimitReport(t *testing.T) {
 			if wl.hot {
 				t.Logf("  hot calls answered OK in the measured rounds (an hour window turning): sluice %d, envoy %d", cs[0].hotOK.Load(), cs[1].hotOK.Load())
 			}
+			if len(servers) == 3 {
+				t.Logf("  grpc-go floor ÷ envoy: %.2f× decisions/s; sluice answers %.0f %% of the floor's decisions/s and spends %v of server CPU per call above it (envoy %v)",
+					med[2].rate/med[1].rate, 100*med[0].rate/med[2].rate,
+					(med[0].serverCPU - med[2].serverCPU).Round(100*time.Nanosecond), (med[1].serverCPU - med[2].serverCPU).Round(100*time.Nanosecond))
+			}
 		}
-		sl.Kill()
-		ev.Kill()
+		for _, s := range servers {
+			s.proc.Kill()
+		}
 	}
 	t.Logf("(decisions/s: calls answered per second — under the slow Redis, answered within the deadline; p50/p99: every call's latency, a call that missed its deadline counting until DeadlineExceeded; in time: the share of calls answered within the deadline. server CPU/call: the server process's user + system time from /proc/<pid>/stat per call; redis CPU/call: redis-server's INFO cpu per call; load gen CPU/call: this test process, the gRPC client. The load generator, both servers, NATS, redis-server (and the slow proxy, in this process) share the machine's cores.)")
 }
