@@ -62,7 +62,7 @@ test-quick: redis chromium
 ## bench: benchmarks and studies, printed as ratios against the named peers
 bench: redis
 	SLUICE_BENCH=1 $(GO) test -p 1 -run '^$$' -bench . -benchmem -benchtime 2s $(PKGS) | tee $(BENCH_OUT)
-	SLUICE_BENCH=1 $(GO) test -count=1 -p 1 -timeout 30m -run 'Study|Report|TestRedisMemoryPerDeliveredMessage' -v $(PKGS) | grep -v -E '^(=== (PAUSE|CONT)|ok .*no tests to run)' | tee -a $(BENCH_OUT)
+	SLUICE_BENCH=1 SLUICE_BENCH_FLOOR=1 $(GO) test -count=1 -p 1 -timeout 30m -run 'Study|Report|TestRedisMemoryPerDeliveredMessage' -v $(PKGS) | grep -v -E '^(=== (PAUSE|CONT)|ok .*no tests to run)' | tee -a $(BENCH_OUT)
 
 ## faults: the fast fault suites and the rolling upgrade from the last tag, writing their tables to
 ## integration/results/faults.md, faults-redis-ha.md and upgrade.md
