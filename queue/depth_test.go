@@ -80,3 +80,48 @@ func TestDepthCountersAreCompact(t *testing.T) {
 		t.Errorf("%.1f B per key's depth counter, want ≤ 32", perKey)
 	}
 }
+
+// DeleteRule and ResetDepths leave no depth bucket behind.
+func TestDeletingARuleDeletesItsDepthBuckets(t *testing.T) {
+	t.Parallel()
+	rdb := testRedis(t)
+	prefix := redistest.Prefix(t)
+	s, err := queue.NewScheduler(rdb, queue.SchedulerConfig{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	count := func() {
+		t.Helper()
+		for i := 0; i < 50; i++ {
+			if err := s.SetDepth(ctx, "r", "k"+strconv.Itoa(i), 2); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	buckets := func() []string {
+		t.Helper()
+		ks, err := rdb.Keys(ctx, prefix+"sl:{r}:depth*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ks
+	}
+	count()
+	if n := len(buckets()); n < 40 {
+		t.Fatalf("%d depth buckets for 50 keys, want about one each", n)
+	}
+	if err := s.ResetDepths(ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	if ks := buckets(); len(ks) != 0 {
+		t.Fatalf("after ResetDepths: %d depth keys left, e.g. %s", len(ks), ks[0])
+	}
+	count()
+	if err := s.DeleteRule(ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	if ks := buckets(); len(ks) != 0 {
+		t.Fatalf("after DeleteRule: %d depth keys left, e.g. %s", len(ks), ks[0])
+	}
+}

@@ -107,15 +107,19 @@ func fnv32a(key string) uint32 {
 // Why: a hash of up to hash-max-listpack-entries fields (512 by default) of up to
 // hash-max-listpack-value bytes (64) is stored as one compact listpack, ~16 B per field for
 // short keys, where one big hash costs ~64 B per field (measured on redis-server 7.0 with
-// 1M keys). With 16,384 buckets a partition keeps listpacks up to ~8M keys; beyond, or for a
-// key longer than 64 bytes, a bucket becomes an ordinary hash and costs what one big hash
-// did. Below ~100k keys per partition most buckets hold one or two keys and cost ~100 B per
-// key: a few MB at most, which is why the count is fixed rather than grown.
+// 1M keys). With 16,384 buckets a partition's buckets start turning into ordinary hashes
+// (and stay so) from about 7M keys, when some reach 512 entries; a key longer than 64 bytes
+// makes its bucket one at once. Such a bucket costs what one big hash did. A bucket costs
+// ~90 B of its own, so below ~30k keys per partition, where most buckets hold one or two
+// keys, a counter costs ~60–100 B: a few MB at most, which is why the count is fixed rather
+// than grown.
 //
 // The scripts name a bucket from the partition's depth key and the bucket number the caller
-// passes with each key (depth .. ':' .. b): every bucket shares the partition's hash tag, so
-// it is in the script's slot on Redis Cluster. The bare <prefix>sl:{T}:depth is the single
-// hash of earlier versions, deleted by Reconcile (reconcile.go).
+// passes with each key (depth .. ':' .. b), so a bucket is not among the script's declared
+// KEYS, only in the same hash tag and so the same slot. Redis and Valkey, Cluster included,
+// run such scripts; a Redis-compatible server that insists on declared keys (Dragonfly's
+// default) does not. The bare <prefix>sl:{T}:depth is the single hash of earlier versions,
+// deleted by Reconcile (reconcile.go).
 const depthBuckets = 1 << 14
 
 // DepthKey is the Redis hash that holds key's depth counter in rule (field: the key), under

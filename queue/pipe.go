@@ -203,19 +203,18 @@ func (s *Scheduler) SetDepth(ctx context.Context, rule, key string, depth int64)
 // every partition: its depth buckets, and the single hash of earlier versions.
 func (s *Scheduler) ResetDepths(ctx context.Context, rule string) error {
 	_, n := s.layout(ctx, rule)
-	pipe := s.rdb.Pipeline()
 	for i := range n {
-		s.delDepthsPipe(ctx, pipe, s.part(rule, i))
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("queue: reset depths of rule %q: %w", rule, err)
+		if err := s.delDepths(ctx, s.part(rule, i)); err != nil {
+			return fmt.Errorf("queue: reset depths of rule %q: %w", rule, err)
+		}
 	}
 	return nil
 }
 
-// delDepthsPipe deletes partition k's depth buckets and its earlier versions' single depth
-// hash, 1,024 keys per DEL (one slot: the partition's).
-func (s *Scheduler) delDepthsPipe(ctx context.Context, pipe redis.Pipeliner, k ruleKeys) {
+// delDepths deletes partition k's depth buckets and its earlier versions' single depth
+// hash: one pipeline of DELs of 1,024 keys each (one slot: the partition's).
+func (s *Scheduler) delDepths(ctx context.Context, k ruleKeys) error {
+	pipe := s.rdb.Pipeline()
 	ks := make([]string, 0, 1024)
 	ks = append(ks, k.depth)
 	for b := range depthBuckets {
@@ -225,4 +224,6 @@ func (s *Scheduler) delDepthsPipe(ctx context.Context, pipe redis.Pipeliner, k r
 			ks = make([]string, 0, 1024)
 		}
 	}
+	_, err := pipe.Exec(ctx)
+	return err
 }

@@ -668,6 +668,11 @@ func (s *Scheduler) DeleteRule(ctx context.Context, rule string) error {
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("queue: delete scheduler state of rule %q: %w", rule, err)
 	}
+	for i := range n {
+		if err := s.delDepths(ctx, s.part(rule, i)); err != nil {
+			return fmt.Errorf("queue: delete scheduler state of rule %q: %w", rule, err)
+		}
+	}
 	s.layouts.Delete(rule)
 	s.nexts.Delete(rule)
 	return nil

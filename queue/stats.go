@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -66,12 +67,14 @@ func (s *Scheduler) hotKeys(ctx context.Context, rule string, k ruleKeys, set st
 			cmds = append(cmds, pipe.HGet(ctx, k.depthOf(page[i]), page[i]))
 		}
 		if len(cmds) > 0 {
-			if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-				return nil, read, false, fmt.Errorf("queue: hot keys of rule %q: %w", rule, err)
-			}
+			_, _ = pipe.Exec(ctx) // each command's error is read below
 		}
 		for j, c := range cmds {
-			if d, _ := c.Int64(); d > 0 {
+			d, err := c.Int64()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return nil, read, false, fmt.Errorf("queue: hot keys of rule %q: %w", rule, err)
+			}
+			if d > 0 {
 				keys = append(keys, KeyDepth{Key: page[2*j], Depth: d})
 			}
 		}
@@ -87,7 +90,16 @@ func (s *Scheduler) hotKeys(ctx context.Context, rule string, k ruleKeys, set st
 	return keys, read, cursor == 0, nil
 }
 
+// topKeys sorts keys deepest first and keeps n. A key read twice (claimed or released
+// between the scans of due and lease) is kept once, at its larger depth.
 func topKeys(keys []KeyDepth, n int) []KeyDepth {
+	slices.SortFunc(keys, func(a, b KeyDepth) int {
+		if a.Key != b.Key {
+			return strings.Compare(a.Key, b.Key)
+		}
+		return int(b.Depth - a.Depth)
+	})
+	keys = slices.CompactFunc(keys, func(a, b KeyDepth) bool { return a.Key == b.Key })
 	slices.SortFunc(keys, func(a, b KeyDepth) int {
 		if a.Depth != b.Depth {
 			return int(b.Depth - a.Depth)
