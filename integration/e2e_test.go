@@ -158,6 +158,7 @@ func e2eOrdersReject(c *cluster) {
 func e2eOrdersPark(c *cluster) {
 	t := c.t
 	const n = 10
+	start := time.Now()
 	rs := c.burst(n, "orders", []kv{{"partner_id", "p-7"}})
 	var ids []string
 	parked := 0
@@ -177,9 +178,33 @@ func e2eOrdersPark(c *cluster) {
 		t.Fatalf("a burst of %d into a queue of 3 parked nothing", n)
 	}
 	acc := c.waitRule("orders-park", n, 90*time.Second)
+	var at []string
+	var last time.Duration
+	for _, d := range acc {
+		at = append(at, d.At.Sub(start).Round(100*time.Millisecond).String())
+		last = max(last, d.At.Sub(start))
+	}
+	t.Logf("orders-park deliveries after the burst: %v", at)
 	rep := sinktest.Check(acc, map[string][]string{})
 	if rep.Unique != n || rep.Duplicates != 0 {
+		// Where the missing ones are, and what the re-admitters did with them.
+		for _, id := range missingOf(acc, ids) {
+			st := c.status(0, id)
+			t.Logf("not delivered: %s: %d %v", id, st.Code, st.Body)
+		}
+		for _, d := range c.drainers {
+			m := c.metrics(d)
+			t.Logf("%s re-admissions of orders-park: admitted %.0f, reparked %.0f, dead %.0f, error %.0f", d.Name(),
+				m.Sum("sluice_readmissions_total", `rule="orders-park"`, `result="admitted"`), m.Sum("sluice_readmissions_total", `rule="orders-park"`, `result="reparked"`),
+				m.Sum("sluice_readmissions_total", `rule="orders-park"`, `result="dead"`), m.Sum("sluice_readmissions_total", `rule="orders-park"`, `result="error"`))
+		}
 		t.Fatalf("orders-park: %d distinct of %d delivered, %d duplicates", rep.Unique, n, rep.Duplicates)
+	}
+	// 10 messages at 5/s through 3 places take 2 s, plus a second or two per round of
+	// re-admissions (8 s measured). Parked messages that waited on each other's backoff took
+	// 35–68 s, and sometimes over 90.
+	if last > 30*time.Second {
+		t.Errorf("the last parked message was delivered %v after the burst, want within 30 s", last.Round(100*time.Millisecond))
 	}
 	if g := closestGap(deliveriesOf(c.sink.All(), "orders-park", "p-7")); g < 200*time.Millisecond-arrivalJitter {
 		t.Fatalf("two deliveries of one partner %v apart at 5/s", g)

@@ -504,21 +504,27 @@ func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleM
 	// firings, the key's later ones follow it rather than overtake it through a place that
 	// freed up meanwhile.
 	var res AdmitResult
-	var after time.Time // under strict ordering: re-park no earlier than this
 	olderAt, older := time.Time{}, false
 	if strict {
 		olderAt, older = kh.olderParked(m.ID, now)
 	}
+	follower := false // under strict ordering: re-parked with its round, without trying
 	switch {
 	case strict && older:
-		// An older message of the key is still parked: this one goes after it.
+		// An older message of the key is still parked: this one goes after it, a second
+		// after that one's time at most. It did not find the queue full, so its park count
+		// and backoff stay as they were: schedules firing in the same second come in no set
+		// order, and counting each time a younger one fired first as a failed attempt
+		// doubled its backoff every round while its queue had room.
 		res = AdmitResult{Outcome: kh.outcome, RetryAt: olderAt}
 		if res.Outcome == Admitted {
 			res.Outcome = Full
 		}
-		after = olderAt
+		at := maxTime(olderAt, now.Add(r.cfg.MinBackoff))
+		return r.repark(ctx, rule, m, meta.Parks, at, res.Outcome, maxAge, kh)
 	case strict && kh.fired.Equal(meta.RetryAt) && !kh.at.IsZero():
 		res = AdmitResult{Outcome: kh.outcome, RetryAt: kh.at}
+		follower = true
 	default:
 		var err error
 		if res, err = r.cfg.Admit(ctx, rule, m, AdmitMsgID(m)); err != nil {
@@ -531,28 +537,34 @@ func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleM
 
 	// Still no room: park again at max(suggested, backoff), but not past max_age so the
 	// message is declared dead on time rather than one long backoff later. Under strict
-	// ordering the backoff has no jitter: the key's messages that fired together park
-	// until the same second and fire again in the order they were parked.
+	// ordering the backoff has no jitter, and the key's messages that fired together park
+	// until the second the first of them was given: they fire again together, in the
+	// order they were parked.
 	parks := meta.Parks + 1
 	at := r.cfg.reparkAt(now, parks, strict, res.RetryAt)
+	if follower {
+		at = kh.at
+	}
 	if strict {
-		if kh.fired.Equal(meta.RetryAt) && kh.at.After(at) {
-			at = kh.at
-		}
-		at = maxTime(at, after)
 		kh.fired, kh.at, kh.outcome = meta.RetryAt, at, res.Outcome
 	}
+	return r.repark(ctx, rule, m, parks, at, res.Outcome, maxAge, kh)
+}
+
+// repark schedules m to fire again at at (not past its park.max_age), its parks-th park,
+// after an outcome that left it out; kh, under strict ordering, records it as parked.
+func (r *Readmitter) repark(ctx context.Context, rule Rule, m queue.Message, parks int, at time.Time, outcome AdmitOutcome, maxAge time.Duration, kh *keyHold) (string, error) {
 	if m.ParkedFrom.IsZero() {
-		m.ParkedFrom = now // a delivery retry whose queue is full starts its park here
+		m.ParkedFrom = r.cfg.Now() // a delivery retry whose queue is full starts its park here
 	}
 	if deadline := m.ParkedFrom.Add(maxAge); at.After(deadline) {
 		at = deadline
 	}
-	m.LastError = "re-admission: " + res.Outcome.String()
+	m.LastError = "re-admission: " + outcome.String()
 	if _, err := r.cfg.Store.schedule(ctx, KindPark, rule.Name, m, at, parks); err != nil {
 		return "", err
 	}
-	if strict {
+	if kh != nil {
 		kh.parked[m.ID] = at
 	}
 	return ResultReparked, nil
