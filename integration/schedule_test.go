@@ -275,3 +275,57 @@ descriptors:
 		t.Fatalf("accepted %d times", n)
 	}
 }
+
+// The same across processes: two drainer processes, each with its re-admitter, share the
+// retry stream. The re-admitters' consumer is pinned to one of them at a time, so the
+// parked messages of a key never reach two processes at once and re-enter its queue in
+// submission order (without the pin, each process took some of every key's messages).
+func TestParkedMessagesReenterInOrderAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, clusterOptions{rules: `
+domain: orders
+descriptors:
+  - key: merchant_id
+    name: parked-order
+    queue: {capacity: 1, outflow: {unit: second, requests_per_unit: 20}}
+    overflow: park
+    sink: {url: "SINK/o"}
+`, procEnv: []string{"SLUICE_READMIT_MAX_BACKOFF=1s"}})
+	pause := func(on bool) {
+		t.Helper()
+		if r := c.admin(0, "PATCH", "/v1/admin/queues/parked-order", fmt.Sprintf(`{"paused":%v}`, on)); r.Code != 200 {
+			t.Fatalf("pause %v: %d %v %v", on, r.Code, r.Body, r.Err)
+		}
+	}
+	pause(true)
+	time.Sleep(1500 * time.Millisecond) // every drainer sees the pause
+	const keys, per = 4, 8
+	want := map[string][]string{}
+	for i := range per {
+		for k := range keys {
+			key := fmt.Sprintf("m-%d", k)
+			a := c.submit((i+k)%2, "orders", []kv{{"merchant_id", key}}, fmt.Sprintf(`{"n":%d}`, i), "")
+			if a.Code != 202 {
+				t.Fatalf("submit: %d %v %v", a.Code, a.Body, a.Err)
+			}
+			if state := a.str("state"); (i == 0) != (state == "queued") {
+				t.Fatalf("submission %d of %s answered %q", i, key, state)
+			}
+			want[key] = append(want[key], a.str("id"))
+		}
+	}
+	pause(false)
+	var ids []string
+	for _, v := range want {
+		ids = append(ids, v...)
+	}
+	got := map[string][]string{}
+	for _, d := range c.waitIDs(ids, 90*time.Second) {
+		got[d.Key] = append(got[d.Key], d.ID)
+	}
+	for key, ids := range want {
+		if strings.Join(got[key], ",") != strings.Join(ids, ",") {
+			t.Errorf("key %s delivered out of submission order:\n got %v\nwant %v", key, got[key], ids)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -254,6 +255,7 @@ type Readmitter struct {
 	cc      jetstream.ConsumeContext
 	quit    chan struct{}
 	wg      sync.WaitGroup
+	gotMsg  atomic.Bool // a message came since Start: this re-admitter holds the pin
 
 	errMu   sync.Mutex
 	lastLog time.Time
@@ -282,6 +284,21 @@ func NewReadmitter(cfg ReadmitterConfig) (*Readmitter, error) {
 	return &Readmitter{cfg: cfg, log: cfg.Logger.With("component", "re-admitter"), runs: runs}, nil
 }
 
+// The re-admitters of a retry stream share one durable consumer, pinned to one of them at a
+// time (JetStream's priority group with the pinned-client policy): the messages of a key
+// that fire together (parked 3 then 4) reach one process, whose workers take each key's
+// messages in stream order — two processes could otherwise re-admit 4 before 3. The others
+// wait; when the pinned one stops it gives the pin up, and when it dies the server moves it
+// after pinnedTTL without a pull from it. A live re-admitter pulls again every pullExpiry,
+// busy or not. A re-admitter stopped while idle cannot tell whether the server pinned one of
+// its last, expiring pulls (it got no message): then the next one takes over after
+// pinnedTTL, which is why it is short.
+const (
+	readmitGroup = "readmit"
+	pinnedTTL    = 10 * time.Second
+	pullExpiry   = 5 * time.Second // a pinned re-admitter pulls again well within pinnedTTL
+)
+
 // ConsumerConfig is the durable consumer all re-admitters of the retry stream share.
 func (r *Readmitter) ConsumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
@@ -293,6 +310,10 @@ func (r *Readmitter) ConsumerConfig() jetstream.ConsumerConfig {
 		MaxDeliver:    -1, // a parked message is never given up on here; max_age decides
 		MaxAckPending: max(1024, 4*r.cfg.Workers),
 		DeliverPolicy: jetstream.DeliverAllPolicy,
+		// One re-admitter at a time (above).
+		PriorityPolicy: jetstream.PriorityPolicyPinned,
+		PriorityGroups: []string{readmitGroup},
+		PinnedTTL:      pinnedTTL,
 	}
 }
 
@@ -318,6 +339,7 @@ func (r *Readmitter) Start(ctx context.Context) error {
 			return nil, fmt.Errorf("retry: re-admitter consumer: %w", err)
 		}
 		cc, err := cons.Consume(func(msg jetstream.Msg) {
+			r.gotMsg.Store(true)
 			h := msg.Headers()
 			work := works[keyShard(h.Get(queue.HeaderRule), h.Get(queue.HeaderKey), len(works))]
 			select {
@@ -329,6 +351,8 @@ func (r *Readmitter) Start(ctx context.Context) error {
 			}
 		},
 			jetstream.PullMaxMessages(4*r.cfg.Workers),
+			jetstream.PullPriorityGroup(readmitGroup),
+			jetstream.PullExpiry(pullExpiry),
 			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 				r.logError("consume", err)
 			}))
@@ -364,9 +388,10 @@ func (r *Readmitter) Start(ctx context.Context) error {
 }
 
 // reconsume starts consuming again when consuming ended without Stop: nats.go ends it on
-// an error it treats as terminal (the consumer deleted, a pull refused as a bad request).
-// Until the consumer is created again the re-admitter would look healthy and consume
-// nothing.
+// an error it treats as terminal — the consumer deleted, or a pull refused because another
+// process rewrote the consumer without its priority group (a v0.3 drainer starting during a
+// rolling upgrade). Re-creating the consumer puts the group back; until then the
+// re-admitter would look healthy and consume nothing.
 func (r *Readmitter) reconsume(ctx context.Context, quit chan struct{}, cc jetstream.ConsumeContext, consume func() (jetstream.ConsumeContext, error)) {
 	wait := time.Second
 	for {
@@ -426,6 +451,18 @@ func (r *Readmitter) Stop() {
 	case <-time.After(5 * time.Second):
 	}
 	r.wg.Wait()
+	// Give the pin up, so another re-admitter takes over now rather than after pinnedTTL.
+	// Only when this one had it (it got messages): unpinning another's pin would let two
+	// re-admitters hold messages of one key at once.
+	if r.gotMsg.Swap(false) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if s, err := r.cfg.Store.js.Stream(ctx, r.cfg.Store.cfg.Stream); err == nil {
+			if err := s.UnpinConsumer(ctx, r.cfg.Consumer, readmitGroup); err != nil {
+				r.log.Warn("giving up the pin failed: another re-admitter takes over when it times out", "err", err, "after", pinnedTTL)
+			}
+		}
+	}
 }
 
 // handle decides the fate of one fired message and acks it only once that is stored.

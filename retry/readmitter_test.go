@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-io/sluice/internal/waittest"
@@ -251,7 +252,8 @@ func TestTwoReadmittersIdempotent(t *testing.T) {
 	msgs = append(msgs, tm)
 	// The first admission of the target hangs until the server has delivered it again
 	// after AckWait (the consumer counts the redelivery): the redelivery is forced, not left
-	// to timing. The copy (to either re-admitter) is re-admitted under the same msgID.
+	// to timing. The consumer is pinned to one re-admitter, so the copy waits for the hung
+	// admission to end and is then re-admitted under the same msgID.
 	target := tm.ID
 	var targetCalls atomic.Int32
 	redelivered := make(chan struct{})
@@ -340,7 +342,10 @@ func TestReadmitterStartStopTwice(t *testing.T) {
 		t.Fatalf("stopped re-admitter handled %d messages", len(c))
 	}
 	startReadmitter(t, e, q.Admit, nil)
-	waittest.Eventually(t, 10*time.Second, "handled by the next re-admitter", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
+	// The stopped re-admitter may have left the consumer's pin on one of its last pulls
+	// (it got no message, so it cannot know and does not unpin): the pin then moves after
+	// its TTL (10 s).
+	waittest.Eventually(t, 20*time.Second, "handled by the next re-admitter", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
 }
 
 func TestReadmitterConfigValidate(t *testing.T) {
@@ -401,9 +406,9 @@ func TestReadmitterSurvivesRestarts(t *testing.T) {
 	}
 }
 
-// A re-admitter whose consumer is deleted under it (an operator, a stream recreated) sees
-// nats.go end its consumption; it creates the consumer again and re-admits what fires
-// afterwards, instead of looking healthy while consuming nothing.
+// A v0.3 drainer that starts during a rolling upgrade rewrites the re-admitters' consumer
+// without its priority group; the server then refuses the pinned pulls and nats.go ends the
+// consumption. The re-admitter puts its consumer back and re-admits what fires afterwards.
 func TestReadmitterRecoversItsConsumer(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -416,20 +421,32 @@ func TestReadmitterRecoversItsConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waittest.Eventually(t, 15*time.Second, "the first message re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
-	if err := e.store.js.DeleteConsumer(ctx, e.store.cfg.Stream, r.ConsumerConfig().Durable); err != nil {
+
+	old := r.ConsumerConfig() // as v0.3 wrote it: no priority group
+	old.PriorityPolicy, old.PriorityGroups, old.PinnedTTL = jetstream.PriorityPolicyNone, nil, 0
+	if _, err := e.store.js.CreateOrUpdateConsumer(ctx, e.store.cfg.Stream, old); err != nil {
 		t.Fatal(err)
 	}
-	waittest.Eventually(t, 30*time.Second, "the consumer created again", func() bool {
-		_, err := e.store.js.Consumer(ctx, e.store.cfg.Stream, r.ConsumerConfig().Durable)
-		return err == nil
-	})
 	second := newMessage(rule.Name, "k2")
 	if _, err := e.store.Park(ctx, rule.Name, second, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	waittest.Eventually(t, 30*time.Second, "a message fired after the recovery re-admitted", func() bool {
+	waittest.Eventually(t, 30*time.Second, "the second message re-admitted after the consumer was rewritten", func() bool {
 		_, adm := q.snapshot()
 		_, ok := adm[second.ID]
+		return ok
+	})
+	waittest.Eventually(t, 30*time.Second, "the consumer pinned again", func() bool {
+		c, err := e.store.js.Consumer(ctx, e.store.cfg.Stream, r.ConsumerConfig().Durable)
+		return err == nil && c.CachedInfo().Config.PriorityPolicy == jetstream.PriorityPolicyPinned
+	})
+	third := newMessage(rule.Name, "k3")
+	if _, err := e.store.Park(ctx, rule.Name, third, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Eventually(t, 30*time.Second, "a message fired after the recovery re-admitted", func() bool {
+		_, adm := q.snapshot()
+		_, ok := adm[third.ID]
 		return ok
 	})
 }
