@@ -131,7 +131,9 @@ func (q *Queues) publishUntil(ctx context.Context, msg *nats.Msg, stream string,
 			return nil, fmt.Errorf("%w: %v (the store refused a message for lack of room %s ago)", ErrStoreFull, err,
 				time.Since(time.Unix(0, q.storeFullAt.Load())).Round(time.Millisecond))
 		}
-		mayBeStored = mayBeStored || timedOut
+		// An attempt still in process (an earlier one is being stored) may be stored: the
+		// stream's "duplicate" answer to a later attempt is then this message's own.
+		mayBeStored = mayBeStored || timedOut || inProcess(err)
 		t := time.NewTimer(min(pause, time.Until(budget)))
 		select {
 		case <-ctx.Done():
@@ -147,8 +149,14 @@ func (q *Queues) publishUntil(ctx context.Context, msg *nats.Msg, stream string,
 // leader yet).
 const jsErrClusterNotAvailable = 10008
 
+// jsErrDuplicateInProcess: "duplicate message id is in process" — an earlier publish of the
+// same Nats-Msg-Id (an attempt this loop gave up on, answered by a new leader) is still
+// being stored.
+const jsErrDuplicateInProcess = 10158
+
 // electing reports an error that a stream's leader election explains: nobody answers the
-// stream's subjects, the system is temporarily unavailable, or the attempt timed out.
+// stream's subjects, the system is temporarily unavailable, the attempt timed out, or an
+// earlier attempt sent before the election is still in process.
 func electing(err error, timedOut bool) bool {
 	var apiErr *jetstream.APIError
 	switch {
@@ -156,10 +164,17 @@ func electing(err error, timedOut bool) bool {
 		return true
 	case timedOut && errors.Is(err, context.DeadlineExceeded):
 		return true
-	case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrClusterNotAvailable:
+	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jsErrClusterNotAvailable || apiErr.ErrorCode == jsErrDuplicateInProcess):
 		return true
 	}
 	return false
+}
+
+// inProcess reports the stream's answer that an earlier publish of the message is still
+// being stored.
+func inProcess(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrDuplicateInProcess
 }
 
 // storeFullFor is how long after the store last refused a message for lack of room an
