@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -372,10 +374,34 @@ func (r *Readmitter) Start(ctx context.Context) error {
 		go func() {
 			defer r.wg.Done()
 			held := keyHolds{}
+			gather := time.NewTimer(gatherFor)
+			gather.Stop()
+			defer gather.Stop()
+			var batch []jetstream.Msg
 			for {
 				select {
 				case msg := <-work:
-					r.handle(ctx, msg, held)
+					// Gather what fires with it, then handle it all oldest first.
+					batch = append(batch[:0], msg)
+					gather.Reset(gatherFor)
+				collect:
+					for {
+						select {
+						case msg := <-work:
+							batch = append(batch, msg)
+						case <-gather.C:
+							break collect
+						case <-quit: // finish what it holds
+							gather.Stop()
+							break collect
+						case <-ctx.Done():
+							return
+						}
+					}
+					sortFired(batch)
+					for _, msg := range batch {
+						r.handle(ctx, msg, held)
+					}
 				case <-quit:
 					return
 				case <-ctx.Done():
@@ -385,6 +411,20 @@ func (r *Readmitter) Start(ctx context.Context) error {
 		}()
 	}
 	return nil
+}
+
+// gatherFor is how long a worker collects fired messages before it handles them, oldest
+// first (sortFired). Schedules that fire in the same second reach it in no set order, and
+// under strict ordering a key's younger message handled first would take a place in the
+// queue before an older one this worker has not seen yet.
+const gatherFor = 50 * time.Millisecond
+
+// sortFired orders fired messages by their message id: ids begin with a time-ordered uuid
+// (v7), so a key's messages come in the order they were submitted.
+func sortFired(msgs []jetstream.Msg) {
+	slices.SortStableFunc(msgs, func(a, b jetstream.Msg) int {
+		return strings.Compare(a.Headers().Get(queue.HeaderID), b.Headers().Get(queue.HeaderID))
+	})
 }
 
 // reconsume starts consuming again when consuming ended without Stop: nats.go ends it on
@@ -558,8 +598,10 @@ func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleM
 			res.Outcome = Full
 		}
 		at := maxTime(olderAt, now.Add(r.cfg.MinBackoff))
-		return r.repark(ctx, rule, m, meta.Parks, at, res.Outcome, maxAge, kh)
-	case strict && kh.fired.Equal(meta.RetryAt) && !kh.at.IsZero():
+		return r.repark(ctx, rule, m, now, meta.Parks, at, res.Outcome, maxAge, kh)
+	case strict && kh.fired.Equal(meta.RetryAt) && kh.at.After(now):
+		// Its round's first message found no room moments ago: it follows it, without
+		// trying. (A round whose time has passed — this one was handled late — is over.)
 		res = AdmitResult{Outcome: kh.outcome, RetryAt: kh.at}
 		follower = true
 	default:
@@ -585,14 +627,15 @@ func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleM
 	if strict {
 		kh.fired, kh.at, kh.outcome = meta.RetryAt, at, res.Outcome
 	}
-	return r.repark(ctx, rule, m, parks, at, res.Outcome, maxAge, kh)
+	return r.repark(ctx, rule, m, now, parks, at, res.Outcome, maxAge, kh)
 }
 
 // repark schedules m to fire again at at (not past its park.max_age), its parks-th park,
-// after an outcome that left it out; kh, under strict ordering, records it as parked.
-func (r *Readmitter) repark(ctx context.Context, rule Rule, m queue.Message, parks int, at time.Time, outcome AdmitOutcome, maxAge time.Duration, kh *keyHold) (string, error) {
+// after an outcome that left it out at now; kh, under strict ordering, records it as
+// parked.
+func (r *Readmitter) repark(ctx context.Context, rule Rule, m queue.Message, now time.Time, parks int, at time.Time, outcome AdmitOutcome, maxAge time.Duration, kh *keyHold) (string, error) {
 	if m.ParkedFrom.IsZero() {
-		m.ParkedFrom = r.cfg.Now() // a delivery retry whose queue is full starts its park here
+		m.ParkedFrom = now // a delivery retry whose queue is full starts its park here
 	}
 	if deadline := m.ParkedFrom.Add(maxAge); at.After(deadline) {
 		at = deadline

@@ -450,3 +450,36 @@ func TestReadmitterRecoversItsConsumer(t *testing.T) {
 		return ok
 	})
 }
+
+// A re-admitter whose consumer is deleted under it (an operator, a stream recreated) sees
+// nats.go end its consumption; it creates the consumer again and re-admits what fires
+// afterwards, instead of looking healthy while consuming nothing.
+func TestReadmitterRecoversItsDeletedConsumer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rule := e.rules.add(parkRule("r", time.Hour))
+	q := newFakeQueue(nil)
+	r := startReadmitter(t, e, q.Admit, nil)
+	ctx := context.Background()
+	first := newMessage(rule.Name, "k1")
+	if _, err := e.store.Park(ctx, rule.Name, first, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Eventually(t, 15*time.Second, "the first message re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
+	if err := e.store.js.DeleteConsumer(ctx, e.store.cfg.Stream, r.ConsumerConfig().Durable); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Eventually(t, 30*time.Second, "the consumer created again", func() bool {
+		_, err := e.store.js.Consumer(ctx, e.store.cfg.Stream, r.ConsumerConfig().Durable)
+		return err == nil
+	})
+	second := newMessage(rule.Name, "k2")
+	if _, err := e.store.Park(ctx, rule.Name, second, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Eventually(t, 30*time.Second, "a message fired after the recovery re-admitted", func() bool {
+		_, adm := q.snapshot()
+		_, ok := adm[second.ID]
+		return ok
+	})
+}
