@@ -257,7 +257,7 @@ type Readmitter struct {
 	cc      jetstream.ConsumeContext
 	quit    chan struct{}
 	wg      sync.WaitGroup
-	gotMsg  atomic.Bool // a message came since Start: this re-admitter holds the pin
+	pinID   atomic.Value // string: the pin id its last message came under (Nats-Pin-Id)
 
 	errMu   sync.Mutex
 	lastLog time.Time
@@ -341,7 +341,9 @@ func (r *Readmitter) Start(ctx context.Context) error {
 			return nil, fmt.Errorf("retry: re-admitter consumer: %w", err)
 		}
 		cc, err := cons.Consume(func(msg jetstream.Msg) {
-			r.gotMsg.Store(true)
+			if id := msg.Headers().Get(pinIDHeader); id != "" {
+				r.pinID.Store(id)
+			}
 			h := msg.Headers()
 			work := works[keyShard(h.Get(queue.HeaderRule), h.Get(queue.HeaderKey), len(works))]
 			select {
@@ -492,17 +494,37 @@ func (r *Readmitter) Stop() {
 	}
 	r.wg.Wait()
 	// Give the pin up, so another re-admitter takes over now rather than after pinnedTTL.
-	// Only when this one had it (it got messages): unpinning another's pin would let two
-	// re-admitters hold messages of one key at once.
-	if r.gotMsg.Swap(false) {
+	// Only when this one still has it (its last message came under the pin the consumer
+	// names now): unpinning another's pin would let two re-admitters hold messages of one
+	// key at once.
+	if id, _ := r.pinID.Swap("").(string); id != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		if s, err := r.cfg.Store.js.Stream(ctx, r.cfg.Store.cfg.Stream); err == nil {
-			if err := s.UnpinConsumer(ctx, r.cfg.Consumer, readmitGroup); err != nil {
-				r.log.Warn("giving up the pin failed: another re-admitter takes over when it times out", "err", err, "after", pinnedTTL)
-			}
+		if err := r.unpin(ctx, id); err != nil {
+			r.log.Warn("giving up the pin failed: another re-admitter takes over when it times out", "err", err, "after", pinnedTTL)
 		}
 	}
+}
+
+// pinIDHeader carries the id of the pin a message was delivered under.
+const pinIDHeader = "Nats-Pin-Id"
+
+// unpin removes the consumer's pin if it is still id.
+func (r *Readmitter) unpin(ctx context.Context, id string) error {
+	s, err := r.cfg.Store.js.Stream(ctx, r.cfg.Store.cfg.Stream)
+	if err != nil {
+		return err
+	}
+	c, err := s.Consumer(ctx, r.cfg.Consumer)
+	if err != nil {
+		return err
+	}
+	for _, g := range c.CachedInfo().PriorityGroups {
+		if g.Group == readmitGroup && g.PinnedClientID == id {
+			return s.UnpinConsumer(ctx, r.cfg.Consumer, readmitGroup)
+		}
+	}
+	return nil // the pin moved on (this one stalled past its TTL): not this one's to give up
 }
 
 // handle decides the fate of one fired message and acks it only once that is stored.

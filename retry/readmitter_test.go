@@ -483,3 +483,37 @@ func TestReadmitterRecoversItsDeletedConsumer(t *testing.T) {
 		return ok
 	})
 }
+
+// A re-admitter that stops while it holds the consumer's pin gives it up: the next one takes
+// fired messages at once, not after the pin's TTL (10 s).
+func TestStoppingReadmitterGivesThePinUp(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rule := e.rules.add(parkRule("r", time.Hour))
+	ctx := context.Background()
+	q1 := newFakeQueue(nil)
+	r1, err := NewReadmitter(ReadmitterConfig{Store: e.store, Dead: e.dead, Admit: q1.Admit, Rules: e.rules.get})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r1.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Park(ctx, rule.Name, newMessage(rule.Name, "k1"), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Eventually(t, 15*time.Second, "the first message re-admitted by the first re-admitter", func() bool { _, adm := q1.snapshot(); return len(adm) == 1 })
+	r1.Stop()
+
+	q2 := newFakeQueue(nil)
+	startReadmitter(t, e, q2.Admit, nil)
+	second := newMessage(rule.Name, "k2")
+	fire, err := e.store.Park(ctx, rule.Name, second, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waittest.Eventually(t, 15*time.Second, "the second message re-admitted by the next re-admitter", func() bool { _, adm := q2.snapshot(); return len(adm) == 1 })
+	if late := time.Since(fire); late > 5*time.Second {
+		t.Errorf("the next re-admitter took the message %v after it fired: the pin was not given up", late)
+	}
+}
