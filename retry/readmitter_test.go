@@ -411,44 +411,19 @@ func TestReadmitterSurvivesRestarts(t *testing.T) {
 // consumption. The re-admitter puts its consumer back and re-admits what fires afterwards.
 func TestReadmitterRecoversItsConsumer(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	rule := e.rules.add(parkRule("r", time.Hour))
-	q := newFakeQueue(nil)
-	r := startReadmitter(t, e, q.Admit, nil)
+	e, rule, q, r := startRecovery(t)
 	ctx := context.Background()
-	first := newMessage(rule.Name, "k1")
-	if _, err := e.store.Park(ctx, rule.Name, first, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	waittest.Eventually(t, 15*time.Second, "the first message re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
-
 	old := r.ConsumerConfig() // as v0.3 wrote it: no priority group
 	old.PriorityPolicy, old.PriorityGroups, old.PinnedTTL = jetstream.PriorityPolicyNone, nil, 0
 	if _, err := e.store.js.CreateOrUpdateConsumer(ctx, e.store.cfg.Stream, old); err != nil {
 		t.Fatal(err)
 	}
-	second := newMessage(rule.Name, "k2")
-	if _, err := e.store.Park(ctx, rule.Name, second, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	waittest.Eventually(t, 30*time.Second, "the second message re-admitted after the consumer was rewritten", func() bool {
-		_, adm := q.snapshot()
-		_, ok := adm[second.ID]
-		return ok
-	})
+	readmitted(t, e, q, rule, "k2", "the second message re-admitted after the consumer was rewritten")
 	waittest.Eventually(t, 30*time.Second, "the consumer pinned again", func() bool {
 		c, err := e.store.js.Consumer(ctx, e.store.cfg.Stream, r.ConsumerConfig().Durable)
 		return err == nil && c.CachedInfo().Config.PriorityPolicy == jetstream.PriorityPolicyPinned
 	})
-	third := newMessage(rule.Name, "k3")
-	if _, err := e.store.Park(ctx, rule.Name, third, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	waittest.Eventually(t, 30*time.Second, "a message fired after the recovery re-admitted", func() bool {
-		_, adm := q.snapshot()
-		_, ok := adm[third.ID]
-		return ok
-	})
+	readmitted(t, e, q, rule, "k3", "a message fired after the recovery re-admitted")
 }
 
 // A re-admitter whose consumer is deleted under it (an operator, a stream recreated) sees
@@ -456,16 +431,8 @@ func TestReadmitterRecoversItsConsumer(t *testing.T) {
 // afterwards, instead of looking healthy while consuming nothing.
 func TestReadmitterRecoversItsDeletedConsumer(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	rule := e.rules.add(parkRule("r", time.Hour))
-	q := newFakeQueue(nil)
-	r := startReadmitter(t, e, q.Admit, nil)
+	e, rule, q, r := startRecovery(t)
 	ctx := context.Background()
-	first := newMessage(rule.Name, "k1")
-	if _, err := e.store.Park(ctx, rule.Name, first, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	waittest.Eventually(t, 15*time.Second, "the first message re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
 	if err := e.store.js.DeleteConsumer(ctx, e.store.cfg.Stream, r.ConsumerConfig().Durable); err != nil {
 		t.Fatal(err)
 	}
@@ -473,15 +440,33 @@ func TestReadmitterRecoversItsDeletedConsumer(t *testing.T) {
 		_, err := e.store.js.Consumer(ctx, e.store.cfg.Stream, r.ConsumerConfig().Durable)
 		return err == nil
 	})
-	second := newMessage(rule.Name, "k2")
-	if _, err := e.store.Park(ctx, rule.Name, second, time.Now()); err != nil {
+	readmitted(t, e, q, rule, "k2", "a message fired after the recovery re-admitted")
+}
+
+// startRecovery starts a re-admitter and waits until it re-admitted a first message.
+func startRecovery(t *testing.T) (*env, string, *fakeQueue, *Readmitter) {
+	t.Helper()
+	e := newEnv(t)
+	rule := e.rules.add(parkRule("r", time.Hour))
+	q := newFakeQueue(nil)
+	r := startReadmitter(t, e, q.Admit, nil)
+	readmitted(t, e, q, rule.Name, "k1", "the first message re-admitted")
+	return e, rule.Name, q, r
+}
+
+// readmitted parks a new message of key under rule, due now, and waits until q admitted it.
+func readmitted(t *testing.T, e *env, q *fakeQueue, rule, key, what string) queue.Message {
+	t.Helper()
+	m := newMessage(rule, key)
+	if _, err := e.store.Park(context.Background(), rule, m, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	waittest.Eventually(t, 30*time.Second, "a message fired after the recovery re-admitted", func() bool {
+	waittest.Eventually(t, 30*time.Second, what, func() bool {
 		_, adm := q.snapshot()
-		_, ok := adm[second.ID]
+		_, ok := adm[m.ID]
 		return ok
 	})
+	return m
 }
 
 // A re-admitter that stops while it holds the consumer's pin gives it up: the next one takes
@@ -499,10 +484,7 @@ func TestStoppingReadmitterGivesThePinUp(t *testing.T) {
 	if err := r1.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.Park(ctx, rule.Name, newMessage(rule.Name, "k1"), time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	waittest.Eventually(t, 15*time.Second, "the first message re-admitted by the first re-admitter", func() bool { _, adm := q1.snapshot(); return len(adm) == 1 })
+	readmitted(t, e, q1, rule.Name, "k1", "the first message re-admitted by the first re-admitter")
 	r1.Stop()
 
 	q2 := newFakeQueue(nil)
