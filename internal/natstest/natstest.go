@@ -74,9 +74,11 @@ func (n *Node) Restart() error {
 		return fmt.Errorf("natstest: restart %s: %w", n.opts.ServerName, err)
 	}
 	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
+	// 30 s: under make test, a dozen clusters start side by side on 2 cores, and a node
+	// missed 10 s once.
+	if !srv.ReadyForConnections(30 * time.Second) {
 		srv.Shutdown()
-		return fmt.Errorf("natstest: %s not ready after restart", n.opts.ServerName)
+		return fmt.Errorf("natstest: %s not ready 30 s after its start", n.opts.ServerName)
 	}
 	n.srv = srv
 	return nil
