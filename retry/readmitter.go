@@ -376,7 +376,7 @@ func (r *Readmitter) Start(ctx context.Context) error {
 		go func() {
 			defer r.wg.Done()
 			held := keyHolds{}
-			gather := time.NewTimer(gatherFor)
+			gather := time.NewTimer(gatherIdle)
 			gather.Stop()
 			defer gather.Stop()
 			var batch []jetstream.Msg
@@ -385,12 +385,16 @@ func (r *Readmitter) Start(ctx context.Context) error {
 				case msg := <-work:
 					// Gather what fires with it, then handle it all oldest first.
 					batch = append(batch[:0], msg)
-					gather.Reset(gatherFor)
+					until := time.Now().Add(gatherFor)
+					gather.Reset(gatherIdle)
 				collect:
 					for {
 						select {
 						case msg := <-work:
 							batch = append(batch, msg)
+							if time.Now().Before(until) {
+								gather.Reset(min(gatherIdle, time.Until(until)))
+							}
 						case <-gather.C:
 							break collect
 						case <-quit: // finish what it holds
@@ -415,11 +419,15 @@ func (r *Readmitter) Start(ctx context.Context) error {
 	return nil
 }
 
-// gatherFor is how long a worker collects fired messages before it handles them, oldest
-// first (sortFired). Schedules that fire in the same second reach it in no set order, and
-// under strict ordering a key's younger message handled first would take a place in the
-// queue before an older one this worker has not seen yet.
-const gatherFor = 50 * time.Millisecond
+// A worker collects fired messages before it handles them, oldest first (sortFired), until
+// none has come for gatherIdle, for gatherFor at most. Schedules that fire in the same
+// second reach it in no set order, in a burst (the server fires them in one pass); under
+// strict ordering a key's younger message handled first would take a place in the queue
+// before an older one this worker has not seen yet.
+const (
+	gatherIdle = 5 * time.Millisecond
+	gatherFor  = 50 * time.Millisecond
+)
 
 // sortFired orders fired messages by their message id: ids begin with a time-ordered uuid
 // (v7), so a key's messages come in the order they were submitted.
