@@ -27,9 +27,9 @@ type pipeliner interface {
 	Pipeline() redis.Pipeliner
 }
 
-// call is one queued decision: a script call (keys, args → vals) or a count-over
-// counter (countover.go: counter, n, ttl → count). script and ctr are its commands in
-// the batch's pipeline.
+// call is one decision for a pipeline: a script call (keys, args → vals) or a count-over
+// counter (countover.go: counter, n, ttl → count). script and ctr are its commands in the
+// pipeline. Calls come from callPool, batched or not.
 type call struct {
 	keys   []string
 	args   []any
@@ -39,7 +39,7 @@ type call struct {
 	counter string // the count-over window's key; "" for a script call
 	n, ttl  int64  // hits to add (0 peeks) and the key's TTL in ms
 	count   int64
-	ctr     *counterCmds
+	ctr     counterCmds
 
 	err  error
 	done chan struct{} // buffered: the pipeline never waits for a caller that gave up
@@ -66,33 +66,35 @@ func (s *Redis) run(ctx context.Context, keys []string, args []any) ([]int64, er
 		defer s.leave()
 		return limitsScript.Run(ctx, s.c, keys, args...).Int64Slice()
 	}
-	c := callPool.Get().(*call)
+	c := newCall()
 	c.keys, c.args = keys, args
-	if _, err := s.enqueue(ctx, c); err != nil {
+	if err := s.enqueue(ctx, c); err != nil {
 		return nil, err
 	}
 	vals := c.vals
-	*c = call{done: c.done}
-	callPool.Put(c)
+	c.recycle()
 	return vals, nil
 }
 
+func newCall() *call { return callPool.Get().(*call) }
+
+// recycle puts c back in the pool, once its caller has read its answer.
+func (c *call) recycle() {
+	*c = call{done: c.done}
+	callPool.Put(c)
+}
+
 // enqueue hands c (counted in inflight by the caller) to the pipeline and waits for its
-// answer: its error, and its count when it is a counter. It leaves inflight and, when
-// ctx ends first, drops c (the pipeline may still write to it).
-func (s *Redis) enqueue(ctx context.Context, c *call) (int64, error) {
+// answer in c. It leaves inflight. When ctx ends first it returns ctx's error and c is no
+// longer the caller's: recycled if it was not queued, else dropped (the pipeline may
+// still write to it).
+func (s *Redis) enqueue(ctx context.Context, c *call) error {
 	defer s.leave()
-	if c.done == nil {
-		c.done = make(chan struct{}, 1)
-	}
 	select {
 	case s.queue <- c:
 	case <-ctx.Done():
-		if c.counter == "" {
-			*c = call{done: c.done}
-			callPool.Put(c)
-		}
-		return 0, ctx.Err()
+		c.recycle()
+		return ctx.Err()
 	}
 	if s.pipelines.Load() < s.maxPipelines {
 		if s.pipelines.Add(1) <= s.maxPipelines {
@@ -103,9 +105,9 @@ func (s *Redis) enqueue(ctx context.Context, c *call) (int64, error) {
 	}
 	select {
 	case <-c.done:
-		return c.count, c.err
+		return c.err
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return ctx.Err()
 	}
 }
 
@@ -162,26 +164,32 @@ func (s *Redis) pipeline() {
 func (s *Redis) exec(batch []*call) {
 	// No caller's context fits the whole batch; the client's own timeouts bound it,
 	// and every caller waits on its own context.
-	ctx := context.Background()
+	s.send(context.Background(), batch)
+	for _, c := range batch {
+		c.done <- struct{}{}
+	}
+}
+
+// send runs batch's commands in one pipeline and reads each call's answer into it.
+func (s *Redis) send(ctx context.Context, batch []*call) {
 	pipe := s.pipe.Pipeline()
 	for _, c := range batch {
 		if c.counter != "" {
-			c.ctr = c.queueCounter(ctx, pipe)
+			c.queueCounter(ctx, pipe)
 		} else {
 			c.script = limitsScript.EvalSha(ctx, pipe, c.keys, c.args...)
 		}
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read below
 	for _, c := range batch {
-		if c.ctr != nil {
+		if c.counter != "" {
 			c.count, c.err = s.counterReply(ctx, c)
-		} else {
-			c.vals, c.err = c.script.Int64Slice()
-			if redis.HasErrorPrefix(c.err, "NOSCRIPT") {
-				// A server that has not seen the script yet (or was restarted): EVAL loads it.
-				c.vals, c.err = limitsScript.Run(ctx, s.c, c.keys, c.args...).Int64Slice()
-			}
+			continue
 		}
-		c.done <- struct{}{}
+		c.vals, c.err = c.script.Int64Slice()
+		if redis.HasErrorPrefix(c.err, "NOSCRIPT") {
+			// A server that has not seen the script yet (or was restarted): EVAL loads it.
+			c.vals, c.err = limitsScript.Run(ctx, s.c, c.keys, c.args...).Int64Slice()
+		}
 	}
 }

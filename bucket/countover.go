@@ -88,21 +88,20 @@ func countOverVals(p *params, count, n, now, end int64) [4]int64 {
 // with the four values the script would.
 func (s *Redis) countOver(ctx context.Context, key string, p *params, n, now int64) ([4]int64, error) {
 	id, end := p.windowOf(now)
-	c := &call{counter: s.counterKey(key, p, id), n: n, ttl: max(1, end-now) + s.slackArg.(int64)}
-	var err error
+	c := newCall()
+	c.counter, c.n, c.ttl = s.counterKey(key, p, id), n, max(1, end-now)+s.slackArg.(int64)
 	if s.alone() {
 		defer s.leave()
-		pipe := s.pipe.Pipeline()
-		c.ctr = c.queueCounter(ctx, pipe)
-		_, _ = pipe.Exec(ctx)
-		c.count, err = s.counterReply(ctx, c)
-	} else {
-		c.count, err = s.enqueue(ctx, c)
+		s.send(ctx, []*call{c})
+	} else if err := s.enqueue(ctx, c); err != nil {
+		return [4]int64{}, err
 	}
+	count, err := c.count, c.err
+	c.recycle()
 	if err != nil {
 		return [4]int64{}, err
 	}
-	return countOverVals(p, c.count, n, now, end), nil
+	return countOverVals(p, count, n, now, end), nil
 }
 
 // counterCmds are the commands of one counter call in a pipeline: INCRBY and PEXPIRE, or
@@ -114,11 +113,12 @@ type counterCmds struct {
 }
 
 // queueCounter queues a counter call's commands on pipe.
-func (c *call) queueCounter(ctx context.Context, pipe redis.Pipeliner) *counterCmds {
+func (c *call) queueCounter(ctx context.Context, pipe redis.Pipeliner) {
 	if c.n == 0 {
-		return &counterCmds{get: pipe.Get(ctx, c.counter)}
+		c.ctr = counterCmds{get: pipe.Get(ctx, c.counter)}
+		return
 	}
-	return &counterCmds{incr: pipe.IncrBy(ctx, c.counter, c.n), expire: pipe.PExpire(ctx, c.counter, msDuration(c.ttl))}
+	c.ctr = counterCmds{incr: pipe.IncrBy(ctx, c.counter, c.n), expire: pipe.PExpire(ctx, c.counter, msDuration(c.ttl))}
 }
 
 // counterReply reads a counter call's count from its commands, once its pipeline has run
