@@ -341,10 +341,10 @@ func (r *Readmitter) Start(ctx context.Context) error {
 			return nil, fmt.Errorf("retry: re-admitter consumer: %w", err)
 		}
 		cc, err := cons.Consume(func(msg jetstream.Msg) {
-			if id := msg.Headers().Get(pinIDHeader); id != "" {
+			h := msg.Headers()
+			if id := h.Get(pinIDHeader); id != "" {
 				r.pinID.Store(id)
 			}
-			h := msg.Headers()
 			work := works[keyShard(h.Get(queue.HeaderRule), h.Get(queue.HeaderKey), len(works))]
 			select {
 			case work <- msg:
@@ -607,53 +607,43 @@ func (r *Readmitter) decide(ctx context.Context, m queue.Message, meta scheduleM
 		return ResultDead, nil
 	}
 
-	// Strict ordering: once a message of this key went back to park in this round of
-	// firings, the key's later ones follow it rather than overtake it through a place that
-	// freed up meanwhile.
-	var res AdmitResult
-	olderAt, older := time.Time{}, false
+	// Strict ordering: a younger message waits for an older one of its key still parked,
+	// and once a message went back to park in this round of firings, the key's later ones
+	// follow it rather than overtake it through a place that freed up meanwhile.
 	if strict {
-		olderAt, older = kh.olderParked(m.ID, now)
+		if olderAt, older := kh.olderParked(m.ID, now); older {
+			// It goes after the older one: at its time, or MinBackoff from now once that
+			// has passed. It did not find the queue full, so its park count and backoff stay
+			// as they were: schedules firing in the same second come in no set order, and
+			// counting each time a younger one fired first as a failed attempt doubled its
+			// backoff every round while its queue had room.
+			outcome := kh.outcome
+			if outcome == Admitted {
+				outcome = Full
+			}
+			return r.repark(ctx, rule, m, now, meta.Parks, maxTime(olderAt, now.Add(r.cfg.MinBackoff)), outcome, maxAge, kh)
+		}
+		if kh.fired.Equal(meta.RetryAt) && kh.at.After(now) {
+			// Its round's first message found no room moments ago: it parks with it, until
+			// the time that one was given, without trying. (A round whose time has passed —
+			// this one was handled late — is over.)
+			return r.repark(ctx, rule, m, now, meta.Parks+1, kh.at, kh.outcome, maxAge, kh)
+		}
 	}
-	follower := false // under strict ordering: re-parked with its round, without trying
-	switch {
-	case strict && older:
-		// An older message of the key is still parked: this one goes after it, a second
-		// after that one's time at most. It did not find the queue full, so its park count
-		// and backoff stay as they were: schedules firing in the same second come in no set
-		// order, and counting each time a younger one fired first as a failed attempt
-		// doubled its backoff every round while its queue had room.
-		res = AdmitResult{Outcome: kh.outcome, RetryAt: olderAt}
-		if res.Outcome == Admitted {
-			res.Outcome = Full
-		}
-		at := maxTime(olderAt, now.Add(r.cfg.MinBackoff))
-		return r.repark(ctx, rule, m, now, meta.Parks, at, res.Outcome, maxAge, kh)
-	case strict && kh.fired.Equal(meta.RetryAt) && kh.at.After(now):
-		// Its round's first message found no room moments ago: it follows it, without
-		// trying. (A round whose time has passed — this one was handled late — is over.)
-		res = AdmitResult{Outcome: kh.outcome, RetryAt: kh.at}
-		follower = true
-	default:
-		var err error
-		if res, err = r.cfg.Admit(ctx, rule, m, AdmitMsgID(m)); err != nil {
-			return "", fmt.Errorf("retry: admit: %w", err)
-		}
-		if res.Outcome == Admitted {
-			return ResultAdmitted, nil
-		}
+	res, err := r.cfg.Admit(ctx, rule, m, AdmitMsgID(m))
+	if err != nil {
+		return "", fmt.Errorf("retry: admit: %w", err)
+	}
+	if res.Outcome == Admitted {
+		return ResultAdmitted, nil
 	}
 
 	// Still no room: park again at max(suggested, backoff), but not past max_age so the
 	// message is declared dead on time rather than one long backoff later. Under strict
-	// ordering the backoff has no jitter, and the key's messages that fired together park
-	// until the second the first of them was given: they fire again together, in the
-	// order they were parked.
+	// ordering the backoff has no jitter, and this message opens a round: the key's
+	// messages that fired with it park until the same time.
 	parks := meta.Parks + 1
 	at := r.cfg.reparkAt(now, parks, strict, res.RetryAt)
-	if follower {
-		at = kh.at
-	}
 	if strict {
 		kh.fired, kh.at, kh.outcome = meta.RetryAt, at, res.Outcome
 	}
