@@ -164,7 +164,7 @@ func electing(err error, timedOut bool) bool {
 		return true
 	case timedOut && errors.Is(err, context.DeadlineExceeded):
 		return true
-	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jsErrClusterNotAvailable || apiErr.ErrorCode == jsErrDuplicateInProcess):
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrClusterNotAvailable, inProcess(err):
 		return true
 	}
 	return false

@@ -659,7 +659,7 @@ func (s *Scheduler) DeleteRule(ctx context.Context, rule string) error {
 	pipe := c.Pipeline()
 	for i := range n {
 		k := s.part(rule, i)
-		keys := []string{k.due, k.lease, k.held, k.dirty, k.total, k.try, k.depth, k.idle}
+		keys := []string{k.due, k.lease, k.held, k.dirty, k.total, k.try, k.idle} // depths: delDepths below
 		if i == 0 {
 			keys = append(keys, s.prefix+"sl:{"+RuleToken(rule)+"}:lock:reconcile", s.prefix+"sl:{"+RuleToken(rule)+"}:parts")
 		}
