@@ -289,11 +289,26 @@ type GRPCServer struct {
 // Stop (graceful within a deadline).
 func (s *Server) NewGRPCServer(c GRPCConfig) *GRPCServer {
 	c = c.withDefaults()
-	var creds []grpc.ServerOption
+	opts := append(GRPCTransportOptions(c), grpc.ChainUnaryInterceptor(s.grpcObserve(c.Logger)))
 	if c.TLS != nil {
-		creds = append(creds, grpc.Creds(credentials.NewTLS(c.TLS)))
+		opts = append(opts, grpc.Creds(credentials.NewTLS(c.TLS)))
 	}
-	gs := grpc.NewServer(append(creds,
+	gs := grpc.NewServer(opts...)
+	rlsv3.RegisterRateLimitServiceServer(gs, &rlsService{s: s})
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	return &GRPCServer{Server: gs, Health: hs}
+}
+
+// GRPCTransportOptions are the options of NewGRPCServer's grpc-go server for c, but for its
+// credentials and interceptor: sizes, streams, keepalive, stream workers and flow control.
+// The benchmark's floor server (testdata/rlsfloor) runs with them too.
+func GRPCTransportOptions(c GRPCConfig) []grpc.ServerOption {
+	c = c.withDefaults()
+	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(c.MaxRecvMsgSize),
 		// Metadata is bounded as HTTP headers are (grpc-go's default is 16 MiB): a longer
 		// header list is refused before it reaches a handler.
@@ -301,7 +316,6 @@ func (s *Server) NewGRPCServer(c GRPCConfig) *GRPCServer {
 		grpc.MaxConcurrentStreams(c.MaxConcurrentStreams),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: c.KeepaliveTime, Timeout: c.KeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.KeepaliveMinPing, PermitWithoutStream: true}),
-		grpc.ChainUnaryInterceptor(s.grpcObserve(c.Logger)),
 		// A fixed pool of goroutines serves the streams: a new goroutine per call grows its
 		// stack from scratch every time. grpc-go hands a stream to a worker only when one
 		// is waiting, else starts a goroutine, so the pool must cover a burst of calls read
@@ -314,16 +328,9 @@ func (s *Server) NewGRPCServer(c GRPCConfig) *GRPCServer {
 		grpc.SharedWriteBuffer(true),
 		// Fixed flow-control windows turn off the BDP estimator, whose pings cost a frame
 		// and a write per burst of calls; RLS messages are a few hundred bytes.
-		grpc.InitialWindowSize(1<<20),
-		grpc.InitialConnWindowSize(1<<22),
-	)...)
-	rlsv3.RegisterRateLimitServiceServer(gs, &rlsService{s: s})
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(gs, hs)
-	reflection.Register(gs)
-	return &GRPCServer{Server: gs, Health: hs}
+		grpc.InitialWindowSize(1 << 20),
+		grpc.InitialConnWindowSize(1 << 22),
+	}
 }
 
 // Stop answers NOT_SERVING to health checks, then stops gracefully: no new calls, calls in

@@ -1,11 +1,11 @@
 // Command rlsfloor is the floor TestEnvoyRatelimitReport measures sluice and
 // envoyproxy/ratelimit against (SLUICE_BENCH_FLOOR=1): an envoy RLS v3 gRPC server that
-// decides nothing. It serves ShouldRateLimit on grpc-go with the transport options of the
-// ingress's server (NewGRPCServer: stream workers, shared write buffer, fixed flow-control
-// windows) and answers every call with one fixed status shaped as sluice's answers are
-// (a code, current_limit, limit_remaining, duration_until_reset) — OVER_LIMIT for a
-// descriptor whose first entry's key is "hot", OK otherwise, as the benchmark's rules say.
-// What it costs per call is what grpc-go, the proto codec and the machine cost any RLS
+// decides nothing. It serves ShouldRateLimit on grpc-go with the ingress's transport
+// options (ingress.GRPCTransportOptions: stream workers, shared write buffer, fixed
+// flow-control windows) and answers every call with one fixed status shaped as sluice's
+// answers are (a code, current_limit, limit_remaining, duration_until_reset) — OVER_LIMIT
+// for a descriptor whose first entry's key is "hot", OK otherwise, as the benchmark's rules
+// say. What it costs per call is what grpc-go, the proto codec and the machine cost any RLS
 // server written in Go; whatever a server spends above it is its own.
 package main
 
@@ -19,6 +19,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-io/sluice/internal/ingress"
 )
 
 type floor struct {
@@ -55,13 +57,7 @@ func main() {
 		logger.Error("rlsfloor: listen", "err", err)
 		os.Exit(1)
 	}
-	gs := grpc.NewServer(
-		grpc.MaxConcurrentStreams(1024),
-		grpc.NumStreamWorkers(64),
-		grpc.SharedWriteBuffer(true),
-		grpc.InitialWindowSize(1<<20),
-		grpc.InitialConnWindowSize(1<<22),
-	)
+	gs := grpc.NewServer(ingress.GRPCTransportOptions(ingress.GRPCConfig{})...)
 	rlsv3.RegisterRateLimitServiceServer(gs, floor{})
 	logger.Info("rlsfloor: listening", "addr", ln.Addr().String()) // what the benchmark waits for
 	if err := gs.Serve(ln); err != nil {
