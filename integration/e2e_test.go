@@ -194,9 +194,11 @@ func e2eOrdersPark(c *cluster) {
 		}
 		for _, d := range c.drainers {
 			m := c.metrics(d)
-			t.Logf("%s re-admissions of orders-park: admitted %.0f, reparked %.0f, dead %.0f, error %.0f", d.Name(),
-				m.Sum("sluice_readmissions_total", `rule="orders-park"`, `result="admitted"`), m.Sum("sluice_readmissions_total", `rule="orders-park"`, `result="reparked"`),
-				m.Sum("sluice_readmissions_total", `rule="orders-park"`, `result="dead"`), m.Sum("sluice_readmissions_total", `rule="orders-park"`, `result="error"`))
+			var counts []string
+			for _, res := range []string{"admitted", "reparked", "dead", "error"} {
+				counts = append(counts, fmt.Sprintf("%s %.0f", res, m.Sum("sluice_readmissions_total", `rule="orders-park"`, `result="`+res+`"`)))
+			}
+			t.Logf("%s re-admissions of orders-park: %s", d.Name(), strings.Join(counts, ", "))
 		}
 		t.Fatalf("orders-park: %d distinct of %d delivered, %d duplicates", rep.Unique, n, rep.Duplicates)
 	}
