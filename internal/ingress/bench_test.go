@@ -257,10 +257,23 @@ descriptors:
 		{name: "asynq Enqueue", url: asynqURL},
 		{name: "asynq, TaskID", url: asynqURL, idem: true},
 	}
+	if os.Getenv("SLUICE_BENCH_FLOOR") != "" { // the ladder from the bare handler to sluice (floor_bench_test.go)
+		cs = slices.Insert(cs, 1, admissionFloors(t, js, rdb, keys)...)
+	}
 	if url, pid, err := startBullMQ(t, r.Addr()); err != nil {
 		t.Logf("BullMQ left out: %v", err)
 	} else {
 		cs = append(cs, contender{name: "BullMQ queue.add", url: url, pid: pid}, contender{name: "BullMQ, jobId", url: url, idem: true, pid: pid})
+	}
+	if only := os.Getenv("SLUICE_BENCH_ONLY"); only != "" { // e.g. "bare,sluice ingress": a quicker A/B
+		cs = slices.DeleteFunc(cs, func(c contender) bool {
+			for _, name := range strings.Split(only, ",") {
+				if strings.HasPrefix(c.name, name) {
+					return false
+				}
+			}
+			return true
+		})
 	}
 	for i := 0; i < len(cs); i++ { // warm up every one; one that cannot admit is left out
 		if _, _, bad := load(t, cs[i].url, conns, time.Second, bodies, cs[i].idem); bad > 0 {
@@ -313,6 +326,10 @@ descriptors:
 		t.Logf("  %-34s %.2f× (rounds %.2f–%.2f)%s", label, med(rs), slices.Min(rs), slices.Max(rs), goal)
 	}
 	ratio("sluice / bare publish:", "sluice ingress", "bare JetStream publish", "  goal ≥ 0.80×")
+	ratio("floor: message / bare:", "floor: message", "bare JetStream publish", "")
+	ratio("floor: + answer / bare:", "floor: + answer", "bare JetStream publish", "")
+	ratio("floor: + per-key Redis / bare:", "floor: + per-key Redis", "bare JetStream publish", "")
+	ratio("sluice / floor: + per-key Redis:", "sluice ingress", "floor: + per-key Redis", "")
 	ratio("sluice idempotent / sluice:", "sluice, idempotency keys", "sluice ingress", "  goal ≥ 0.90×")
 	ratio("sluice / asynq:", "sluice ingress", "asynq Enqueue", "  goal ≥ 1.0×")
 	ratio("sluice idempotent / asynq TaskID:", "sluice, idempotency keys", "asynq, TaskID", "  goal ≥ 1.0×")
