@@ -330,6 +330,8 @@ descriptors:
 	ratio("floor: + answer / bare:", "floor: + answer", "bare JetStream publish", "")
 	ratio("floor: + per-key Redis / bare:", "floor: + per-key Redis", "bare JetStream publish", "")
 	ratio("sluice / floor: + per-key Redis:", "sluice ingress", "floor: + per-key Redis", "")
+	ratio("floor: + per-key Redis / asynq:", "floor: + per-key Redis", "asynq Enqueue", "")
+	ratio("floor: + per-key Redis / BullMQ:", "floor: + per-key Redis", "BullMQ queue.add", "")
 	ratio("sluice idempotent / sluice:", "sluice, idempotency keys", "sluice ingress", "  goal ≥ 0.90×")
 	ratio("sluice / asynq:", "sluice ingress", "asynq Enqueue", "  goal ≥ 1.0×")
 	ratio("sluice idempotent / asynq TaskID:", "sluice, idempotency keys", "asynq, TaskID", "  goal ≥ 1.0×")
