@@ -2,7 +2,6 @@ package ingress_test
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -23,9 +23,10 @@ import (
 // metrics, no retries, no error handling beyond a 503.
 //
 //  1. "floor: message": the bare handler, but the message is sluice's — the request's JSON
-//     decoded into the submission's fields, published with sluice's headers (format, rule,
-//     key, creation time) and a fresh message id as Nats-Msg-Id, to a stream of a queue
-//     rule's shape (a per-key capacity that JetStream enforces, the duplicate window).
+//     decoded by the ingress's own scanner of plain bodies, published with sluice's headers
+//     (format, rule, key, creation time) and a fresh message id as Nats-Msg-Id, to a stream
+//     of a queue rule's shape (a per-key capacity that JetStream enforces, the duplicate
+//     window).
 //  2. "floor: + answer": rung 1 answering the 202 of the contract (the rate-limit headers,
 //     Location, the JSON body), with fixed numbers.
 //  3. "floor: + per-key Redis": rung 2 with the key's Redis state as the contract keeps it —
@@ -45,28 +46,19 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client, ke
 		Duplicates: queue.DefaultDuplicates, AllowDirect: true}); err != nil {
 		t.Fatal(err)
 	}
-	type submission struct {
-		Domain     string `json:"domain"`
-		Descriptor []struct {
-			Key   string `json:"key"`
-			Value string `json:"value"`
-		} `json:"descriptor"`
-		Payload json.RawMessage `json:"payload"`
-	}
 	// publish is rung 1: the message sluice stores, stored as sluice stores it.
 	publish := func(r *http.Request) (id, key string, ok bool) {
 		b, _ := io.ReadAll(r.Body)
-		var s submission
-		if json.Unmarshal(b, &s) != nil || len(s.Descriptor) == 0 {
+		key, payload, ok := ingress.ScanSubmission(b) // the ingress's own decoder of plain bodies
+		if !ok {
 			return "", "", false
 		}
-		key = s.Descriptor[0].Value
 		id, err := queue.NewID("orders", key)
 		if err != nil {
 			return "", "", false
 		}
 		m := nats.NewMsg("floor.orders." + key)
-		m.Data = s.Payload
+		m.Data = payload
 		m.Header.Set(queue.HeaderFormat, strconv.Itoa(queue.FormatVersion))
 		m.Header.Set(queue.HeaderMsgID, id)
 		m.Header.Set(queue.HeaderRule, "orders")
