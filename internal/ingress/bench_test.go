@@ -237,11 +237,15 @@ descriptors:
 	sluiceURL := "http://" + m.Addr.String() + "/v1/messages"
 
 	// SLUICE_BENCH_PROFILE=sluice (or idempotent: with idempotency keys; bare: the bare
-	// handler) drives only that one for 10 s, for `go test -cpuprofile`.
+	// handler; floor: the last floor handler) drives only that one for 10 s, for
+	// `go test -cpuprofile`.
 	if which := os.Getenv("SLUICE_BENCH_PROFILE"); which != "" {
 		url := sluiceURL
-		if which == "bare" {
+		switch which {
+		case "bare":
 			url = bareURL
+		case "floor":
+			url = admissionFloors(t, js, rdb, keys)[2].url
 		}
 		rate, p99, _ := load(t, url, conns, 10*time.Second, bodies, which == "idempotent")
 		t.Logf("%s only: %.0f req/s p99 %v", which, rate, p99)
