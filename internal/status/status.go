@@ -140,7 +140,7 @@ func (l *Locator) Get(ctx context.Context, id string) (Status, error) {
 		return st, err
 	}
 	if l.Delivered != nil {
-		attempts, at, ok, err := l.Delivered.Get(ctx, id)
+		attempts, at, ok, err := l.deliveredRecord(ctx, id)
 		if err != nil {
 			return Status{}, err
 		}
@@ -150,6 +150,32 @@ func (l *Locator) Get(ctx context.Context, id string) (Status, error) {
 		}
 	}
 	return Status{}, &Gone{ID: id, Rule: r.Name, Key: ref.Key, IssuedAt: issued}
+}
+
+// RecordGrace is how long a lookup that found a message nowhere waits for its delivered
+// record before it answers "no longer tracked". The drainer hands the record to an
+// asynchronous writer just before it deletes the delivered message from its queue, so a
+// lookup landing between the two finds the message in neither place for the few
+// milliseconds the record takes to be stored.
+const RecordGrace = 100 * time.Millisecond
+
+// deliveredRecord reads id's delivered record, and reads it again every 20 ms for up to
+// RecordGrace while there is none.
+func (l *Locator) deliveredRecord(ctx context.Context, id string) (attempts int, at time.Time, ok bool, err error) {
+	deadline := time.Now().Add(RecordGrace)
+	for {
+		attempts, at, ok, err = l.Delivered.Get(ctx, id)
+		if ok || err != nil || !time.Now().Before(deadline) {
+			return attempts, at, ok, err
+		}
+		t := time.NewTimer(min(20*time.Millisecond, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, time.Time{}, false, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 func (l *Locator) rule(token string) *rules.Rule {

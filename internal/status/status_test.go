@@ -232,6 +232,33 @@ func TestLocatorAnswersEveryStateFromWhereTheMessageIs(t *testing.T) {
 	}
 }
 
+// A delivered message whose record is still on its way to the records stream (the drainer
+// hands it to an asynchronous writer just before it deletes the message) is answered
+// delivered, not "no longer tracked": a lookup that finds the message nowhere waits up to
+// RecordGrace for its record.
+func TestLocatorWaitsForADeliveredRecordOnItsWay(t *testing.T) {
+	w := newWorld(t)
+	for i := 0; i < 5; i++ {
+		id := mustID(t, "k")
+		go func() {
+			time.Sleep(30 * time.Millisecond) // longer than a lookup takes, within the grace
+			w.rec.Record(w.ctx, id, status.Delivered, 1, "")
+		}()
+		st, err := w.loc.Get(w.ctx, id)
+		if err != nil || st.State != status.Delivered {
+			t.Fatalf("round %d: %+v %v, want delivered", i, st, err)
+		}
+	}
+	// Without a record on its way the answer is "no longer tracked", after the grace.
+	start := time.Now()
+	if _, err := w.loc.Get(w.ctx, mustID(t, "k")); !errors.Is(err, status.ErrNotTracked) {
+		t.Fatalf("no record: %v, want ErrNotTracked", err)
+	}
+	if d := time.Since(start); d < status.RecordGrace || d > status.RecordGrace+time.Second {
+		t.Fatalf("no record answered after %v, want the grace of %v", d, status.RecordGrace)
+	}
+}
+
 // A message moving from the retry stream back into its queue is found on one side or the
 // other while it moves: the queue is looked at again last.
 func TestLocatorFindsAMessageReadmittedWhileLooking(t *testing.T) {
