@@ -305,7 +305,7 @@ func (req *submitRequest) digest() string {
 // window stores it once. When the stores cannot be read the answer is 503: a 200 then
 // could acknowledge a message that was never stored.
 func (s *Server) replayOwner(ctx context.Context, m *queue.Message, owner string) (o outcome, done bool) {
-	st, err := s.cfg.Status.Get(ctx, owner)
+	st, err := s.cfg.Status.GetNow(ctx, owner)
 	var gone *status.Gone
 	switch {
 	case err == nil:

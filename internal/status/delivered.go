@@ -63,6 +63,9 @@ type DeliveredRecords struct {
 	dropped atomic.Int64
 	queue   chan *nats.Msg // records waiting for the writer (Record never waits)
 	once    sync.Once
+	// stream is the records' stream once found (Get): a read is then one request, not a
+	// stream lookup and a read.
+	stream atomic.Pointer[jetstream.Stream]
 }
 
 // recordQueue bounds the records waiting to be written; beyond it they are dropped and
@@ -176,15 +179,25 @@ func (d *DeliveredRecords) Get(ctx context.Context, id string) (attempts int, at
 	if !ok {
 		return 0, time.Time{}, false, nil
 	}
-	s, err := d.js.Stream(ctx, d.cfg.Stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return 0, time.Time{}, false, nil
-	}
-	if err != nil {
-		return 0, time.Time{}, false, fmt.Errorf("status: delivered records: %w", err)
+	var s jetstream.Stream
+	if p := d.stream.Load(); p != nil {
+		s = *p
+	} else {
+		s, err = d.js.Stream(ctx, d.cfg.Stream)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return 0, time.Time{}, false, nil
+		}
+		if err != nil {
+			return 0, time.Time{}, false, fmt.Errorf("status: delivered records: %w", err)
+		}
+		d.stream.Store(&s)
 	}
 	raw, err := s.GetLastMsgForSubject(ctx, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, time.Time{}, false, nil
+	}
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		d.stream.Store(nil) // deleted since: found again (or not) next time
 		return 0, time.Time{}, false, nil
 	}
 	if err != nil {

@@ -102,7 +102,21 @@ type Locator struct {
 // Get returns where message id is: ErrNeverSeen for an id that is not sluice's, a *Gone
 // (errors.Is ErrNotTracked) for one that has left; other errors are the stores' (NATS or
 // Redis unreachable).
+//
+// With delivered records on, a message found nowhere is looked for among them for up to
+// RecordGrace more before the answer is a *Gone (see RecordGrace).
 func (l *Locator) Get(ctx context.Context, id string) (Status, error) {
+	return l.get(ctx, id, RecordGrace)
+}
+
+// GetNow is Get without waiting for a delivered record on its way: for a caller to which
+// "no longer tracked" is a cue to act on rather than an answer to give (an idempotency
+// key's repeat, whose owner re-admitted under its own id is recognised by the stream).
+func (l *Locator) GetNow(ctx context.Context, id string) (Status, error) {
+	return l.get(ctx, id, 0)
+}
+
+func (l *Locator) get(ctx context.Context, id string, grace time.Duration) (Status, error) {
 	ref, ok := queue.ParseID(id)
 	if !ok {
 		return l.legacy(ctx, id)
@@ -140,7 +154,7 @@ func (l *Locator) Get(ctx context.Context, id string) (Status, error) {
 		return st, err
 	}
 	if l.Delivered != nil {
-		attempts, at, ok, err := l.deliveredRecord(ctx, id)
+		attempts, at, ok, err := l.deliveredRecord(ctx, id, grace)
 		if err != nil {
 			return Status{}, err
 		}
@@ -160,9 +174,10 @@ func (l *Locator) Get(ctx context.Context, id string) (Status, error) {
 const RecordGrace = 100 * time.Millisecond
 
 // deliveredRecord reads id's delivered record, and reads it again every 20 ms for up to
-// RecordGrace while there is none.
-func (l *Locator) deliveredRecord(ctx context.Context, id string) (attempts int, at time.Time, ok bool, err error) {
-	deadline := time.Now().Add(RecordGrace)
+// grace while there is none. A caller gone during the wait gets the first read's answer
+// (none), not an error: the wait is a courtesy.
+func (l *Locator) deliveredRecord(ctx context.Context, id string, grace time.Duration) (attempts int, at time.Time, ok bool, err error) {
+	deadline := time.Now().Add(grace)
 	for {
 		attempts, at, ok, err = l.Delivered.Get(ctx, id)
 		if ok || err != nil || !time.Now().Before(deadline) {
@@ -172,7 +187,7 @@ func (l *Locator) deliveredRecord(ctx context.Context, id string) (attempts int,
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return 0, time.Time{}, false, ctx.Err()
+			return 0, time.Time{}, false, nil
 		case <-t.C:
 		}
 	}
