@@ -222,7 +222,7 @@ domain: orders
 descriptors:
   - key: merchant_id
     name: orders
-    queue: {capacity: 10000, outflow: {unit: second, requests_per_unit: 10}}
+    queue: {capacity: `+strconv.Itoa(benchCapacity)+`, outflow: {unit: second, requests_per_unit: 10}}
     sink: {url: "http://127.0.0.1:1/unused"}
 `), 0o644)
 	cfg, err := ingress.ParseFlags([]string{"-rules", rulesPath, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL()}, func(string) string { return "" }, io.Discard)
@@ -245,7 +245,7 @@ descriptors:
 		case "bare":
 			url = bareURL
 		case "floor":
-			url = admissionFloors(t, js, rdb, keys)[2].url
+			url = admissionFloors(t, js, rdb)[2].url
 		}
 		rate, p99, _ := load(t, url, conns, 10*time.Second, bodies, which == "idempotent")
 		t.Logf("%s only: %.0f req/s p99 %v", which, rate, p99)
@@ -262,23 +262,16 @@ descriptors:
 		{name: "asynq, TaskID", url: asynqURL, idem: true},
 	}
 	if os.Getenv("SLUICE_BENCH_FLOOR") != "" { // the ladder from the bare handler to sluice (floor_bench_test.go)
-		cs = slices.Insert(cs, 1, admissionFloors(t, js, rdb, keys)...)
+		cs = slices.Insert(cs, 1, admissionFloors(t, js, rdb)...)
 	}
-	if url, pid, err := startBullMQ(t, r.Addr()); err != nil {
+	if !selected("BullMQ queue.add") && !selected("BullMQ, jobId") {
+		t.Logf("BullMQ left out: not in SLUICE_BENCH_ONLY")
+	} else if url, pid, err := startBullMQ(t, r.Addr()); err != nil {
 		t.Logf("BullMQ left out: %v", err)
 	} else {
 		cs = append(cs, contender{name: "BullMQ queue.add", url: url, pid: pid}, contender{name: "BullMQ, jobId", url: url, idem: true, pid: pid})
 	}
-	if only := os.Getenv("SLUICE_BENCH_ONLY"); only != "" { // e.g. "bare,sluice ingress": a quicker A/B
-		cs = slices.DeleteFunc(cs, func(c contender) bool {
-			for _, name := range strings.Split(only, ",") {
-				if strings.HasPrefix(c.name, name) {
-					return false
-				}
-			}
-			return true
-		})
-	}
+	cs = slices.DeleteFunc(cs, func(c contender) bool { return !selected(c.name) })
 	for i := 0; i < len(cs); i++ { // warm up every one; one that cannot admit is left out
 		if _, _, bad := load(t, cs[i].url, conns, time.Second, bodies, cs[i].idem); bad > 0 {
 			t.Errorf("%s left out: %d non-2xx answers while warming up", cs[i].name, bad)
@@ -348,6 +341,26 @@ descriptors:
 		t.Logf("  p99 at %.0f req/s offered: %-26s %v (%d failed)", offered, c.name, p99.Round(10*time.Microsecond), bad)
 	}
 }
+
+// selected reports whether the contender named name is in the report: every one, unless
+// SLUICE_BENCH_ONLY lists some (comma-separated prefixes of their names, e.g.
+// "bare,sluice ingress" for a quicker A/B).
+func selected(name string) bool {
+	only := os.Getenv("SLUICE_BENCH_ONLY")
+	if strings.TrimSpace(only) == "" {
+		return true
+	}
+	for _, p := range strings.Split(only, ",") {
+		if p = strings.TrimSpace(p); p != "" && strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// benchCapacity is the capacity of the admission report's queue rule, which the floor
+// handlers answer with too.
+const benchCapacity = 10000
 
 // serve runs h on a loopback port and returns its URL.
 func serve(t *testing.T, h http.Handler) string {

@@ -2,9 +2,12 @@ package ingress_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,31 +26,38 @@ import (
 // metrics, no retries, no error handling beyond a 503.
 //
 //  1. "floor: message": the bare handler, but the message is sluice's — the request's JSON
-//     decoded by the ingress's own scanner of plain bodies, published with sluice's headers
-//     (format, rule, key, creation time) and a fresh message id as Nats-Msg-Id, to a stream
-//     of a queue rule's shape (a per-key capacity that JetStream enforces, the duplicate
-//     window).
+//     decoded by the ingress's own scanner of plain bodies, with sluice's headers (format,
+//     rule, key, creation time) and a fresh message id as Nats-Msg-Id, published to its
+//     key's subject in a stream queue.Queues creates for a queue rule (the same
+//     configuration: per-key capacity that JetStream enforces, the duplicate window).
 //  2. "floor: + answer": rung 1 answering the 202 of the contract (the rate-limit headers,
 //     Location, the JSON body), with fixed numbers.
-//  3. "floor: + per-key Redis": rung 2 with the key's Redis state as the contract keeps it —
-//     the depth counter incremented (HINCRBY, its answer is the 202's depth) and the key made
-//     due (ZADD NX) — batched across concurrent requests into one pipeline, as sluice batches
-//     them, and waited for before the answer.
+//  3. "floor: + per-key Redis": rung 2 with the key's Redis state as the contract keeps it,
+//     batched across concurrent requests into one pipeline at a time as sluice batches it,
+//     and timed as sluice times it: the key's depth counted (HINCRBY) and its due score read
+//     (ZSCORE, for the eta) while the message is published, waited for once the PubAck is
+//     in; the key made due (ZADD NX) after the PubAck, not waited for.
 //
-// Sluice's admission does all of rung 3 and more (scripts instead of two plain commands,
-// whose answers give the eta; rules, auth, metrics, admission limits, refusals). The ladder
-// shows how much of the gap to the bare handler is the contract's and how much is sluice's.
-func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client, keys int) []contender {
+// Sluice's admission does all of rung 3 and more: scripts where these are plain commands
+// (a key that just emptied keeps its next slot, a key a drainer holds is flagged rather than
+// made due, the count is clamped in Redis), rules, auth, metrics, admission limits,
+// refusals. The ladder shows how much of the gap to the bare handler is the contract's and
+// how much is sluice's.
+func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []contender {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FLOOR", Subjects: []string{"floor.>"},
-		Retention: jetstream.WorkQueuePolicy, Discard: jetstream.DiscardNew, DiscardNewPerSubject: true,
-		MaxMsgsPerSubject: int64(keys), MaxMsgs: -1, MaxBytes: 1 << 30, Storage: jetstream.FileStorage,
-		Duplicates: queue.DefaultDuplicates, AllowDirect: true}); err != nil {
+	q, err := queue.NewQueues(js, queue.Config{StreamPrefix: "FLOOR_", SubjectPrefix: "floor"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	// publish is rung 1: the message sluice stores, stored as sluice stores it.
-	publish := func(r *http.Request) (id, key string, ok bool) {
+	if err := q.Ensure(ctx, "orders", benchCapacity); err != nil {
+		t.Fatal(err)
+	}
+	stream := q.StreamName("orders")
+	format := strconv.Itoa(queue.FormatVersion)
+	// publish is rung 1: the message sluice stores, stored as sluice stores it; before is
+	// called with the key once the body is decoded, before the publish.
+	publish := func(r *http.Request, before func(key string)) (id, key string, ok bool) {
 		b, _ := io.ReadAll(r.Body)
 		key, payload, ok := ingress.ScanSubmission(b) // the ingress's own decoder of plain bodies
 		if !ok {
@@ -57,66 +67,81 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client, ke
 		if err != nil {
 			return "", "", false
 		}
-		m := nats.NewMsg("floor.orders." + key)
-		m.Data = payload
-		m.Header.Set(queue.HeaderFormat, strconv.Itoa(queue.FormatVersion))
-		m.Header.Set(queue.HeaderMsgID, id)
-		m.Header.Set(queue.HeaderRule, "orders")
-		m.Header.Set(queue.HeaderKey, key)
-		m.Header.Set(queue.HeaderCreatedAt, time.Now().UTC().Format(time.RFC3339Nano))
-		if _, err := js.PublishMsg(r.Context(), m, jetstream.WithExpectStream("FLOOR")); err != nil {
+		if before != nil {
+			before(key)
+		}
+		m := &nats.Msg{Subject: q.Subject("orders", key), Data: payload, Header: nats.Header{
+			queue.HeaderFormat:    {format},
+			queue.HeaderMsgID:     {id},
+			queue.HeaderRule:      {"orders"},
+			queue.HeaderKey:       {url.PathEscape(key)},
+			queue.HeaderCreatedAt: {time.Now().UTC().Format(time.RFC3339Nano)},
+		}}
+		if _, err := js.PublishMsg(r.Context(), m, jetstream.WithExpectStream(stream)); err != nil {
 			return "", "", false
 		}
 		return id, key, true
 	}
 	// answer is rung 2's 202.
-	answer := func(w http.ResponseWriter, id string, depth int64) {
-		const capacity = 10000
-		httpx.SetRateLimitHeaders(w.Header(), httpx.RateLimit{Policy: "orders", Limit: capacity, Remaining: capacity - depth,
-			Reset: 100 * time.Millisecond, Window: capacity * 100 * time.Millisecond})
+	const every = 100 * time.Millisecond // the report's rule: 10 a second
+	answer := func(w http.ResponseWriter, id string, depth int64, eta time.Time) {
+		httpx.SetRateLimitHeaders(w.Header(), httpx.RateLimit{Policy: "orders", Limit: benchCapacity, Remaining: benchCapacity - depth,
+			Reset: every, Window: benchCapacity * every})
 		w.Header().Set("Location", "/v1/messages/"+id)
 		b := make([]byte, 0, 160)
 		b = append(b, `{"id":`...)
 		b = strconv.AppendQuote(b, id)
 		b = append(b, `,"state":"queued","depth":`...)
 		b = strconv.AppendInt(b, depth, 10)
-		b = append(b, `,"capacity":10000,"eta":"`...)
-		b = time.Now().UTC().AppendFormat(b, time.RFC3339Nano)
+		b = append(b, `,"capacity":`...)
+		b = strconv.AppendInt(b, benchCapacity, 10)
+		b = append(b, `,"eta":"`...)
+		b = eta.UTC().AppendFormat(b, time.RFC3339Nano)
 		b = append(b, "\"}\n"...)
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 		w.WriteHeader(http.StatusAccepted)
 		w.Write(b)
 	}
-	counts := newFloorBatcher(rdb)
-	t.Cleanup(counts.stop)
+	redisState := newFloorBatcher(rdb)
+	t.Cleanup(redisState.stop)
 	one := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, _, ok := publish(r); !ok {
+		if _, _, ok := publish(r, nil); !ok {
 			w.WriteHeader(503)
 			return
 		}
 		w.WriteHeader(202)
 	}))
 	two := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, _, ok := publish(r)
+		id, _, ok := publish(r, nil)
 		if !ok {
 			w.WriteHeader(503)
 			return
 		}
-		answer(w, id, 1)
+		answer(w, id, 1, time.Now())
 	}))
 	three := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, key, ok := publish(r)
-		if !ok {
+		var count *floorOp
+		id, key, ok := publish(r, func(key string) { count = redisState.count(key) })
+		if count == nil {
 			w.WriteHeader(503)
 			return
 		}
-		depth, err := counts.count(key)
-		if err != nil {
+		<-count.reply
+		depth, due, err := count.depth, count.due, count.err
+		floorOps.Put(count)
+		if !ok || err != nil {
 			w.WriteHeader(503)
 			return
 		}
-		answer(w, id, depth)
+		now := time.Now()
+		redisState.mark(key, now)
+		depth = max(1, min(depth, benchCapacity))
+		next := now
+		if due.After(now) {
+			next = due
+		}
+		answer(w, id, depth, next.Add(time.Duration(depth-1)*every))
 	}))
 	return []contender{
 		{name: "floor: message", url: one},
@@ -125,20 +150,27 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client, ke
 	}
 }
 
-// floorBatcher sends the per-key Redis writes of concurrent requests in one pipeline: one
-// goroutine takes whatever is waiting, sends it and answers each request.
+// floorBatcher sends the per-key Redis work of concurrent requests in one pipeline at a
+// time: one goroutine takes whatever is waiting, marks before counts, sends it and answers
+// each count.
 type floorBatcher struct {
 	rdb  *redis.Client
 	ch   chan *floorOp
 	done chan struct{}
 }
 
+// floorOp is one count (waited for on reply) or one mark (recycled by the batcher).
 type floorOp struct {
+	mark  bool
 	key   string
+	now   time.Time
 	depth int64
+	due   time.Time
 	err   error
 	reply chan struct{}
 }
+
+var floorOps = sync.Pool{New: func() any { return &floorOp{reply: make(chan struct{}, 1)} }}
 
 func newFloorBatcher(rdb *redis.Client) *floorBatcher {
 	b := &floorBatcher{rdb: rdb, ch: make(chan *floorOp, 4096), done: make(chan struct{})}
@@ -148,16 +180,26 @@ func newFloorBatcher(rdb *redis.Client) *floorBatcher {
 
 func (b *floorBatcher) stop() { close(b.done) }
 
-func (b *floorBatcher) count(key string) (int64, error) {
-	o := &floorOp{key: key, reply: make(chan struct{}, 1)}
+// count sends a count of key; receive from the op's reply, then put it back in floorOps.
+func (b *floorBatcher) count(key string) *floorOp {
+	o := floorOps.Get().(*floorOp)
+	o.mark, o.key, o.err = false, key, nil
 	b.ch <- o
-	<-o.reply
-	return o.depth, o.err
+	return o
+}
+
+// mark makes key due at now, not waited for.
+func (b *floorBatcher) mark(key string, now time.Time) {
+	o := floorOps.Get().(*floorOp)
+	o.mark, o.key, o.now = true, key, now
+	b.ch <- o
 }
 
 func (b *floorBatcher) run() {
 	ctx := context.Background()
 	var batch []*floorOp
+	var incrs []*redis.IntCmd
+	var dues []*redis.FloatCmd
 	for {
 		select {
 		case <-b.done:
@@ -175,15 +217,30 @@ func (b *floorBatcher) run() {
 			}
 		}
 		pipe := b.rdb.Pipeline()
-		incrs := make([]*redis.IntCmd, len(batch))
-		now := float64(time.Now().UnixMicro())
-		for i, o := range batch {
-			incrs[i] = pipe.HIncrBy(ctx, "floor:depth", o.key, 1)
-			pipe.ZAddNX(ctx, "floor:due", redis.Z{Score: now, Member: o.key})
+		for _, o := range batch {
+			if o.mark {
+				pipe.ZAddNX(ctx, "floor:due", redis.Z{Score: float64(o.now.UnixMicro()), Member: o.key})
+			}
+		}
+		incrs, dues = incrs[:0], dues[:0]
+		for _, o := range batch {
+			if !o.mark {
+				incrs = append(incrs, pipe.HIncrBy(ctx, "floor:depth", o.key, 1))
+				dues = append(dues, pipe.ZScore(ctx, "floor:due", o.key))
+			}
 		}
 		_, err := pipe.Exec(ctx)
-		for i, o := range batch {
-			o.depth, o.err = incrs[i].Val(), err
+		if errors.Is(err, redis.Nil) {
+			err = nil // a key not due yet
+		}
+		j := 0
+		for _, o := range batch {
+			if o.mark {
+				floorOps.Put(o)
+				continue
+			}
+			o.depth, o.due, o.err = incrs[j].Val(), time.UnixMicro(int64(dues[j].Val())), err
+			j++
 			o.reply <- struct{}{}
 		}
 	}
