@@ -10,3 +10,7 @@ func ScanSubmission(body []byte) (key string, payload []byte, ok bool) {
 	}
 	return req.Descriptor[0].Value, req.Payload, true
 }
+
+// WriteQueued writes the 202 body of a queued message as the ingress does, for the floor
+// handlers.
+var WriteQueued = writeQueued

@@ -88,20 +88,7 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []
 		httpx.SetRateLimitHeaders(w.Header(), httpx.RateLimit{Policy: "orders", Limit: benchCapacity, Remaining: benchCapacity - depth,
 			Reset: every, Window: benchCapacity * every})
 		w.Header().Set("Location", "/v1/messages/"+id)
-		b := make([]byte, 0, 160)
-		b = append(b, `{"id":`...)
-		b = strconv.AppendQuote(b, id)
-		b = append(b, `,"state":"queued","depth":`...)
-		b = strconv.AppendInt(b, depth, 10)
-		b = append(b, `,"capacity":`...)
-		b = strconv.AppendInt(b, benchCapacity, 10)
-		b = append(b, `,"eta":"`...)
-		b = eta.UTC().AppendFormat(b, time.RFC3339Nano)
-		b = append(b, "\"}\n"...)
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-		w.WriteHeader(http.StatusAccepted)
-		w.Write(b)
+		ingress.WriteQueued(w, id, depth, benchCapacity, eta) // the ingress's own 202 body
 	}
 	redisState := newFloorBatcher(rdb)
 	t.Cleanup(redisState.stop)
