@@ -134,7 +134,11 @@ func TestE2EReport(t *testing.T) {
 	round := func(tg *target) {
 		if tg == targets[0] && !profiled && debugAddr != "" && os.Getenv("SLUICE_BENCH_PROFILE") != "" {
 			profiled = true
-			go profileCPU(t, "http://"+debugAddr+"/debug/pprof/profile?seconds=2", os.Getenv("SLUICE_BENCH_PROFILE"))
+			go func() {
+				if err := saveProfile("http://"+debugAddr+"/debug/pprof/profile?seconds=2", os.Getenv("SLUICE_BENCH_PROFILE")); err != nil {
+					t.Logf("profile: %v", err)
+				}
+			}()
 		}
 		var ok atomic.Int64
 		lats := make([][]time.Duration, inflight)
@@ -303,16 +307,20 @@ func machine() string {
 	return fmt.Sprintf("%d cores (%s), %s, %s %s/%s", runtime.NumCPU(), model, mem, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
-// profileCPU saves the CPU profile at url (a pprof endpoint) to file.
-func profileCPU(t *testing.T, url, file string) {
+// saveProfile saves the profile a pprof endpoint serves at url (a CPU profile takes its
+// seconds to answer) to file.
+func saveProfile(url, file string) error {
 	resp, err := http.Get(url)
 	if err != nil {
-		t.Logf("profile: %v", err)
-		return
+		return err
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if err := os.WriteFile(file, b, 0o644); err != nil {
-		t.Logf("profile: %v", err)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
 	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, b, 0o644)
 }

@@ -3,9 +3,7 @@ package integration_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -177,17 +175,8 @@ func TestScaleReport(t *testing.T) {
 
 func saveHeapProfile(t *testing.T, url, file string) {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("heap profile: %s %v", resp.Status, err)
-	}
-	if err := os.WriteFile(file, b, 0o644); err != nil {
-		t.Fatal(err)
+	if err := saveProfile(url, file); err != nil {
+		t.Fatalf("heap profile: %v", err)
 	}
 	t.Logf("  nats-server heap profile written to %s", file)
 }
