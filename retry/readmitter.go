@@ -375,45 +375,7 @@ func (r *Readmitter) Start(ctx context.Context) error {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			held := keyHolds{}
-			gather := time.NewTimer(gatherIdle)
-			gather.Stop()
-			defer gather.Stop()
-			var batch []jetstream.Msg
-			for {
-				select {
-				case msg := <-work:
-					// Gather what fires with it, then handle it all oldest first.
-					batch = append(batch[:0], msg)
-					until := time.Now().Add(gatherFor)
-					gather.Reset(gatherIdle)
-				collect:
-					for {
-						select {
-						case msg := <-work:
-							batch = append(batch, msg)
-							if time.Now().Before(until) {
-								gather.Reset(min(gatherIdle, time.Until(until)))
-							}
-						case <-gather.C:
-							break collect
-						case <-quit: // finish what it holds
-							gather.Stop()
-							break collect
-						case <-ctx.Done():
-							return
-						}
-					}
-					sortFired(batch)
-					for _, msg := range batch {
-						r.handle(ctx, msg, held)
-					}
-				case <-quit:
-					return
-				case <-ctx.Done():
-					return
-				}
-			}
+			r.work(ctx, work, quit)
 		}()
 	}
 	return nil
@@ -428,6 +390,57 @@ const (
 	gatherIdle = 5 * time.Millisecond
 	gatherFor  = 50 * time.Millisecond
 )
+
+// work handles the fired messages of one worker's shard, gathered (gather) and oldest
+// first, until quit or ctx ends.
+func (r *Readmitter) work(ctx context.Context, work <-chan jetstream.Msg, quit <-chan struct{}) {
+	held := keyHolds{}
+	timer := time.NewTimer(gatherIdle)
+	timer.Stop()
+	defer timer.Stop()
+	var batch []jetstream.Msg
+	for {
+		select {
+		case msg := <-work:
+			var ok bool
+			if batch, ok = gather(ctx, append(batch[:0], msg), work, quit, timer); !ok {
+				return
+			}
+			sortFired(batch)
+			for _, msg := range batch {
+				r.handle(ctx, msg, held)
+			}
+		case <-quit:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// gather adds to batch what reaches work until nothing has for gatherIdle, for gatherFor at
+// most, or until quit (the worker then finishes what it holds). timer is the worker's,
+// stopped. false: ctx ended.
+func gather(ctx context.Context, batch []jetstream.Msg, work <-chan jetstream.Msg, quit <-chan struct{}, timer *time.Timer) ([]jetstream.Msg, bool) {
+	until := time.Now().Add(gatherFor)
+	timer.Reset(gatherIdle)
+	for {
+		select {
+		case msg := <-work:
+			batch = append(batch, msg)
+			if time.Now().Before(until) {
+				timer.Reset(min(gatherIdle, time.Until(until)))
+			}
+		case <-timer.C:
+			return batch, true
+		case <-quit:
+			timer.Stop()
+			return batch, true
+		case <-ctx.Done():
+			return batch, false
+		}
+	}
+}
 
 // sortFired orders fired messages by their message id: ids begin with a time-ordered uuid
 // (v7), so a key's messages come in the order they were submitted.
