@@ -237,7 +237,7 @@ descriptors:
 	sluiceURL := "http://" + m.Addr.String() + "/v1/messages"
 
 	// SLUICE_BENCH_PROFILE=sluice (or idempotent: with idempotency keys; bare: the bare
-	// handler; floor: the last floor handler) drives only that one for 10 s, for
+	// handler; floor, floor-idempotent: the floor handlers with Redis) drives only that one for 10 s, for
 	// `go test -cpuprofile`.
 	if which := os.Getenv("SLUICE_BENCH_PROFILE"); which != "" {
 		url := sluiceURL
@@ -246,8 +246,10 @@ descriptors:
 			url = bareURL
 		case "floor":
 			url = admissionFloors(t, js, rdb)[2].url
+		case "floor-idempotent":
+			url = admissionFloors(t, js, rdb)[3].url
 		}
-		rate, p99, _ := load(t, url, conns, 10*time.Second, bodies, which == "idempotent")
+		rate, p99, _ := load(t, url, conns, 10*time.Second, bodies, which == "idempotent" || which == "floor-idempotent")
 		t.Logf("%s only: %.0f req/s p99 %v", which, rate, p99)
 		stats, _ := rdb.Info(ctx, "commandstats").Result()
 		t.Logf("redis:\n%s", stats)
@@ -329,6 +331,10 @@ descriptors:
 	ratio("sluice / floor: + per-key Redis:", "sluice ingress", "floor: + per-key Redis", "")
 	ratio("floor: + per-key Redis / asynq:", "floor: + per-key Redis", "asynq Enqueue", "")
 	ratio("floor: + per-key Redis / BullMQ:", "floor: + per-key Redis", "BullMQ queue.add", "")
+	ratio("floor: + idempotency / + Redis:", "floor: + idempotency key", "floor: + per-key Redis", "")
+	ratio("sluice idempotent / its floor:", "sluice, idempotency keys", "floor: + idempotency key", "")
+	ratio("floor: + idempotency / TaskID:", "floor: + idempotency key", "asynq, TaskID", "")
+	ratio("floor: + idempotency / jobId:", "floor: + idempotency key", "BullMQ, jobId", "")
 	ratio("sluice idempotent / sluice:", "sluice, idempotency keys", "sluice ingress", "  goal ≥ 0.90×")
 	ratio("sluice / asynq:", "sluice ingress", "asynq Enqueue", "  goal ≥ 1.0×")
 	ratio("sluice idempotent / asynq TaskID:", "sluice, idempotency keys", "asynq, TaskID", "  goal ≥ 1.0×")

@@ -37,6 +37,10 @@ import (
 //     and timed as sluice times it: the key's depth counted (HINCRBY) and its due score read
 //     (ZSCORE, for the eta) while the message is published, waited for once the PubAck is
 //     in; the key made due (ZADD NX) after the PubAck, not waited for.
+//  4. "floor: + idempotency key" (driven with an Idempotency-Key on every request): rung 3
+//     with the key claimed for the message's id (SET NX GET with a 24 h TTL) in the same
+//     pipeline as the count, and both waited for before the publish, because a key another
+//     message owns must store nothing (it answers 200 and publishes nothing).
 //
 // Sluice's admission does all of rung 3 and more: scripts where these are plain commands
 // (a key that just emptied keeps its next slot, a key a drainer holds is flagged rather than
@@ -56,8 +60,9 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []
 	stream := q.StreamName("orders")
 	format := strconv.Itoa(queue.FormatVersion)
 	// publish is rung 1: the message sluice stores, stored as sluice stores it; before is
-	// called with the key once the body is decoded, before the publish.
-	publish := func(r *http.Request, before func(key string)) (id, key string, ok bool) {
+	// called with the id and the key once the body is decoded, before the publish, which
+	// happens only if it returns true.
+	publish := func(r *http.Request, before func(id, key string) bool) (id, key string, ok bool) {
 		b, _ := io.ReadAll(r.Body)
 		key, payload, ok := ingress.ScanSubmission(b) // the ingress's own decoder of plain bodies
 		if !ok {
@@ -67,8 +72,8 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []
 		if err != nil {
 			return "", "", false
 		}
-		if before != nil {
-			before(key)
+		if before != nil && !before(id, key) {
+			return "", "", false
 		}
 		m := &nats.Msg{Subject: q.Subject("orders", key), Data: payload, Header: nats.Header{
 			queue.HeaderFormat:    {format},
@@ -107,17 +112,34 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []
 		}
 		answer(w, id, 1, time.Now())
 	}))
-	three := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// counted is rungs 3 and 4: claim, when not "", is the request's idempotency key.
+	counted := func(w http.ResponseWriter, r *http.Request, claim string) {
 		var count *floorOp
-		id, key, ok := publish(r, func(key string) { count = redisState.count(key) })
+		id, key, ok := publish(r, func(id, key string) bool {
+			count = redisState.count(key, claim, id)
+			if claim == "" {
+				return true
+			}
+			<-count.reply // the claim decides whether anything is stored
+			return count.err == nil && count.owner == id
+		})
 		if count == nil {
 			w.WriteHeader(503)
 			return
 		}
-		<-count.reply
-		depth, due, err := count.depth, count.due, count.err
+		if claim == "" {
+			<-count.reply
+		}
+		depth, due, owner, err := count.depth, count.due, count.owner, count.err
 		floorOps.Put(count)
-		if !ok || err != nil {
+		switch {
+		case err != nil:
+			w.WriteHeader(503)
+			return
+		case claim != "" && owner != id:
+			w.WriteHeader(200) // a repeat: the owner's message is stored already
+			return
+		case !ok:
 			w.WriteHeader(503)
 			return
 		}
@@ -129,11 +151,16 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []
 			next = due
 		}
 		answer(w, id, depth, next.Add(time.Duration(depth-1)*every))
+	}
+	three := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { counted(w, r, "") }))
+	four := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		counted(w, r, r.Header.Get("Idempotency-Key"))
 	}))
 	return []contender{
 		{name: "floor: message", url: one},
 		{name: "floor: + answer", url: two},
 		{name: "floor: + per-key Redis", url: three},
+		{name: "floor: + idempotency key", url: four, idem: true},
 	}
 }
 
@@ -146,15 +173,18 @@ type floorBatcher struct {
 	done chan struct{}
 }
 
-// floorOp is one count (waited for on reply) or one mark (recycled by the batcher).
+// floorOp is one count (waited for on reply), with the claim of an idempotency key when
+// claim is set, or one mark (recycled by the batcher).
 type floorOp struct {
-	mark  bool
-	key   string
-	now   time.Time
-	depth int64
-	due   time.Time
-	err   error
-	reply chan struct{}
+	mark      bool
+	key       string
+	claim, id string // the idempotency key to claim for id
+	now       time.Time
+	depth     int64
+	due       time.Time
+	owner     string // the id that owns claim (id when this claim took it)
+	err       error
+	reply     chan struct{}
 }
 
 var floorOps = sync.Pool{New: func() any { return &floorOp{reply: make(chan struct{}, 1)} }}
@@ -167,10 +197,11 @@ func newFloorBatcher(rdb *redis.Client) *floorBatcher {
 
 func (b *floorBatcher) stop() { close(b.done) }
 
-// count sends a count of key; receive from the op's reply, then put it back in floorOps.
-func (b *floorBatcher) count(key string) *floorOp {
+// count sends a count of key, and the claim of idempotency key claim for id when claim is
+// not ""; receive from the op's reply, then put it back in floorOps.
+func (b *floorBatcher) count(key, claim, id string) *floorOp {
 	o := floorOps.Get().(*floorOp)
-	o.mark, o.key, o.err = false, key, nil
+	o.mark, o.key, o.claim, o.id, o.owner, o.err = false, key, claim, id, "", nil
 	b.ch <- o
 	return o
 }
@@ -187,6 +218,7 @@ func (b *floorBatcher) run() {
 	var batch []*floorOp
 	var incrs []*redis.IntCmd
 	var dues []*redis.FloatCmd
+	var claims []*redis.StatusCmd
 	for {
 		select {
 		case <-b.done:
@@ -209,11 +241,16 @@ func (b *floorBatcher) run() {
 				pipe.ZAddNX(ctx, "floor:due", redis.Z{Score: float64(o.now.UnixMicro()), Member: o.key})
 			}
 		}
-		incrs, dues = incrs[:0], dues[:0]
+		incrs, dues, claims = incrs[:0], dues[:0], claims[:0]
 		for _, o := range batch {
 			if !o.mark {
 				incrs = append(incrs, pipe.HIncrBy(ctx, "floor:depth", o.key, 1))
 				dues = append(dues, pipe.ZScore(ctx, "floor:due", o.key))
+				var c *redis.StatusCmd
+				if o.claim != "" {
+					c = pipe.SetArgs(ctx, "floor:idem:"+o.claim, o.id, redis.SetArgs{Mode: "NX", Get: true, TTL: 24 * time.Hour})
+				}
+				claims = append(claims, c)
 			}
 		}
 		_, err := pipe.Exec(ctx)
@@ -227,6 +264,13 @@ func (b *floorBatcher) run() {
 				continue
 			}
 			o.depth, o.due, o.err = incrs[j].Val(), time.UnixMicro(int64(dues[j].Val())), err
+			if c := claims[j]; c != nil {
+				if owner, cerr := c.Result(); errors.Is(cerr, redis.Nil) {
+					o.owner = o.id // the key was free: this claim took it
+				} else {
+					o.owner = owner
+				}
+			}
 			j++
 			o.reply <- struct{}{}
 		}
