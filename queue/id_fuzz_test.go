@@ -84,3 +84,23 @@ func FuzzKeyFromToken(f *testing.F) {
 		}
 	})
 }
+
+// TestNewIDSpellsItsUUIDAsUUIDDoes: ids spell their uuid as uuid.UUID.String does, so
+// ParseID (which insists on that spelling) reads every id NewID makes.
+func TestNewIDSpellsItsUUIDAsUUIDDoes(t *testing.T) {
+	seen := map[string]bool{}
+	for i := 0; i < 1000; i++ {
+		id, err := queue.NewID("orders", "m-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, ok := queue.ParseID(id)
+		if !ok || ref.UUID.String() != id[:36] || ref.Key != "m-1" {
+			t.Fatalf("NewID made %q: ParseID %+v, %v", id, ref, ok)
+		}
+		if seen[id] {
+			t.Fatalf("NewID made %q twice", id)
+		}
+		seen[id] = true
+	}
+}
