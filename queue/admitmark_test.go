@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -27,24 +28,7 @@ func TestAdmitMarkIsCountThenMark(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	setup := func() *queue.Scheduler {
-		s, err := queue.NewScheduler(rdb, queue.SchedulerConfig{Prefix: redistest.Prefix(t) + strconv.Itoa(int(time.Now().UnixNano())) + ":"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		k := func(key, kind string) string { return s.KeyOf("r", key, kind) }
-		us := func(d time.Duration) float64 { return float64(now.Add(d).UnixMicro()) }
-		rdb.ZAdd(ctx, k("due", "due"), redis.Z{Score: us(5 * time.Second), Member: "due"})
-		rdb.HSet(ctx, k("due", "depth"), "due", 3)
-		rdb.ZAdd(ctx, k("idle", "idle"), redis.Z{Score: us(2 * time.Second), Member: "idle"})
-		rdb.ZAdd(ctx, k("past", "idle"), redis.Z{Score: us(-time.Second), Member: "past"})
-		rdb.HSet(ctx, k("held", "held"), "held", "A#7 "+strconv.FormatInt(now.Add(3*time.Second).UnixMicro(), 10))
-		rdb.ZAdd(ctx, k("held", "lease"), redis.Z{Score: us(time.Minute), Member: "held"})
-		rdb.HSet(ctx, k("held", "depth"), "held", 1)
-		rdb.HSet(ctx, k("full", "depth"), "full", 2)
-		rdb.HSet(ctx, k("bad", "depth"), "bad", -3)
-		return s
-	}
+	setup := func() *queue.Scheduler { return admissionFixture(t, rdb, now, 1) }
 	adms := []queue.Admission{
 		{Key: "due", Capacity: 10, Stored: true}, {Key: "idle", Capacity: 10, Stored: true},
 		{Key: "past", Capacity: 10, Stored: true}, {Key: "held", Capacity: 10, Stored: true},
@@ -90,14 +74,55 @@ func TestAdmitMarkIsCountThenMark(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("answers:\n got  %v\n want %v", got, want)
 	}
-	state := func(s *queue.Scheduler) string {
-		out := ""
-		for _, a := range adms { // each key's depth counter is in its own bucket
-			d, _ := rdb.HGet(ctx, s.KeyOf("r", a.Key, "depth"), a.Key).Result()
-			out += fmt.Sprint("depth ", a.Key, "=", d, "\n")
-		}
+	state := func(s *queue.Scheduler) string { return admissionState(rdb, s, adms) }
+	if g, w := state(after), state(before); g != w {
+		t.Errorf("state:\n got\n%s want\n%s", g, w)
+	}
+}
+
+// admissionFixture is a scheduler with fresh keys of rule "r" in every state a key can be
+// in when admissions are counted and marked: "due" (due in 5 s, depth 3), "idle" (its next
+// slot in 2 s), "past" (an idle slot in the past), "held" by a drainer (its next slot in
+// 3 s), "full" (depth 2), "bad" (a counter below zero); any other key is new.
+func admissionFixture(t *testing.T, rdb redis.UniversalClient, now time.Time, partitions int) *queue.Scheduler {
+	t.Helper()
+	ctx := context.Background()
+	s, err := queue.NewScheduler(rdb, queue.SchedulerConfig{Prefix: redistest.Prefix(t) + strconv.Itoa(int(time.Now().UnixNano())) + ":",
+		Partitions: func(string) int { return partitions }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := func(key, kind string) string { return s.KeyOf("r", key, kind) }
+	us := func(d time.Duration) float64 { return float64(now.Add(d).UnixMicro()) }
+	rdb.ZAdd(ctx, k("due", "due"), redis.Z{Score: us(5 * time.Second), Member: "due"})
+	rdb.HSet(ctx, k("due", "depth"), "due", 3)
+	rdb.ZAdd(ctx, k("idle", "idle"), redis.Z{Score: us(2 * time.Second), Member: "idle"})
+	rdb.ZAdd(ctx, k("past", "idle"), redis.Z{Score: us(-time.Second), Member: "past"})
+	rdb.HSet(ctx, k("held", "held"), "held", "A#7 "+strconv.FormatInt(now.Add(3*time.Second).UnixMicro(), 10))
+	rdb.ZAdd(ctx, k("held", "lease"), redis.Z{Score: us(time.Minute), Member: "held"})
+	rdb.HSet(ctx, k("held", "depth"), "held", 1)
+	rdb.HSet(ctx, k("full", "depth"), "full", 2)
+	rdb.HSet(ctx, k("bad", "depth"), "bad", -3)
+	return s
+}
+
+// admissionState is everything Redis holds of rule "r"'s keys among adms: each key's depth
+// counter, and the due, idle, dirty, held and lease sets of the keys' partitions.
+func admissionState(rdb redis.UniversalClient, s *queue.Scheduler, adms []queue.Admission) string {
+	ctx := context.Background()
+	out := ""
+	for _, a := range adms { // each key's depth counter is in its own bucket
+		d, _ := rdb.HGet(ctx, s.KeyOf("r", a.Key, "depth"), a.Key).Result()
+		out += fmt.Sprint("depth ", a.Key, "=", d, "\n")
+	}
+	seen := map[string]bool{}
+	for _, a := range adms {
 		for _, kind := range []string{"due", "idle", "dirty", "held", "lease"} {
-			key := s.KeyOf("r", "x", kind)
+			key := s.KeyOf("r", a.Key, kind)
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
 			if typ, _ := rdb.Type(ctx, key).Result(); typ == "zset" {
 				z, _ := rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
 				out += fmt.Sprint(kind, z, "\n")
@@ -106,9 +131,71 @@ func TestAdmitMarkIsCountThenMark(t *testing.T) {
 				out += fmt.Sprint(kind, h, "\n")
 			}
 		}
-		return out
 	}
-	if g, w := state(after), state(before); g != w {
-		t.Errorf("state:\n got\n%s want\n%s", g, w)
+	return out
+}
+
+// TestMarkCountIsMarkThenCount: a batch's marks and counts in one call per partition
+// (MarkCountPipe, markcount.lua) answer and leave Redis exactly as markdue.lua followed by
+// admitcount.lua do, over every state a key can be in (admissionFixture), with keys marked
+// and counted in the same batch, marked twice, marked only and counted only; on one
+// partition and on four (marks of a partition without counts, counts of one without marks).
+func TestMarkCountIsMarkThenCount(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := testRedis(t)
+	now := t0.Add(10 * time.Second)
+	for _, s := range queue.Scripts() { // pipelines send EVALSHA
+		if err := s.Load(ctx, rdb).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	marks := []string{"due", "idle", "past", "held", "new", "new", "marked-only", "m-1", "m-2", "m-3"}
+	markNow := now.Add(-time.Millisecond)
+	var adms []queue.Admission
+	for i, key := range []string{"due", "idle", "past", "held", "full", "bad", "new", "new", "counted-only", "c-1", "c-2", "c-3"} {
+		c := int64(10)
+		if key == "full" {
+			c = 2
+		}
+		adms = append(adms, queue.Admission{Key: key, Capacity: c, Now: now.Add(time.Duration(i) * time.Microsecond)})
+	}
+	all := slices.Clone(adms)
+	for _, m := range marks {
+		all = append(all, queue.Admission{Key: m})
+	}
+	for _, parts := range []int{1, 4} {
+		// Before: the two scripts, one after the other.
+		before := admissionFixture(t, rdb, now, parts)
+		pipe := rdb.Pipeline()
+		before.MarkDuePipe(ctx, pipe, "r", marks, markNow)
+		c := before.CountAdmittedPipe(ctx, pipe, "r", adms)
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want, err := queue.AdmittedResults(c, len(adms), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Now: one call per partition.
+		after := admissionFixture(t, rdb, now, parts)
+		pipe = rdb.Pipeline()
+		c = after.MarkCountPipe(ctx, pipe, "r", marks, markNow, adms)
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got, err := queue.AdmittedResults(c, len(adms), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%d partitions, answers:\n got  %v\n want %v", parts, got, want)
+		}
+		if g, w := admissionState(rdb, after, all), admissionState(rdb, before, all); g != w {
+			t.Errorf("%d partitions, state:\n got\n%s want\n%s", parts, g, w)
+		}
+		if n, _ := rdb.ZCard(ctx, before.KeyOf("r", "new", "due")).Result(); n == 0 {
+			t.Errorf("%d partitions: the marks made nothing due", parts)
+		}
 	}
 }

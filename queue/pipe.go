@@ -24,9 +24,14 @@ var admitMarkSrc string
 
 var admitMarkScript = redis.NewScript(admitMarkSrc)
 
+//go:embed markcount.lua
+var markCountSrc string
+
+var markCountScript = redis.NewScript(markCountSrc)
+
 // Scripts returns the Lua scripts of the scheduler that callers may pipeline.
 func Scripts() []*redis.Script {
-	return []*redis.Script{markDueScript, admitCountScript, admitMarkScript}
+	return []*redis.Script{markDueScript, admitCountScript, admitMarkScript, markCountScript}
 }
 
 // Admission is one message being counted into its key's queue by CountAdmittedPipe.
@@ -48,16 +53,42 @@ type Admission struct {
 // the counter (SetDepth). A partitioned rule gets one script call per partition its keys
 // fall in (each touches one slot; the cluster client sends each to its node).
 func (s *Scheduler) CountAdmittedPipe(ctx context.Context, pipe redis.Pipeliner, rule string, adms []Admission) *AdmitCounts {
+	return s.MarkCountPipe(ctx, pipe, rule, nil, time.Time{}, adms)
+}
+
+// MarkCountPipe queues MarkDuePipe of marks (made due at markNow) followed by
+// CountAdmittedPipe of adms, as one script call per partition where both fall
+// (markcount.lua) instead of two: what the ingress's batches send. It returns the counts'
+// pending result (nil without adms).
+func (s *Scheduler) MarkCountPipe(ctx context.Context, pipe redis.Pipeliner, rule string, marks []string, markNow time.Time, adms []Admission) *AdmitCounts {
+	if len(adms) == 0 {
+		if len(marks) > 0 {
+			s.MarkDuePipe(ctx, pipe, rule, marks, markNow)
+		}
+		return nil
+	}
+	if len(marks) > 0 && slices.ContainsFunc(adms, func(a Admission) bool { return a.Stored }) {
+		// Stored counts mark their own keys after counting them (admitmark.lua): the marks
+		// of earlier admissions go first, in calls of their own.
+		s.MarkDuePipe(ctx, pipe, rule, marks, markNow)
+		marks = nil
+	}
 	p := s.Partitions(rule)
 	out := &AdmitCounts{n: len(adms)}
 	if p == 1 {
-		out.cmds = []*redis.Cmd{s.countPipe(ctx, pipe, rule, 0, adms)}
+		out.cmds = []*redis.Cmd{s.countPipe(ctx, pipe, rule, 0, marks, markNow, adms)}
 		return out
 	}
+	markParts := s.byPartition(rule, marks)
 	byPart := map[int][]int{}
 	for j, a := range adms {
 		i := PartitionOf(a.Key, p)
 		byPart[i] = append(byPart[i], j)
+	}
+	for i, ks := range markParts {
+		if _, ok := byPart[i]; !ok {
+			s.markDuePart(ctx, pipe, rule, i, ks, markNow)
+		}
 	}
 	part := make([]Admission, 0, len(adms))
 	for i, js := range byPart {
@@ -65,14 +96,27 @@ func (s *Scheduler) CountAdmittedPipe(ctx context.Context, pipe redis.Pipeliner,
 		for _, j := range js {
 			part = append(part, adms[j])
 		}
-		out.cmds = append(out.cmds, s.countPipe(ctx, pipe, rule, i, part))
+		out.cmds = append(out.cmds, s.countPipe(ctx, pipe, rule, i, markParts[i], markNow, part))
 		out.idx = append(out.idx, js)
 	}
 	return out
 }
 
-func (s *Scheduler) countPipe(ctx context.Context, pipe redis.Pipeliner, rule string, i int, adms []Admission) *redis.Cmd {
+// countPipe counts adms, all of partition i, after marking marks of the same partition
+// (markcount.lua) when there are any (then no admission is Stored).
+func (s *Scheduler) countPipe(ctx context.Context, pipe redis.Pipeliner, rule string, i int, marks []string, markNow time.Time, adms []Admission) *redis.Cmd {
 	k := s.part(rule, i)
+	if len(marks) > 0 {
+		args := make([]any, 0, 2+len(marks)+4*len(adms))
+		args = append(args, us(markNow), len(marks))
+		for _, m := range marks {
+			args = append(args, m)
+		}
+		for _, a := range adms {
+			args = append(args, a.Key, a.Capacity, us(a.Now), depthBucket(a.Key))
+		}
+		return markCountScript.EvalSha(ctx, pipe, []string{k.due, k.lease, k.dirty, k.idle, k.held, k.depth}, args...)
+	}
 	stored := false
 	for _, a := range adms {
 		stored = stored || a.Stored
@@ -127,15 +171,20 @@ func (s *Scheduler) MarkDuePipe(ctx context.Context, pipe redis.Pipeliner, rule 
 	parts := s.byPartition(rule, keys)
 	cmds := make([]*redis.Cmd, 0, len(parts))
 	for i, ks := range parts {
-		k := s.part(rule, i)
-		args := make([]any, 0, 1+len(ks))
-		args = append(args, us(now))
-		for _, key := range ks {
-			args = append(args, key)
-		}
-		cmds = append(cmds, markDueScript.EvalSha(ctx, pipe, []string{k.due, k.lease, k.dirty, k.idle}, args...))
+		cmds = append(cmds, s.markDuePart(ctx, pipe, rule, i, ks, now))
 	}
 	return cmds
+}
+
+// markDuePart is MarkDuePipe of keys, all of partition i.
+func (s *Scheduler) markDuePart(ctx context.Context, pipe redis.Pipeliner, rule string, i int, keys []string, now time.Time) *redis.Cmd {
+	k := s.part(rule, i)
+	args := make([]any, 0, 1+len(keys))
+	args = append(args, us(now))
+	for _, key := range keys {
+		args = append(args, key)
+	}
+	return markDueScript.EvalSha(ctx, pipe, []string{k.due, k.lease, k.dirty, k.idle}, args...)
 }
 
 // Admitted is the result of one admission counted by CountAdmittedPipe.

@@ -25,11 +25,11 @@ import (
 // its own round trip and syscalls on both ends, which was most of its CPU.
 //
 // One goroutine collects whatever is waiting (up to MaxBatch), sends one pipeline, waits for
-// it and answers the waiters. In a pipeline, each rule's marks are one markdue.lua call and
-// its counts one admitcount.lua call (a script call costs several times the commands it
-// runs) — admitmark.lua when some of them are of stored messages (CountBatch with Stored:
-// those are counted and marked in that one call) —, marks and undos before counts;
-// pipelines never overlap. That order keeps every
+// it and answers the waiters. In a pipeline, undos come first, then each rule's marks and
+// counts as one markcount.lua call per partition, marks before counts (a script call costs
+// several times the commands it runs) — admitmark.lua when some counts are of stored
+// messages (CountBatch with Stored: those are counted and marked in that one call), after a
+// markdue.lua call of the marks —; pipelines never overlap. That order keeps every
 // cause before its effect: a mark or an undo is only asked for after its own count was
 // answered, in an earlier pipeline, so a sequential client's second Count sees its first
 // Mark.
@@ -447,14 +447,9 @@ func (b *Batcher) exec(ctx context.Context, batch []*op, scriptsOnly bool) error
 		}
 	}
 	for _, rule := range b.order {
-		if g := b.groups[rule]; len(g.marks) > 0 {
-			b.Scheduler.MarkDuePipe(ctx, pipe, rule, g.marks, g.markNow)
-		}
-	}
-	for _, rule := range b.order {
-		if g := b.groups[rule]; len(g.counts) > 0 {
-			g.cmd = b.Scheduler.CountAdmittedPipe(ctx, pipe, rule, g.counts)
-		}
+		// A rule's marks, then its counts: one script call (markcount.lua) per partition.
+		g := b.groups[rule]
+		g.cmd = b.Scheduler.MarkCountPipe(ctx, pipe, rule, g.marks, g.markNow, g.counts)
 	}
 	// The batch's error is its first real one: a claim that found its key free answers
 	// redis.Nil, which is not an error, and must not hide a NOSCRIPT behind it.
