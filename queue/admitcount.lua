@@ -44,17 +44,7 @@ for j = 1, #ks do
     n = 1
     redis.call('HSET', dk, k, n)
   end
-  local nxt = dues[j] or redis.call('ZSCORE', idle, k)
-  local isheld = 0
-  if not nxt then
-    local h = redis.call('HGET', held, k)
-    if h then
-      nxt = string.match(h, '^%S+ (%S+)$')
-      isheld = 1
-    end
-  end
-  nxt = tonumber(nxt or now)
-  if nxt < now then nxt = now end
+  local nxt, isheld = next_slot(idle, held, k, dues[j], now)
   out[#out + 1] = n
   out[#out + 1] = nxt -- µs below 2^53: exact as a Lua number, an integer reply
   out[#out + 1] = isheld

@@ -56,17 +56,7 @@ for j = 1, #ks do
     n = 1
   end
   depths[k] = n
-  local nxt = dues[j] or redis.call('ZSCORE', idle, k)
-  local isheld = 0
-  if not nxt then
-    local h = redis.call('HGET', held, k)
-    if h then
-      nxt = string.match(h, '^%S+ (%S+)$')
-      isheld = 1
-    end
-  end
-  nxt = tonumber(nxt or now)
-  if nxt < now then nxt = now end
+  local nxt, isheld = next_slot(idle, held, k, dues[j], now)
   out[#out + 1] = n
   out[#out + 1] = nxt
   out[#out + 1] = isheld
@@ -83,18 +73,8 @@ local now = marknow
 redis.call('ZREMRANGEBYSCORE', idle, '-inf', now)
 for j = 1, #ks do
   local k = ks[j]
-  if ARGV[5 * j - 1] ~= '1' or dues[j] then
-    -- Not stored, or already due: it keeps its score.
-  elseif redis.call('ZSCORE', lease, k) then
-    redis.call('HSET', dirty, k, '1')
-  else
-    local at = now
-    local slot = redis.call('ZSCORE', idle, k)
-    if slot then
-      at = math.max(now, tonumber(slot))
-      redis.call('ZREM', idle, k)
-    end
-    redis.call('ZADD', due, 'NX', string.format('%.0f', at), k)
+  if ARGV[5 * j - 1] == '1' and not dues[j] then -- stored, and not due yet
+    mark_one(due, lease, dirty, idle, k, now)
   end
 end
 return out

@@ -21,13 +21,8 @@ import (
 func TestAdmitMarkIsCountThenMark(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rdb := testRedis(t)
+	rdb := scriptRedis(t)
 	now := t0.Add(10 * time.Second)
-	for _, s := range queue.Scripts() { // pipelines send EVALSHA
-		if err := s.Load(ctx, rdb).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
 	setup := func() *queue.Scheduler { return admissionFixture(t, rdb, now, 1) }
 	adms := []queue.Admission{
 		{Key: "due", Capacity: 10, Stored: true}, {Key: "idle", Capacity: 10, Stored: true},
@@ -143,13 +138,8 @@ func admissionState(rdb redis.UniversalClient, s *queue.Scheduler, adms []queue.
 func TestMarkCountIsMarkThenCount(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rdb := testRedis(t)
+	rdb := scriptRedis(t)
 	now := t0.Add(10 * time.Second)
-	for _, s := range queue.Scripts() { // pipelines send EVALSHA
-		if err := s.Load(ctx, rdb).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
 	marks := []string{"due", "idle", "past", "held", "new", "new", "marked-only", "m-1", "m-2", "m-3"}
 	markNow := now.Add(-time.Millisecond)
 	var adms []queue.Admission
@@ -194,8 +184,54 @@ func TestMarkCountIsMarkThenCount(t *testing.T) {
 		if g, w := admissionState(rdb, after, all), admissionState(rdb, before, all); g != w {
 			t.Errorf("%d partitions, state:\n got\n%s want\n%s", parts, g, w)
 		}
-		if n, _ := rdb.ZCard(ctx, before.KeyOf("r", "new", "due")).Result(); n == 0 {
-			t.Errorf("%d partitions: the marks made nothing due", parts)
+		// And what both do, key by key (the scripts share admit_fn.lua, which the comparison
+		// alone would not test).
+		at := func(key string) time.Time {
+			return adms[slices.IndexFunc(adms, func(a queue.Admission) bool { return a.Key == key })].Now
+		}
+		for _, w := range []struct {
+			key   string
+			depth int64
+			next  time.Time
+			held  bool
+		}{
+			{"due", 4, now.Add(5 * time.Second), false},    // keeps its score
+			{"idle", 1, now.Add(2 * time.Second), false},   // marked at its idle slot, later than now
+			{"past", 1, at("past"), false},                 // its slot passed: due at the mark, which is before the count's now
+			{"held", 2, now.Add(3 * time.Second), true},    // the slot after the head its drainer delivers
+			{"full", 2, at("full"), false},                 // clamped to capacity
+			{"bad", 1, at("bad"), false},                   // clamped to 1
+			{"counted-only", 1, at("counted-only"), false}, // new and not marked: now
+		} {
+			i := slices.IndexFunc(adms, func(a queue.Admission) bool { return a.Key == w.key })
+			if g := got[i]; g.Depth != w.depth || !g.Next.Equal(w.next) || g.Held != w.held {
+				t.Errorf("%d partitions, %s: %+v, want depth %d, next %v, held %v", parts, w.key, g, w.depth, w.next, w.held)
+			}
+		}
+		for key, want := range map[string]float64{"idle": float64(now.Add(2 * time.Second).UnixMicro()), "new": float64(markNow.UnixMicro()), "marked-only": float64(markNow.UnixMicro())} {
+			if score, err := rdb.ZScore(ctx, after.KeyOf("r", key, "due"), key).Result(); err != nil || score != want {
+				t.Errorf("%d partitions: %s due at %v (%v), want %v", parts, key, score, err, want)
+			}
+		}
+		if n, _ := rdb.ZCard(ctx, after.KeyOf("r", "idle", "idle")).Result(); n != 0 && parts == 1 {
+			t.Errorf("%d partitions: %d idle slots left; the marks take or sweep them all", parts, n)
+		}
+		if d, _ := rdb.HGet(ctx, after.KeyOf("r", "held", "dirty"), "held").Result(); d == "" {
+			t.Errorf("%d partitions: the held key was not flagged dirty", parts)
+		}
+		if _, err := rdb.ZScore(ctx, after.KeyOf("r", "held", "due"), "held").Result(); err == nil {
+			t.Errorf("%d partitions: the held key was made due", parts)
 		}
 	}
+}
+
+// scriptRedis is testRedis with the scripts that pipelines send (EVALSHA) loaded.
+func scriptRedis(t *testing.T) redis.UniversalClient {
+	rdb := testRedis(t)
+	for _, s := range queue.Scripts() {
+		if err := s.Load(context.Background(), rdb).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rdb
 }

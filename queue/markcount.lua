@@ -43,20 +43,8 @@ if m > 0 then
 end
 for j = 1, m do
   local k = ks[j]
-  if dues[j] or added[k] then
-    -- Already due: it keeps its score.
-  elseif redis.call('ZSCORE', lease, k) then
-    redis.call('HSET', dirty, k, '1')
-  else
-    local at = now
-    local slot = redis.call('ZSCORE', idle, k)
-    if slot then
-      at = math.max(now, tonumber(slot))
-      redis.call('ZREM', idle, k)
-    end
-    local score = string.format('%.0f', at)
-    redis.call('ZADD', due, 'NX', score, k)
-    added[k] = score
+  if not (dues[j] or added[k]) then -- a key already due keeps its score
+    added[k] = mark_one(due, lease, dirty, idle, k, now)
   end
 end
 
@@ -74,17 +62,7 @@ for j = m + 1, #ks do
     n = 1
     redis.call('HSET', dk, k, n)
   end
-  local nxt = dues[j] or added[k] or redis.call('ZSCORE', idle, k)
-  local isheld = 0
-  if not nxt then
-    local h = redis.call('HGET', held, k)
-    if h then
-      nxt = string.match(h, '^%S+ (%S+)$')
-      isheld = 1
-    end
-  end
-  nxt = tonumber(nxt or cnow)
-  if nxt < cnow then nxt = cnow end
+  local nxt, isheld = next_slot(idle, held, k, dues[j] or added[k], cnow)
   out[#out + 1] = n
   out[#out + 1] = nxt
   out[#out + 1] = isheld

@@ -36,19 +36,11 @@ if #ks == 0 then return 0 end
 local dues = redis.call('ZMSCORE', due, unpack(ks))
 for j = 1, #ks do
   local k = ks[j]
-  if dues[j] then
-    -- Already due: it keeps its score. A due key is never leased (a claim moves it out of
-    -- `due`), and a stale `idle` slot is swept above.
-  elseif redis.call('ZSCORE', lease, k) then
-    redis.call('HSET', dirty, k, '1')
-  else
-    local at = now
-    local slot = redis.call('ZSCORE', idle, k)
-    if slot then
-      at = math.max(now, tonumber(slot))
-      redis.call('ZREM', idle, k)
-    end
-    added = added + redis.call('ZADD', due, 'NX', string.format('%.0f', at), k)
+  -- A key already due keeps its score. A due key is never leased (a claim moves it out of
+  -- `due`), and a stale `idle` slot is swept above.
+  if not dues[j] then
+    local _, n = mark_one(due, lease, dirty, idle, k, now)
+    added = added + n
   end
 end
 return added

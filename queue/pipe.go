@@ -17,17 +17,17 @@ import (
 //go:embed admitcount.lua
 var admitCountSrc string
 
-var admitCountScript = redis.NewScript(admitCountSrc)
+var admitCountScript = redis.NewScript(admitFnSrc + admitCountSrc)
 
 //go:embed admitmark.lua
 var admitMarkSrc string
 
-var admitMarkScript = redis.NewScript(admitMarkSrc)
+var admitMarkScript = redis.NewScript(admitFnSrc + admitMarkSrc)
 
 //go:embed markcount.lua
 var markCountSrc string
 
-var markCountScript = redis.NewScript(markCountSrc)
+var markCountScript = redis.NewScript(admitFnSrc + markCountSrc)
 
 // Scripts returns the Lua scripts of the scheduler that callers may pipeline.
 func Scripts() []*redis.Script {

@@ -23,16 +23,19 @@ var (
 	releaseFnSrc string
 	//go:embed markdue.lua
 	markDueSrc string
+	//go:embed admit_fn.lua
+	admitFnSrc string
 	//go:embed renew.lua
 	renewSrc string
 	//go:embed step.lua
 	stepSrc string
 
 	// claim.lua and release.lua share release_keys (release_fn.lua): Redis scripts cannot
-	// include each other, so the function is prepended to both.
+	// include each other, so the function is prepended to both. The admission scripts share
+	// admit_fn.lua's the same way.
 	claimScript   = redis.NewScript(releaseFnSrc + claimSrc)
 	releaseScript = redis.NewScript(releaseFnSrc + releaseSrc)
-	markDueScript = redis.NewScript(markDueSrc)
+	markDueScript = redis.NewScript(admitFnSrc + markDueSrc)
 	renewScript   = redis.NewScript(renewSrc)
 	stepScript    = redis.NewScript(stepSrc)
 
