@@ -112,7 +112,7 @@ func (q *Queues) publishUntil(ctx context.Context, msg *nats.Msg, stream string,
 	pause := 100 * time.Millisecond
 	for {
 		actx, acancel := context.WithTimeout(ctx, min(publishAttempt, time.Until(budget)))
-		ack, err := q.js.PublishMsg(actx, msg, jetstream.WithExpectStream(stream), jetstream.WithRetryAttempts(0))
+		ack, err := q.publishOnce(actx, msg, stream)
 		timedOut := errors.Is(actx.Err(), context.DeadlineExceeded)
 		acancel()
 		if err == nil {

@@ -31,6 +31,7 @@ TARGETS=(
 	"./queue            FuzzKeyFromToken     key token of a subject"
 	"./queue            FuzzKeyToken         key to token and back"
 	"./queue            FuzzDecodeMessage    NATS message headers"
+	"./queue            FuzzReadPubAck       a publish's answer (PubAck)"
 	"./client           FuzzParseRateLimit   RateLimit response headers"
 	"./internal/cli     FuzzParseRate        a rate typed to sluice tune"
 	"./internal/sink    FuzzParseRetryAfter  a sink's Retry-After"
