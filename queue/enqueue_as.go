@@ -99,10 +99,12 @@ const publishAttempt = 2 * time.Second
 // until ctx ends (the client went away), instead of failing at once. Attempts carry the
 // same Nats-Msg-Id, so one that was stored after all is not stored twice; when such an
 // earlier attempt may have been stored, the stream's "duplicate" answer is this message's
-// own, not another's. A client without a connection fails at once: nothing to wait for.
+// own, not another's. A client without a connection fails at once: nothing to wait for. An
+// attempt under way is not cut short when ctx ends: its answer is normally milliseconds
+// away, and an attempt takes no context (a context per publish cost 1.3 µs).
 func (q *Queues) publish(ctx context.Context, msg *nats.Msg, stream string) (*jetstream.PubAck, error) {
 	// The budget is a time, not a context: an admission that is answered at once (nearly
-	// all) pays for one context, its attempt's.
+	// all) pays for no context at all.
 	return q.publishUntil(ctx, msg, stream, time.Now().Add(q.cfg.PublishWait), false)
 }
 
@@ -111,10 +113,12 @@ func (q *Queues) publish(ctx context.Context, msg *nats.Msg, stream string) (*je
 func (q *Queues) publishUntil(ctx context.Context, msg *nats.Msg, stream string, budget time.Time, mayBeStored bool) (*jetstream.PubAck, error) {
 	pause := 100 * time.Millisecond
 	for {
-		actx, acancel := context.WithTimeout(ctx, min(publishAttempt, time.Until(budget)))
-		ack, err := q.publishOnce(actx, msg, stream)
-		timedOut := errors.Is(actx.Err(), context.DeadlineExceeded)
-		acancel()
+		wait := min(publishAttempt, time.Until(budget))
+		if wait <= 0 { // the pause used the budget up: send nothing more
+			return nil, fmt.Errorf("%w: no time left to publish", nats.ErrTimeout)
+		}
+		ack, err := q.publishOnce(msg, stream, wait)
+		timedOut := errors.Is(err, nats.ErrTimeout)
 		if err == nil {
 			if mayBeStored && ack.Duplicate {
 				ack.Duplicate = false // an earlier attempt of this very publish was stored
