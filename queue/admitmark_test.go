@@ -134,28 +134,43 @@ func admissionState(rdb redis.UniversalClient, s *queue.Scheduler, adms []queue.
 // (MarkCountPipe, markcount.lua) answer and leave Redis exactly as markdue.lua followed by
 // admitcount.lua do, over every state a key can be in (admissionFixture), with keys marked
 // and counted in the same batch, marked twice, marked only and counted only; on one
-// partition and on four (marks of a partition without counts, counts of one without marks).
+// partition and on 64, where some partitions get only marks and others only counts; and
+// with stored counts of a batch submission among the counts (admitmark.lua after
+// markdue.lua).
 func TestMarkCountIsMarkThenCount(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rdb := scriptRedis(t)
 	now := t0.Add(10 * time.Second)
-	marks := []string{"due", "idle", "past", "held", "new", "new", "marked-only", "m-1", "m-2", "m-3"}
 	markNow := now.Add(-time.Millisecond)
-	var adms []queue.Admission
-	for i, key := range []string{"due", "idle", "past", "held", "full", "bad", "new", "new", "counted-only", "c-1", "c-2", "c-3"} {
-		c := int64(10)
-		if key == "full" {
-			c = 2
+	for _, tc := range []struct {
+		parts  int
+		stored bool
+	}{{1, false}, {64, false}, {1, true}, {64, true}} {
+		marks := []string{"due", "idle", "past", "held", "new", "new", "marked-only", "m-1", "m-2", "m-3"}
+		counts := []string{"due", "idle", "past", "held", "full", "bad", "new", "new", "counted-only", "c-1", "c-2", "c-3"}
+		if tc.parts > 1 {
+			// A key alone in its partition among the marks, and one among the counts.
+			marks = append(marks, keyAlone(tc.parts, "marked-alone", marks, counts))
+			counts = append(counts, keyAlone(tc.parts, "counted-alone", marks, counts))
 		}
-		adms = append(adms, queue.Admission{Key: key, Capacity: c, Now: now.Add(time.Duration(i) * time.Microsecond)})
-	}
-	all := slices.Clone(adms)
-	for _, m := range marks {
-		all = append(all, queue.Admission{Key: m})
-	}
-	for _, parts := range []int{1, 4} {
-		// Before: the two scripts, one after the other.
+		var adms []queue.Admission
+		for i, key := range counts {
+			c := int64(10)
+			if key == "full" {
+				c = 2
+			}
+			adms = append(adms, queue.Admission{Key: key, Capacity: c, Now: now.Add(time.Duration(i) * time.Microsecond)})
+		}
+		if tc.stored { // a batch submission's message, counted and marked in one call
+			adms = append(adms, queue.Admission{Key: "stored", Capacity: 10, Now: now, Stored: true})
+		}
+		all := slices.Clone(adms)
+		for _, m := range marks {
+			all = append(all, queue.Admission{Key: m})
+		}
+		parts := tc.parts
+		// Before: the marks' script, then the counts'.
 		before := admissionFixture(t, rdb, now, parts)
 		pipe := rdb.Pipeline()
 		before.MarkDuePipe(ctx, pipe, "r", marks, markNow)
@@ -179,10 +194,10 @@ func TestMarkCountIsMarkThenCount(t *testing.T) {
 			t.Fatal(err)
 		}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("%d partitions, answers:\n got  %v\n want %v", parts, got, want)
+			t.Errorf("%+v, answers:\n got  %v\n want %v", tc, got, want)
 		}
 		if g, w := admissionState(rdb, after, all), admissionState(rdb, before, all); g != w {
-			t.Errorf("%d partitions, state:\n got\n%s want\n%s", parts, g, w)
+			t.Errorf("%+v, state:\n got\n%s want\n%s", tc, g, w)
 		}
 		// And what both do, key by key (the scripts share admit_fn.lua, which the comparison
 		// alone would not test).
@@ -205,22 +220,29 @@ func TestMarkCountIsMarkThenCount(t *testing.T) {
 		} {
 			i := slices.IndexFunc(adms, func(a queue.Admission) bool { return a.Key == w.key })
 			if g := got[i]; g.Depth != w.depth || !g.Next.Equal(w.next) || g.Held != w.held {
-				t.Errorf("%d partitions, %s: %+v, want depth %d, next %v, held %v", parts, w.key, g, w.depth, w.next, w.held)
+				t.Errorf("%+v, %s: %+v, want depth %d, next %v, held %v", tc, w.key, g, w.depth, w.next, w.held)
 			}
 		}
-		for key, want := range map[string]float64{"idle": float64(now.Add(2 * time.Second).UnixMicro()), "new": float64(markNow.UnixMicro()), "marked-only": float64(markNow.UnixMicro())} {
+		dues := map[string]float64{"idle": float64(now.Add(2 * time.Second).UnixMicro()), "new": float64(markNow.UnixMicro()), "marked-only": float64(markNow.UnixMicro())}
+		if parts > 1 {
+			dues[marks[len(marks)-1]] = float64(markNow.UnixMicro()) // a partition with marks only
+		}
+		if tc.stored {
+			dues["stored"] = float64(now.UnixMicro()) // made due by its own count
+		}
+		for key, want := range dues {
 			if score, err := rdb.ZScore(ctx, after.KeyOf("r", key, "due"), key).Result(); err != nil || score != want {
-				t.Errorf("%d partitions: %s due at %v (%v), want %v", parts, key, score, err, want)
+				t.Errorf("%+v: %s due at %v (%v), want %v", tc, key, score, err, want)
 			}
 		}
 		if n, _ := rdb.ZCard(ctx, after.KeyOf("r", "idle", "idle")).Result(); n != 0 && parts == 1 {
-			t.Errorf("%d partitions: %d idle slots left; the marks take or sweep them all", parts, n)
+			t.Errorf("%+v: %d idle slots left; the marks take or sweep them all", tc, n)
 		}
 		if d, _ := rdb.HGet(ctx, after.KeyOf("r", "held", "dirty"), "held").Result(); d == "" {
-			t.Errorf("%d partitions: the held key was not flagged dirty", parts)
+			t.Errorf("%+v: the held key was not flagged dirty", tc)
 		}
 		if _, err := rdb.ZScore(ctx, after.KeyOf("r", "held", "due"), "held").Result(); err == nil {
-			t.Errorf("%d partitions: the held key was made due", parts)
+			t.Errorf("%+v: the held key was made due", tc)
 		}
 	}
 }
@@ -234,4 +256,20 @@ func scriptRedis(t *testing.T) redis.UniversalClient {
 		}
 	}
 	return rdb
+}
+
+// keyAlone is a key named prefix-N that falls in a partition (of parts) none of the others
+// fall in.
+func keyAlone(parts int, prefix string, others ...[]string) string {
+	taken := map[int]bool{}
+	for _, ks := range others {
+		for _, k := range ks {
+			taken[queue.PartitionOf(k, parts)] = true
+		}
+	}
+	for i := 0; ; i++ {
+		if k := fmt.Sprintf("%s-%d", prefix, i); !taken[queue.PartitionOf(k, parts)] {
+			return k
+		}
+	}
 }

@@ -53,13 +53,18 @@ type Admission struct {
 // the counter (SetDepth). A partitioned rule gets one script call per partition its keys
 // fall in (each touches one slot; the cluster client sends each to its node).
 func (s *Scheduler) CountAdmittedPipe(ctx context.Context, pipe redis.Pipeliner, rule string, adms []Admission) *AdmitCounts {
+	if len(adms) == 0 {
+		return &AdmitCounts{} // nothing to count: no script call
+	}
 	return s.MarkCountPipe(ctx, pipe, rule, nil, time.Time{}, adms)
 }
 
 // MarkCountPipe queues MarkDuePipe of marks (made due at markNow) followed by
 // CountAdmittedPipe of adms, as one script call per partition where both fall
 // (markcount.lua) instead of two: what the ingress's batches send. It returns the counts'
-// pending result (nil without adms).
+// pending result (nil without adms). A script unpacks all of a call's keys, marked and
+// counted, onto Lua's stack, which holds under 8,000 values: keep a call's marks and counts
+// together below that (the ingress's batches hold at most 4,096).
 func (s *Scheduler) MarkCountPipe(ctx context.Context, pipe redis.Pipeliner, rule string, marks []string, markNow time.Time, adms []Admission) *AdmitCounts {
 	if len(adms) == 0 {
 		if len(marks) > 0 {

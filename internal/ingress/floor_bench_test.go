@@ -115,7 +115,9 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []
 	// counted is rungs 3 and 4: claim, when not "", is the request's idempotency key.
 	counted := func(w http.ResponseWriter, r *http.Request, claim string) {
 		var count *floorOp
-		id, key, ok := publish(r, func(id, key string) bool {
+		var id string // the message's id, known before its publish
+		_, key, ok := publish(r, func(mid, key string) bool {
+			id = mid
 			count = redisState.count(key, claim, id)
 			if claim == "" {
 				return true
@@ -140,7 +142,7 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []
 			w.WriteHeader(200) // a repeat: the owner's message is stored already
 			return
 		case !ok:
-			w.WriteHeader(503)
+			w.WriteHeader(503) // the publish failed
 			return
 		}
 		now := time.Now()
