@@ -273,6 +273,17 @@ func (b *Batcher) CountClaim(rule, key string, capacity int64, now time.Time, k,
 	return b.send(o)
 }
 
+// Claim claims idempotency key k of rule for id (a message id, or queue.IdempotencyValue)
+// for IdempotencyTTL, batched with other admissions' claims, and returns the value that owns
+// the key (id itself when this claim took it) or the claim's error.
+func (b *Batcher) Claim(rule, k, id string) (owner string, err error) {
+	b.start()
+	o := newOp(opCount, rule, "")
+	o.idemKey, o.id, o.claimOnly = k, id, true
+	_, owner, _, claimErr := b.send(o).Claimed()
+	return owner, claimErr
+}
+
 // ClaimNow claims idempotency key k of rule for id in a round trip of its own, for an
 // admission that counts nothing now (a scheduled message); see CountClaim.
 func (b *Batcher) ClaimNow(ctx context.Context, rule, k, id string) (owner string, err error) {

@@ -268,17 +268,36 @@ func TestUndo(t *testing.T) {
 // concurrent claims of one key exactly one takes it and every other learns its owner; keys
 // of other rules are separate; a released key can be claimed again, but only its owner
 // releases it.
+// TestClaimIdempotency: a claim with a count (CountClaim) and a claim alone (Claim, the
+// single admissions' claim lane) take a key once among concurrent claims, tell every other
+// the owner, keep it for the TTL and give it up only to its owner's release.
 func TestClaimIdempotency(t *testing.T) {
 	t.Parallel()
 	r := sharedRig(t)
-	ctx := context.Background()
-	claim := func(rule, k, id string) (owner string, claimed bool, err error) {
-		_, o, countErr, err := r.b.CountClaim(rule, "a key", 1_000_000, t0, k, id).Claimed()
-		if countErr != nil {
-			return "", false, countErr
+	t.Run("with a count", func(t *testing.T) {
+		testClaimIdempotency(t, r, "", func(rule, k, id string) (owner string, claimed bool, err error) {
+			_, o, countErr, err := r.b.CountClaim(rule, "a key", 1_000_000, t0, k, id).Claimed()
+			if countErr != nil {
+				return "", false, countErr
+			}
+			return o, o == id, err
+		})
+	})
+	t.Run("alone", func(t *testing.T) {
+		testClaimIdempotency(t, r, "-alone", func(rule, k, id string) (owner string, claimed bool, err error) {
+			o, err := r.b.Claim(rule, k, id)
+			return o, o == id, err
+		})
+		if d, err := r.rdb.HGet(context.Background(), r.sched.DepthKey("r-alone", "a key"), "a key").Result(); err == nil {
+			t.Errorf("claims alone counted a message: depth %s", d)
 		}
-		return o, o == id, err
-	}
+	})
+}
+
+// testClaimIdempotency is TestClaimIdempotency with claims made by claim, under rules whose
+// names end in sfx.
+func testClaimIdempotency(t *testing.T, r rig, sfx string, claim func(rule, k, id string) (owner string, claimed bool, err error)) {
+	ctx := context.Background()
 	const n = 64
 	type answer struct {
 		owner   string
@@ -290,7 +309,7 @@ func TestClaimIdempotency(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			owner, claimed, err := claim("r", "order 991 {x}", "id-"+strconv.Itoa(i))
+			owner, claimed, err := claim("r"+sfx, "order 991 {x}", "id-"+strconv.Itoa(i))
 			if err != nil {
 				t.Error(err)
 			}
@@ -315,12 +334,12 @@ func TestClaimIdempotency(t *testing.T) {
 			t.Fatalf("claim %d was told owner %q, the key is %q's", i, a.owner, winner)
 		}
 	}
-	if owner, claimed, err := claim("other-rule", "order 991 {x}", "id-x"); err != nil || !claimed || owner != "id-x" {
+	if owner, claimed, err := claim("other-rule"+sfx, "order 991 {x}", "id-x"); err != nil || !claimed || owner != "id-x" {
 		t.Fatalf("same key under another rule: %q %v %v, want claimed by id-x", owner, claimed, err)
 	}
-	keys, err := r.rdb.Keys(ctx, r.prefix+"sl:{r}:idem:*").Result()
+	keys, err := allKeys(ctx, r.rdb, r.prefix+"sl:{r"+sfx+"}:idem:*")
 	if err != nil || len(keys) != 1 {
-		t.Fatalf("idempotency keys of rule r: %v %v, want exactly one", keys, err)
+		t.Fatalf("idempotency keys of rule r%s: %v %v, want exactly one", sfx, keys, err)
 	}
 	if ttl := r.rdb.PTTL(ctx, keys[0]).Val(); ttl <= 59*time.Minute || ttl > time.Hour {
 		t.Fatalf("TTL %v, want the configured hour", ttl)
@@ -328,24 +347,24 @@ func TestClaimIdempotency(t *testing.T) {
 	// What one key costs, as the README states it: a 36-byte idempotency key (a uuid) mapped
 	// to a typical ~55-byte message id.
 	uuidKey := "6f1c2a9e-0b7d-4c52-9a51-3e2f1d0c8b7a"
-	if _, _, err := claim("orders", uuidKey, "01a211f7-9526-7ce1-a644-b40d2e146e5f.orders.kbS00Mg"); err != nil {
+	if _, _, err := claim("orders"+sfx, uuidKey, "01a211f7-9526-7ce1-a644-b40d2e146e5f.orders.kbS00Mg"); err != nil {
 		t.Fatal(err)
 	}
-	size := r.rdb.MemoryUsage(ctx, r.prefix+"sl:{orders}:idem:"+uuidKey).Val()
+	size := r.rdb.MemoryUsage(ctx, r.prefix+"sl:{orders"+sfx+"}:idem:"+uuidKey).Val()
 	t.Logf("one idempotency key: %d bytes of Redis memory (MEMORY USAGE)", size)
 	if size <= 0 || size > 256 {
 		t.Errorf("an idempotency key takes %d bytes, want at most 256", size)
 	}
-	if err := r.sched.ReleaseIdempotency(ctx, "r", "order 991 {x}", "not-the-owner"); err != nil {
+	if err := r.sched.ReleaseIdempotency(ctx, "r"+sfx, "order 991 {x}", "not-the-owner"); err != nil {
 		t.Fatal(err)
 	}
-	if owner, claimed, _ := claim("r", "order 991 {x}", "late"); claimed || owner != winner {
+	if owner, claimed, _ := claim("r"+sfx, "order 991 {x}", "late"); claimed || owner != winner {
 		t.Fatalf("after a release by a non-owner: %q %v, want still %q's", owner, claimed, winner)
 	}
-	if err := r.sched.ReleaseIdempotency(ctx, "r", "order 991 {x}", winner); err != nil {
+	if err := r.sched.ReleaseIdempotency(ctx, "r"+sfx, "order 991 {x}", winner); err != nil {
 		t.Fatal(err)
 	}
-	if owner, claimed, _ := claim("r", "order 991 {x}", "late"); !claimed || owner != "late" {
+	if owner, claimed, _ := claim("r"+sfx, "order 991 {x}", "late"); !claimed || owner != "late" {
 		t.Fatalf("after the owner released it: %q %v, want taken by late", owner, claimed)
 	}
 }
@@ -713,4 +732,23 @@ func TestCountClaimOnAFreshRedis(t *testing.T) {
 	if d, _ := r.count(t, "orders", "m-9", 3, t0); d != 2 {
 		t.Fatalf("second count: depth %d, want 2", d)
 	}
+}
+
+// allKeys is KEYS pattern on every master of a cluster (KEYS names no key, so the cluster
+// client sends it to any one node), or on the one server.
+func allKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]string, error) {
+	c, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return rdb.Keys(ctx, pattern).Result()
+	}
+	var mu sync.Mutex
+	var keys []string
+	err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		ks, err := m.Keys(ctx, pattern).Result()
+		mu.Lock()
+		keys = append(keys, ks...)
+		mu.Unlock()
+		return err
+	})
+	return keys, err
 }
