@@ -1,6 +1,22 @@
 -- admit_fn.lua: the steps of admission that markdue.lua, admitcount.lua, admitmark.lua and
 -- markcount.lua share (prepended to each by the Go code; not a script on its own).
 
+-- count_one(depth, k, bucket, cap) counts one message into key k's depth (admitcount.lua):
+-- the counter in the hash depth .. ':' .. bucket, clamped to [1, cap], the range the queue
+-- is in whenever the message is stored. Returns the key's depth, counting the message.
+local function count_one(depth, k, bucket, cap)
+  local dk = depth .. ':' .. bucket
+  local n = redis.call('HINCRBY', dk, k, 1)
+  if n > cap then
+    n = cap
+    redis.call('HSET', dk, k, n)
+  elseif n < 1 then
+    n = 1
+    redis.call('HSET', dk, k, n)
+  end
+  return n
+end
+
 -- mark_one(due, lease, dirty, idle, k, now) makes key k, which is not due, due (markdue.lua):
 -- at now, or at its idle slot when that is later. A key a drainer holds (leased) is flagged
 -- dirty instead. Returns the score it was given and ZADD's answer, or nil when flagged.

@@ -34,16 +34,8 @@ local dues = redis.call('ZMSCORE', due, unpack(ks))
 local out = {}
 for j = 1, #ks do
   local i = 4 * j - 3
-  local k, cap, now = ks[j], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-  local dk = depth .. ':' .. ARGV[i + 3]
-  local n = redis.call('HINCRBY', dk, k, 1)
-  if n > cap then
-    n = cap
-    redis.call('HSET', dk, k, n)
-  elseif n < 1 then
-    n = 1
-    redis.call('HSET', dk, k, n)
-  end
+  local k, now = ks[j], tonumber(ARGV[i + 2])
+  local n = count_one(depth, k, ARGV[i + 3], tonumber(ARGV[i + 1]))
   local nxt, isheld = next_slot(idle, held, k, dues[j], now)
   out[#out + 1] = n
   out[#out + 1] = nxt -- µs below 2^53: exact as a Lua number, an integer reply

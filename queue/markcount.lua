@@ -52,16 +52,8 @@ end
 local out = {}
 for j = m + 1, #ks do
   local i = first + 4 * (j - m - 1)
-  local k, cap, cnow = ks[j], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-  local dk = depth .. ':' .. ARGV[i + 3]
-  local n = redis.call('HINCRBY', dk, k, 1)
-  if n > cap then
-    n = cap
-    redis.call('HSET', dk, k, n)
-  elseif n < 1 then
-    n = 1
-    redis.call('HSET', dk, k, n)
-  end
+  local k, cnow = ks[j], tonumber(ARGV[i + 2])
+  local n = count_one(depth, k, ARGV[i + 3], tonumber(ARGV[i + 1]))
   local nxt, isheld = next_slot(idle, held, k, dues[j] or added[k], cnow)
   out[#out + 1] = n
   out[#out + 1] = nxt
