@@ -5,13 +5,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/url"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
@@ -26,10 +23,11 @@ import (
 // metrics, no retries, no error handling beyond a 503.
 //
 //  1. "floor: message": the bare handler, but the message is sluice's — the request's JSON
-//     decoded by the ingress's own scanner of plain bodies, with sluice's headers (format,
-//     rule, key, creation time) and a fresh message id as Nats-Msg-Id, published to its
-//     key's subject in a stream queue.Queues creates for a queue rule (the same
-//     configuration: per-key capacity that JetStream enforces, the duplicate window).
+//     decoded by the ingress's own scanner of plain bodies, with a fresh message id, encoded
+//     and published by queue.Queues.EnqueueAs as sluice publishes it (sluice's headers, the id
+//     as Nats-Msg-Id, its PubAck read by hand) to its key's subject in a stream queue.Queues
+//     creates for a queue rule (the same configuration: per-key capacity that JetStream
+//     enforces, the duplicate window).
 //  2. "floor: + answer": rung 1 answering the 202 of the contract (the rate-limit headers,
 //     Location, the JSON body), with fixed numbers.
 //  3. "floor: + per-key Redis": rung 2 with the key's Redis state as the contract keeps it,
@@ -46,9 +44,8 @@ import (
 // (a key that just emptied keeps its next slot, a key a drainer holds is flagged rather than
 // made due, the count is clamped in Redis), rules, auth, metrics, admission limits,
 // refusals. The ladder shows how much of the gap to the bare handler is the contract's and
-// how much is sluice's. The rungs publish through jetstream's PublishMsg, as the bare
-// handler does; sluice's single admissions read their PubAck by hand (queue/puback.go,
-// 2.5 µs less per publish) and so can run faster than rung 3.
+// how much is sluice's. The rungs publish as sluice does (queue.Queues.EnqueueAs), which
+// reads the PubAck by hand where the bare handler's jetstream.PublishMsg uses encoding/json.
 func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []contender {
 	t.Helper()
 	ctx := context.Background()
@@ -59,8 +56,6 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []
 	if err := q.Ensure(ctx, "orders", benchCapacity); err != nil {
 		t.Fatal(err)
 	}
-	stream := q.StreamName("orders")
-	format := strconv.Itoa(queue.FormatVersion)
 	// publish is rung 1: the message sluice stores, stored as sluice stores it; before is
 	// called with the id and the key once the body is decoded, before the publish, which
 	// happens only if it returns true.
@@ -77,14 +72,10 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []
 		if before != nil && !before(id, key) {
 			return "", "", false
 		}
-		m := &nats.Msg{Subject: q.Subject("orders", key), Data: payload, Header: nats.Header{
-			queue.HeaderFormat:    {format},
-			queue.HeaderMsgID:     {id},
-			queue.HeaderRule:      {"orders"},
-			queue.HeaderKey:       {url.PathEscape(key)},
-			queue.HeaderCreatedAt: {time.Now().UTC().Format(time.RFC3339Nano)},
-		}}
-		if _, err := js.PublishMsg(r.Context(), m, jetstream.WithExpectStream(stream)); err != nil {
+		// Encoded and published as sluice does it (its headers, the id as Nats-Msg-Id, the
+		// expected stream; the PubAck read by hand), without a deadline of its own.
+		m := queue.Message{ID: id, Rule: "orders", Key: key, Payload: payload, CreatedAt: time.Now()}
+		if _, err := q.EnqueueAs(r.Context(), "orders", m, ""); err != nil {
 			return "", "", false
 		}
 		return id, key, true
