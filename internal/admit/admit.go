@@ -99,11 +99,11 @@ type Outflow func(r *rules.Rule) (outflow, total rules.Rate)
 type Admitter struct {
 	Queues    *queue.Queues
 	Scheduler *queue.Scheduler
-	Redis     *Batcher     // depth counts, due marks and idempotency keys, batched
+	Redis     *Batcher // depth counts, due marks and idempotency keys, batched
 	// Claims, when set, claims the idempotency keys of single admissions in pipelines of its
 	// own, which carry nothing else: a claim is waited for before its publish, and a
 	// pipeline of claims alone comes back sooner than one with the counts' scripts.
-	Claims *Batcher
+	Claims    *Batcher
 	Limits    bucket.Store // nil: admission limits are not enforced (no rule has one)
 	Parking   *retry.Store // nil: overflow park is refused as unavailable
 	OutflowOf Outflow      // nil: the rule's own outflow
