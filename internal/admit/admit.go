@@ -102,7 +102,8 @@ type Admitter struct {
 	Redis     *Batcher // depth counts, due marks and idempotency keys, batched
 	// Claims, when set, claims the idempotency keys of single admissions in pipelines of its
 	// own, which carry nothing else: a claim is waited for before its publish, and a
-	// pipeline of claims alone comes back sooner than one with the counts' scripts.
+	// pipeline of claims alone comes back sooner than one with the counts' scripts. nil:
+	// Redis claims them.
 	Claims    *Batcher
 	Limits    bucket.Store // nil: admission limits are not enforced (no rule has one)
 	Parking   *retry.Store // nil: overflow park is refused as unavailable
@@ -239,17 +240,22 @@ func (a *Admitter) limit(ctx context.Context, ad *admission) (res Result, done b
 	return res, true, err
 }
 
-// taken answers a claim whose idempotency key another owns: nothing is stored, and the
-// count made with the claim, if any (counted), is taken back.
-func (a *Admitter) taken(ad *admission, owner string, counted bool) Result {
-	if counted {
-		a.Redis.Undo(ad.r.Name, ad.m.Key)
-	}
+// taken answers a claim whose idempotency key another owns: nothing is stored (nor
+// counted).
+func (a *Admitter) taken(ad *admission, owner string) Result {
 	ownerID, digest := queue.SplitIdempotencyValue(owner)
 	if ad.o.RequestDigest != "" && digest != "" && digest != ad.o.RequestDigest {
 		return Result{Decision: KeyReused, Owner: ownerID, Capacity: ad.capacity}
 	}
 	return Result{Decision: KeyTaken, Owner: ownerID, Capacity: ad.capacity}
+}
+
+// claims is the Batcher that claims single admissions' idempotency keys.
+func (a *Admitter) claims() *Batcher {
+	if a.Claims != nil {
+		return a.Claims
+	}
+	return a.Redis
 }
 
 // Admit admits m (m.Key, m.ID, m.Payload set) into rule r's queue.
@@ -264,45 +270,23 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 		return res, err
 	}
 
-	// 2. Count the message into the key's depth in Redis while it is published: the answer
-	// needs the depth, and overlapping the two round trips is what makes admission cost one
-	// of them, not both. With an idempotency key, the key is claimed first and the claim
-	// waited for: a key that is taken stores nothing. The claim goes in the claim lane
-	// (Claims) when there is one, whose pipelines carry claims alone and come back sooner;
-	// else the count carries it, in the same pipeline.
-	var (
-		cres    queue.Admitted
-		werr    error
-		claimed bool
-		counted Pending
-	)
-	if o.IdempotencyKey != "" && a.Claims != nil {
+	// 2. With an idempotency key, claim it and wait: a key that is taken stores nothing.
+	// Then count the message into the key's depth in Redis while it is published: the
+	// answer needs the depth, and overlapping the two round trips is what makes admission
+	// cost one of them, not both.
+	claimed := false
+	if o.IdempotencyKey != "" {
 		value := queue.IdempotencyValue(m.ID, o.RequestDigest)
-		switch owner, cerr := a.Claims.Claim(r.Name, o.IdempotencyKey, value); {
+		switch owner, cerr := a.claims().Claim(r.Name, o.IdempotencyKey, value); {
 		case cerr != nil:
 			a.throttledWarn("idempotency", "admit: idempotency key not checked (Redis unreachable)", "rule", r.Name, "err", cerr)
 		case owner != value:
-			return a.taken(&ad, owner, false), nil
+			return a.taken(&ad, owner), nil
 		default:
 			claimed = true
 		}
-		counted = a.Redis.Count(r.Name, m.Key, ad.capacity, ad.now)
-	} else if o.IdempotencyKey != "" {
-		var owner string
-		var cerr error
-		value := queue.IdempotencyValue(m.ID, o.RequestDigest)
-		cres, owner, werr, cerr = a.Redis.CountClaim(r.Name, m.Key, ad.capacity, ad.now, o.IdempotencyKey, value).Claimed()
-		switch {
-		case cerr != nil:
-			a.throttledWarn("idempotency", "admit: idempotency key not checked (Redis unreachable)", "rule", r.Name, "err", cerr)
-		case owner != value:
-			return a.taken(&ad, owner, werr == nil), nil
-		default:
-			claimed = true
-		}
-	} else {
-		counted = a.Redis.Count(r.Name, m.Key, ad.capacity, ad.now)
 	}
+	counted := a.Redis.Count(r.Name, m.Key, ad.capacity, ad.now)
 
 	// 3. Enqueue: JetStream enforces the capacity atomically.
 	var enq queue.Enqueued
@@ -311,9 +295,7 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 	} else {
 		enq, err = a.Queues.EnqueueAs(ctx, r.Name, ad.m, o.MsgID)
 	}
-	if counted.op != nil {
-		cres, werr = counted.Result()
-	}
+	cres, werr := counted.Result()
 	return a.settle(ctx, &ad, cres, werr, claimed, enq, err)
 }
 

@@ -97,7 +97,7 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 			case c.ClaimErr != nil:
 				a.throttledWarn("idempotency", "admit: idempotency key not checked (Redis unreachable)", "rule", s.ad.r.Name, "err", c.ClaimErr)
 			case c.Owner != creqs[j].Value:
-				items[i].Result, s.live = a.taken(&s.ad, c.Owner, false), false
+				items[i].Result, s.live = a.taken(&s.ad, c.Owner), false
 			default:
 				s.claimed = true
 			}

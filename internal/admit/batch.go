@@ -17,10 +17,10 @@ import (
 //
 // An admission needs Redis twice: before its publish is acknowledged, to count the message
 // into the key's depth (Count — the answer's depth and eta come back from it), and after, to
-// mark the key due (Mark). An admission with an idempotency key claims the key with its
-// count (CountClaim), in the same pipeline: a SET NX among the batch's commands costs Redis
-// ~1 µs, where a round trip of its own cost as much as the rest of the admission. Count is sent at the same time as
-// the publish, and Mark is not waited for, so an admission costs the latency of the slower
+// mark the key due (Mark). An admission with an idempotency key first claims the key
+// (Claim, or with its count in a batch submission's CountBatch): a SET NX among a batch's
+// commands costs Redis ~1 µs, where a round trip of its own cost as much as the rest of the
+// admission. Count is sent at the same time as the publish, and Mark is not waited for, so an admission costs the latency of the slower
 // of its two servers instead of their sum; without batching every admission would also pay
 // its own round trip and syscalls on both ends, which was most of its CPU.
 //
@@ -200,13 +200,13 @@ func (b *Batcher) send(o *op) Pending {
 	return Pending{o}
 }
 
-// CountRequest is one count of CountBatch: Count's arguments, with CountClaim's when
-// IdempotencyKey is set.
+// CountRequest is one count of CountBatch: Count's arguments, with an idempotency key's
+// claim when IdempotencyKey is set.
 type CountRequest struct {
 	Rule, Key string
 	Capacity  int64
 	Now       time.Time
-	// IdempotencyKey, when set, is claimed for Value (see CountClaim).
+	// IdempotencyKey, when set, is claimed for Value, in the count's pipeline (see Claim).
 	IdempotencyKey, Value string
 	// Stored: the message's publish was acknowledged already; its count also makes its key
 	// due, in the same script call (queue.Admission.Stored), instead of a Mark of its own.
@@ -222,7 +222,7 @@ type CountResult struct {
 	ClaimErr error // the claim's own
 }
 
-// CountBatch is Count (or CountClaim) of many messages at once, for a batch submission:
+// CountBatch is Count (with claims) of many messages at once, for a batch submission:
 // they go to the batch goroutine together, usually into one pipeline, and the caller is
 // woken once, when the last is answered, instead of once per count. out[i] answers reqs[i].
 func (b *Batcher) CountBatch(reqs []CountRequest, out []CountResult) {
@@ -262,17 +262,6 @@ func (b *Batcher) countBatch(reqs []CountRequest, out []CountResult, claimOnly b
 	}
 }
 
-// CountClaim is Count together with the claim of idempotency key k of rule for id (a
-// message id, or queue.IdempotencyValue) (for IdempotencyTTL), in the same pipeline:
-// Claimed tells who owns the key. A count whose
-// claim found another owner must be taken back (Undo): the message is not published.
-func (b *Batcher) CountClaim(rule, key string, capacity int64, now time.Time, k, id string) Pending {
-	b.start()
-	o := newOp(opCount, rule, key)
-	o.capacity, o.now, o.idemKey, o.id = capacity, now, k, id
-	return b.send(o)
-}
-
 // Claim claims idempotency key k of rule for id (a message id, or queue.IdempotencyValue)
 // for IdempotencyTTL, batched with other admissions' claims, and returns the value that owns
 // the key (id itself when this claim took it) or the claim's error.
@@ -285,12 +274,13 @@ func (b *Batcher) Claim(rule, k, id string) (owner string, err error) {
 }
 
 // ClaimNow claims idempotency key k of rule for id in a round trip of its own, for an
-// admission that counts nothing now (a scheduled message); see CountClaim.
+// admission that counts nothing now (a scheduled message); see Claim.
 func (b *Batcher) ClaimNow(ctx context.Context, rule, k, id string) (owner string, err error) {
 	return b.Scheduler.ClaimIdempotency(ctx, rule, k, id, b.ttl())
 }
 
-// Claimed returns the result of a CountClaim: the count as Result does, the value that owns
+// Claimed returns the result of a count that carries a claim (Claim): the count as Result
+// does (nothing for a claim alone), the value that owns
 // the idempotency key (the claim's own when it took it) and the claim's error (the count
 // may have succeeded without it). Call it (or Wait, Result) exactly once.
 func (p Pending) Claimed() (res queue.Admitted, owner string, countErr, claimErr error) {

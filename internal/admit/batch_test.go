@@ -268,7 +268,7 @@ func TestUndo(t *testing.T) {
 // concurrent claims of one key exactly one takes it and every other learns its owner; keys
 // of other rules are separate; a released key can be claimed again, but only its owner
 // releases it.
-// TestClaimIdempotency: a claim with a count (CountClaim) and a claim alone (Claim, the
+// TestClaimIdempotency: a claim with a count (CountBatch) and a claim alone (Claim, the
 // single admissions' claim lane) take a key once among concurrent claims, tell every other
 // the owner, keep it for the TTL and give it up only to its owner's release.
 func TestClaimIdempotency(t *testing.T) {
@@ -276,7 +276,7 @@ func TestClaimIdempotency(t *testing.T) {
 	r := sharedRig(t)
 	t.Run("with a count", func(t *testing.T) {
 		testClaimIdempotency(t, r, "", func(rule, k, id string) (owner string, claimed bool, err error) {
-			_, o, countErr, err := r.b.CountClaim(rule, "a key", 1_000_000, t0, k, id).Claimed()
+			_, o, countErr, err := countClaim(r.b, rule, "a key", 1_000_000, t0, k, id)
 			if countErr != nil {
 				return "", false, countErr
 			}
@@ -721,11 +721,11 @@ func TestUndoWhileRedisIsDownIsSentLater(t *testing.T) {
 // On a fresh Redis (no scripts loaded), a count sent with a claim that finds its key free
 // is still counted: the claim's nil answer does not hide the NOSCRIPT that makes the batch
 // load its scripts and send the count again.
-func TestCountClaimOnAFreshRedis(t *testing.T) {
+func TestCountWithClaimOnAFreshRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{})
 	r := newRig(t, srv.Client(t))
-	res, owner, countErr, claimErr := r.b.CountClaim("orders", "m-9", 3, t0, "idem-1", "id-1").Claimed()
+	res, owner, countErr, claimErr := countClaim(r.b, "orders", "m-9", 3, t0, "idem-1", "id-1")
 	if countErr != nil || claimErr != nil || owner != "id-1" || res.Depth != 1 {
 		t.Fatalf("first count and claim on a fresh Redis: %+v owner %q, %v %v", res, owner, countErr, claimErr)
 	}
@@ -751,4 +751,13 @@ func allKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]
 		return err
 	})
 	return keys, err
+}
+
+// countClaim is a count with the claim of idempotency key k for id, in one pipeline, as a
+// batch submission's CountBatch sends it: the count, the key's owner, the count's error and
+// the claim's own.
+func countClaim(b *admit.Batcher, rule, key string, capacity int64, now time.Time, k, id string) (queue.Admitted, string, error, error) {
+	out := make([]admit.CountResult, 1)
+	b.CountBatch([]admit.CountRequest{{Rule: rule, Key: key, Capacity: capacity, Now: now, IdempotencyKey: k, Value: id}}, out)
+	return out[0].Admitted, out[0].Owner, out[0].Err, out[0].ClaimErr
 }

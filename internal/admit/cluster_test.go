@@ -94,7 +94,7 @@ func TestScriptsReloadedOnEveryClusterNode(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				id := rule + "-" + strconv.FormatInt(want, 10)
-				res, owner, err, cerr := r.b.CountClaim(rule, "k", 100, t0, "idem-"+id, id).Claimed()
+				res, owner, err, cerr := countClaim(r.b, rule, "k", 100, t0, "idem-"+id, id)
 				if err != nil || res.Depth != want {
 					t.Errorf("%s: depth %d, %v; want %d", rule, res.Depth, err, want)
 				}
