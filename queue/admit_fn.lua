@@ -1,6 +1,13 @@
 -- admit_fn.lua: the steps of admission that markdue.lua, admitcount.lua, admitmark.lua and
 -- markcount.lua share (prepended to each by the Go code; not a script on its own).
 
+-- clock(now) is now (µs since the Unix epoch), or Redis's own clock (TIME) when now is 0.
+local function clock(now)
+  if now ~= 0 then return now end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
 -- count_one(depth, k, bucket, cap) counts one message into key k's depth (admitcount.lua):
 -- the counter in the hash depth .. ':' .. bucket, clamped to [1, cap], the range the queue
 -- is in whenever the message is stored. Returns the key's depth, counting the message.

@@ -21,11 +21,7 @@
 -- Returns what admitcount.lua returns: {depth1, next1, held1, ...}.
 
 local due, lease, dirty, idle, held, depth = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = clock(tonumber(ARGV[1]))
 local m = tonumber(ARGV[2])
 local first = 3 + m
 local ks = {}

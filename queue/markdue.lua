@@ -18,11 +18,7 @@
 -- after that pop — while the key is still claimed (dirty flag) or after it was dropped (ZADD).
 
 local due, lease, dirty, idle = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = clock(tonumber(ARGV[1]))
 local added = 0
 -- A key that emptied keeps its next slot in `idle` until that slot has passed: a message
 -- arriving before then is due at that slot, not now, so the key never goes faster than its
