@@ -325,6 +325,10 @@ descriptors:
 		t.Logf("  %-34s %.2f× (rounds %.2f–%.2f)%s", label, med(rs), slices.Min(rs), slices.Max(rs), goal)
 	}
 	ratio("sluice / bare publish:", "sluice ingress", "bare JetStream publish", "  goal ≥ 0.80×")
+	ratio("floor: id alone / bare:", "floor: id alone", "bare JetStream publish", "")
+	ratio("floor: id alone + Redis / bare:", "floor: id alone + Redis", "bare JetStream publish", "")
+	ratio("floor: id alone + Redis / asynq:", "floor: id alone + Redis", "asynq Enqueue", "")
+	ratio("floor: id alone + Redis / BullMQ:", "floor: id alone + Redis", "BullMQ queue.add", "")
 	ratio("floor: message / bare:", "floor: message", "bare JetStream publish", "")
 	ratio("floor: + answer / bare:", "floor: + answer", "bare JetStream publish", "")
 	ratio("floor: + per-key Redis / bare:", "floor: + per-key Redis", "bare JetStream publish", "")

@@ -1,6 +1,7 @@
 package ingress_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
@@ -22,6 +24,11 @@ import (
 // the admission contract requires, and nothing else: no rules, no auth, no limits, no
 // metrics, no retries, no error handling beyond a 503.
 //
+//  0. "floor: id alone": the bare handler, but to the key's subject in a stream queue.Queues
+//     creates for a queue rule, with the one header any implementation must store with a
+//     message: its id as Nats-Msg-Id (the sink's Idempotency-Key, what a status lookup finds
+//     the message by, and what makes a publish retried through a leader election store
+//     once). The PubAck is read by hand (an "error" in it fails the request).
 //  1. "floor: message": the bare handler, but the message is sluice's — the request's JSON
 //     decoded by the ingress's own scanner of plain bodies, with a fresh message id, encoded
 //     and published by queue.Queues.EnqueueAs as sluice publishes it (sluice's headers, the id
@@ -39,6 +46,10 @@ import (
 //     with the key claimed for the message's id (SET NX GET with a 24 h TTL) in the same
 //     pipeline as the count, and both waited for before the publish, because a key another
 //     message owns must store nothing (it answers 200 and publishes nothing).
+//  5. "floor: id alone + Redis": rung 3 with rung 0's message: the cheapest admission this
+//     ladder knows that still keeps the contract's per-key state and answer. It bounds from
+//     above what a leaner message format (the rule, key and creation time read from the
+//     subject and the id instead of headers) could buy.
 //
 // Sluice's admission does all of rung 3 and more: scripts where these are plain commands
 // (a key that just emptied keeps its next slot, a key a drainer holds is flagged rather than
@@ -53,24 +64,36 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Ensure(ctx, "orders", benchCapacity); err != nil {
-		t.Fatal(err)
+	// The rungs with sluice's message share one rule, those with the id alone another: a
+	// stream takes 1 GiB, which four rungs' nine rounds nearly fill.
+	for _, rule := range []string{"orders", "lean"} {
+		if err := q.Ensure(ctx, rule, benchCapacity); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// publish is rung 1: the message sluice stores, stored as sluice stores it; before is
 	// called with the id and the key once the body is decoded, before the publish, which
 	// happens only if it returns true.
-	publish := func(r *http.Request, before func(id, key string) bool) (id, key string, ok bool) {
+	publish := func(r *http.Request, lean bool, before func(id, key string) bool) (id, key string, ok bool) {
 		b, _ := io.ReadAll(r.Body)
 		key, payload, ok := ingress.ScanSubmission(b) // the ingress's own decoder of plain bodies
 		if !ok {
 			return "", "", false
 		}
-		id, err := queue.NewID("orders", key)
+		rule := "orders"
+		if lean {
+			rule = "lean"
+		}
+		id, err := queue.NewID(rule, key)
 		if err != nil {
 			return "", "", false
 		}
 		if before != nil && !before(id, key) {
 			return "", "", false
+		}
+		if lean { // the payload and its id alone, the PubAck read by hand
+			ack, err := js.Conn().RequestMsg(&nats.Msg{Subject: q.Subject(rule, key), Header: nats.Header{queue.HeaderMsgID: {id}}, Data: payload}, 5*time.Second)
+			return id, key, err == nil && !bytes.Contains(ack.Data, []byte(`"error"`))
 		}
 		// Encoded and published as sluice does it (its headers, the id as Nats-Msg-Id, the
 		// expected stream; the PubAck read by hand), without a deadline of its own.
@@ -91,14 +114,14 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []
 	redisState := newFloorBatcher(rdb)
 	t.Cleanup(redisState.stop)
 	one := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, _, ok := publish(r, nil); !ok {
+		if _, _, ok := publish(r, false, nil); !ok {
 			w.WriteHeader(503)
 			return
 		}
 		w.WriteHeader(202)
 	}))
 	two := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, _, ok := publish(r, nil)
+		id, _, ok := publish(r, false, nil)
 		if !ok {
 			w.WriteHeader(503)
 			return
@@ -106,10 +129,10 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []
 		answer(w, id, 1, time.Now())
 	}))
 	// counted is rungs 3 and 4: claim, when not "", is the request's idempotency key.
-	counted := func(w http.ResponseWriter, r *http.Request, claim string) {
+	counted := func(w http.ResponseWriter, r *http.Request, claim string, lean bool) {
 		var count *floorOp
 		var id string // the message's id, known before its publish
-		_, key, ok := publish(r, func(mid, key string) bool {
+		_, key, ok := publish(r, lean, func(mid, key string) bool {
 			id = mid
 			count = redisState.count(key, claim, id)
 			if claim == "" {
@@ -147,15 +170,25 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []
 		}
 		answer(w, id, depth, next.Add(time.Duration(depth-1)*every))
 	}
-	three := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { counted(w, r, "") }))
+	three := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { counted(w, r, "", false) }))
 	four := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		counted(w, r, r.Header.Get("Idempotency-Key"))
+		counted(w, r, r.Header.Get("Idempotency-Key"), false)
 	}))
+	zero := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, _, ok := publish(r, true, nil); !ok {
+			w.WriteHeader(503)
+			return
+		}
+		w.WriteHeader(202)
+	}))
+	leanThree := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { counted(w, r, "", true) }))
 	return []contender{
+		{name: "floor: id alone", url: zero},
 		{name: "floor: message", url: one},
 		{name: "floor: + answer", url: two},
 		{name: "floor: + per-key Redis", url: three},
 		{name: "floor: + idempotency key", url: four, idem: true},
+		{name: "floor: id alone + Redis", url: leanThree},
 	}
 }
 
