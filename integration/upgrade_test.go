@@ -24,8 +24,13 @@ import (
 	"github.com/sluice-io/sluice/internal/waittest"
 )
 
-// previousRelease is the tag TestRollingUpgrade builds the old binaries from.
-const previousRelease = "v0.3.0"
+// previousRelease is the release TestRollingUpgrade builds the old binaries from, and
+// previousReleaseCommit its commit: the tag is used when the clone has it, the commit
+// (which every clone of this history has) when it does not.
+const (
+	previousRelease       = "v0.3.0"
+	previousReleaseCommit = "fc2dc49597d0b5cf1223b42cd4c62ae0bb28ec1d"
+)
 
 // TestRollingUpgrade runs the previous release and this one side by side on one JetStream
 // cluster and one Redis, as a rolling upgrade does, with a load of messages with
@@ -40,12 +45,13 @@ const previousRelease = "v0.3.0"
 //	   keys held ("owner next") and the new drainer takes over.
 //	C  both versions of each at once (the middle of a rollout).
 //
-// It builds the tag with `git worktree`, so it runs only when asked (make faults).
+// It builds the release's commit with `git worktree`, so it runs only when asked (make
+// faults).
 func TestRollingUpgrade(t *testing.T) {
 	if os.Getenv("SLUICE_UPGRADE") == "" {
-		t.Skip("builds the previous release from its git tag: SLUICE_UPGRADE=1 (make faults)")
+		t.Skip("builds the previous release from its commit: SLUICE_UPGRADE=1 (make faults)")
 	}
-	old := buildRelease(t, previousRelease)
+	old := buildRelease(t, previousRelease, previousReleaseCommit)
 
 	c := &cluster{t: t, http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
 	c.nats = natstest.StartCluster(t, 3)
@@ -455,7 +461,7 @@ func misread(l *loadGen, accepted []sinktest.Delivery) (n int, example string) {
 func writeUpgradeTable(t *testing.T, rows []upgradeRow, mixed, after, idem string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# sluice rolling upgrade (%s ↔ this tree)\n\n", previousRelease)
-	fmt.Fprintf(&b, "Produced by `SLUICE_UPGRADE=1 go test ./integration -run TestRollingUpgrade` on %s: %s built from its git tag (`git worktree`), this tree's binaries, one 3-node JetStream cluster (R3), one Redis, a recording HTTP sink; load of 10 keys × 5 msg/s with Idempotency-Keys per phase, outflow 20/s per key. \"misread\" = delivered with another key's payload or under an id other than the one acknowledged for it. Attempts by new drainers carry Sluice-Fence; the old release's do not.\n\n",
+	fmt.Fprintf(&b, "Produced by `SLUICE_UPGRADE=1 go test ./integration -run TestRollingUpgrade` on %s: %s built from its commit (`git worktree`), this tree's binaries, one 3-node JetStream cluster (R3), one Redis, a recording HTTP sink; load of 10 keys × 5 msg/s with Idempotency-Keys per phase, outflow 20/s per key. \"misread\" = delivered with another key's payload or under an id other than the one acknowledged for it. Attempts by new drainers carry Sluice-Fence; the old release's do not.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), previousRelease)
 	b.WriteString("| phase | processes | acknowledged | delivered | lost | reordered | duplicated | misread | attempts by new / old drainers | most of one key in 1 s (20/s) | attempts < 10 ms after the key's previous, by new / old drainers | longest gap between two deliveries of a key |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|\n")
@@ -479,19 +485,24 @@ func writeUpgradeTable(t *testing.T, rows []upgradeRow, mixed, after, idem strin
 // buildRelease checks the tag out into a temporary git worktree and builds its
 // cmd/ingress and cmd/drainer; it returns the directory of the binaries. It skips the test
 // when the repository has no such tag (a shallow clone, or tags not fetched).
-func buildRelease(t *testing.T, tag string) string {
+func buildRelease(t *testing.T, tag, commit string) string {
 	t.Helper()
 	root, err := proctest.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("git", "-C", root, "rev-parse", "-q", "--verify", "refs/tags/"+tag+"^{commit}").CombinedOutput(); err != nil {
-		t.Skipf("no git tag %s in %s (git fetch --tags): %v %s", tag, root, err, out)
+	rev := "refs/tags/" + tag + "^{commit}"
+	if out, err := exec.Command("git", "-C", root, "rev-parse", "-q", "--verify", rev).Output(); err == nil {
+		if got := strings.TrimSpace(string(out)); got != commit {
+			t.Fatalf("tag %s is commit %s here, not the release's %s", tag, got, commit)
+		}
+	} else if out, err := exec.Command("git", "-C", root, "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
+		t.Skipf("neither tag %s nor its commit %s in %s (a shallow clone? git fetch --unshallow): %v %s", tag, commit, root, err, out)
 	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
-	if out, err := exec.Command("git", "-C", root, "worktree", "add", "--detach", src, tag).CombinedOutput(); err != nil {
-		t.Fatalf("git worktree add %s: %v\n%s", tag, err, out)
+	if out, err := exec.Command("git", "-C", root, "worktree", "add", "--detach", src, commit).CombinedOutput(); err != nil {
+		t.Fatalf("git worktree add %s (%s): %v\n%s", tag, commit, err, out)
 	}
 	t.Cleanup(func() {
 		if out, err := exec.Command("git", "-C", root, "worktree", "remove", "--force", src).CombinedOutput(); err != nil {

@@ -244,10 +244,10 @@ descriptors:
 		switch which {
 		case "bare":
 			url = bareURL
-		case "floor":
-			url = admissionFloors(t, js, rdb)[2].url
-		case "floor-idempotent":
-			url = admissionFloors(t, js, rdb)[3].url
+		case "floor", "floor-idempotent":
+			rung := map[string]string{"floor": "floor: + per-key Redis", "floor-idempotent": "floor: + idempotency key"}[which]
+			floors := admissionFloors(t, js, rdb)
+			url = floors[slices.IndexFunc(floors, func(c contender) bool { return c.name == rung })].url
 		}
 		rate, p99, _ := load(t, url, conns, 10*time.Second, bodies, which == "idempotent" || which == "floor-idempotent")
 		t.Logf("%s only: %.0f req/s p99 %v", which, rate, p99)
