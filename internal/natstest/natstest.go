@@ -11,8 +11,8 @@ package natstest
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"path/filepath"
 	"sync"
@@ -23,6 +23,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-io/sluice/internal/freeport"
 )
 
 // Node is one embedded server. Its options are kept so it can be restarted with the same
@@ -74,15 +76,22 @@ func (n *Node) Restart() error {
 		return fmt.Errorf("natstest: restart %s: %w", n.opts.ServerName, err)
 	}
 	srv.Start()
-	// 30 s: under make test, a dozen clusters start side by side on 2 cores, and a node
-	// missed 10 s once.
-	if !srv.ReadyForConnections(30 * time.Second) {
+	if !srv.ReadyForConnections(readyTimeout) {
 		srv.Shutdown()
-		return fmt.Errorf("natstest: %s not ready 30 s after its start", n.opts.ServerName)
+		ports := fmt.Sprint(n.opts.Port)
+		if n.opts.Cluster.Port != 0 {
+			ports += fmt.Sprintf(" or %d", n.opts.Cluster.Port)
+		}
+		return fmt.Errorf("natstest: %s not ready %v after its start (port %s taken?)", n.opts.ServerName, readyTimeout, ports)
 	}
 	n.srv = srv
 	return nil
 }
+
+// readyTimeout bounds the wait for a started node to accept connections. 30 s: under make
+// test a dozen clusters start side by side on 2 cores, and a node missed 10 s once. A node
+// whose port was taken before it bound it never becomes ready (it says nothing: NoLog).
+var readyTimeout = 30 * time.Second
 
 var nameSeq atomic.Int64
 
@@ -121,8 +130,17 @@ func start(tb testing.TB, tc *tls.Config, opt func(*server.Options)) *Node {
 	if opt != nil {
 		opt(&n.opts)
 	}
-	if err := n.Restart(); err != nil {
-		tb.Fatal(err)
+	for attempt := 1; ; attempt++ {
+		err := n.Restart()
+		if err == nil {
+			break
+		} else if attempt == 3 {
+			tb.Fatal(err)
+		}
+		tb.Logf("%v; starting it again on another port", err)
+		if n.opts.Port, err = freePort(); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	tb.Cleanup(n.Shutdown)
 	return n
@@ -143,12 +161,39 @@ func StartCluster(tb testing.TB, size int) []*Node { return StartClusterWith(tb,
 // small JetStreamMaxStore, to fill the store).
 func StartClusterWith(tb testing.TB, size int, opt func(*server.Options)) []*Node {
 	tb.Helper()
+	// A port picked free can still be taken before the node binds it (another test
+	// process); the node then never becomes ready. Start again on other ports.
+	var nodes []*Node
+	for attempt := 1; ; attempt++ {
+		var err error
+		if nodes, err = startCluster(tb, size, opt); err == nil {
+			break
+		} else if attempt == 3 {
+			tb.Fatal(err)
+		}
+		tb.Logf("%v; starting the cluster again on other ports", err)
+	}
+	for _, n := range nodes {
+		tb.Cleanup(n.Shutdown)
+	}
+	if err := WaitJetStream(nodes[0].URL(), 30*time.Second); err != nil {
+		tb.Fatal(err)
+	}
+	if err := waitReplicated(ClusterURL(nodes), size, 30*time.Second); err != nil {
+		tb.Fatal(err)
+	}
+	return nodes
+}
+
+// startCluster starts the nodes of one cluster on free ports; when one does not start,
+// it shuts the others down and says why.
+func startCluster(tb testing.TB, size int, opt func(*server.Options)) ([]*Node, error) {
 	clusterPorts := make([]int, size)
 	routes := make([]*url.URL, size)
 	for i := range clusterPorts {
 		p, err := freePort()
 		if err != nil {
-			tb.Fatal(err)
+			return nil, err
 		}
 		clusterPorts[i] = p
 		routes[i] = &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)}
@@ -158,7 +203,7 @@ func StartClusterWith(tb testing.TB, size int, opt func(*server.Options)) []*Nod
 	for i := range nodes {
 		port, err := freePort()
 		if err != nil {
-			tb.Fatal(err)
+			return nil, err
 		}
 		nodes[i] = &Node{opts: server.Options{
 			ServerName: fmt.Sprintf("%s-n%d", clusterName, i+1),
@@ -190,21 +235,13 @@ func StartClusterWith(tb testing.TB, size int, opt func(*server.Options)) []*Nod
 		}()
 	}
 	wg.Wait()
-	for _, n := range nodes {
-		tb.Cleanup(n.Shutdown)
-	}
-	for _, err := range errs {
-		if err != nil {
-			tb.Fatal(err)
+	if err := errors.Join(errs...); err != nil {
+		for _, n := range nodes {
+			n.Shutdown()
 		}
+		return nil, err
 	}
-	if err := WaitJetStream(nodes[0].URL(), 30*time.Second); err != nil {
-		tb.Fatal(err)
-	}
-	if err := waitReplicated(ClusterURL(nodes), size, 30*time.Second); err != nil {
-		tb.Fatal(err)
-	}
-	return nodes
+	return nodes, nil
 }
 
 // waitReplicated waits until a stream with one replica per node can be placed: the meta
@@ -285,11 +322,4 @@ func Connect(tb testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
 	return nc, js
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func freePort() (int, error) { return freeport.Loopback() }

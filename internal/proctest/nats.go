@@ -2,11 +2,12 @@ package proctest
 
 import (
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sluice-io/sluice/internal/freeport"
 )
 
 // NATSCluster is a JetStream cluster of nats-server processes (built from the module's
@@ -131,10 +132,9 @@ func (s *seq) next() int {
 var clusterSeq seq
 
 func freePort(tb testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Loopback()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }

@@ -36,6 +36,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-io/sluice/internal/freeport"
 )
 
 // Options configure a private server. The zero value is a unix-socket server without persistence.
@@ -135,7 +137,7 @@ func start(dir string, opts Options) (*Server, error) {
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		if opts.TCP {
-			port, perr := freePort()
+			port, perr := freeport.Loopback()
 			if perr != nil {
 				return nil, perr
 			}
@@ -281,15 +283,6 @@ func Prefix(tb testing.TB) string {
 		name = name[:40]
 	}
 	return fmt.Sprintf("t%d.%s:", prefixSeq.Add(1), name)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func tail(s string) string {
