@@ -297,9 +297,10 @@ func TestOperatorVerbs(t *testing.T) {
 			s.sluice(t, opts{}, "submit", "fragile", "k=f", "--payload", `{}`, "-o", "json").must(t, 0, "", "").json(t, &sub)
 			ids = append(ids, sub.ID)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		for _, id := range ids {
+		dead := func(id string) { // waits until id is a dead letter
+			t.Helper()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
 			for !strings.Contains(s.sluice(t, opts{}, "status", id, "-o", "json").stdout, `"state": "dead"`) {
 				select {
 				case <-ctx.Done():
@@ -307,6 +308,9 @@ func TestOperatorVerbs(t *testing.T) {
 				case <-time.After(50 * time.Millisecond):
 				}
 			}
+		}
+		for _, id := range ids {
+			dead(id)
 		}
 		r := s.sluice(t, opts{}, "dead", "--queue", "fragile").must(t, 0, ids[0], "")
 		if !strings.Contains(r.stdout, ids[1]) || !strings.Contains(r.stdout, "REASON") {
@@ -320,7 +324,10 @@ func TestOperatorVerbs(t *testing.T) {
 			t.Fatalf("%+v", d.Messages)
 		}
 		s.sluice(t, opts{}, "replay", ids[0]).must(t, 0, "replayed "+ids[0], "")
-		s.sluice(t, opts{}, "replay", "--queue", "fragile").must(t, 0, "replayed 1", "")
+		// Replayed, it is delivered again and dies again at once (its sink answers 422):
+		// once it has, the queue's replay takes both.
+		dead(ids[0])
+		s.sluice(t, opts{}, "replay", "--queue", "fragile").must(t, 0, "replayed 2", "")
 		s.sluice(t, opts{}, "replay", ids[0], "--queue", "fragile").must(t, 2, "", "one of them")
 		s.sluice(t, opts{}, "replay").must(t, 2, "", "one of them")
 	})
