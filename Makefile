@@ -33,7 +33,8 @@ SINK_ADDR ?= 127.0.0.1:8090
 RULES     ?= deploy/examples
 DATA      ?= ./data
 run:
-	$(GO) run ./cmd/sluice dev -rules '$(RULES)' -data '$(DATA)' -http '$(HTTP_ADDR)' -grpc '$(GRPC_ADDR)' \
+	$(GO) build -o bin/sluice ./cmd/sluice
+	exec ./bin/sluice dev -rules '$(RULES)' -data '$(DATA)' -http '$(HTTP_ADDR)' -grpc '$(GRPC_ADDR)' \
 		-nats-addr '$(NATS_ADDR)' -sink-addr '$(SINK_ADDR)' -admin-token '$(SLUICE_ADMIN_TOKEN)'
 
 ## build: compile the binaries into ./bin
