@@ -319,7 +319,9 @@ func (d *DeadLetters) Get(ctx context.Context, id string) (DeadLetter, error) {
 }
 
 // Replay re-admits the dead letter of message id through admit (the same function the
-// re-admitter uses) with its attempts and errors reset, then deletes the dead letter.
+// re-admitter uses) with its attempts and errors reset, then deletes the dead letter. An
+// expiry (ExpiresAt) already past is dropped, so the message is not dead again at once as
+// expired; one still in the future is kept.
 //
 // If admit reports no room, the dead letter stays and the result says when to try again.
 // Two replays of the same dead letter, even concurrent, admit it once: both use the same
@@ -339,6 +341,12 @@ func (d *DeadLetters) Replay(ctx context.Context, id string, admit AdmitFunc) (A
 	}
 	m := dl.Message
 	m.Attempt, m.LastError, m.ParkedFrom = 0, "", time.Time{}
+	if m.Expired(d.cfg.Now()) {
+		// Replaying is the operator's decision that the message should still go: an expiry
+		// (ttl, expires_at, queue.max_age) already past would only send it straight back
+		// here with reason "expired". One still ahead is kept.
+		m.ExpiresAt = time.Time{}
+	}
 	res, err := admit(ctx, rule, m, replayMsgID(m.ID, dl.Seq))
 	if err != nil {
 		return AdmitResult{}, fmt.Errorf("retry: replay %s: %w", id, err)

@@ -236,3 +236,39 @@ func TestCollector(t *testing.T) {
 		}
 	}
 }
+
+// A dead letter of an expired message replayed goes back without its past expiry (it
+// would otherwise be dead again as "expired" at its key's head); an expiry still ahead
+// is kept.
+func TestDeadLetterReplayExpired(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rule := e.rules.add(parkRule("r", time.Hour))
+	ctx := context.Background()
+
+	past := newMessage(rule.Name, "k")
+	past.ExpiresAt = time.Now().Add(-time.Minute).UTC()
+	future := newMessage(rule.Name, "k")
+	future.ExpiresAt = time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	for _, m := range []queue.Message{past, future} {
+		if err := e.dead.Dead(ctx, rule.Name, m, ReasonExpired); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := newFakeQueue(nil)
+	for _, m := range []queue.Message{past, future} {
+		if res, err := e.dead.Replay(ctx, m.ID, q.Admit); err != nil || res.Outcome != Admitted {
+			t.Fatalf("replay %s: %+v, %v", m.ID, res, err)
+		}
+	}
+	calls, _ := q.snapshot()
+	if len(calls) != 2 {
+		t.Fatalf("%d admissions, want 2", len(calls))
+	}
+	if got := calls[0].m; !got.ExpiresAt.IsZero() || got.Expired(time.Now()) {
+		t.Errorf("replayed expired message with ExpiresAt %v: it would die again as expired; want none", got.ExpiresAt)
+	}
+	if got := calls[1].m; !got.ExpiresAt.Equal(future.ExpiresAt) {
+		t.Errorf("replayed message with ExpiresAt %v, want its future expiry %v kept", got.ExpiresAt, future.ExpiresAt)
+	}
+}

@@ -151,6 +151,51 @@ func TestAdminDeadLettersListAndReplay(t *testing.T) {
 	}
 }
 
+// A replayed dead letter of an expired message goes back into its key's queue without
+// its past expiry, so the drainer delivers it rather than dead-lettering it again as
+// "expired" at once; a future expiry is kept.
+func TestAdminReplayExpired(t *testing.T) {
+	t.Parallel()
+	e := start(t, nil)
+	_, js := natstest.Connect(t, e.nats.URL())
+	dead, err := retry.NewDeadLetters(js, retry.DeadConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := queue.NewQueues(js, queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	future := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	for key, expires := range map[string]time.Time{"m-past": time.Now().Add(-time.Minute), "m-future": future} {
+		id, err := queue.NewID("orders", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := queue.Message{ID: id, Rule: "orders", Key: key, Payload: []byte(`{"x":1}`),
+			CreatedAt: time.Now().Add(-time.Hour), ExpiresAt: expires}
+		if err := dead.Dead(ctx, "orders", m, retry.ReasonExpired); err != nil {
+			t.Fatal(err)
+		}
+		if r := e.admin("POST", "/v1/admin/dead/"+id+"/replay", ""); r.code != 202 || r.body["state"] != "queued" {
+			t.Fatalf("replay %s: %d %s", key, r.code, r.raw)
+		}
+		p, err := qs.Pop(ctx, "orders", key)
+		if err != nil {
+			t.Fatalf("replayed %s not in its key's queue: %v", key, err)
+		}
+		switch {
+		case p.ID != id:
+			t.Errorf("%s: head is %s, want %s", key, p.ID, id)
+		case key == "m-past" && (!p.ExpiresAt.IsZero() || p.Expired(time.Now())):
+			t.Errorf("replayed expired message queued with ExpiresAt %v: the drainer would dead-letter it again; want none", p.ExpiresAt)
+		case key == "m-future" && !p.ExpiresAt.Equal(future):
+			t.Errorf("replayed message queued with ExpiresAt %v, want its future expiry %v kept", p.ExpiresAt, future)
+		}
+	}
+}
+
 // TestAdminConsoleAPI covers what the console reads beyond the first admin API: hottest
 // keys, oldest age, refusals per second, the ETag of a GET and an If-Match of 0, and
 // replaying every dead letter of a queue.
