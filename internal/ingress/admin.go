@@ -332,14 +332,19 @@ func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteJSON(w, http.StatusOK, a.view(ctx, rule, o))
 }
 
+// writePatchError answers a refused PATCH. A problem with the patch names its field in
+// the problem's field member and not again in the detail (nor the Go package's "overrides:"
+// prefix), as every other 400 does: `field: detail` reads "total_outflow: must be ≥ outflow
+// (10/s < 20/s); …". Further problems of the same body follow in the detail, each with its
+// field.
 func writePatchError(w http.ResponseWriter, err error) {
 	var pe *overrides.PatchError
 	var pes overrides.PatchErrors
 	switch {
 	case errors.As(err, &pes) && len(pes) > 0:
-		httpx.WriteProblem(w, httpx.BadRequest(pes[0].Field, err.Error()))
+		httpx.WriteProblem(w, httpx.BadRequest(pes[0].Field, pes.Detail()))
 	case errors.As(err, &pe):
-		httpx.WriteProblem(w, httpx.BadRequest(pe.Field, err.Error()))
+		httpx.WriteProblem(w, httpx.BadRequest(pe.Field, pe.Message))
 	case errors.Is(err, overrides.ErrInvalidPatch), errors.Is(err, overrides.ErrNoQueue):
 		httpx.WriteProblem(w, httpx.BadRequest("", err.Error()))
 	case errors.Is(err, overrides.ErrConflict):

@@ -331,3 +331,31 @@ func TestAdminRules(t *testing.T) {
 		t.Fatalf("marketing path: %v", d)
 	}
 }
+
+// A refused PATCH names the field at fault once: in the problem's field member, with a
+// detail that does not repeat it (nor the Go package's prefix), so `field: detail` — as
+// the CLI and the client print it — reads "total_outflow: must be ≥ outflow (…)". Other
+// problems of the same body follow, each with its own field.
+func TestAdminPatchErrorNamesFieldOnce(t *testing.T) {
+	t.Parallel()
+	e := start(t, nil) // orders: outflow 10/s, no total_outflow
+	if r := e.admin("PATCH", "/v1/admin/queues/orders", `{"total_outflow":{"unit":"second","requests_per_unit":50}}`); r.code != 200 {
+		t.Fatalf("total_outflow 50/s: %d %s", r.code, r.raw)
+	}
+	for _, c := range []struct{ body, field, detail string }{
+		{`{"total_outflow":{"unit":"second","requests_per_unit":5}}`, "total_outflow",
+			"must be ≥ outflow (5/s < 10/s); change outflow too, or null it to use the rules file's"},
+		{`{"outflow":{"unit":"second","requests_per_unit":100}}`, "outflow",
+			"must be ≤ total_outflow (100/s > 50/s); change total_outflow too, or null it to use the rules file's"},
+		{`{"outflow":{"unit":"second","requests_per_unit":20},"total_outflow":{"unit":"second","requests_per_unit":10}}`, "total_outflow",
+			"must be ≥ outflow (10/s < 20/s): the whole rule cannot drain slower than one key"},
+		{`{"capacity":0}`, "capacity", "must be ≥ 1 (got 0)"},
+		{`{"capacity":0,"outflow":{"unit":"second","requests_per_unit":0}}`, "capacity",
+			"must be ≥ 1 (got 0); outflow.requests_per_unit: must be ≥ 1 (got 0)"},
+	} {
+		r := e.admin("PATCH", "/v1/admin/queues/orders", c.body)
+		if r.code != 400 || r.body["field"] != c.field || r.body["detail"] != c.detail {
+			t.Errorf("PATCH %s: %d field %v detail %q; want 400 field %s detail %q", c.body, r.code, r.body["field"], r.body["detail"], c.field, c.detail)
+		}
+	}
+}

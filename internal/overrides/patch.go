@@ -98,6 +98,7 @@ func ptr[T any](v T) *T { return &v }
 
 // PatchError is one problem with a patch: the JSON field (e.g.
 // "outflow.requests_per_unit", "" for the body as a whole) and what is wrong with it.
+// Message does not repeat Field ("must be ≥ 1 (got 0)"): Error joins the two.
 type PatchError struct {
 	Field   string
 	Message string
@@ -120,6 +121,21 @@ func (es PatchErrors) Error() string {
 	s := make([]string, len(es))
 	for i, e := range es {
 		s[i] = e.Error()
+	}
+	return strings.Join(s, "; ")
+}
+
+// Detail is es for a problem whose field member is es[0].Field: the first problem's
+// message, then the others as "field: message", e.g. `must be ≥ 1 (got 0);
+// outflow.unit: must be one of …` — each field named once, without the package prefix.
+func (es PatchErrors) Detail() string {
+	s := make([]string, len(es))
+	for i, e := range es {
+		if i == 0 {
+			s[i] = e.Message
+		} else {
+			s[i] = e.Error()
+		}
 	}
 	return strings.Join(s, "; ")
 }

@@ -136,7 +136,28 @@ func TestParsePatchErrors(t *testing.T) {
 			if !errors.As(err, &all) || len(all) < len(tt.want) {
 				t.Errorf("PatchErrors = %v, want at least %d", all, len(tt.want))
 			}
+			// Error and the ingress's problem put the field in front: a message naming
+			// it again would read "capacity: capacity must …".
+			for _, e := range all {
+				if e.Field != "" && strings.HasPrefix(e.Message, e.Field) {
+					t.Errorf("message %q repeats its field %s", e.Message, e.Field)
+				}
+			}
 		})
+	}
+}
+
+// Detail names the first problem's field nowhere (the problem's field member does) and
+// every other problem's once.
+func TestPatchErrorsDetail(t *testing.T) {
+	t.Parallel()
+	_, err := overrides.ParsePatch([]byte(`{"capacity":0,"outflow":{"unit":"second","requests_per_unit":0}}`))
+	var all overrides.PatchErrors
+	if !errors.As(err, &all) || len(all) != 2 || all[0].Field != "capacity" {
+		t.Fatalf("ParsePatch: %v", err)
+	}
+	if got, want := all.Detail(), "must be ≥ 1 (got 0); outflow.requests_per_unit: must be ≥ 1 (got 0)"; got != want {
+		t.Errorf("Detail() = %q, want %q", got, want)
 	}
 }
 

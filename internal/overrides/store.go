@@ -261,15 +261,17 @@ func fits(r *rules.Rule, o Override, p Patch) error {
 		total = *o.TotalOutflow
 	}
 	if !total.Zero() && total.PerSecond() < outflow.PerSecond() {
-		field, which := "outflow", "total_outflow"
+		// The message is about Field and does not name it again: PatchError.Error and
+		// the ingress's problem (field, then detail) put the field in front.
+		pe := &PatchError{Field: "outflow",
+			Message: fmt.Sprintf("must be ≤ total_outflow (%.6g/s > %.6g/s); change total_outflow too, or null it to use the rules file's",
+				outflow.PerSecond(), total.PerSecond())}
 		if p.TotalOutflow != nil {
-			field, which = "total_outflow", "outflow"
+			pe = &PatchError{Field: "total_outflow",
+				Message: fmt.Sprintf("must be ≥ outflow (%.6g/s < %.6g/s); change outflow too, or null it to use the rules file's",
+					total.PerSecond(), outflow.PerSecond())}
 		}
-		return fmt.Errorf("overrides: %w", PatchErrors{{
-			Field: field,
-			Message: fmt.Sprintf("total_outflow must be ≥ outflow (%.6g/s < %.6g/s); change %s too, or null it to use the rules file's",
-				total.PerSecond(), outflow.PerSecond(), which),
-		}})
+		return fmt.Errorf("overrides: %w", PatchErrors{pe})
 	}
 	if _, err := Effective(r, o); err != nil {
 		return fmt.Errorf("overrides: %w", PatchErrors{{Message: err.Error()}})

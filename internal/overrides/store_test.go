@@ -146,6 +146,10 @@ func TestStoreApplyMustFitRule(t *testing.T) {
 	if !errors.Is(err, overrides.ErrInvalidPatch) || !errors.As(err, &pe) || pe.Field != "outflow" {
 		t.Fatalf("outflow > total_outflow: %v (field %v)", err, pe)
 	}
+	// The message does not name its field again: "outflow: must be ≤ total_outflow …".
+	if want := "outflow: must be ≤ total_outflow (300/s > 200/s); change total_outflow too, or null it to use the rules file's"; pe.Error() != want {
+		t.Errorf("outflow > total_outflow: %q, want %q", pe.Error(), want)
+	}
 	// Raising both together is fine.
 	if _, err := s.Apply(ctx, r, overrides.Patch{Outflow: rate(300, time.Second), TotalOutflow: rate(600, time.Second)}); err != nil {
 		t.Fatal(err)
@@ -154,6 +158,9 @@ func TestStoreApplyMustFitRule(t *testing.T) {
 	_, err = s.Apply(ctx, r, overrides.Patch{TotalOutflow: rate(100, time.Second)})
 	if !errors.As(err, &pe) || pe.Field != "total_outflow" {
 		t.Fatalf("total_outflow < overridden outflow: %v", err)
+	}
+	if want := "total_outflow: must be ≥ outflow (100/s < 300/s); change outflow too, or null it to use the rules file's"; pe.Error() != want {
+		t.Errorf("total_outflow < overridden outflow: %q, want %q", pe.Error(), want)
 	}
 	// Nothing was written by the refused patches.
 	got, _, _ := s.Get(ctx, r.Name)
