@@ -231,7 +231,7 @@ func TestAdminConsoleAPI(t *testing.T) {
 	if age, ok := q.body["oldest_age_seconds"].(float64); !ok || age < 0 || age > 60 {
 		t.Fatalf("oldest_age_seconds: %s", q.raw)
 	}
-	if q.header.Get("ETag") != "0" {
+	if q.header.Get("ETag") != `"0"` {
 		t.Fatalf("ETag of an untuned queue: %q", q.header.Get("ETag"))
 	}
 	// Refusals reach Redis within a second and count for the minute after their bucket.
@@ -253,7 +253,7 @@ func TestAdminConsoleAPI(t *testing.T) {
 	// If-Match: 0 (nothing overridden) applies once; the second writer with the same view
 	// gets 412 and nothing changes.
 	first := e.do("PATCH", "/v1/admin/queues/orders", `{"outflow":{"unit":"second","requests_per_unit":5}}`, "Authorization", "Bearer "+e.token, "If-Match", "0")
-	if first.code != 200 || first.header.Get("ETag") == "0" || first.header.Get("ETag") == "" {
+	if first.code != 200 || first.header.Get("ETag") == `"0"` || first.header.Get("ETag") == "" {
 		t.Fatalf("first PATCH: %d %s %v", first.code, first.raw, first.header)
 	}
 	second := e.do("PATCH", "/v1/admin/queues/orders", `{"outflow":{"unit":"second","requests_per_unit":7}}`, "Authorization", "Bearer "+e.token, "If-Match", `"0"`)
@@ -357,5 +357,82 @@ func TestAdminPatchErrorNamesFieldOnce(t *testing.T) {
 		if r.code != 400 || r.body["field"] != c.field || r.body["detail"] != c.detail {
 			t.Errorf("PATCH %s: %d field %v detail %q; want 400 field %s detail %q", c.body, r.code, r.body["field"], r.body["detail"], c.field, c.detail)
 		}
+	}
+}
+
+// The overrides' ETag is a quoted entity-tag (RFC 9110), "0" with nothing overridden; a
+// PATCH's If-Match takes it quoted, bare (as clients of the unquoted ETag give it back) or
+// as *. After a reset, or a patch that leaves nothing overridden, the ETag is "0" again.
+func TestAdminQueueETag(t *testing.T) {
+	t.Parallel()
+	e := start(t, nil)
+	const path = "/v1/admin/queues/orders"
+	patch := func(ifMatch, body string) reply {
+		t.Helper()
+		if ifMatch == "" {
+			return e.admin("PATCH", path, body)
+		}
+		return e.do("PATCH", path, body, "Authorization", "Bearer "+e.token, "If-Match", ifMatch)
+	}
+	quoted := func(r reply) string {
+		t.Helper()
+		tag := r.header.Get("ETag")
+		if len(tag) < 3 || tag[0] != '"' || tag[len(tag)-1] != '"' || strings.Trim(tag, `"0123456789`) != "" {
+			t.Fatalf("ETag %q is not a quoted revision (%d %s)", tag, r.code, r.raw)
+		}
+		return tag
+	}
+	if g := e.admin("GET", path, ""); quoted(g) != `"0"` {
+		t.Fatalf("ETag of an untuned queue: %q", g.header.Get("ETag"))
+	}
+
+	// Quoted, as the ETag is sent.
+	p1 := patch(`"0"`, `{"capacity":4}`)
+	if p1.code != 200 || quoted(p1) == `"0"` {
+		t.Fatalf("PATCH If-Match \"0\": %d %s", p1.code, p1.raw)
+	}
+	if g := e.admin("GET", path, ""); g.header.Get("ETag") != p1.header.Get("ETag") {
+		t.Fatalf("GET ETag %q after PATCH %q", g.header.Get("ETag"), p1.header.Get("ETag"))
+	}
+	// Bare, as a client of the unquoted ETag gives it back.
+	p2 := patch(strings.Trim(p1.header.Get("ETag"), `"`), `{"capacity":5}`)
+	if p2.code != 200 || quoted(p2) == p1.header.Get("ETag") {
+		t.Fatalf("PATCH with the bare revision: %d %s", p2.code, p2.raw)
+	}
+	// Stale, quoted or bare: 412, nothing changes.
+	for _, stale := range []string{p1.header.Get("ETag"), strings.Trim(p1.header.Get("ETag"), `"`), `"0"`} {
+		if r := patch(stale, `{"capacity":6}`); r.code != 412 {
+			t.Fatalf("PATCH with stale If-Match %s: %d %s", stale, r.code, r.raw)
+		}
+	}
+	// *: whatever the revision.
+	p3 := patch("*", `{"capacity":7}`)
+	if p3.code != 200 || p3.body["capacity"] != float64(7) || quoted(p3) == p2.header.Get("ETag") {
+		t.Fatalf("PATCH If-Match *: %d %s", p3.code, p3.raw)
+	}
+	// Not an entity-tag of this resource: 400 naming If-Match.
+	for _, bad := range []string{`W/` + p3.header.Get("ETag"), `"1", "2"`, `"` + strings.Trim(p3.header.Get("ETag"), `"`), "abc", "-1"} {
+		if r := patch(bad, `{"capacity":8}`); r.code != 400 || r.body["field"] != "If-Match" {
+			t.Fatalf("PATCH If-Match %s: %d %s", bad, r.code, r.raw)
+		}
+	}
+
+	// Nothing overridden any more (the only field nulled, or a reset): "0" again, on the
+	// PATCH and on the next GET; and "0" then matches as for a queue never tuned.
+	if r := patch(p3.header.Get("ETag"), `{"capacity":null}`); r.code != 200 || quoted(r) != `"0"` {
+		t.Fatalf("PATCH nulling the last override: %d ETag %q %s", r.code, r.header.Get("ETag"), r.raw)
+	}
+	if g := e.admin("GET", path, ""); quoted(g) != `"0"` {
+		t.Fatalf("GET after the last override went: ETag %q", g.header.Get("ETag"))
+	}
+	p4 := patch(`"0"`, `{"paused":true}`)
+	if p4.code != 200 || quoted(p4) == `"0"` {
+		t.Fatalf("PATCH If-Match \"0\" after the overrides went: %d %s", p4.code, p4.raw)
+	}
+	if r := patch(p4.header.Get("ETag"), `{"reset":true}`); r.code != 200 || quoted(r) != `"0"` || r.body["paused"] != false {
+		t.Fatalf("reset: %d ETag %q %s", r.code, r.header.Get("ETag"), r.raw)
+	}
+	if g := e.admin("GET", path, ""); quoted(g) != `"0"` {
+		t.Fatalf("GET after a reset: ETag %q", g.header.Get("ETag"))
 	}
 }
