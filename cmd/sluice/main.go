@@ -6,8 +6,12 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	_ "time/tzdata" // rules' time_zone works without zoneinfo
 
@@ -17,12 +21,52 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	m := &cli.Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
-	m.Dev = func(ctx context.Context, args []string) int {
-		return process.ExitCode("sluice dev", devstack.Run(ctx, args, os.Getenv, os.Stdout, os.Stderr), os.Stderr)
-	}
-	code := m.Run(ctx, os.Args[1:])
+	ctx, stop := signalContext()
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv)
 	stop()
 	os.Exit(code)
 }
+
+// signalContext is process.Exec's handling of signals: the first SIGINT or SIGTERM ends
+// ctx (a soft stop: `sluice dev` finishes in-flight work for up to -shutdown-timeout);
+// after it the signals are no longer caught, so a second one ends the process at once
+// (Go's default action), as the README's "Ctrl-C again stops at once" says.
+func signalContext() (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // the next signal takes Go's default action: exit now
+	}()
+	return ctx, stop
+}
+
+// run is the command with the process's streams and environment; it returns the exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+	m := &cli.Main{Stdin: stdin, Stdout: stdout, Stderr: stderr, Getenv: getenv, DevFlags: devstack.Flags()}
+	m.Dev = func(ctx context.Context, args []string) int {
+		return devExitCode(devstack.Run(ctx, args, getenv, stdout, stderr), stderr)
+	}
+	return m.Run(ctx, args)
+}
+
+// devExitCode is process.ExitCode for `sluice dev`, whose errors often name the command
+// already ("sluice dev: -nats-addr …"): the name is written once. -help is not an error.
+func devExitCode(err error, stderr io.Writer) int {
+	const name = "sluice dev"
+	if errors.Is(err, flag.ErrHelp) {
+		return process.ExitOK
+	}
+	if err != nil && strings.HasPrefix(err.Error(), name+": ") {
+		err = unprefixed{err, name + ": "}
+	}
+	return process.ExitCode(name, err, stderr)
+}
+
+// unprefixed is err without the prefix its text begins with; it matches what err matches.
+type unprefixed struct {
+	err    error
+	prefix string
+}
+
+func (u unprefixed) Error() string { return strings.TrimPrefix(u.err.Error(), u.prefix) }
+func (u unprefixed) Unwrap() error { return u.err }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -43,11 +45,14 @@ type Main struct {
 	// nil reads none.
 	Getenv func(string) string
 	// Terminal reports whether a person can answer a question on Stdin (purge asks one).
-	// Nil: whether Stdin is a character device.
+	// Nil: whether Stdin is a terminal (it answers the terminal ioctl; /dev/null, a
+	// character device, does not).
 	Terminal func() bool
 	// Dev runs `sluice dev ARGS…` (the dev stack: embedded NATS, in-process store and
 	// drainer, demo sink) and returns its exit code. Nil in a binary without the dev stack.
 	Dev func(ctx context.Context, args []string) int
+	// DevFlags are the flags of `sluice dev`, for `sluice help dev` and `sluice dev -h`.
+	DevFlags []process.Flag
 	// HTTPClient makes the requests; nil makes one with the --timeout.
 	HTTPClient *http.Client
 }
@@ -76,7 +81,7 @@ func init() {
 		{"replay", "ID | --queue Q [--limit N]", "put dead messages back into their queue", (*Main).replay},
 		{"status", "ID", "where a message is", (*Main).status},
 		{"cancel", "ID", "take back a message not delivered yet (queued, scheduled, parked or waiting for a retry)", (*Main).cancel},
-		{"submit", "DOMAIN KEY=VALUE… --payload @FILE|-|JSON [--idempotency-key K] [--delay D | --deliver-at T] [--ttl D]", "submit a message", (*Main).submit},
+		{"submit", "DOMAIN KEY=VALUE… --payload @FILE|-|JSON [--idempotency-key K] [--delay D | --deliver-at T] [--ttl D] [--header 'Name: value']…", "submit a message", (*Main).submit},
 		{"rules", "", "the rules in force on the ingress", (*Main).rules},
 		{"check", "RULES… [--merge-domain-config]", "validate rules files or directories offline", (*Main).check},
 		{"dev", "[FLAGS]", "run the dev stack (embedded NATS, store, drainer, demo sink)", (*Main).dev},
@@ -104,6 +109,8 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 	switch name {
 	case "-h", "-help", "--help":
 		name = "help"
+	case "-version", "--version":
+		name = "version"
 	}
 	for _, v := range verbs {
 		if v.name == name {
@@ -134,12 +141,26 @@ func (m *Main) exit(err error) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.msg != "" {
-			fmt.Fprintln(m.stderr(), "sluice: "+ee.msg)
+			fmt.Fprintln(m.stderr(), "sluice: "+unprefixed(ee.msg))
 		}
 		return ee.code
 	}
-	fmt.Fprintln(m.stderr(), "sluice: "+err.Error())
+	fmt.Fprintln(m.stderr(), "sluice: "+errText(err))
 	return ExitRefused
+}
+
+// errText is err's text without the "sluice: " or "client: " the client's errors begin
+// with: the command prefixes its messages with "sluice: " itself, once.
+func errText(err error) string { return unprefixed(err.Error()) }
+
+func unprefixed(s string) string {
+	for {
+		t := strings.TrimPrefix(strings.TrimPrefix(s, "sluice: "), "client: ")
+		if t == s {
+			return s
+		}
+		s = t
+	}
 }
 
 func (m *Main) stdout() io.Writer { return orDiscard(m.Stdout) }
@@ -164,11 +185,7 @@ func (m *Main) terminal() bool {
 		return m.Terminal()
 	}
 	f, ok := m.Stdin.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && isTerminal(f.Fd())
 }
 
 // common holds the flags every verb that talks to an ingress takes.
@@ -176,6 +193,8 @@ type common struct {
 	url, token, tokenFile, output string
 	submitToken                   string
 	timeout                       time.Duration
+	// rec keeps the body of the ingress's last 2xx answer: -o json writes it as sent.
+	rec *recorder
 }
 
 // flags returns the flag set of a verb; with c, the connection and output flags too.
@@ -187,7 +206,7 @@ func (m *Main) flags(name string, c *common) *flag.FlagSet {
 		fs.StringVar(&c.token, "token", "", "admin bearer `token` (default $SLUICE_ADMIN_TOKEN)")
 		fs.StringVar(&c.tokenFile, "token-file", "", "read the admin token from `file` (default $SLUICE_ADMIN_TOKEN_FILE)")
 		fs.StringVar(&c.submitToken, "submit-token", "", "bearer `token` of submit and status, for an ingress run with -submit-tokens (default $SLUICE_SUBMIT_TOKEN)")
-		fs.StringVar(&c.output, "o", "table", "output: table or json")
+		fs.StringVar(&c.output, "o", "table", "output: `table|json` (aligned tables for people, JSON for scripts)")
 		fs.DurationVar(&c.timeout, "timeout", DefaultTimeout, "give up after this long, retries included")
 	}
 	return fs
@@ -235,10 +254,13 @@ func (m *Main) connect(c *common) (*client.Client, string, error) {
 		}
 		token = strings.TrimSpace(string(b))
 	}
-	hc := m.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Timeout: c.timeout}
+	hc := &http.Client{Timeout: c.timeout}
+	if m.HTTPClient != nil {
+		copied := *m.HTTPClient
+		hc = &copied
 	}
+	c.rec = &recorder{base: hc.Transport}
+	hc.Transport = c.rec
 	// A person waits at the terminal: a few quick retries, then an answer; a 429 is
 	// reported at once rather than waited out.
 	submitToken := firstNonEmpty(c.submitToken, m.getenv("SLUICE_SUBMIT_TOKEN"))
@@ -274,9 +296,9 @@ func explain(err error, url string) error {
 		return err
 	}
 	var pe *client.ProblemError
-	detail := err.Error()
+	detail := errText(err)
 	if errors.As(err, &pe) {
-		detail = strings.TrimPrefix(pe.Error(), "sluice: ")
+		detail = errText(pe)
 	}
 	var dns *net.DNSError
 	var op *net.OpError
@@ -292,7 +314,7 @@ func explain(err error, url string) error {
 	case errors.Is(err, client.ErrNotFound):
 		return &exitError{ExitRefused, "not found: " + detail}
 	case errors.Is(err, client.ErrOverLimit):
-		return &exitError{ExitRefused, strings.TrimPrefix(err.Error(), "sluice: ")}
+		return &exitError{ExitRefused, errText(err)}
 	case errors.Is(err, client.ErrUnavailable):
 		return &exitError{ExitUnreachable, "the ingress at " + url + " cannot serve now (" + detail + "); retry in a moment"}
 	case pe != nil:
@@ -307,9 +329,80 @@ func explain(err error, url string) error {
 		return &exitError{ExitUnreachable, "cannot reach the ingress at " + url + " (" + op.Err.Error() + "); is it running? Set SLUICE_URL or --url to where it listens"}
 	}
 	if errors.Is(err, client.ErrInvalid) { // refused by the client before sending
-		return &exitError{ExitUsage, strings.TrimPrefix(err.Error(), "client: ")}
+		return &exitError{ExitUsage, errText(err)}
 	}
-	return &exitError{ExitUnreachable, "talking to the ingress at " + url + ": " + err.Error()}
+	return &exitError{ExitUnreachable, "talking to the ingress at " + url + ": " + errText(err)}
+}
+
+// recorder is an http.RoundTripper that keeps the body of the last 2xx answer, so that
+// -o json writes the API's objects as the ingress sent them, not as the client's types
+// would re-encode them (with their zero values and without the fields they lack).
+type recorder struct {
+	base http.RoundTripper
+	mu   sync.Mutex
+	body []byte
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	base := r.base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	resp, err := base.RoundTrip(req)
+	if err != nil || resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp, err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	r.mu.Lock()
+	r.body = b
+	r.mu.Unlock()
+	return resp, nil
+}
+
+// last returns the body of the last 2xx answer.
+func (r *recorder) last() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.body
+}
+
+// printRaw writes body, a JSON object the ingress sent, indented and otherwise as sent;
+// extra adds members (name, value, name, value…) the API sends outside the body (the
+// ETag header, say) after the body's own.
+func (m *Main) printRaw(body []byte, extra ...any) error {
+	body = bytes.TrimSpace(body)
+	if len(body) < 2 || body[0] != '{' || body[len(body)-1] != '}' {
+		return fmt.Errorf("the ingress's answer is not a JSON object: %.80q", body)
+	}
+	if len(extra) > 0 {
+		obj := append([]byte(nil), body[:len(body)-1]...)
+		sep := len(bytes.TrimSpace(obj[1:])) > 0
+		for i := 0; i+1 < len(extra); i += 2 {
+			k, _ := json.Marshal(extra[i])
+			v, err := json.Marshal(extra[i+1])
+			if err != nil {
+				return err
+			}
+			if sep {
+				obj = append(obj, ',')
+			}
+			obj = append(append(append(obj, k...), ':'), v...)
+			sep = true
+		}
+		body = append(obj, '}')
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, body, "", "  "); err != nil {
+		return fmt.Errorf("the ingress's answer is not JSON: %w", err)
+	}
+	out.WriteByte('\n')
+	_, err := out.WriteTo(m.stdout())
+	return err
 }
 
 // printJSON writes v as indented JSON.
@@ -362,8 +455,12 @@ func (m *Main) verbUsage(w io.Writer, name string) bool {
 		if v.name != name {
 			continue
 		}
-		fmt.Fprintf(w, "Usage: sluice %s %s\n\n%s.\n", v.name, v.args, v.summary)
-		if name == "help" || name == "dev" || name == "version" {
+		fmt.Fprintf(w, "Usage: sluice %s\n\n%s.\n", strings.TrimSpace(v.name+" "+v.args), v.summary)
+		switch name {
+		case "help", "version":
+			return true
+		case "dev":
+			m.devUsage(w)
 			return true
 		}
 		var c common
@@ -374,15 +471,52 @@ func (m *Main) verbUsage(w io.Writer, name string) bool {
 		fs := m.flags(name, cp)
 		addVerbFlags(name, fs)
 		fmt.Fprintln(w, "\nFlags:")
-		fs.SetOutput(w)
-		fs.PrintDefaults()
+		printFlags(w, fs)
 		return true
 	}
 	return false
 }
 
+// printFlags lists fs's flags as the top-level help and the README spell them: a long
+// name with two dashes (--delay), a one-letter name with one (-o).
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		kind, usage := flag.UnquoteUsage(f)
+		line := "  " + dashes(f.Name)
+		if kind != "" {
+			line += " " + kind
+		}
+		if def := f.DefValue; def != "" && def != "0" && def != "false" && def != "0s" {
+			usage += fmt.Sprintf(" (default %s)", def)
+		}
+		fmt.Fprintf(w, "%s\n        %s\n", line, usage)
+	})
+}
+
+func dashes(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+// devUsage lists the flags of `sluice dev`, each with its environment variable.
+func (m *Main) devUsage(w io.Writer) {
+	if len(m.DevFlags) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nFlags (each also read from its environment variable; the flag wins):")
+	for _, f := range m.DevFlags {
+		def := "empty"
+		if f.Default != "" {
+			def = f.Default
+		}
+		fmt.Fprintf(w, "  %s\n        %s (env %s; default %s)\n", dashes(f.Name), f.Usage, f.Env, def)
+	}
+}
+
 func (m *Main) help(_ context.Context, args []string) error {
-	if len(args) == 0 {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
 		m.usage(m.stdout())
 		return nil
 	}
@@ -400,6 +534,15 @@ func (m *Main) version(_ context.Context, _ []string) error {
 func (m *Main) dev(ctx context.Context, args []string) error {
 	if m.Dev == nil {
 		return usageErr("this binary was built without the dev stack; run `make run` from the repository")
+	}
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" { // help is not an error: exit 0, as `sluice help dev`
+			m.verbUsage(m.stdout(), "dev")
+			return nil
+		}
 	}
 	if code := m.Dev(ctx, args); code != 0 {
 		return &exitError{code: code}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -268,15 +269,43 @@ func TestOperatorVerbs(t *testing.T) {
 		var later struct{ ID string }
 		s.sluice(t, opts{}, "submit", "orders", "merchant_id=m-3", "--payload", `{"order":4}`, "--delay", "1h", "-o", "json").
 			must(t, 0, "", "").json(t, &later)
+		// -o json writes the API's answer: a scheduled message's has no depth, capacity or
+		// retry_at (the client's zero values were written as 0 and null).
+		var raw map[string]any
+		s.sluice(t, opts{}, "submit", "orders", "merchant_id=m-3", "--payload", `{"order":5}`, "--delay", "10m", "-o", "json").
+			must(t, 0, "", "").json(t, &raw)
+		for _, absent := range []string{"depth", "capacity", "retry_at", "domain"} {
+			if _, ok := raw[absent]; ok {
+				t.Errorf("submit -o json has %q, which the API did not send: %v", absent, raw)
+			}
+		}
+		if raw["state"] != "scheduled" || raw["eta"] == nil || raw["idempotency_key"] == "" || raw["duplicate"] != nil {
+			t.Errorf("submit -o json: %v", raw)
+		}
+		s.sluice(t, opts{}, "cancel", raw["id"].(string)).must(t, 0, "cancelled", "")
 		s.sluice(t, opts{}, "cancel", later.ID).must(t, 0, "cancelled "+later.ID+" (it was scheduled", "")
 		s.sluice(t, opts{}, "cancel", later.ID).must(t, 1, "", "nothing to cancel")
+		// A cancelled message has left sluice: status names cancelling among the reasons and
+		// does not claim the ingress keeps no delivered records (this one keeps them 1h).
+		r := s.sluice(t, opts{}, "status", later.ID).must(t, 1, "", "cancelled")
+		if strings.Contains(r.stderr, "no delivery record is kept") || strings.Count(r.stderr, "sluice:") != 1 {
+			t.Errorf("status of a cancelled message:\n%s", r.stderr)
+		}
 		s.sluice(t, opts{}, "submit", "orders", "merchant_id=m-2", "--payload", `not json`).must(t, 2, "", "not valid JSON")
 		s.sluice(t, opts{}, "submit", "nope", "x=y", "--payload", `1`).must(t, 1, "", "sluice rules")
 
 		s.sluice(t, opts{}, "status", sub.ID).must(t, 0, "queued", "")
 		s.sluice(t, opts{}, "status", "0193a1b2-0000-7000-8000-00000000dead").must(t, 1, "", "")
 
-		r := s.sluice(t, opts{}, "keys", "orders", "--top", "5").must(t, 0, "m-1", "")
+		// status -o json is GET /v1/messages/{id} as the ingress sent it (position 0 included).
+		var viaCLI, viaHTTP any
+		s.sluice(t, opts{}, "status", sub.ID, "-o", "json").must(t, 0, "", "").json(t, &viaCLI)
+		s.get(t, "/v1/messages/"+sub.ID, &viaHTTP)
+		if !reflect.DeepEqual(viaCLI, viaHTTP) {
+			t.Errorf("status -o json:\n%v\nthe API sent:\n%v", viaCLI, viaHTTP)
+		}
+
+		r = s.sluice(t, opts{}, "keys", "orders", "--top", "5").must(t, 0, "m-1", "")
 		if !strings.Contains(r.stdout, "m-1  2") && !strings.Contains(r.stdout, "m-1    2") {
 			t.Fatalf("keys:\n%s", r.stdout)
 		}
@@ -320,6 +349,15 @@ func TestOperatorVerbs(t *testing.T) {
 			Messages []client.MessageStatus `json:"messages"`
 		}
 		s.sluice(t, opts{}, "dead", "-o", "json").must(t, 0, "", "").json(t, &d)
+		// -o json is the API's page as sent: no "domain" in the messages, no "more".
+		for _, args := range [][]string{{"dead", "-o", "json"}, {"dead", "-o", "json", "--all", "--limit", "1"}} {
+			var viaCLI, viaHTTP any
+			s.sluice(t, opts{}, args...).must(t, 0, "", "").json(t, &viaCLI)
+			s.get(t, "/v1/admin/dead", &viaHTTP)
+			if !reflect.DeepEqual(viaCLI, viaHTTP) {
+				t.Errorf("sluice %s:\n%v\nthe API sent:\n%v", strings.Join(args, " "), viaCLI, viaHTTP)
+			}
+		}
 		if len(d.Messages) != 2 || d.Messages[0].ID != ids[0] || d.Messages[0].State != "dead" {
 			t.Fatalf("%+v", d.Messages)
 		}
@@ -330,6 +368,25 @@ func TestOperatorVerbs(t *testing.T) {
 		s.sluice(t, opts{}, "replay", "--queue", "fragile").must(t, 0, "replayed 2", "")
 		s.sluice(t, opts{}, "replay", ids[0], "--queue", "fragile").must(t, 2, "", "one of them")
 		s.sluice(t, opts{}, "replay").must(t, 2, "", "one of them")
+	})
+
+	// A delivered message cannot be cancelled (409): the error says so, prefixed once.
+	t.Run("cancel delivered", func(t *testing.T) {
+		var sub struct{ ID string }
+		s.sluice(t, opts{}, "submit", "orders", "merchant_id=m-9", "--payload", `{}`, "-o", "json").must(t, 0, "", "").json(t, &sub)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for !strings.Contains(s.sluice(t, opts{}, "status", sub.ID).stdout, "delivered") {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s never delivered", sub.ID)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		r := s.sluice(t, opts{}, "cancel", sub.ID).must(t, 1, "", "cannot be cancelled any more")
+		if n := strings.Count(r.stderr, "sluice:"); n != 1 {
+			t.Errorf("%d \"sluice:\" prefixes, want 1:\n%s", n, r.stderr)
+		}
 	})
 
 	t.Run("errors say what to do", func(t *testing.T) {
@@ -349,6 +406,27 @@ func TestOperatorVerbs(t *testing.T) {
 		s.sluice(t, opts{}, "queues", "-o", "yaml").must(t, 2, "", "want table or json")
 		s.sluice(t, opts{}, "dev").must(t, 2, "", "without the dev stack")
 	})
+}
+
+// get decodes the JSON body of an admin GET of the ingress, as a script reading the API would.
+func (s *system) get(t *testing.T, path string, v any) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, s.url+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", path, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sluice-io/sluice/internal/cli"
+	"github.com/sluice-io/sluice/internal/process"
 )
 
 // runOffline runs a verb that needs no ingress.
@@ -44,9 +45,33 @@ func TestHelpAndDev(t *testing.T) {
 			t.Errorf("help does not list %q", v)
 		}
 	}
-	runOffline(&cli.Main{}, "help", "purge").must(t, 0, "-yes", "")
-	runOffline(&cli.Main{}, "purge", "-h").must(t, 0, "-yes", "")
+	runOffline(&cli.Main{}, "help", "purge").must(t, 0, "--yes", "")
+	runOffline(&cli.Main{}, "purge", "-h").must(t, 0, "--yes", "")
+	runOffline(&cli.Main{}, "purge", "--help").must(t, 0, "--yes", "")
+	runOffline(&cli.Main{}, "-h").must(t, 0, "Exit codes:", "")
+	runOffline(&cli.Main{}, "--help").must(t, 0, "Exit codes:", "")
 	runOffline(&cli.Main{}).must(t, 2, "", "Usage:")
+
+	// A verb's help spells its flags as the README and the top-level help do: --delay,
+	// -o; and its usage line names every flag of the verb.
+	r = runOffline(&cli.Main{}, "help", "submit").must(t, 0, "  --delay duration\n", "")
+	usage, _, _ := strings.Cut(r.stdout, "\n")
+	for _, f := range []string{"--payload", "--idempotency-key", "--delay", "--deliver-at", "--ttl", "--header"} {
+		if !strings.Contains(usage, f) {
+			t.Errorf("submit's usage line lacks %s: %s", f, usage)
+		}
+		if !strings.Contains(r.stdout, "\n  "+f+" ") {
+			t.Errorf("sluice help submit does not list %s:\n%s", f, r.stdout)
+		}
+	}
+	if !strings.Contains(r.stdout, "\n  -o table|json\n") || strings.Contains(r.stdout, "\n  -delay") || strings.Contains(r.stdout, "\n  -url") {
+		t.Errorf("sluice help submit, want --long and -o:\n%s", r.stdout)
+	}
+
+	// --version and -version are the version verb, as the ingress's -version.
+	for _, v := range []string{"version", "--version", "-version"} {
+		runOffline(&cli.Main{}, v).must(t, 0, "sluice ", "")
+	}
 
 	// main wires the dev stack in with one assignment; the dev command gets its own arguments.
 	var got []string
@@ -54,6 +79,38 @@ func TestHelpAndDev(t *testing.T) {
 	runOffline(m, "dev", "-http", ":0").must(t, 7, "", "")
 	if strings.Join(got, " ") != "-http :0" {
 		t.Fatalf("dev got %q", got)
+	}
+
+	// `sluice help dev` and `sluice dev -h` list dev's flags and exit 0; -h starts nothing.
+	got = nil
+	m.DevFlags = []process.Flag{{Name: "nats-addr", Env: "SLUICE_DEV_NATS_ADDR", Default: "127.0.0.1:4222", Usage: "listen address of the embedded NATS server"}}
+	for _, args := range [][]string{{"help", "dev"}, {"dev", "-h"}, {"dev", "-data", "x", "--help"}} {
+		runOffline(m, args...).must(t, 0, "  --nats-addr\n        listen address of the embedded NATS server (env SLUICE_DEV_NATS_ADDR; default 127.0.0.1:4222)", "")
+	}
+	if got != nil {
+		t.Fatalf("dev -h ran the dev stack with %q", got)
+	}
+}
+
+// Off a terminal — stdin /dev/null, as under cron, CI or systemd — purge refuses without
+// --yes (exit 2) before it asks or reads anything. /dev/null is a character device, not a
+// terminal.
+func TestPurgeOffTerminal(t *testing.T) {
+	t.Parallel()
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	m := &cli.Main{Stdin: devNull, Getenv: func(k string) string {
+		if k == "SLUICE_URL" {
+			return "http://127.0.0.1:1" // nothing listens: asking would first read the queue
+		}
+		return ""
+	}}
+	r := runOffline(m, "purge", "orders", "--key", "k").must(t, 2, "", "add --yes")
+	if strings.Contains(r.stderr, "[y/N]") {
+		t.Fatalf("purge asked off a terminal:\n%s", r.stderr)
 	}
 }
 

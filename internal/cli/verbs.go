@@ -101,7 +101,7 @@ func bindSubmit(fs *flag.FlagSet) *submitOpts {
 	fs.DurationVar(&o.delay, "delay", 0, "deliver no earlier than this long from now")
 	fs.StringVar(&o.deliverAt, "deliver-at", "", "deliver no earlier than this RFC 3339 `time`")
 	fs.DurationVar(&o.ttl, "ttl", 0, "dead letter if still waiting this long after admission")
-	fs.Var(&o.headers, "header", "a `Name: value` header for the sink (repeatable)")
+	fs.Var(&o.headers, "header", "a header for the sink, as `'Name: value'` (repeatable)")
 	return o
 }
 
@@ -190,7 +190,7 @@ func (m *Main) queues(ctx context.Context, args []string) error {
 		return explain(err, u)
 	}
 	if c.output == "json" {
-		return m.printJSON(map[string]any{"queues": queueViews(qs)})
+		return m.printRaw(c.rec.last())
 	}
 	tw := m.table()
 	fmt.Fprintln(tw, "NAME\tDOMAIN\tDEPTH\tKEYS\tCAPACITY\tOUTFLOW\tTOTAL\tPAUSED\tPARKED\tDEAD\tDRAINED/S\tOLDEST\tOVERRIDDEN")
@@ -199,31 +199,6 @@ func (m *Main) queues(ctx context.Context, args []string) error {
 			formatRate(q.Outflow), formatRate(q.TotalOutflow), yesNo(q.Paused), q.Parked, q.Dead, q.DrainedPerSecond, formatAge(q.OldestAge), dash(strings.Join(q.Overridden, ",")))
 	}
 	return tw.Flush()
-}
-
-// queueView is a queue as -o json writes it: the API's fields, with the ETag and the
-// oldest age, which the client keeps outside its JSON.
-type queueView struct {
-	client.Queue
-	OldestAgeSeconds *float64 `json:"oldest_age_seconds,omitempty"`
-	ETag             string   `json:"etag,omitempty"`
-}
-
-func viewOf(q client.Queue) queueView {
-	v := queueView{Queue: q, ETag: q.ETag}
-	if q.OldestAge != nil {
-		s := q.OldestAge.Seconds()
-		v.OldestAgeSeconds = &s
-	}
-	return v
-}
-
-func queueViews(qs []client.Queue) []queueView {
-	out := make([]queueView, len(qs))
-	for i, q := range qs {
-		out[i] = viewOf(q)
-	}
-	return out
 }
 
 func yesNo(b bool) string {
@@ -256,7 +231,11 @@ func (m *Main) queue(ctx context.Context, args []string) error {
 
 func (m *Main) printQueue(c *common, q *client.Queue) error {
 	if c.output == "json" {
-		return m.printJSON(viewOf(*q))
+		// The ETag is the answer's header; -o json adds it to the queue as "etag".
+		if q.ETag == "" {
+			return m.printRaw(c.rec.last())
+		}
+		return m.printRaw(c.rec.last(), "etag", q.ETag)
 	}
 	tw := m.table()
 	file := func(live, inFile string) string {
@@ -436,10 +415,7 @@ func (m *Main) keys(ctx context.Context, args []string) error {
 		return explain(err, u)
 	}
 	if c.output == "json" {
-		if keys == nil {
-			keys = []client.QueueKey{}
-		}
-		return m.printJSON(map[string]any{"queue": pos[0], "complete": complete, "keys": keys})
+		return m.printRaw(c.rec.last())
 	}
 	tw := m.table()
 	fmt.Fprintln(tw, "KEY\tDEPTH\tNEXT DISPATCH")
@@ -469,6 +445,8 @@ func (m *Main) dead(ctx context.Context, args []string) error {
 	q := client.DeadQuery{Queue: o.queue, Limit: o.limit}
 	msgs := []client.MessageStatus{}
 	var next string
+	var raw []json.RawMessage // the pages' messages as the ingress sent them, for -o json
+	var body []byte           // the last page
 	for {
 		p, err := cl.Admin().DeadPage(ctx, q)
 		if err != nil {
@@ -476,12 +454,32 @@ func (m *Main) dead(ctx context.Context, args []string) error {
 		}
 		msgs = append(msgs, p.Messages...)
 		next = p.Next
+		body = c.rec.last()
+		if o.all {
+			var page struct {
+				Messages []json.RawMessage `json:"messages"`
+			}
+			if err := json.Unmarshal(body, &page); err != nil {
+				return &exitError{ExitUnreachable, "GET /v1/admin/dead: " + err.Error()}
+			}
+			raw = append(raw, page.Messages...)
+		}
 		if q.After = p.Next; !o.all || q.After == "" {
 			break
 		}
 	}
 	if c.output == "json" {
-		return m.printJSON(map[string]any{"messages": msgs, "more": next != ""})
+		if !o.all {
+			return m.printRaw(body) // the page, with its "next" when there are more
+		}
+		if raw == nil {
+			raw = []json.RawMessage{}
+		}
+		all, err := json.Marshal(map[string]any{"messages": raw})
+		if err != nil {
+			return err
+		}
+		return m.printRaw(all)
 	}
 	tw := m.table()
 	fmt.Fprintln(tw, "ID\tQUEUE\tKEY\tATTEMPTS\tDIED\tREASON")
@@ -514,7 +512,13 @@ func (m *Main) replay(ctx context.Context, args []string) error {
 			return explain(err, u)
 		}
 		if c.output == "json" {
-			return m.printJSON(r)
+			if err := m.printRaw(c.rec.last()); err != nil {
+				return err
+			}
+			if r.Failed > 0 {
+				return &exitError{ExitRefused, fmt.Sprintf("%d dead messages could not be replayed; see the ingress's log", r.Failed)}
+			}
+			return nil
 		}
 		fmt.Fprintf(m.stdout(), "replayed %d, kept %d (their key had no room), failed %d\n", r.Replayed, r.Kept, r.Failed)
 		if r.Failed > 0 {
@@ -527,7 +531,7 @@ func (m *Main) replay(ctx context.Context, args []string) error {
 		return explain(err, u)
 	}
 	if c.output == "json" {
-		return m.printJSON(s)
+		return m.printRaw(c.rec.last())
 	}
 	fmt.Fprintf(m.stdout(), "replayed %s: %s\n", s.ID, dash(s.State))
 	return nil
@@ -542,13 +546,13 @@ func (m *Main) status(ctx context.Context, args []string) error {
 	defer cancel()
 	s, err := cl.Status(ctx, pos[0])
 	if errors.Is(err, client.ErrNoLongerTracked) {
-		return &exitError{ExitRefused, "message " + pos[0] + " has left sluice (delivered or purged) and no delivery record is kept (the ingress's -status-keep)"}
+		return &exitError{ExitRefused, "message " + pos[0] + " " + leftSluice}
 	}
 	if err != nil {
 		return explainMessages(err, u)
 	}
 	if c.output == "json" {
-		return m.printJSON(s)
+		return m.printRaw(c.rec.last())
 	}
 	tw := m.table()
 	rows := [][2]string{{"id", s.ID}, {"state", s.State}, {"domain", s.Domain}, {"queue", s.Rule}, {"key", s.Key},
@@ -571,6 +575,14 @@ func (m *Main) status(ctx context.Context, args []string) error {
 	return tw.Flush()
 }
 
+// What the ingress's 404 "no longer tracked" means. The command cannot know whether the
+// ingress keeps delivered records (its -status-keep), so it does not say.
+const (
+	leftReasons = "it was delivered, cancelled, purged, or expired out of its stream"
+	leftSluice  = "has left sluice and the ingress keeps no record of it: " + leftReasons +
+		". (If the ingress keeps delivered records, -status-keep, a delivered message answers \"delivered\" for that long.)"
+)
+
 func (m *Main) cancel(ctx context.Context, args []string) error {
 	cl, c, u, pos, err := m.start("cancel", args, 1, nil)
 	if err != nil {
@@ -581,14 +593,14 @@ func (m *Main) cancel(ctx context.Context, args []string) error {
 	s, err := cl.Cancel(ctx, pos[0])
 	switch {
 	case errors.Is(err, client.ErrNotCancellable):
-		return &exitError{ExitRefused, "message " + pos[0] + " cannot be cancelled any more (being delivered, delivered or dead): " + err.Error()}
+		return &exitError{ExitRefused, "message " + pos[0] + " cannot be cancelled any more (being delivered, delivered or dead): " + errText(err)}
 	case errors.Is(err, client.ErrNoLongerTracked):
-		return &exitError{ExitRefused, "message " + pos[0] + " has left sluice (delivered or purged): nothing to cancel"}
+		return &exitError{ExitRefused, "message " + pos[0] + " has left sluice: nothing to cancel (" + leftReasons + ")"}
 	case err != nil:
 		return explainMessages(err, u)
 	}
 	if c.output == "json" {
-		return m.printJSON(s)
+		return m.printRaw(c.rec.last())
 	}
 	fmt.Fprintf(m.stdout(), "cancelled %s (it was %s in queue %s, key %s)\n", s.ID, s.State, s.Rule, s.Key)
 	return nil
@@ -650,8 +662,12 @@ func (m *Main) submit(ctx context.Context, args []string) error {
 		return e
 	}
 	if c.output == "json" {
-		return m.printJSON(map[string]any{"id": s.ID, "state": s.State, "depth": s.Depth, "capacity": s.Capacity,
-			"eta": zeroNil(s.ETA), "retry_at": zeroNil(s.RetryAt), "duplicate": s.Duplicate, "idempotency_key": s.IdempotencyKey})
+		// The answer's body, with the idempotency key the submission was made under (the
+		// request's, perhaps generated) and, for a 200, "duplicate": true.
+		if s.Duplicate {
+			return m.printRaw(c.rec.last(), "idempotency_key", s.IdempotencyKey, "duplicate", true)
+		}
+		return m.printRaw(c.rec.last(), "idempotency_key", s.IdempotencyKey)
 	}
 	tw := m.table()
 	rows := [][2]string{{"id", s.ID}, {"state", s.State}}
@@ -678,17 +694,10 @@ func (m *Main) submit(ctx context.Context, args []string) error {
 // explainMessages is explain for the /v1/messages calls, whose token is the submit token.
 func explainMessages(err error, url string) error {
 	if errors.Is(err, client.ErrUnauthorized) {
-		return &exitError{ExitUnauthorized, "the ingress at " + url + " refused the request (" + strings.TrimPrefix(err.Error(), "sluice: ") +
+		return &exitError{ExitUnauthorized, "the ingress at " + url + " refused the request (" + errText(err) +
 			"); it runs with -submit-tokens: set SLUICE_SUBMIT_TOKEN (or --submit-token) to a token for this domain"}
 	}
 	return explain(err, url)
-}
-
-func zeroNil(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t
 }
 
 // readPayload reads --payload: @FILE, - for stdin, or the JSON itself.
@@ -729,7 +738,7 @@ func (m *Main) rules(ctx context.Context, args []string) error {
 		return explain(err, u)
 	}
 	if c.output == "json" {
-		return m.printJSON(map[string]any{"rules": rs})
+		return m.printRaw(c.rec.last())
 	}
 	tw := m.table()
 	fmt.Fprintln(tw, "NAME\tDOMAIN\tDESCRIPTOR\tKIND\tLIMITS\tSOURCE")
