@@ -578,7 +578,7 @@ func (m *Main) status(ctx context.Context, args []string) error {
 // What the ingress's 404 "no longer tracked" means. The command cannot know whether the
 // ingress keeps delivered records (its -status-keep), so it does not say.
 const (
-	leftReasons = "it was delivered, cancelled, purged, or expired out of its stream"
+	leftReasons = "it was delivered, cancelled or purged"
 	leftSluice  = "has left sluice and the ingress keeps no record of it: " + leftReasons +
 		". (If the ingress keeps delivered records, -status-keep, a delivered message answers \"delivered\" for that long.)"
 )
