@@ -122,6 +122,13 @@ func Start(ctx context.Context, c Config, log *slog.Logger) (_ *Stack, err error
 	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("sluice dev: -data: %w", err)
 	}
+	// One embedded NATS server per JetStream store: a second `sluice dev` on the same
+	// directory (with other ports) fails here rather than share it. Released last.
+	unlock, err := lockDataDir(c.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("sluice dev: %w", err)
+	}
+	s.closers = append(s.closers, unlock)
 	ns, err := devenv.StartNATS(c.DataDir, c.NATSAddr)
 	if err != nil {
 		return nil, fmt.Errorf("sluice dev: -nats-addr %s: %w", c.NATSAddr, err)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -564,5 +565,68 @@ func TestBusyPortsFailAtOnce(t *testing.T) {
 				t.Errorf("failed after %s, want at once", took)
 			}
 		})
+	}
+}
+
+// TestDataDirInUse: a second `sluice dev` on the data directory of a running one, with
+// ports of its own, fails at once naming the directory and how to choose another (two
+// embedded NATS servers used to share one JetStream store); the first keeps working, and
+// the directory is free again once it stops.
+func TestDataDirInUse(t *testing.T) {
+	t.Parallel()
+	examples, _ := filepath.Abs("../../deploy/examples")
+	dir := t.TempDir()
+	start := func() (*devstack.Stack, error) {
+		cfg, err := devstack.ParseFlags([]string{"-rules", examples, "-data", dir,
+			"-http", "127.0.0.1:0", "-grpc", "", "-nats-addr", "127.0.0.1:0", "-sink-addr", "127.0.0.1:0",
+			"-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return devstack.Start(ctx, cfg, slog.New(slog.DiscardHandler))
+	}
+	first, err := start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+
+	began := time.Now()
+	second, err := start()
+	if err == nil {
+		second.Close()
+		t.Fatalf("a second sluice dev started on %s, which the first one uses", dir)
+	}
+	for _, want := range []string{"-data " + dir, "another `sluice dev` (pid " + strconv.Itoa(os.Getpid()) + ")", "SLUICE_DEV_DATA"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q, want it to contain %q", err, want)
+		}
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("failed after %s, want at once", took)
+	}
+
+	// The first one still admits (its JetStream store works) and answers.
+	c := &devClient{t: t, base: "http://" + first.Ingress.Addr.String()}
+	if r := c.do("POST", "/v1/messages", devSubmit("orders", [][2]string{{"merchant_id", "m-lock"}}, `{}`)); r.code != http.StatusAccepted {
+		t.Fatalf("the first sluice dev after the second's failed start: %d %s", r.code, r.raw)
+	}
+
+	if r := c.do("GET", "/readyz", ""); r.code != http.StatusOK {
+		t.Fatalf("the first sluice dev is not ready after the second's failed start: %d %s", r.code, r.raw)
+	}
+
+	// Stopped, it leaves the directory to the next one.
+	first.Close()
+	third, err := start()
+	if err != nil {
+		t.Fatalf("start after the first stopped: %v", err)
+	}
+	defer third.Close()
+	c = &devClient{t: t, base: "http://" + third.Ingress.Addr.String()}
+	if r := c.do("GET", "/readyz", ""); r.code != http.StatusOK {
+		t.Fatalf("the sluice dev started after the first stopped is not ready: %d %s", r.code, r.raw)
 	}
 }

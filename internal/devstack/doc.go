@@ -9,6 +9,8 @@
 // 8090) to it, so the rules files stay valid for a production ingress and need no edit.
 //
 // Every port it binds (-http, -grpc, -nats-addr, -sink-addr) fails at once, naming the
-// address, when it is busy. Production binaries never link this package (nor devenv):
+// address, when it is busy. So does the data directory when another `sluice dev` uses it:
+// each holds an exclusive lock (flock) on <data>/.lock while it runs, so two embedded NATS
+// servers never share one JetStream store (not guarded where there is no flock: Windows). Production binaries never link this package (nor devenv):
 // cmd/sluice does.
 package devstack
