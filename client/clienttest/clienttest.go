@@ -235,7 +235,7 @@ func (i *Ingress) listQueues(w http.ResponseWriter, _ *http.Request) {
 func (i *Ingress) getQueue(w http.ResponseWriter, _ *http.Request) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	w.Header().Set("ETag", strconv.FormatUint(i.revision, 10))
+	w.Header().Set("ETag", `"`+strconv.FormatUint(i.revision, 10)+`"`) // quoted, as the ingress sends it
 	json.NewEncoder(w).Encode(i.queueJSON())
 }
 
@@ -251,7 +251,7 @@ func (i *Ingress) patchQueue(w http.ResponseWriter, r *http.Request) {
 	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	if m := r.Header.Get("If-Match"); m != "" && strings.Trim(m, `"`) != strconv.FormatUint(i.revision, 10) {
+	if m := r.Header.Get("If-Match"); m != "" && m != "*" && strings.Trim(m, `"`) != strconv.FormatUint(i.revision, 10) {
 		problem(w, http.StatusPreconditionFailed, "invalid-request", "Precondition Failed",
 			fmt.Sprintf("the queue's overrides are at revision %d, not %s", i.revision, m))
 		return
@@ -266,7 +266,7 @@ func (i *Ingress) patchQueue(w http.ResponseWriter, r *http.Request) {
 		i.queue.Paused = *p.Paused
 	}
 	i.revision++
-	w.Header().Set("ETag", strconv.FormatUint(i.revision, 10))
+	w.Header().Set("ETag", `"`+strconv.FormatUint(i.revision, 10)+`"`)
 	json.NewEncoder(w).Encode(i.queueJSON())
 }
 

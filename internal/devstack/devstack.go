@@ -214,7 +214,7 @@ func (s *Stack) PrintBanner(w io.Writer) {
 	if _, ok := anyQueueDomain(set, "orders"); ok {
 		fmt.Fprintf(w, "Try it — 30 orders for one merchant, delivered at its outflow:\n")
 		fmt.Fprintf(w, "  for i in $(seq 30); do curl -s localhost:%s/v1/messages -H 'Content-Type: application/json' \\\n", port)
-		fmt.Fprintf(w, "    -d '{\"domain\":\"orders\",\"descriptor\":[{\"key\":\"merchant_id\",\"value\":\"m-42\"}],\"payload\":{\"order_id\":'$i'}}'; echo; done\n\n")
+		fmt.Fprintf(w, "    -d '{\"domain\":\"orders\",\"descriptor\":[{\"key\":\"merchant_id\",\"value\":\"m-42\"}],\"payload\":{\"order_id\":'$i'}}'; done\n\n")
 	}
 }
 

@@ -311,12 +311,9 @@ func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
 			before = stored
 		}
 	}
-	var o overrides.Override
-	if patch.Reset {
-		err = a.Overrides.Reset(ctx, rule.Name)
-	} else {
-		o, err = a.Overrides.Apply(ctx, rule, patch)
-	}
+	// A reset is a patch like any other: under If-Match it applies only to the revision the
+	// caller saw (the console's Reset sends it), else it would undo a change made unseen.
+	o, err := a.Overrides.Apply(ctx, rule, patch)
 	if err != nil {
 		writePatchError(w, err)
 		return

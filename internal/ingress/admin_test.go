@@ -429,6 +429,14 @@ func TestAdminQueueETag(t *testing.T) {
 	if p4.code != 200 || quoted(p4) == `"0"` {
 		t.Fatalf("PATCH If-Match \"0\" after the overrides went: %d %s", p4.code, p4.raw)
 	}
+	// A reset with a stale If-Match is refused like any patch: someone changed the queue
+	// since the caller read it, and the reset would undo what they did unseen.
+	if r := patch(`"1"`, `{"reset":true}`); r.code != 412 {
+		t.Fatalf("reset with a stale If-Match: %d %s", r.code, r.raw)
+	}
+	if g := e.admin("GET", path, ""); g.body["paused"] != true {
+		t.Fatalf("a refused reset changed the queue: %s", g.raw)
+	}
 	if r := patch(p4.header.Get("ETag"), `{"reset":true}`); r.code != 200 || quoted(r) != `"0"` || r.body["paused"] != false {
 		t.Fatalf("reset: %d ETag %q %s", r.code, r.header.Get("ETag"), r.raw)
 	}
