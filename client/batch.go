@@ -21,9 +21,11 @@ type BatchItem struct {
 	IdempotencyKey string
 }
 
-// BatchResult is one item's outcome: its Submission (Duplicate set for a repeat of its
-// idempotency key), or its error — a *ProblemError (an *OverLimitError for a 429) that
-// matches the package's sentinels as Submit's errors do.
+// BatchResult is one item's outcome: exactly one of Submission (Duplicate set for a
+// repeat of its idempotency key) and Err is set. Err is a *SubmitError carrying the item's
+// idempotency key (IdempotencyKeyOf) and wrapping the cause — a *ProblemError (an
+// *OverLimitError for a 429) that matches the package's sentinels as Submit's errors do,
+// or, when the batch's request failed as a whole, that failure (see BatchError).
 type BatchResult struct {
 	Submission *Submission
 	Err        error
@@ -42,6 +44,12 @@ type BatchResult struct {
 // answer 200.
 //
 // The error is nil when the batch was answered; per-item failures are in the results.
+// When a request fails as a whole and its retries are used up (the connection cut after
+// the request was sent, a 503 of the batch), the error is a *BatchError holding every
+// item's idempotency key, and each item without a final answer has an Err carrying its
+// key: some of them may have been stored, so resubmit them with those keys
+// (BatchItem.IdempotencyKey), never new ones. The results are always returned, one per
+// item, once anything was sent.
 func (c *Client) SubmitBatch(ctx context.Context, items []BatchItem) ([]BatchResult, error) {
 	if len(items) == 0 {
 		return nil, invalidf("SubmitBatch: no items")
@@ -90,13 +98,14 @@ func (c *Client) SubmitBatch(ctx context.Context, items []BatchItem) ([]BatchRes
 			ok:     is2xx,
 		})
 		if err != nil {
-			return results, err
+			return results, batchFailed(results, pending, keys, err)
 		}
 		var answer struct {
 			Items []json.RawMessage `json:"items"`
 		}
 		if err := json.Unmarshal(resp.body, &answer); err != nil || len(answer.Items) != len(pending) {
-			return results, fmt.Errorf("sluice: POST /v1/messages (batch of %d): unexpected answer: %v", len(pending), err)
+			return results, batchFailed(results, pending, keys,
+				fmt.Errorf("sluice: POST /v1/messages (batch of %d): unexpected answer: %v", len(pending), err))
 		}
 		var again []int
 		wait := time.Duration(-1)
@@ -141,6 +150,15 @@ func (c *Client) SubmitBatch(ctx context.Context, items []BatchItem) ([]BatchRes
 	return results, nil
 }
 
+// batchFailed records err, the failure of a whole request, on every item still pending
+// (each with its key), and returns the *BatchError for it.
+func batchFailed(results []BatchResult, pending []int, keys []string, err error) error {
+	for _, i := range pending {
+		results[i] = BatchResult{Err: &SubmitError{IdempotencyKey: keys[i], Err: err}}
+	}
+	return &BatchError{IdempotencyKeys: append([]string(nil), keys...), Err: err}
+}
+
 // batchItemResult reads one item's answer; retryIn ≥ 0 when the item is worth sending
 // again after that long (a 429 with over-limit retries on, or a 503), -1 otherwise.
 func (c *Client) batchItemResult(raw json.RawMessage, key string, round int) (BatchResult, time.Duration) {
@@ -148,12 +166,12 @@ func (c *Client) batchItemResult(raw json.RawMessage, key string, round int) (Ba
 		Status int `json:"status"`
 	}
 	if err := json.Unmarshal(raw, &head); err != nil {
-		return BatchResult{Err: fmt.Errorf("sluice: batch item: %w", err)}, -1
+		return BatchResult{Err: &SubmitError{IdempotencyKey: key, Err: fmt.Errorf("sluice: batch item: %w", err)}}, -1
 	}
 	if head.Status/100 == 2 {
 		s := &Submission{}
 		if err := json.Unmarshal(raw, s); err != nil {
-			return BatchResult{Err: fmt.Errorf("sluice: batch item: %w", err)}, -1
+			return BatchResult{Err: &SubmitError{IdempotencyKey: key, Err: fmt.Errorf("sluice: batch item: %w", err)}}, -1
 		}
 		s.Duplicate = head.Status == http.StatusOK
 		s.IdempotencyKey = key
@@ -169,8 +187,8 @@ func (c *Client) batchItemResult(raw json.RawMessage, key string, round int) (Ba
 	retry := head.Status == http.StatusServiceUnavailable || head.Status == http.StatusTooManyRequests && c.retryOverLim
 	var pe *ProblemError
 	if !retry || !errors.As(err, &pe) || pe.RetryAfter > c.maxRetryAfter {
-		return BatchResult{Err: err}, -1 // final, or "much later": the caller's decision
+		return BatchResult{Err: &SubmitError{IdempotencyKey: key, Err: err}}, -1 // final, or "much later": the caller's decision
 	}
 	ra := pe.RetryAfter
-	return BatchResult{Err: err}, max(ra, c.backoff(round))
+	return BatchResult{Err: &SubmitError{IdempotencyKey: key, Err: err}}, max(ra, c.backoff(round))
 }

@@ -80,8 +80,27 @@ func (e *SubmitError) Error() string { return e.Err.Error() }
 // Unwrap returns the cause.
 func (e *SubmitError) Unwrap() error { return e.Err }
 
-// IdempotencyKeyOf returns the idempotency key of a failed Submit ("" when err did not
-// come from Submit, or nothing was sent).
+// BatchError is the error of SubmitBatch when a request of the batch failed as a whole
+// (transport error, a 503 of the batch, an unreadable answer) and its retries were used
+// up. Any item may have been stored: resubmit the items with these keys
+// (BatchItem.IdempotencyKey), never new ones. It wraps the cause.
+type BatchError struct {
+	// IdempotencyKeys holds the key of every item of the call, in the items' order.
+	IdempotencyKeys []string
+	// Err is the cause.
+	Err error
+}
+
+func (e *BatchError) Error() string {
+	return fmt.Sprintf("%v (batch of %d: resubmit with the same idempotency keys)", e.Err, len(e.IdempotencyKeys))
+}
+
+// Unwrap returns the cause.
+func (e *BatchError) Unwrap() error { return e.Err }
+
+// IdempotencyKeyOf returns the idempotency key of a failed Submit, or of a failed item of
+// SubmitBatch (BatchResult.Err); "" when err did not come from either, or nothing was sent.
+// A *BatchError holds many keys: see its IdempotencyKeys.
 func IdempotencyKeyOf(err error) string {
 	var se *SubmitError
 	if errors.As(err, &se) {

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -222,5 +223,38 @@ func TestBatchRetryWaitBounded(t *testing.T) {
 	}
 	if total > client.DefaultMaxRetryWait || len(clk.Sleeps()) == 0 {
 		t.Fatalf("slept %v in all (%v), bound %v", total, clk.Sleeps(), client.DefaultMaxRetryWait)
+	}
+}
+
+// A batch whose every request is cut off after it was read may have been stored: the
+// error carries every item's key, and every result has an Err with its key (never a nil
+// Submission with a nil Err).
+func TestBatchWholeFailureKeepsKeys(t *testing.T) {
+	t.Parallel()
+	s := newScript(t, answer{fn: hangUp})
+	c, _ := newClient(t, s.URL, client.WithMaxAttempts(3))
+	items := []client.BatchItem{
+		{Domain: "orders", Descriptor: orders, Payload: 1},
+		{Domain: "orders", Descriptor: orders, Payload: 2, IdempotencyKey: "order-2"},
+	}
+	res, err := c.SubmitBatch(context.Background(), items)
+	var be *client.BatchError
+	if !errors.As(err, &be) || len(be.IdempotencyKeys) != 2 || be.IdempotencyKeys[1] != "order-2" || be.IdempotencyKeys[0] == "" {
+		t.Fatalf("%#v", err)
+	}
+	if len(res) != 2 {
+		t.Fatalf("%d results", len(res))
+	}
+	for i, r := range res {
+		if r.Submission != nil || r.Err == nil {
+			t.Fatalf("item %d: %+v", i, r)
+		}
+		if k := client.IdempotencyKeyOf(r.Err); k != be.IdempotencyKeys[i] {
+			t.Fatalf("item %d: key %q, batch error says %q", i, k, be.IdempotencyKeys[i])
+		}
+	}
+	var sentBatch []map[string]any
+	if err := json.Unmarshal(s.requests()[0].Body, &sentBatch); err != nil || sentBatch[0]["idempotency_key"] != be.IdempotencyKeys[0] {
+		t.Fatalf("sent %s (%v), error says %q", s.requests()[0].Body, err, be.IdempotencyKeys[0])
 	}
 }
