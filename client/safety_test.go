@@ -258,3 +258,36 @@ func TestBatchWholeFailureKeepsKeys(t *testing.T) {
 		t.Fatalf("sent %s (%v), error says %q", s.requests()[0].Body, err, be.IdempotencyKeys[0])
 	}
 }
+
+// A TTL or delay that has gone negative (deadline.Sub(now)) must not be dropped: it would
+// mean "never expires" or "at once". It is refused before anything is sent.
+func TestSubmitRefusesNonPositiveTimes(t *testing.T) {
+	t.Parallel()
+	s := newScript(t, answer{status: 202, header: queuedHeaders, body: queuedBody})
+	c, clk := newClient(t, s.URL)
+	ctx := context.Background()
+	for name, opt := range map[string]client.SubmitOption{
+		"WithTTL(-1s)":        client.WithTTL(-time.Second),
+		"WithTTL(0)":          client.WithTTL(0),
+		"WithDelay(-1s)":      client.WithDelay(-time.Second),
+		"WithExpiresAt(past)": client.WithExpiresAt(clk.Now().Add(-time.Second)),
+		"WithExpiresAt(now)":  client.WithExpiresAt(clk.Now()),
+	} {
+		if _, err := c.Submit(ctx, "orders", orders, 1, opt); !errors.Is(err, client.ErrInvalid) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if n := len(s.requests()); n != 0 {
+		t.Fatalf("%d requests sent", n)
+	}
+	// A zero delay means now; a positive TTL and a future expiry are sent.
+	if _, err := c.Submit(ctx, "orders", orders, 1, client.WithDelay(0), client.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if b := decodeBody(t, s.requests()[0].Body); b["ttl"] != "1m0s" || b["delay"] != nil {
+		t.Fatalf("body %v", b)
+	}
+	if _, err := c.Submit(ctx, "orders", orders, 1, client.WithExpiresAt(clk.Now().Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+}

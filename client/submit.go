@@ -97,7 +97,24 @@ type submitOptions struct {
 	delay     time.Duration
 	expiresAt time.Time
 	ttl       time.Duration
+	ttlSet    bool // WithTTL was the last expiry option (a zero ttl is then refused)
 	headers   map[string]string
+}
+
+// check refuses, before anything is sent, times that would silently mean something else:
+// a TTL of zero or less (a TTL computed as deadline.Sub(now) that has gone negative must
+// not become "never expires"), an expiry instant not in the future, a negative delay.
+func (o *submitOptions) check(now time.Time) error {
+	if o.ttlSet && o.ttl <= 0 {
+		return invalidf("Submit: WithTTL(%v): must be positive", o.ttl)
+	}
+	if !o.expiresAt.IsZero() && !o.expiresAt.After(now) {
+		return invalidf("Submit: WithExpiresAt(%s): not in the future", o.expiresAt.Format(time.RFC3339Nano))
+	}
+	if o.delay < 0 {
+		return invalidf("Submit: WithDelay(%v): negative", o.delay)
+	}
+	return nil
 }
 
 // WithHeaders gives the message headers of its own for the sink (HTTP headers, or NATS
@@ -110,14 +127,16 @@ func WithHeaders(h map[string]string) SubmitOption {
 
 // WithTTL makes the message expire d after its admission: still waiting then (queued,
 // parked or scheduled), it is never delivered and becomes a dead letter with reason
-// "expired". Its rule's queue.max_age, when shorter, wins.
+// "expired". Its rule's queue.max_age, when shorter, wins. A d of zero or less is refused
+// before anything is sent (an error matching ErrInvalid): it never means "never expires".
 func WithTTL(d time.Duration) SubmitOption {
-	return func(o *submitOptions) { o.ttl, o.expiresAt = d, time.Time{} }
+	return func(o *submitOptions) { o.ttl, o.ttlSet, o.expiresAt = d, true, time.Time{} }
 }
 
-// WithExpiresAt is WithTTL with an instant.
+// WithExpiresAt is WithTTL with an instant. A t that is not in the future (by the
+// client's clock) is refused before anything is sent (an error matching ErrInvalid).
 func WithExpiresAt(t time.Time) SubmitOption {
-	return func(o *submitOptions) { o.expiresAt, o.ttl = t, 0 }
+	return func(o *submitOptions) { o.expiresAt, o.ttl, o.ttlSet = t, 0, false }
 }
 
 // WithDeliverAt asks for delivery no earlier than t: the message is scheduled (State
@@ -128,6 +147,8 @@ func WithDeliverAt(t time.Time) SubmitOption {
 }
 
 // WithDelay asks for delivery no earlier than d from when the server admits the message.
+// A zero d means now (no delay is sent); a negative d is refused before anything is sent
+// (an error matching ErrInvalid).
 func WithDelay(d time.Duration) SubmitOption {
 	return func(o *submitOptions) { o.delay, o.deliverAt = d, time.Time{} }
 }
@@ -163,7 +184,12 @@ var ErrInvalidPayload error = &invalidError{msg: "payload is not valid JSON"}
 func (c *Client) Submit(ctx context.Context, domain string, descriptor []Entry, payload any, opts ...SubmitOption) (*Submission, error) {
 	var o submitOptions
 	for _, fn := range opts {
-		fn(&o)
+		if fn != nil {
+			fn(&o)
+		}
+	}
+	if err := o.check(c.now()); err != nil {
+		return nil, err
 	}
 	if o.idemKey == "" {
 		id, err := uuid.NewV7()
