@@ -238,9 +238,13 @@ func ParsePatch(body []byte) (Patch, error) {
 				p.Unset |= FieldPaused
 			}
 		case "reset":
+			// Only true: {"reset": false} would change nothing (and be recorded as a resume).
 			var b bool
-			if null || json.Unmarshal(raw, &b) != nil {
-				errs.add(name, "must be true or false (got %s)", describe(raw))
+			switch {
+			case null || json.Unmarshal(raw, &b) != nil:
+				errs.add(name, "must be true; omit it otherwise (got %s)", describe(raw))
+			case !b:
+				errs.add(name, "must be true; omit it otherwise")
 			}
 			p.Reset = b
 		}
