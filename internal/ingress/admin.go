@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -284,6 +285,10 @@ func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
 	if rule == nil {
 		return
 	}
+	if p := checkPatchType(r); p != nil {
+		httpx.WriteProblem(w, *p)
+		return
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
 	if err != nil {
 		httpx.WriteProblem(w, httpx.BadRequest("", "could not read the body"))
@@ -329,6 +334,22 @@ func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
 	// Show what was written: the watcher may not have seen it yet.
 	w.Header().Set("ETag", revisionETag(o.Revision)) // "0" after a reset: nothing stored
 	httpx.WriteJSON(w, http.StatusOK, a.view(ctx, rule, o))
+}
+
+// checkPatchType refuses a PATCH whose Content-Type is set and not JSON with 415, as the
+// submit endpoint refuses one (docs/http-api.md, conventions): application/json or, the
+// body being a JSON merge patch, application/merge-patch+json, with any parameters. It is
+// the only admin endpoint with a body.
+func checkPatchType(r *http.Request) *httpx.Problem {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return nil
+	}
+	if mt, _, err := mime.ParseMediaType(ct); err == nil && (mt == "application/json" || mt == "application/merge-patch+json") {
+		return nil
+	}
+	p := httpx.UnsupportedMediaType("Content-Type must be application/json or application/merge-patch+json (got " + strconv.Quote(ct) + ")")
+	return &p
 }
 
 // revisionETag is the ETag of a queue whose overrides are at revision rev (0: none stored):
@@ -495,9 +516,36 @@ func (a *Admin) readmit() retry.AdmitFunc {
 	return retryrules.Admit(func(name string) *rules.Rule { return a.Rules().Rule(name) }, a.Admitter.Readmit)
 }
 
+// readmitKeeping is readmit, as Admitter.Readmit answers, that also keeps the admission's
+// own result in *kept: a refused replay is answered as a refused submission, with the
+// numbers of the policy that refused (rejectedOutcome).
+func (a *Admin) readmitKeeping(kept *admit.Result) retry.AdmitFunc {
+	return retryrules.Admit(func(name string) *rules.Rule { return a.Rules().Rule(name) },
+		func(ctx context.Context, r *rules.Rule, m queue.Message, msgID string) (retry.AdmitResult, error) {
+			res, err := a.Admitter.Admit(ctx, r, m, admit.Options{MsgID: msgID})
+			if err != nil {
+				return retry.AdmitResult{}, err
+			}
+			*kept = res
+			now := time.Now
+			if a.Admitter.Now != nil {
+				now = a.Admitter.Now
+			}
+			switch {
+			case res.Decision == admit.Queued:
+				return retry.AdmitResult{Outcome: retry.Admitted}, nil
+			case res.Reason == admit.ReasonLimit:
+				return retry.AdmitResult{Outcome: retry.WindowClosed, RetryAt: now().Add(res.RetryAfter)}, nil
+			default:
+				return retry.AdmitResult{Outcome: retry.Full, RetryAt: now().Add(res.RetryAfter)}, nil
+			}
+		})
+}
+
 func (a *Admin) replayDead(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	res, err := a.Dead.Replay(r.Context(), id, a.readmit())
+	var adm admit.Result
+	res, err := a.Dead.Replay(r.Context(), id, a.readmitKeeping(&adm))
 	switch {
 	case errors.Is(err, retry.ErrNotFound):
 		httpx.WriteProblem(w, httpx.NotFound("", "no dead letter with id "+strconv.Quote(id)))
@@ -507,10 +555,9 @@ func (a *Admin) replayDead(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if res.Outcome != retry.Admitted {
-		wait := time.Until(res.RetryAt)
-		p := httpx.QuotaExceeded("no room in the key's queue now ("+res.Outcome.String()+"); the dead letter is kept", wait)
-		p.Title = "" // a replay's 429 has always been titled with the status text, "Too Many Requests"
-		httpx.WriteProblem(w, p)
+		// The same 429 as a submission to the key gets: #quota-exceeded, its violated
+		// policies, Retry-After and rate-limit headers.
+		writeOutcome(w, rejectedOutcome(adm, "the dead letter is kept"))
 		return
 	}
 	a.record(r, audit.Record{Action: audit.ActionReplay, Queue: a.ruleOfID(id), Target: id,

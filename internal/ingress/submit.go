@@ -37,7 +37,11 @@ type outcome struct {
 func problemOutcome(p httpx.Problem) outcome { return outcome{status: p.Status, problem: &p} }
 
 // write answers one submission.
-func (s *Server) write(w http.ResponseWriter, o outcome) {
+func (s *Server) write(w http.ResponseWriter, o outcome) { writeOutcome(w, o) }
+
+// writeOutcome writes o: its rate-limit headers (when it has a policy), then its problem or
+// its body.
+func writeOutcome(w http.ResponseWriter, o outcome) {
 	if o.limit.Policy != "" {
 		httpx.SetRateLimitHeaders(w.Header(), o.limit)
 	}
@@ -157,8 +161,7 @@ func (s *Server) conclude(ctx context.Context, sub *submission, res admit.Result
 		}
 		return s.internalOutcome(rule.Name, err)
 	}
-	limit := httpx.RateLimit{Policy: res.Policy, Limit: res.Limit, Remaining: res.Remaining,
-		Reset: res.Reset, Window: res.Window, RetryAfter: res.RetryAfter}
+	limit := rateLimitOf(res)
 	switch {
 	case res.Decision == admit.Rejected:
 		if res.Claimed {
@@ -166,25 +169,18 @@ func (s *Server) conclude(ctx context.Context, sub *submission, res admit.Result
 		}
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
 		s.refused.add(rule.Name)
-		detail := "the queue of this key is full"
-		switch res.Reason {
-		case admit.ReasonLimit:
-			detail = "the admission limit of this key is exhausted"
-		case admit.ReasonRuleFull:
-			detail = "the queue of this rule is full (its max_bytes): no key of it is admitted until its messages drain"
-		}
-		o := problemOutcome(httpx.QuotaExceeded(detail, res.RetryAfter, res.Violated...))
-		o.limit = limit
-		return o
+		return rejectedOutcome(res, "")
 	case res.Decision == admit.Parked:
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionParked).Inc()
 		return outcome{status: http.StatusAccepted, limit: limit,
 			resp: submitResponse{ID: msg.ID, State: status.Parked, RetryAt: res.RetryAt.UTC().Format(time.RFC3339)}}
 	case res.Duplicate:
-		// The stream already had this id (a repeat whose owner was not found): answer as a
-		// repeat, not as a new message.
+		// The stream already had this id (a repeat whose owner was not found, re-admitted
+		// under the owner's id): the owner was stored once, and nothing new was. Answer as a
+		// repeat, with where the owner is now — it may have left since (delivered, cancelled,
+		// purged) while its id is still in the stream's duplicate window.
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
-		return replayOutcome(status.Status{ID: msg.ID, State: status.Queued})
+		return s.duplicateOutcome(ctx, msg.ID)
 	default:
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionQueued).Inc()
 		// The body is written by writeQueued from these fields, a batch item by appendItem:
@@ -192,6 +188,33 @@ func (s *Server) conclude(ctx context.Context, sub *submission, res admit.Result
 		return outcome{status: http.StatusAccepted, limit: limit, queued: true, depth: res.Depth, cap: res.Capacity, eta: res.ETA,
 			resp: submitResponse{ID: msg.ID, State: status.Queued}}
 	}
+}
+
+// rejectedOutcome is the 429 #quota-exceeded of an admission refused (res.Decision
+// Rejected: the key's queue full, its admission limit exhausted, or the rule's max_bytes
+// reached), with the violated policies, the Retry-After of the policy that refused and the
+// rate-limit headers. A submission and a dead letter's replay (admin.go) answer it alike;
+// more, when set, is added to the detail ("the dead letter is kept").
+func rejectedOutcome(res admit.Result, more string) outcome {
+	detail := "the queue of this key is full"
+	switch res.Reason {
+	case admit.ReasonLimit:
+		detail = "the admission limit of this key is exhausted"
+	case admit.ReasonRuleFull:
+		detail = "the queue of this rule is full (its max_bytes): no key of it is admitted until its messages drain"
+	}
+	if more != "" {
+		detail += "; " + more
+	}
+	o := problemOutcome(httpx.QuotaExceeded(detail, res.RetryAfter, res.Violated...))
+	o.limit = rateLimitOf(res)
+	return o
+}
+
+// rateLimitOf is the rate-limit headers of an admission's answer.
+func rateLimitOf(res admit.Result) httpx.RateLimit {
+	return httpx.RateLimit{Policy: res.Policy, Limit: res.Limit, Remaining: res.Remaining,
+		Reset: res.Reset, Window: res.Window, RetryAfter: res.RetryAfter}
 }
 
 // schedule keeps a message with a later delivery time in the retry stream until then
@@ -245,8 +268,7 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 		release()
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
 		s.refused.add(rule.Name)
-		return problemOutcome(httpx.QuotaExceeded("this key has "+strconv.FormatUint(n, 10)+" messages scheduled, its rule's max_scheduled; "+
-			"they leave at their own times", time.Minute, rule.Name))
+		return scheduledFullOutcome(rule, n, at.Sub(now))
 	}
 	fire, err := park.Schedule(ctx, rule.Name, msg, at)
 	if err != nil {
@@ -259,6 +281,35 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 	}
 	s.metrics.admissions.WithLabelValues(rule.Name, decisionScheduled).Inc()
 	return outcome{status: http.StatusAccepted, resp: submitResponse{ID: msg.ID, State: status.Scheduled, ETA: fire.UTC().Format(time.RFC3339Nano)}}
+}
+
+// scheduledFullOutcome is the 429 of a scheduled submission to a key that has n messages
+// scheduled, its rule's max_scheduled; wait is how far ahead the refused message asked to
+// be delivered.
+//
+// Retry-After is wait, the time until the refused message's own delivery time: a retry
+// then is accepted, for its deliver_at is then past and it is admitted into its key's
+// queue at once (deliver_at in the past means now), never scheduled, so max_scheduled no
+// longer applies; a place may free up sooner (one of the key's scheduled messages leaves,
+// or is cancelled). The exact "when the earliest of the key's scheduled messages leaves"
+// would need reading every one of them (each holds its time in its own headers in the
+// retry stream: up to max_scheduled reads, payloads included) on every such refusal — the
+// flood case of a burst scheduled for one time — so it is not looked up. For a delay the
+// retry would ask for a new time again; wait is still the time after which submitting it
+// without a delay gives what was asked.
+//
+// There are no rate-limit headers: they describe the key's queue or its admission limit
+// (as a scheduled 202 carries none), and this limit has neither a window nor a known time
+// at which one more place frees up.
+func scheduledFullOutcome(rule *rules.Rule, n uint64, wait time.Duration) outcome {
+	detail := "this key has " + strconv.FormatUint(n, 10) + " messages scheduled, its rule's max_scheduled; " +
+		"they leave at their own times. Retry-After is the time until this message's own delivery time, " +
+		"when it is no longer scheduled but queued at once"
+	if rule.Queue.MaxScheduled == 0 {
+		detail = "this key's rule refuses scheduled messages (its max_scheduled is 0). Retry-After is the time " +
+			"until this message's own delivery time, when it is queued at once"
+	}
+	return problemOutcome(httpx.QuotaExceeded(detail, max(wait, time.Second), rule.Name))
 }
 
 // keyReusedOutcome is the 422 of an idempotency key already used, within its TTL, by
@@ -327,6 +378,27 @@ func (s *Server) replayOwner(ctx context.Context, m *queue.Message, owner string
 			"an earlier request used this idempotency key, and the queue store (NATS JetStream) cannot say now "+
 				"whether its message was stored; nothing was stored by this request",
 			s.cfg.Unavailable)), true
+	}
+}
+
+// duplicateOutcome answers a repeat whose re-admission under its owner's id the stream
+// recognised as a duplicate: the owner was stored, so the answer is 200 with where it is
+// now, or without a state when it has left sluice since. Only a message found queued is
+// answered queued. When the stores cannot say, 503, as replayOwner answers.
+func (s *Server) duplicateOutcome(ctx context.Context, id string) outcome {
+	st, err := s.cfg.Status.GetNow(ctx, id)
+	var gone *status.Gone
+	switch {
+	case err == nil:
+		return replayOutcome(st)
+	case errors.As(err, &gone) || errors.Is(err, status.ErrNeverSeen):
+		return replayOutcome(status.Status{ID: id})
+	default:
+		s.cfg.Logger.Warn("ingress: the message owning an idempotency key cannot be looked up", "id", id, "err", err)
+		return problemOutcome(httpx.Unavailable("Cannot check the idempotency key now",
+			"an earlier request used this idempotency key and its message was stored, but the queue store "+
+				"(NATS JetStream) cannot say now where it is; nothing was stored by this request",
+			s.cfg.Unavailable))
 	}
 }
 
