@@ -96,6 +96,7 @@ func (c *Client) SubmitBatch(ctx context.Context, items []BatchItem) ([]BatchRes
 			conn:   anyTransient,
 			retry:  retryUnavailable,
 			ok:     is2xx,
+			resend: true,
 		})
 		if err != nil {
 			return results, batchFailed(results, pending, keys, err)

@@ -270,6 +270,10 @@ type call struct {
 	retry   func(status int) bool // statuses worth retrying (besides transport errors)
 	ok      func(status int) bool // statuses that are answers, not errors
 	overLim bool                  // 429 is retried (when retry says so) — Submit's switch
+	// resend: the call is a submission, whose repeat after an attempt that may have stored
+	// it must come within JetStream's duplicate window (resendWindow).
+	resend bool
+	budget *budget // shared across SubmitBatch's rounds; nil: this call's own
 }
 
 // response is one HTTP answer, body read in full.
@@ -288,19 +292,58 @@ func (c *Client) url(path string, q url.Values) string {
 	return s
 }
 
+// budget is what one logical call has spent so far, shared by the requests of
+// SubmitBatch's rounds so that the whole call stays within MaxAttempts and MaxRetryWait.
+type budget struct {
+	attempts int           // requests made
+	waited   time.Duration // slept between them
+	// landedAt is when the first attempt that may have stored the message (a 503 or 502/504,
+	// or a transport error other than a failed dial) was sent; zero while none was.
+	landedAt time.Time
+}
+
+// resendWindow is how long after an attempt that may have stored a submission a retry
+// still counts as its repeat: JetStream's duplicate window is 2 minutes
+// (docs/http-api.md), and the client stops 20 s short of it to leave room for the
+// request itself and for clock drift.
+const resendWindow = 100 * time.Second
+
+// unavailableError is a transport error (no HTTP answer) that a call gave up on after its
+// retries: it matches ErrUnavailable and says how many attempts were made.
+type unavailableError struct {
+	attempts int
+	err      error
+}
+
+func (e *unavailableError) Error() string {
+	if e.attempts == 1 {
+		return fmt.Sprintf("%v (no answer, 1 attempt)", e.err)
+	}
+	return fmt.Sprintf("%v (no answer, after %d attempts)", e.err, e.attempts)
+}
+func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
+func (e *unavailableError) Unwrap() error        { return e.err }
+
 // do runs call with the retry policy of doc.go and returns the answer that ended it. A
 // non-nil error is either a transport error, a context error, or the typed error for the
 // last answer (from errorFor); resp is set whenever an answer was received.
 func (c *Client) do(ctx context.Context, cl call) (*response, error) {
+	b := cl.budget
+	if b == nil {
+		b = &budget{}
+	}
 	var last *response
-	var waited time.Duration // slept so far, against maxRetryWait
-	for attempt := 1; ; attempt++ {
+	for {
+		b.attempts++
+		attempt := b.attempts
+		sent := c.now()
 		resp, err := c.once(ctx, cl)
 		if resp != nil {
 			resp.attempts = attempt
 			last = resp
 		}
 		var wait time.Duration
+		mayHaveStored := false
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
@@ -310,6 +353,8 @@ func (c *Client) do(ctx context.Context, cl call) (*response, error) {
 			if !c.transientTransport(cl.conn, err) {
 				return last, err
 			}
+			mayHaveStored = !c.transientTransport(neverSent, err)
+			err = &unavailableError{attempts: attempt, err: err}
 			wait = c.backoff(attempt)
 		case cl.ok(resp.status):
 			return resp, nil
@@ -323,6 +368,7 @@ func (c *Client) do(ctx context.Context, cl call) (*response, error) {
 				// done" (its 503 problem); a proxy's 5xx may have been sent on, and done.
 				return resp, err
 			}
+			mayHaveStored = resp.status != http.StatusTooManyRequests
 			ra, has := retryAfter(resp.header, c.now())
 			if !has {
 				var pe *ProblemError
@@ -337,8 +383,16 @@ func (c *Client) do(ctx context.Context, cl call) (*response, error) {
 			// the retries pile up, and spreads clients that were refused in the same second.
 			wait = max(ra, c.backoff(attempt))
 		}
-		if attempt >= c.maxAttempts || waited+wait > c.maxRetryWait {
+		if mayHaveStored && b.landedAt.IsZero() {
+			b.landedAt = sent
+		}
+		if attempt >= c.maxAttempts || b.waited+wait > c.maxRetryWait {
 			return last, err
+		}
+		if cl.resend && !b.landedAt.IsZero() && c.now().Add(wait).Sub(b.landedAt) > resendWindow {
+			// A later repeat might not be recognised as one: JetStream forgets the key
+			// after 2 minutes. The caller must decide, and soon.
+			return last, &resendError{err: err, since: c.now().Sub(b.landedAt)}
 		}
 		if dl, ok := ctx.Deadline(); ok && c.now().Add(wait).After(dl) {
 			// Sleeping would only end in a deadline error; the last answer says more.
@@ -347,9 +401,22 @@ func (c *Client) do(ctx context.Context, cl call) (*response, error) {
 		if serr := c.sleep(ctx, wait); serr != nil {
 			return last, fmt.Errorf("%w (stopped waiting to retry: %w)", err, serr)
 		}
-		waited += wait
+		b.waited += wait
 	}
 }
+
+// resendError is a Submit's retry given up because it would come too late to be
+// recognised as a repeat of an attempt that may have stored the message.
+type resendError struct {
+	err   error
+	since time.Duration
+}
+
+func (e *resendError) Error() string {
+	return fmt.Sprintf("%v (stopped retrying %v after the first attempt that may have been stored: resubmit with the same idempotency key within 2 minutes of that attempt, JetStream's duplicate window, to be sure of one message)",
+		e.err, e.since.Round(time.Second))
+}
+func (e *resendError) Unwrap() error { return e.err }
 
 // once makes one HTTP request and reads the whole answer.
 func (c *Client) once(ctx context.Context, cl call) (*response, error) {

@@ -25,11 +25,20 @@
 //
 // Submit generates one idempotency key per call (a UUIDv7, or the one given with
 // WithIdempotencyKey) and sends it on every attempt of that call, as the Idempotency-Key
-// header and the idempotency_key field. The server keeps a key for 24 h: a repeat is
-// answered 200 with the original submission, which Submit returns with Duplicate set.
-// That is what makes retrying a Submit after a lost answer safe. A failed Submit returns
-// a *SubmitError holding the key it used (IdempotencyKeyOf): submit again with
-// WithIdempotencyKey and that key, never a new one, to be sure of one message.
+// header and the idempotency_key field. The server keeps the key of an accepted
+// submission (202) for 24 h: a repeat is answered 200 with the original submission,
+// which Submit returns with Duplicate set. That is what makes retrying a Submit after a
+// lost answer safe. A failed Submit returns a *SubmitError holding the key it used
+// (IdempotencyKeyOf): submit again with WithIdempotencyKey and that key, never a new one.
+//
+// How soon matters. After a 503 or 502/504, or a connection lost once the request was
+// sent, the message may have been stored without its key being kept: a repeat is then
+// recognised only within 2 minutes of that attempt (JetStream's duplicate window,
+// docs/http-api.md). Resubmit within 2 minutes of the first attempt to be sure of one
+// message; later, a message that did land may be stored twice. Submit's own retries keep
+// to this: once an attempt may have stored the message, it stops retrying when the next
+// attempt would come more than 100 s after that one, and returns the *SubmitError saying
+// so. After a 429 nothing was stored and the key is not kept, so there is no such hurry.
 //
 // A key reused for another request (another domain, descriptor or payload) is refused
 // with ErrIdempotencyKeyReused (422) rather than answered with the first message, by an

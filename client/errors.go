@@ -36,7 +36,9 @@ var (
 	// allow it (401, 403): admin calls, and Submit/Status/Cancel under -submit-tokens.
 	ErrUnauthorized = errors.New("sluice: unauthorized")
 	// ErrUnavailable: the ingress cannot store durably now (503, or 502/504 from a proxy),
-	// still so after the retries.
+	// or could not be reached at all (connection refused or reset, timeouts, an answer cut
+	// off: the transport error is wrapped, and the message says how many attempts were
+	// made), still so after the retries.
 	ErrUnavailable = errors.New("sluice: unavailable")
 	// ErrConflict: the request conflicts with the resource's state (409); ErrNotCancellable
 	// is one such conflict.
@@ -66,8 +68,11 @@ func invalidf(format string, args ...any) error {
 // SubmitError is an error of Submit once the request may have been sent: it carries the
 // idempotency key the call used, so the caller can submit again with
 // WithIdempotencyKey(e.IdempotencyKey) and get the first message back (200, Duplicate)
-// if the lost attempt was in fact accepted, instead of enqueueing it twice. It wraps the
-// cause: errors.Is and errors.As see the *OverLimitError, *ProblemError or transport error.
+// if the lost attempt was in fact accepted, instead of enqueueing it twice. After a 503,
+// a 502/504 or a lost connection, that resubmission must come within 2 minutes of the
+// call's first attempt (JetStream's duplicate window; see the package doc): later, a
+// message that landed may be stored twice. It wraps the cause: errors.Is and errors.As
+// see the *OverLimitError, *ProblemError or transport error.
 type SubmitError struct {
 	// IdempotencyKey is the key every attempt of the call was sent with.
 	IdempotencyKey string

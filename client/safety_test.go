@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -289,5 +291,44 @@ func TestSubmitRefusesNonPositiveTimes(t *testing.T) {
 	}
 	if _, err := c.Submit(ctx, "orders", orders, 1, client.WithExpiresAt(clk.Now().Add(time.Hour))); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// After a 503 the message may have been stored, and only a repeat within JetStream's
+// 2-minute duplicate window is recognised as one: Submit's own retries stop short of it
+// (100 s after the first attempt) and say so, with the key, instead of sleeping on to
+// DefaultMaxRetryWait.
+func TestSubmit503RetriesStayInDuplicateWindow(t *testing.T) {
+	t.Parallel()
+	s := newScript(t, answer{status: 503, header: map[string]string{"Retry-After": "30"},
+		body: `{"type":"https://sluice.dev/problems#unavailable","title":"Service Unavailable","status":503}`})
+	c, clk := newClient(t, s.URL)
+	_, err := c.Submit(context.Background(), "orders", orders, 1)
+	var total time.Duration
+	for _, d := range clk.Sleeps() {
+		total += d
+	}
+	if total > 100*time.Second || len(s.requests()) < 2 {
+		t.Fatalf("last retry %v after the first attempt (%d requests): past the duplicate window", total, len(s.requests()))
+	}
+	if client.IdempotencyKeyOf(err) == "" || !errors.Is(err, client.ErrUnavailable) || !strings.Contains(err.Error(), "within 2 minutes") {
+		t.Fatalf("%v", err)
+	}
+}
+
+// A down ingress (connection refused) is "unavailable" once the retries are used up: the
+// error matches ErrUnavailable, keeps the dial error, and says how many attempts were made.
+func TestConnectionRefusedIsUnavailable(t *testing.T) {
+	t.Parallel()
+	s := newScript(t, answer{status: 202})
+	url := s.URL
+	s.Close()
+	c, _ := newClient(t, url, client.WithMaxAttempts(3))
+	_, serr := c.Submit(context.Background(), "orders", orders, 1)
+	_, gerr := c.Status(context.Background(), "m-1")
+	for name, err := range map[string]error{"Submit": serr, "Status": gerr} {
+		if !errors.Is(err, client.ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "after 3 attempts") {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }

@@ -216,6 +216,7 @@ func (c *Client) Submit(ctx context.Context, domain string, descriptor []Entry, 
 		retry:   retryOverLimitOrUnavailable,
 		ok:      is2xx,
 		overLim: overLim,
+		resend:  true,
 	})
 	if err != nil {
 		return nil, &SubmitError{IdempotencyKey: o.idemKey, Err: err}
