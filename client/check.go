@@ -68,8 +68,14 @@ func (c *Client) Status(ctx context.Context, id string) (*MessageStatus, error) 
 // Cancel takes back message id if it has not been delivered yet — queued, parked or waiting
 // for a delivery retry — and returns its status as it was. A message being delivered,
 // delivered, dead or moving back into its queue is an error matching ErrNotCancellable
-// (409); one that has left sluice matches ErrNoLongerTracked, as for Status. A cancel whose
-// answer was lost and is retried finds the message gone (ErrNoLongerTracked).
+// (409); one that has left sluice matches ErrNoLongerTracked, as for Status.
+//
+// A cancel is retried only when it surely did not reach the ingress: a failure to connect,
+// or the ingress's own 503 (it did nothing). After a request that may have been carried
+// out — a connection reset or timed out once sent, an answer cut off, a proxy's 502, 503
+// or 504 — its error is returned at once: a repeat of a cancel that worked would find the
+// message gone (ErrNoLongerTracked), which reads as "delivered". Ask Status what became of
+// the message instead.
 func (c *Client) Cancel(ctx context.Context, id string) (*MessageStatus, error) {
 	if id == "" {
 		return nil, invalidf("Cancel: empty message id")
@@ -77,8 +83,8 @@ func (c *Client) Cancel(ctx context.Context, id string) (*MessageStatus, error) 
 	resp, err := c.do(ctx, call{
 		method: http.MethodDelete,
 		path:   "/v1/messages/" + escapeSegment(id),
-		conn:   anyTransient,
-		retry:  retryUnavailable,
+		conn:   neverSent,
+		retry:  retryNotDone,
 		ok:     is2xx,
 	})
 	if err != nil {

@@ -59,11 +59,13 @@
 //
 // What is retried:
 //   - 503 (the ingress cannot store durably), and 502/504 (a proxy in front of a restarting
-//     ingress): on the idempotent calls (Submit, Status, Cancel, the admin GETs, Tune
-//     without IfMatch). The calls that are not idempotent — Check, Admin.Replay,
-//     ReplayAll, PurgeQueue, PurgeKey, and Tune with IfMatch — are retried only on the
-//     ingress's own 503 problem (it did nothing), never on a 502, a 504 or a proxy's 503,
-//     which may come after the request was passed on and done.
+//     ingress): on the idempotent calls (Submit, SubmitBatch, Status, the admin GETs,
+//     Tune without IfMatch, Reset). The calls whose repeat is not harmless — Check,
+//     Cancel (a repeat of a cancel that worked answers ErrNoLongerTracked, which reads as
+//     "delivered"), Admin.Replay, ReplayAll, PurgeQueue, PurgeKey, and Tune with IfMatch
+//     (a repeat of an applied patch is refused as someone else's change) — are retried
+//     only on the ingress's own 503 problem (it did nothing), never on a 502, a 504 or a
+//     proxy's 503, which may come after the request was passed on and done.
 //   - 429: on Submit and Status, by default. This is the user-friendly default for a
 //     producer of deferred work: a full queue frees a place every 1/outflow, so honouring
 //     Retry-After paces the producer at the queue's outflow instead of failing its work.
@@ -72,9 +74,10 @@
 //     A Retry-After longer than MaxRetryAfter (default 1 min, WithMaxRetryAfter) is never
 //     slept through: "your daily quota is spent" comes back to the caller at once.
 //   - Transport errors (connection refused or reset, timeouts, an answer cut off): on
-//     Submit (its idempotency key makes a repeat harmless), Status, and the admin GETs and
-//     PATCHes. The calls that are not idempotent (above) retry only failures to connect,
-//     when nothing was sent.
+//     Submit and SubmitBatch (the idempotency key makes a repeat harmless, within the
+//     duplicate window: see Idempotency), Status, the admin GETs, Reset, and Tune without
+//     IfMatch. The other calls (above) retry only failures to connect, when nothing was
+//     sent. A transport error still there after the retries matches ErrUnavailable.
 //   - Never: 400, 401, 403, 404, 409, 413, 415, 422 or any other 4xx, nor 500: repeating
 //     them cannot succeed.
 //

@@ -332,3 +332,28 @@ func TestConnectionRefusedIsUnavailable(t *testing.T) {
 		}
 	}
 }
+
+// A cancel whose answer was lost may have worked: repeating it would answer "no longer
+// tracked", indistinguishable from a delivery. It is not repeated after a cut connection
+// nor a proxy's 502; it is after the ingress's own 503 (nothing done).
+func TestCancelNotRetriedAfterPossiblySent(t *testing.T) {
+	t.Parallel()
+	gone := answer{status: 404, body: `{"type":"https://sluice.dev/problems#no-longer-tracked","title":"Not Found","status":404}`}
+	for name, first := range map[string]answer{
+		"cut": {fn: hangUp},
+		"502": {status: 502, body: "bad gateway"},
+	} {
+		s := newScript(t, first, gone)
+		c, _ := newClient(t, s.URL)
+		_, err := c.Cancel(context.Background(), "m-1")
+		if err == nil || errors.Is(err, client.ErrNoLongerTracked) || len(s.requests()) != 1 {
+			t.Errorf("%s: %d requests, %v", name, len(s.requests()), err)
+		}
+	}
+	s := newScript(t, answer{status: 503, body: `{"type":"https://sluice.dev/problems#unavailable","title":"Service Unavailable","status":503}`},
+		answer{status: 200, body: `{"id":"m-1","state":"queued"}`})
+	c, _ := newClient(t, s.URL)
+	if st, err := c.Cancel(context.Background(), "m-1"); err != nil || st.State != client.StateQueued || len(s.requests()) != 2 {
+		t.Fatalf("after the ingress's 503: %v %+v", err, st)
+	}
+}
