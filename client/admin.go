@@ -116,7 +116,8 @@ type Patch struct {
 	// IfMatch is the Queue.ETag the change was decided on, sent as If-Match: when someone
 	// else has changed the queue since, the server refuses the patch (412,
 	// ErrPreconditionFailed) rather than silently undo their change. Empty sends none: the
-	// last writer wins.
+	// last writer wins. "*" (any revision) and a tag already quoted ("3") or weak (W/"3")
+	// are sent as given (the ingress refuses a weak tag, 400); a bare one (3) is quoted.
 	IfMatch string `json:"-"`
 }
 
@@ -277,9 +278,18 @@ func (a *Admin) Tune(ctx context.Context, name string, p Patch) (*Queue, error) 
 	}
 	cl := a.call(http.MethodPatch, "/v1/admin/queues/"+escapeSegment(name), body, conn)
 	if p.IfMatch != "" {
-		cl.header = http.Header{"If-Match": {strconv.Quote(strings.Trim(p.IfMatch, `"`))}}
+		cl.header = http.Header{"If-Match": {ifMatch(p.IfMatch)}}
 	}
 	return a.queue(ctx, cl)
+}
+
+// ifMatch is the If-Match header for tag: "*" and a tag already quoted (`"3"`) or weak
+// (`W/"3"`) as given, a bare one (3, as Queue.ETag may be copied) quoted.
+func ifMatch(tag string) string {
+	if tag == "*" || strings.HasPrefix(tag, `W/"`) || len(tag) >= 2 && strings.HasPrefix(tag, `"`) && strings.HasSuffix(tag, `"`) {
+		return tag
+	}
+	return strconv.Quote(tag)
 }
 
 // Reset drops every live change of a queue: it is again as the rules file says.

@@ -357,3 +357,21 @@ func TestCancelNotRetriedAfterPossiblySent(t *testing.T) {
 		t.Fatalf("after the ingress's 503: %v %+v", err, st)
 	}
 }
+
+// Tune's If-Match: "*" bare, a quoted or weak tag as given, a bare tag quoted.
+func TestTuneIfMatchHeader(t *testing.T) {
+	t.Parallel()
+	s := newScript(t, answer{status: 200, header: map[string]string{"ETag": `"4"`}, body: `{"name":"orders"}`})
+	c, _ := newClient(t, s.URL)
+	paused := true
+	for i, tc := range []struct{ in, want string }{
+		{"*", "*"}, {"3", `"3"`}, {`"3"`, `"3"`}, {`W/"3"`, `W/"3"`},
+	} {
+		if _, err := c.Admin().Tune(context.Background(), "orders", client.Patch{Paused: &paused, IfMatch: tc.in}); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.requests()[i].Header.Get("If-Match"); got != tc.want {
+			t.Errorf("IfMatch %s: sent %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}
