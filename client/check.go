@@ -43,7 +43,8 @@ func (s *MessageStatus) Final() bool { return s.State == StateDelivered || s.Sta
 
 // Status returns the status of message id, or an error matching ErrNotFound when the
 // server does not know it: ErrNoLongerTracked too when the message has left sluice
-// (delivered or purged, with no delivered record kept).
+// (delivered or purged, with no delivered record kept). A 429 is an *OverLimitError,
+// retried after its Retry-After unless WithOverLimitRetry(false).
 func (c *Client) Status(ctx context.Context, id string) (*MessageStatus, error) {
 	if id == "" {
 		return nil, invalidf("Status: empty message id")
@@ -53,7 +54,7 @@ func (c *Client) Status(ctx context.Context, id string) (*MessageStatus, error) 
 		path:   "/v1/messages/" + escapeSegment(id),
 		conn:   anyTransient,
 		retry:  retryOverLimitOrUnavailable,
-		ok:     is2xx, overLim: true,
+		ok:     is2xx, overLim: c.retryOverLim,
 	})
 	if err != nil {
 		return nil, err

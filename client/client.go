@@ -137,10 +137,11 @@ func WithMaxRetryWait(d time.Duration) Option {
 	}
 }
 
-// WithOverLimitRetry says whether Submit retries a 429 after its Retry-After (default true:
-// the client then paces a producer at the queue's outflow, which is what a deferred-work
-// producer wants). With false, Submit returns the *OverLimitError of the first 429 at once,
-// for callers that pass the refusal on to their own caller. See also SubmitOverLimitRetry.
+// WithOverLimitRetry says whether Submit, SubmitBatch (its items) and Status retry a 429
+// after its Retry-After (default true: the client then paces a producer at the queue's
+// outflow, which is what a deferred-work producer wants). With false, they return the
+// *OverLimitError of the first 429 at once, for callers that pass the refusal on to their
+// own caller. The other calls never retry a 429. See also SubmitOverLimitRetry.
 func WithOverLimitRetry(retry bool) Option {
 	return func(c *Client) error { c.retryOverLim = retry; return nil }
 }

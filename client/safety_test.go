@@ -375,3 +375,26 @@ func TestTuneIfMatchHeader(t *testing.T) {
 		}
 	}
 }
+
+// WithOverLimitRetry(false) makes a 429 come back at once from Status too, and Cancel and
+// the admin calls never retry one.
+func TestOverLimitRetryOffForEveryCall(t *testing.T) {
+	t.Parallel()
+	s := newScript(t, answer{status: 429, header: overHeaders, body: overBody},
+		answer{status: 200, body: `{"id":"m-1","state":"queued","name":"orders"}`})
+	c, _ := newClient(t, s.URL, client.WithOverLimitRetry(false))
+	ctx := context.Background()
+	for name, call := range map[string]func() error{
+		"Status": func() error { _, err := c.Status(ctx, "m-1"); return err },
+		"Cancel": func() error { _, err := c.Cancel(ctx, "m-1"); return err },
+		"Queue":  func() error { _, err := c.Admin().Queue(ctx, "orders"); return err },
+		"Reset":  func() error { _, err := c.Admin().Reset(ctx, "orders"); return err },
+	} {
+		s.mu.Lock()
+		s.reqs = nil
+		s.mu.Unlock()
+		if err := call(); !client.IsOverLimit(err) || len(s.requests()) != 1 {
+			t.Errorf("%s: %d requests, %v", name, len(s.requests()), err)
+		}
+	}
+}
