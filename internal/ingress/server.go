@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -201,7 +202,32 @@ func (s *Server) RulesReloaded(set *rules.Set, err error) {
 	s.metrics.rulesLoaded.Set(float64(len(set.Rules())))
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodConnect && !canonicalPath(r.URL.EscapedPath()) {
+		// ServeMux would redirect (307, text/html) to the cleaned path: for an API path that
+		// is another resource than the client named — ".." of a key's path is the queue's
+		// keys, not the key "..". An answer, not a redirect.
+		httpx.WriteProblem(w, httpx.BadRequest("", "the path "+strconv.Quote(r.URL.EscapedPath())+
+			" has an empty, \".\" or \"..\" segment; sluice does not resolve them. A key is one percent-encoded segment: "+
+			"\".\" is %2E, \"..\" is %2E%2E, \"/\" is %2F"))
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// canonicalPath reports whether p (escaped) is as ServeMux's cleaning leaves it: no empty,
+// "." or ".." segment (a trailing slash is kept). Most paths have neither "//" nor "/.",
+// and are not cleaned at all.
+func canonicalPath(p string) bool {
+	if !strings.Contains(p, "//") && !strings.Contains(p, "/.") {
+		return true
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
+}
 
 func (s *Server) route(pattern string, h http.HandlerFunc) {
 	route := pattern
