@@ -37,13 +37,18 @@ type BatchResult struct {
 // default) or 503 are sent again, with their idempotency keys, once their own Retry-After
 // has passed — the items of a round that came back together wait for the earliest of
 // them, and each goes again no sooner than its own — until every item has a final answer,
-// the client's attempts are used up, the rounds' waits would pass WithMaxRetryWait in all,
-// or a Retry-After exceeds WithMaxRetryAfter. A
+// the call's attempts are used up, its waits would pass WithMaxRetryWait, or a
+// Retry-After exceeds WithMaxRetryAfter; items refused with 503 are not sent again later
+// than 100 s after (see Idempotency in the package doc). The bounds are the call's, as for
+// Submit: every request of every round, retries of a failed request included, counts
+// against MaxAttempts, and every sleep against MaxRetryWait. A
 // request that fails as a whole (connection, 503 of the batch) is retried as Submit is:
 // the idempotency keys make a repeat harmless, and items stored before the failure
 // answer 200.
 //
-// The error is nil when the batch was answered; per-item failures are in the results.
+// The error is nil when the batch was answered; per-item failures are in the results. When
+// the context ends while waiting to send items again, the error is a *BatchError wrapping
+// the context's error, and those items keep their last refusal.
 // When a request fails as a whole and its retries are used up (the connection cut after
 // the request was sent, a 503 of the batch), the error is a *BatchError holding every
 // item's idempotency key, and each item without a final answer has an Err carrying its
@@ -77,8 +82,11 @@ func (c *Client) SubmitBatch(ctx context.Context, items []BatchItem) ([]BatchRes
 		pending[i] = i
 	}
 	notBefore := make([]time.Time, len(items))
-	var waited time.Duration // between rounds, against maxRetryWait
+	// One budget for every request of the call, its rounds' and their retries': at most
+	// MaxAttempts requests and MaxRetryWait of sleep in all.
+	b := &budget{}
 	for round := 1; len(pending) > 0; round++ {
+		sent := c.now()
 		var body bytes.Buffer
 		body.WriteByte('[')
 		for n, i := range pending {
@@ -97,6 +105,7 @@ func (c *Client) SubmitBatch(ctx context.Context, items []BatchItem) ([]BatchRes
 			retry:  retryUnavailable,
 			ok:     is2xx,
 			resend: true,
+			budget: b,
 		})
 		if err != nil {
 			return results, batchFailed(results, pending, keys, err)
@@ -113,7 +122,10 @@ func (c *Client) SubmitBatch(ctx context.Context, items []BatchItem) ([]BatchRes
 		for n, i := range pending {
 			r, retryIn := c.batchItemResult(answer.Items[n], keys[i], round)
 			results[i] = r
-			if retryIn < 0 || round >= c.maxAttempts {
+			if errors.Is(r.Err, ErrUnavailable) && b.landedAt.IsZero() {
+				b.landedAt = sent // a 503 item may have been stored: the duplicate window runs
+			}
+			if retryIn < 0 || b.attempts >= c.maxAttempts {
 				continue
 			}
 			notBefore[i] = c.now().Add(retryIn)
@@ -125,13 +137,15 @@ func (c *Client) SubmitBatch(ctx context.Context, items []BatchItem) ([]BatchRes
 		if len(again) == 0 {
 			break
 		}
-		if dl, ok := ctx.Deadline(); ok && c.now().Add(wait).After(dl) || waited+wait > c.maxRetryWait {
+		if dl, ok := ctx.Deadline(); ok && c.now().Add(wait).After(dl) || b.waited+wait > c.maxRetryWait ||
+			!b.landedAt.IsZero() && c.now().Add(wait).Sub(b.landedAt) > resendWindow {
 			break // the last answers say more than a deadline error would
 		}
 		if err := c.sleep(ctx, wait); err != nil {
-			break
+			return results, &BatchError{IdempotencyKeys: append([]string(nil), keys...),
+				Err: fmt.Errorf("sluice: POST /v1/messages (batch): stopped waiting to send %d items again: %w", len(again), err)}
 		}
-		waited += wait
+		b.waited += wait
 		// Only the items whose own Retry-After has passed go now; the others wait a round.
 		pending = pending[:0]
 		var later []int

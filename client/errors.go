@@ -87,7 +87,8 @@ func (e *SubmitError) Unwrap() error { return e.Err }
 
 // BatchError is the error of SubmitBatch when a request of the batch failed as a whole
 // (transport error, a 503 of the batch, an unreadable answer) and its retries were used
-// up. Any item may have been stored: resubmit the items with these keys
+// up, or when the context ended while waiting to send refused items again. Any item
+// without a Submission may have been stored: resubmit the items with these keys
 // (BatchItem.IdempotencyKey), never new ones. It wraps the cause.
 type BatchError struct {
 	// IdempotencyKeys holds the key of every item of the call, in the items' order.

@@ -398,3 +398,51 @@ func TestOverLimitRetryOffForEveryCall(t *testing.T) {
 		}
 	}
 }
+
+// SubmitBatch's bounds are the call's: the retries of a failed request and the rounds
+// count together against MaxAttempts and MaxRetryWait.
+func TestBatchBudgetIsTheCalls(t *testing.T) {
+	t.Parallel()
+	item := `{"status":429,"type":"https://sluice.dev/problems#quota-exceeded","title":"Too Many Requests","detail":"full","retry_after":3}`
+	unavailable := answer{status: 503, header: map[string]string{"Retry-After": "8"},
+		body: `{"type":"https://sluice.dev/problems#unavailable","title":"Service Unavailable","status":503}`}
+	refused := answer{status: 200, body: `{"items":[` + item + `]}`}
+	items := []client.BatchItem{{Domain: "orders", Descriptor: orders, Payload: 1}}
+
+	s := newScript(t, unavailable, refused)
+	c, _ := newClient(t, s.URL, client.WithMaxAttempts(3), client.WithBackoff(time.Millisecond, time.Millisecond))
+	res, err := c.SubmitBatch(context.Background(), items)
+	if err != nil || !client.IsOverLimit(res[0].Err) || len(s.requests()) != 3 {
+		t.Fatalf("%d requests for MaxAttempts 3: %v %+v", len(s.requests()), err, res)
+	}
+
+	s = newScript(t, unavailable, refused)
+	c, clk := newClient(t, s.URL, client.WithMaxRetryWait(10*time.Second), client.WithBackoff(time.Millisecond, time.Millisecond))
+	res, err = c.SubmitBatch(context.Background(), items)
+	var total time.Duration
+	for _, d := range clk.Sleeps() {
+		total += d
+	}
+	if err != nil || !client.IsOverLimit(res[0].Err) || total > 10*time.Second {
+		t.Fatalf("slept %v (%v) for MaxRetryWait 10s: %v %+v", total, clk.Sleeps(), err, res)
+	}
+}
+
+// A context that ends while SubmitBatch waits to send refused items again is an error,
+// not a nil beside results still holding 429s.
+func TestBatchContextEndsBetweenRounds(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	item := `{"status":429,"type":"https://sluice.dev/problems#quota-exceeded","title":"Too Many Requests","detail":"full","retry_after":3}`
+	s := newScript(t, answer{status: 200, body: `{"items":[` + item + `]}`})
+	// The context ends while the client sleeps between rounds.
+	c, _ := newClient(t, s.URL, client.WithClock(nil, func(ctx context.Context, _ time.Duration) error {
+		cancel()
+		return ctx.Err()
+	}))
+	res, err := c.SubmitBatch(ctx, []client.BatchItem{{Domain: "orders", Descriptor: orders, Payload: 1}})
+	if !errors.Is(err, context.Canceled) || len(res) != 1 || !client.IsOverLimit(res[0].Err) {
+		t.Fatalf("%v %+v", err, res)
+	}
+}
