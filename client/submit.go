@@ -18,7 +18,8 @@ type Entry struct {
 	Value string `json:"value"`
 }
 
-// States of a message (GET /v1/messages/{id}); a Submission is queued or parked.
+// States of a message (GET /v1/messages/{id}). A new Submission is scheduled, queued or
+// parked; a duplicate one may be in any state (see Submission).
 const (
 	StateScheduled  = "scheduled"
 	StateQueued     = "queued"
@@ -31,21 +32,33 @@ const (
 
 // Submission is the answer to an accepted POST /v1/messages (202), or to a repeat of an
 // idempotency key already accepted within 24 h (200, Duplicate set).
+//
+// A duplicate (200) describes the original message as it is NOW, not as it was when it
+// was accepted: its ID, its current State (any of the message states, or "" once it has
+// left sluice with no delivered record kept) and RetryAt when parked or retrying. Its
+// Depth, Capacity and ETA are zero and it has no rate-limit headers (RateLimit is zero).
 type Submission struct {
 	ID string `json:"id"`
-	// State is StateQueued (in the key's queue), StateParked (in the retry queue, to be
-	// re-admitted at RetryAt) or StateScheduled (waiting for its delivery time, ETA). A duplicate reports the original's state at acceptance.
+	// State, for a new message (202), is StateQueued (in the key's queue), StateParked (in
+	// the retry queue, to be re-admitted at RetryAt) or StateScheduled (waiting for its
+	// delivery time, ETA). For a duplicate (200) it is the original's current state:
+	// StateScheduled, StateQueued, StateParked, StateDelivering, StateRetrying,
+	// StateDelivered (only where the ingress keeps delivered records, -status-keep),
+	// StateDead, or "" when the original has left sluice (delivered or purged) and is no
+	// longer tracked. Use Status for the rest.
 	State string `json:"state"`
-	// Depth and Capacity are the key's queue after admission (queued only).
+	// Depth and Capacity are the key's queue after admission (202 queued only; zero for a
+	// duplicate).
 	Depth    int64 `json:"depth"`
 	Capacity int64 `json:"capacity"`
-	// ETA is when the message is expected to leave for the sink (queued only).
+	// ETA is when the message is expected to leave for the sink (202 queued), or to enter
+	// its queue (202 scheduled); zero for a duplicate.
 	ETA time.Time `json:"eta"`
-	// RetryAt is when a parked message is next tried (parked only).
+	// RetryAt is when a parked (or retrying) message is next tried.
 	RetryAt time.Time `json:"retry_at"`
 	// Location is the Location header: the message's status URL, as sent (often relative).
 	Location string `json:"-"`
-	// RateLimit holds the rate-limit headers of the answer.
+	// RateLimit holds the rate-limit headers of the answer (none on a duplicate's 200).
 	RateLimit RateLimit `json:"-"`
 	// Duplicate is set when the server answered 200: the idempotency key had been accepted
 	// before (perhaps by an earlier attempt of this very call whose answer was lost) and
