@@ -12,8 +12,9 @@
 // # Errors
 //
 // Every error answer of the server is a *ProblemError (RFC 9457 problem details: Status,
-// Type, Title, Detail, Field). A 429 of Submit is an *OverLimitError (RetryAfter, Limit,
-// Remaining, Reset, Policy, ViolatedPolicies) that wraps the *ProblemError. Both match the
+// Type, Title, Detail, Field). A 429 — of Submit, a SubmitBatch item, Status, Cancel or
+// an admin call — is an *OverLimitError (RetryAfter, Limit, Remaining, Reset, Policy,
+// ViolatedPolicies) that wraps the *ProblemError. Both match the
 // sentinels with errors.Is: ErrOverLimit, ErrNotFound, ErrNoRule, ErrInvalid, ErrTooLarge,
 // ErrUnauthorized, ErrUnavailable, ErrConflict (409), ErrPreconditionFailed (412),
 // ErrIdempotencyKeyReused (422).
@@ -56,6 +57,9 @@
 // at most MaxRetryWait between them in all (default 2 min, DefaultMaxRetryWait,
 // WithMaxRetryWait), and never outlives its context: if the next wait would pass either
 // bound, the call returns the last answer's error at once rather than sleep into it.
+// SubmitBatch is one call: its rounds and the retries of their requests share the bounds.
+// Submit and SubmitBatch also stop retrying once an attempt that may have stored the
+// message is 100 s old (see Idempotency).
 //
 // What is retried:
 //   - 503 (the ingress cannot store durably), and 502/504 (a proxy in front of a restarting
@@ -66,8 +70,9 @@
 //     (a repeat of an applied patch is refused as someone else's change) — are retried
 //     only on the ingress's own 503 problem (it did nothing), never on a 502, a 504 or a
 //     proxy's 503, which may come after the request was passed on and done.
-//   - 429: on Submit and Status, by default. This is the user-friendly default for a
-//     producer of deferred work: a full queue frees a place every 1/outflow, so honouring
+//   - 429: on Submit, SubmitBatch's items and Status, by default; never on the other
+//     calls. This is the user-friendly default for a producer of deferred work: a full
+//     queue frees a place every 1/outflow, so honouring
 //     Retry-After paces the producer at the queue's outflow instead of failing its work.
 //     WithOverLimitRetry(false) (or SubmitOverLimitRetry(false) per call) returns the
 //     *OverLimitError of the first 429 at once, for callers that pass refusals on.

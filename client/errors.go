@@ -11,8 +11,8 @@ import (
 	"unicode/utf8"
 )
 
-// Sentinel errors, for errors.Is. Every error answer is a *ProblemError (429s on Submit an
-// *OverLimitError wrapping one) that matches the sentinel of its status or type. Arguments
+// Sentinel errors, for errors.Is. Every error answer is a *ProblemError (a 429, of any
+// call, an *OverLimitError wrapping one) that matches the sentinel of its status or type. Arguments
 // the client refuses before sending anything match ErrInvalid too.
 var (
 	// ErrOverLimit: the request was refused for its rate limit or a full queue (429).
@@ -206,8 +206,9 @@ func (e *ProblemError) Is(target error) bool {
 	return false
 }
 
-// OverLimitError is a 429 of Submit: the key's queue is full or its admission limit is
-// hit, and the rule's overflow is reject. It wraps the *ProblemError of the answer, so
+// OverLimitError is a 429 of any call: for Submit and SubmitBatch's items, the key's queue
+// is full or its admission limit is hit and the rule's overflow is reject; for Status,
+// Cancel and the admin calls, a limit of the ingress (or a proxy) on requests. It wraps the *ProblemError of the answer, so
 // errors.As works for both, and errors.Is(err, ErrOverLimit) holds.
 type OverLimitError struct {
 	// RetryAfter is how long until a submission would be accepted (Retry-After, ≥ 1 s).
