@@ -168,13 +168,20 @@ func WithClock(now func() time.Time, sleep func(ctx context.Context, d time.Dura
 
 // New returns a Client for the ingress at baseURL (e.g. "http://localhost:8080" or
 // "https://gw.example.com/sluice"; a path prefix is kept).
+//
+// User info in baseURL (http://user:password@host) is sent as basic auth and never printed:
+// errors, BaseURL and String show the password as "xxxxx". Nil options are ignored.
 func New(baseURL string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = redactRawURL(ue.URL)
+		}
 		return nil, fmt.Errorf("client: base URL: %w", err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return nil, fmt.Errorf("client: base URL %q: need http(s)://host[:port][/prefix]", baseURL)
+		return nil, fmt.Errorf("client: base URL %q: need http(s)://host[:port][/prefix]", u.Redacted())
 	}
 	u.Path = strings.TrimRight(u.Path, "/")
 	u.RawPath = strings.TrimRight(u.RawPath, "/")
@@ -193,6 +200,9 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		jitter:        fullJitter,
 	}
 	for _, o := range opts {
+		if o == nil {
+			continue
+		}
 		if err := o(c); err != nil {
 			return nil, err
 		}
@@ -203,8 +213,41 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// BaseURL is the base URL the client was made with, without a trailing slash.
-func (c *Client) BaseURL() string { return c.base.String() }
+// BaseURL is the base URL the client was made with, without a trailing slash, its
+// password (if any) shown as "xxxxx".
+func (c *Client) BaseURL() string { return c.base.Redacted() }
+
+// String describes the client without its tokens or password, so that printing a Client
+// (%v, %+v, a log line) never leaks them. (A value receiver, so a Client printed by
+// value is covered too.)
+func (c Client) String() string {
+	return fmt.Sprintf("sluice.Client{%s, admin token set: %t, submit token set: %t}", c.BaseURL(), c.adminToken != "", c.submitToken != "")
+}
+
+// GoString is String, for %#v.
+func (c Client) GoString() string { return c.String() }
+
+// redactRawURL hides the password of a URL that did not parse: the text between the ':'
+// of its user info and the last '@' before the path.
+func redactRawURL(s string) string {
+	i := strings.Index(s, "://")
+	if i < 0 {
+		return s
+	}
+	rest := s[i+3:]
+	if j := strings.IndexAny(rest, "/?#"); j >= 0 {
+		rest = rest[:j]
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return s
+	}
+	colon := strings.Index(rest[:at], ":")
+	if colon < 0 {
+		return s
+	}
+	return s[:i+3] + rest[:colon+1] + "xxxxx" + s[i+3+at:]
+}
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	if d <= 0 {

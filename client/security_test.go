@@ -3,10 +3,12 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,5 +84,33 @@ descriptors:
 	paused := true
 	if _, err := shop.Admin().Tune(ctx, "orders", client.Patch{Paused: &paused}); !errors.Is(err, client.ErrUnauthorized) || !errors.As(err, &pe) || pe.Status != 403 {
 		t.Fatalf("read token tunes: %v, want a 403 ErrUnauthorized", err)
+	}
+}
+
+// Nil options are ignored, and neither errors, BaseURL nor a printed Client show a
+// password of the base URL or a token.
+func TestNilOptionsAndRedaction(t *testing.T) {
+	t.Parallel()
+	s := newScript(t, answer{status: 202, header: queuedHeaders, body: queuedBody})
+	c, err := client.New(s.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(context.Background(), "orders", orders, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"htp://user:s3cr3t@host", "http://user:s3cr3t@host/%zz"} {
+		if _, err := client.New(bad); err == nil || strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("New(%q): %v", bad, err)
+		}
+	}
+	c, err = client.New("http://user:s3cr3t@example.com", client.WithAdminToken("adm-s3cr3t"), client.WithSubmitToken("sub-s3cr3t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{c.BaseURL(), fmt.Sprintf("%v", c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), fmt.Sprint(*c)} {
+		if strings.Contains(out, "s3cr3t") {
+			t.Errorf("printed %s", out)
+		}
 	}
 }
