@@ -196,9 +196,12 @@ func match(secret string, lists ...[]Token) (Token, bool) {
 	return found, ok == 1
 }
 
+// bearer is the token of r's Authorization header: the scheme "Bearer" in any case (RFC
+// 9110 11.1: auth schemes are case-insensitive), one or more spaces, the token.
 func bearer(r *http.Request) (string, bool) {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return got, ok && got != ""
+	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	got = strings.TrimLeft(got, " ")
+	return got, ok && strings.EqualFold(scheme, "Bearer") && got != ""
 }
 
 // admin returns the admin token of r.
