@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"sync"
 	"time"
@@ -83,7 +84,7 @@ func splitBatch(body []byte) ([]json.RawMessage, *httpx.Problem) {
 // answer: an item answered 202 is stored, and a client that lost the answer retries the
 // batch with the same idempotency keys to learn which (repeats answer 200).
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte) {
-	if r.Header.Get("Idempotency-Key") != "" {
+	if len(r.Header.Values("Idempotency-Key")) > 0 { // even empty
 		httpx.WriteProblem(w, httpx.BadRequest("Idempotency-Key", "a batch takes an idempotency_key per item, not the header"))
 		return
 	}
@@ -193,13 +194,20 @@ func decodeArray(body []byte, max int) (reqs []submitRequest, ok bool) {
 		requestPool.Put(reqs)
 		return nil, false
 	}
+	bad := mayHoldBadStrings(body)
 	for dec.More() {
 		if len(reqs) == max {
 			return fail()
 		}
 		reqs = append(reqs, submitRequest{})
+		from := dec.InputOffset()
 		if err := dec.Decode(&reqs[len(reqs)-1]); err != nil {
 			return fail()
+		}
+		item := body[from:dec.InputOffset()]
+		markEmptyKey(item, &reqs[len(reqs)-1])
+		if bad && findFault(bytes.TrimLeft(item, " \t\r\n,"), submitRequestType) != nil {
+			return fail() // a string encoding/json replaced: splitBatch's items name it
 		}
 	}
 	if t, err := dec.Token(); err != nil || t != json.Delim(']') {
@@ -210,6 +218,8 @@ func decodeArray(body []byte, max int) (reqs []submitRequest, ok bool) {
 	}
 	return reqs, true
 }
+
+var submitRequestType = reflect.TypeFor[submitRequest]()
 
 // concludeItem is item i's answer from its admission.
 func (s *Server) concludeItem(ctx context.Context, sub *submission, a *admit.BatchAdmission, i int) outcome {
@@ -506,7 +516,9 @@ func (sc *scanner) request(req *submitRequest) bool {
 		case "domain":
 			return strField(1<<0, &req.Domain)
 		case "idempotency_key":
-			return strField(1<<1, &req.IdempotencyKey)
+			ok := strField(1<<1, &req.IdempotencyKey)
+			req.idemEmpty = req.IdempotencyKey == "" // refused by validate, as decodeJSONBytes marks it
+			return ok
 		case "deliver_at":
 			return strField(1<<2, &req.DeliverAt)
 		case "delay":

@@ -133,7 +133,10 @@ func protoDuration(d time.Duration) string {
 // request's hits_addend (0 when not given) and the descriptors, or the problem to answer.
 func decodeCheck(r *http.Request, body []byte) (domain string, reqHits uint64, descs []checkDescriptor, prob *httpx.Problem) {
 	var req checkRequest
-	if p := decodeJSON(r, body, &req); p != nil {
+	if p := checkJSONType(r, checkTypes); p != nil {
+		return "", 0, nil, p
+	}
+	if p := decodeJSONBytes(body, &req); p != nil {
 		return "", 0, nil, p
 	}
 	if p := req.normalize(); p != nil {

@@ -332,7 +332,7 @@ func TestBadRequests(t *testing.T) {
 		{"missing domain", `{"descriptor":[{"key":"merchant_id","value":"m"}],"payload":1}`, 400, "domain"},
 		{"missing descriptor", `{"domain":"orders","payload":1}`, 400, "descriptor"},
 		{"empty key", `{"domain":"orders","descriptor":[{"key":"","value":"m"}],"payload":1}`, 400, "descriptor[0].key"},
-		{"value not a string", `{"domain":"orders","descriptor":[{"key":"merchant_id","value":5}],"payload":1}`, 400, "descriptor.value"},
+		{"value not a string", `{"domain":"orders","descriptor":[{"key":"merchant_id","value":5}],"payload":1}`, 400, "descriptor[0].value"},
 		{"missing payload", `{"domain":"orders","descriptor":[{"key":"merchant_id","value":"m"}]}`, 400, "payload"},
 		{"unknown field", `{"domain":"orders","descriptor":[{"key":"merchant_id","value":"m"}],"payload":1,"priority":9}`, 400, "priority"},
 		{"trailing data", `{"domain":"orders","descriptor":[{"key":"merchant_id","value":"m"}],"payload":1} {}`, 400, ""},

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/textproto"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +53,10 @@ type submitRequest struct {
 	// traceParent and traceState are the request's W3C trace context headers, stored
 	// with the message (telemetry).
 	traceParent, traceState string
+
+	// idemEmpty: the body gave "idempotency_key" as "" (validate refuses it; decoded, it
+	// looks like no key).
+	idemEmpty bool
 
 	at      time.Time     // DeliverAt parsed (validate)
 	delay   time.Duration // Delay parsed (validate)
@@ -213,18 +218,25 @@ func (u *jsonUint) check(field string) *httpx.Problem {
 }
 
 // decodeJSON reads a JSON body into v, refusing unknown fields and trailing data, and maps
-// every failure to a problem naming the field when it can.
+// every failure to a problem naming the field when it can. A Content-Type that is set and
+// not JSON is a 415 worded for POST /v1/messages (decodeSubmit's twin).
 func decodeJSON(r *http.Request, body []byte, v any) *httpx.Problem {
-	if p := checkJSONType(r); p != nil {
+	if p := checkJSONType(r, submitTypes); p != nil {
 		return p
 	}
 	return decodeJSONBytes(body, v)
 }
 
-// checkJSONType refuses a request whose Content-Type is set and not JSON.
-func checkJSONType(r *http.Request) *httpx.Problem {
+// The 415's detail: what each endpoint takes.
+const (
+	submitTypes = "Content-Type must be application/json (application/x-ndjson for a batch)"
+	checkTypes  = "Content-Type must be application/json"
+)
+
+// checkJSONType refuses a request whose Content-Type is set and not JSON, with detail.
+func checkJSONType(r *http.Request, detail string) *httpx.Problem {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
-		p := httpx.UnsupportedMediaType("Content-Type must be application/json (application/x-ndjson for a batch)")
+		p := httpx.UnsupportedMediaType(detail)
 		return &p
 	}
 	return nil
@@ -239,8 +251,13 @@ func checkJSONType(r *http.Request) *httpx.Problem {
 // 6.6 µs per request, against under 1 µs for the scanner (BenchmarkDecodeSubmit). (An
 // earlier hand-written decoder, fastjson.go, was removed in v0.4.0 when it measured 3 %;
 // the scanner is shared with batches, so nothing is kept for this alone.)
+// An Idempotency-Key header is checked here too, and named when at fault: present, it is
+// 1–256 bytes of UTF-8, once (serveSubmit then takes it when the body has no key).
 func decodeSubmit(r *http.Request, body []byte, req *submitRequest) *httpx.Problem {
-	if p := checkJSONType(r); p != nil {
+	if p := checkJSONType(r, submitTypes); p != nil {
+		return p
+	}
+	if p := checkIdempotencyHeader(r); p != nil {
 		return p
 	}
 	if scanOne(body, req) {
@@ -250,19 +267,380 @@ func decodeSubmit(r *http.Request, body []byte, req *submitRequest) *httpx.Probl
 	return decodeJSONBytes(body, req)
 }
 
-// decodeJSONBytes decodes exactly one JSON value into v, refusing unknown fields.
+// checkIdempotencyHeader refuses an Idempotency-Key header that is empty, longer than 256
+// bytes, not UTF-8, or given more than once, naming the header (not the body's field).
+func checkIdempotencyHeader(r *http.Request) *httpx.Problem {
+	vs := r.Header.Values("Idempotency-Key")
+	var detail string
+	switch {
+	case len(vs) == 0:
+		return nil
+	case len(vs) > 1:
+		detail = "is given more than once"
+	case vs[0] == "":
+		detail = fmt.Sprintf("is empty: give 1–%d bytes, or leave the header out", MaxIdempotencyKeyBytes)
+	case len(vs[0]) > MaxIdempotencyKeyBytes || !utf8.ValidString(vs[0]):
+		detail = fmt.Sprintf("must be valid UTF-8 of 1–%d bytes", MaxIdempotencyKeyBytes)
+	default:
+		return nil
+	}
+	p := httpx.BadRequest("Idempotency-Key", detail)
+	return &p
+}
+
+// decodeJSONBytes decodes exactly one JSON value into v, refusing unknown fields and any
+// string decoded into a Go string (a domain, a key, a header) that is not valid UTF-8:
+// encoding/json would replace its bytes with U+FFFD, and two different keys would become
+// one. A problem names the field with its whole path (descriptor[0].value), which
+// encoding/json's errors do not give (findFault).
 func decodeJSONBytes(body []byte, v any) *httpx.Problem {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		p := jsonProblem(err)
+		var syn *json.SyntaxError
+		if !errors.As(err, &syn) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			if f := findFault(body, reflect.TypeOf(v).Elem()); f != nil {
+				p = httpx.BadRequest(f.field, f.detail)
+			}
+		}
 		return &p
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		p := httpx.BadRequest("", "the body must hold exactly one JSON object")
 		return &p
 	}
+	if mayHoldBadStrings(body) {
+		if f := findFault(body, reflect.TypeOf(v).Elem()); f != nil {
+			p := httpx.BadRequest(f.field, f.detail)
+			return &p
+		}
+	}
+	if req, ok := v.(*submitRequest); ok {
+		markEmptyKey(body, req)
+	}
 	return nil
+}
+
+// markEmptyKey notes in req that body (one submission) gives "idempotency_key" as an empty
+// string, which validate refuses: encoding/json decodes it as no key at all.
+func markEmptyKey(body []byte, req *submitRequest) {
+	if req.IdempotencyKey != "" || !containsFold(body, "idempotency_") {
+		return
+	}
+	dec := json.NewDecoder(bytes.NewReader(bytes.TrimLeft(body, " \t\r\n,")))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return
+	}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return
+		}
+		if name, _ := k.(string); strings.EqualFold(name, "idempotency_key") { // encoding/json folds case
+			if t, err := dec.Token(); err == nil && t == "" {
+				req.idemEmpty = true
+				return
+			}
+			continue // a string was the token; any other value did not decode
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return
+		}
+	}
+}
+
+// containsFold reports whether b holds s, lower-case ASCII, in any case of ASCII letters.
+// (Unicode folding adds only the Kelvin sign to k and the long s to s: markEmptyKey looks
+// for "idempotency_", which has neither.)
+func containsFold(b []byte, s string) bool {
+	for i := 0; i+len(s) <= len(b); i++ {
+		j := 0
+		for ; j < len(s); j++ {
+			c := b[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != s[j] {
+				break
+			}
+		}
+		if j == len(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// mayHoldBadStrings reports whether body has bytes that are not UTF-8, or a \u escape of a
+// UTF-16 surrogate (which, unpaired, encoding/json also decodes as U+FFFD): only then can a
+// decoded string have been replaced, and findFault looks.
+func mayHoldBadStrings(body []byte) bool {
+	if !utf8.Valid(body) {
+		return true
+	}
+	for i := 0; ; {
+		j := bytes.Index(body[i:], []byte(`\u`))
+		if j < 0 {
+			return false
+		}
+		i += j + 2
+		if i+1 < len(body) && (body[i] == 'd' || body[i] == 'D') && strings.IndexByte("89abcdefABCDEF", body[i+1]) >= 0 {
+			return true
+		}
+	}
+}
+
+// validJSONString reports whether raw, one JSON string as written (quotes and escapes), is
+// valid UTF-8 and has no unpaired surrogate escape: what it decodes to is exactly what was
+// sent, not U+FFFD in place of something else.
+func validJSONString(raw []byte) bool {
+	if !utf8.Valid(raw) {
+		return false
+	}
+	hex4 := func(i int) rune {
+		if i+4 > len(raw) {
+			return -1
+		}
+		v, err := strconv.ParseUint(string(raw[i:i+4]), 16, 16)
+		if err != nil {
+			return -1
+		}
+		return rune(v)
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++
+		if i >= len(raw) || raw[i] != 'u' {
+			continue
+		}
+		r := hex4(i + 1)
+		i += 4
+		switch {
+		case r >= 0xD800 && r < 0xDC00: // a high surrogate: a low one must follow
+			if i+2 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u' {
+				if lo := hex4(i + 3); lo >= 0xDC00 && lo < 0xE000 {
+					i += 6
+					continue
+				}
+			}
+			return false
+		case r >= 0xDC00 && r < 0xE000:
+			return false
+		}
+	}
+	return true
+}
+
+// fault is what findFault found: the field (its whole path) and what is wrong with it.
+type fault struct{ field, detail string }
+
+var (
+	rawMessageType  = reflect.TypeFor[json.RawMessage]()
+	unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+)
+
+// findFault reads body, one JSON value, as encoding/json decodes it into a value of type t
+// (unknown fields refused), and returns the first fault in the body's order: an unknown
+// member, a value of the wrong JSON type or out of range, or a string decoded into a Go
+// string (or a map's name) that is not valid UTF-8 or has an unpaired surrogate escape.
+// The field is named with its whole path, as docs/http-api.md names fields: members joined
+// by ".", array elements by their index (descriptor[0].value,
+// descriptors[0].entries[1].key, headers.X-A). Values decoded by their own UnmarshalJSON
+// (and json.RawMessage: the payload, kept byte for byte) are not looked into. nil when it
+// finds nothing (or the JSON does not parse).
+func findFault(body []byte, t reflect.Type) *fault {
+	w := faultWalker{dec: json.NewDecoder(bytes.NewReader(body)), body: body}
+	w.dec.UseNumber()
+	f, _ := w.value(t, "")
+	return f
+}
+
+type faultWalker struct {
+	dec  *json.Decoder
+	body []byte
+}
+
+// value reads one value for a Go value of type t at path: a fault, or nil; err when the
+// JSON cannot be read (nothing more is looked at).
+func (w *faultWalker) value(t reflect.Type, path string) (*fault, error) {
+	for t.Kind() == reflect.Pointer && !t.Implements(unmarshalerType) {
+		t = t.Elem()
+	}
+	if t.Implements(unmarshalerType) || reflect.PointerTo(t).Implements(unmarshalerType) {
+		var skip json.RawMessage
+		return nil, w.dec.Decode(&skip)
+	}
+	start := w.dec.InputOffset()
+	tok, err := w.dec.Token()
+	if err != nil || tok == nil { // null decodes into anything as nothing
+		return nil, err
+	}
+	at := path
+	if at == "" {
+		at = "(body)"
+	}
+	wrong := func() (*fault, error) {
+		var got string
+		switch v := tok.(type) {
+		case json.Delim:
+			got = map[json.Delim]string{'{': "object", '[': "array"}[v]
+		case string:
+			got = "string"
+		case json.Number:
+			got = "number " + v.String()
+		case bool:
+			got = "bool"
+		}
+		return &fault{at, fmt.Sprintf("must be %s, not %s", jsonType(t.Kind().String()), got)}, nil
+	}
+	member := func(name string) string {
+		if path == "" {
+			return name
+		}
+		return path + "." + name
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if tok != json.Delim('{') {
+			return wrong()
+		}
+		for w.dec.More() {
+			k, err := w.dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			name, _ := k.(string)
+			f, ok := fieldByJSONName(t, name)
+			if !ok {
+				return &fault{member(name), "unknown field"}, nil
+			}
+			if fl, err := w.value(f.Type, member(jsonName(f))); fl != nil || err != nil {
+				return fl, err
+			}
+		}
+		_, err = w.dec.Token()
+		return nil, err
+	case reflect.Map:
+		if tok != json.Delim('{') {
+			return wrong()
+		}
+		for w.dec.More() {
+			from := w.dec.InputOffset()
+			k, err := w.dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			if !validJSONString(rawString(w.body[from:w.dec.InputOffset()])) {
+				return &fault{at, "has a name that is not valid UTF-8"}, nil
+			}
+			name, _ := k.(string)
+			if fl, err := w.value(t.Elem(), member(name)); fl != nil || err != nil {
+				return fl, err
+			}
+		}
+		_, err = w.dec.Token()
+		return nil, err
+	case reflect.Slice, reflect.Array:
+		if tok != json.Delim('[') {
+			return wrong()
+		}
+		for i := 0; w.dec.More(); i++ {
+			if fl, err := w.value(t.Elem(), path+"["+strconv.Itoa(i)+"]"); fl != nil || err != nil {
+				return fl, err
+			}
+		}
+		_, err = w.dec.Token()
+		return nil, err
+	case reflect.String:
+		if _, ok := tok.(string); !ok {
+			return wrong()
+		}
+		if !validJSONString(rawString(w.body[start:w.dec.InputOffset()])) {
+			return &fault{at, "must be valid UTF-8 (it has bytes that are not, or an unpaired surrogate escape)"}, nil
+		}
+		return nil, nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		if n, ok := tok.(json.Number); !ok {
+			return wrong()
+		} else if _, err := strconv.ParseInt(n.String(), 10, t.Bits()); err != nil {
+			return wrong()
+		}
+		return nil, nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		if n, ok := tok.(json.Number); !ok {
+			return wrong()
+		} else if _, err := strconv.ParseUint(n.String(), 10, t.Bits()); err != nil {
+			return wrong()
+		}
+		return nil, nil
+	case reflect.Float32, reflect.Float64:
+		if _, ok := tok.(json.Number); !ok {
+			return wrong()
+		}
+		return nil, nil
+	case reflect.Bool:
+		if _, ok := tok.(bool); !ok {
+			return wrong()
+		}
+		return nil, nil
+	}
+	// anything else (an interface): the rest of an object or array is skipped
+	if d, ok := tok.(json.Delim); ok && (d == '{' || d == '[') {
+		for depth := 1; depth > 0; {
+			t, err := w.dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			switch t {
+			case json.Delim('{'), json.Delim('['):
+				depth++
+			case json.Delim('}'), json.Delim(']'):
+				depth--
+			}
+		}
+	}
+	return nil, nil
+}
+
+// rawString is the JSON string in raw, a token as read with what came before it (space, a
+// comma or colon).
+func rawString(raw []byte) []byte {
+	if i := bytes.IndexByte(raw, '"'); i >= 0 {
+		return raw[i:]
+	}
+	return raw
+}
+
+// fieldByJSONName is the exported field of struct t that encoding/json decodes the member
+// name into: its JSON name exactly, else folding case.
+func fieldByJSONName(t reflect.Type, name string) (reflect.StructField, bool) {
+	var folded reflect.StructField
+	found := false
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() || f.Tag.Get("json") == "-" {
+			continue
+		}
+		switch n := jsonName(f); {
+		case n == name:
+			return f, true
+		case !found && strings.EqualFold(n, name):
+			folded, found = f, true
+		}
+	}
+	return folded, found
+}
+
+// jsonName is the member name of a struct field: its json tag's, else the field's own.
+func jsonName(f reflect.StructField) string {
+	if n, _, _ := strings.Cut(f.Tag.Get("json"), ","); n != "" {
+		return n
+	}
+	return f.Name
 }
 
 func jsonProblem(err error) httpx.Problem {
@@ -294,8 +672,14 @@ func jsonType(kind string) string {
 		return "an array"
 	case "struct", "map":
 		return "an object"
-	case "int64", "int":
+	case "int64", "int", "int32", "int16", "int8":
 		return "an integer"
+	case "uint64", "uint", "uint32", "uint16", "uint8":
+		return "a whole number ≥ 0"
+	case "float64", "float32":
+		return "a number"
+	case "bool":
+		return "true or false"
 	}
 	return "a " + kind
 }
@@ -310,6 +694,10 @@ func (req *submitRequest) validate() *httpx.Problem {
 	}
 	if len(req.Payload) == 0 {
 		p := httpx.BadRequest("payload", "is required (any JSON value)")
+		return &p
+	}
+	if req.idemEmpty {
+		p := httpx.BadRequest("idempotency_key", fmt.Sprintf("is empty: give 1–%d bytes, or leave it out", MaxIdempotencyKeyBytes))
 		return &p
 	}
 	if len(req.IdempotencyKey) > MaxIdempotencyKeyBytes || !utf8.ValidString(req.IdempotencyKey) {
@@ -453,7 +841,7 @@ func checkHeaders(in map[string]string) (map[string]string, *httpx.Problem) {
 		// 5.5): every receiver drops them, so they are dropped here, where the message is
 		// stored, and the sink gets what was stored.
 		v = strings.Trim(v, " \t")
-		if len(v) > MaxHeaderValueBytes || !httpguts.ValidHeaderFieldValue(v) {
+		if len(v) > MaxHeaderValueBytes || !visibleASCII(v) {
 			return bad(field, fmt.Sprintf("must be at most %d bytes of visible ASCII, spaces and tabs", MaxHeaderValueBytes))
 		}
 		if _, dup := out[name]; dup {
@@ -466,6 +854,18 @@ func checkHeaders(in map[string]string) (map[string]string, *httpx.Problem) {
 		return bad("headers", fmt.Sprintf("are %d bytes together; at most %d", total, MaxHeadersBytes))
 	}
 	return out, nil
+}
+
+// visibleASCII reports whether v is visible ASCII, spaces and tabs: a header value every
+// HTTP stack passes on as it is (RFC 9110's obs-text, bytes ≥ 0x80, is not: a sink may read
+// them as Latin-1, as UTF-8, or refuse them).
+func visibleASCII(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < 0x20 && c != '\t') || c > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // stripIndices drops the array indices Go 1.27's encoding/json puts in an error's field
