@@ -183,12 +183,26 @@ func (s *Store) ScheduleSubject(kind, rule, id string) string {
 // Schedule keeps m in the retry stream until at (rounded up to the second, never earlier),
 // then the re-admitter puts it into its key's queue — or parks it, if the queue has no room
 // then. It returns the fire time. ErrFull when the retry stream is nearly full.
+//
+// The schedule carries a Nats-Msg-Id of its own (scheduleMsgID), so the same message
+// scheduled again within the stream's duplicate window — an idempotent submission repeated
+// after its first attempt may or may not have stored it, re-admitted under the original's
+// id — is stored once: ErrScheduledAlready then, even if the first schedule has fired or
+// been cancelled since.
 func (s *Store) Schedule(ctx context.Context, rule string, m queue.Message, at time.Time) (time.Time, error) {
 	if _, ok := queue.ParseID(m.ID); !ok {
 		return time.Time{}, fmt.Errorf("retry: schedule %s: not an id that names its key", m.ID)
 	}
 	return s.schedule(ctx, KindSchedule, rule, m, at, 0)
 }
+
+// ErrScheduledAlready is Schedule's answer for a message whose schedule the stream stored
+// within its duplicate window: nothing was stored again.
+var ErrScheduledAlready = errors.New("retry: the message was scheduled already")
+
+// scheduleMsgID is the Nats-Msg-Id of message id's schedule. Nothing else published to the
+// retry stream carries one.
+func scheduleMsgID(id string) string { return "schedule:" + id }
 
 // ScheduledTotal is how many messages of rule, all keys, wait for their delivery time
 // (O(scheduled messages of the rule) on the server; for the admin API and metrics).
@@ -247,12 +261,20 @@ func (s *Store) schedule(ctx context.Context, kind string, rule string, m queue.
 	if parks > 0 {
 		msg.Header.Set(HeaderParks, strconv.Itoa(parks))
 	}
-	_, err := s.js.PublishMsg(ctx, msg,
+	opts := []jetstream.PublishOpt{
 		jetstream.WithScheduleAt(fire),
 		jetstream.WithScheduleTarget(s.ReadySubject(rule)),
-		jetstream.WithExpectStream(s.cfg.Stream))
+		jetstream.WithExpectStream(s.cfg.Stream),
+	}
+	if kind == KindSchedule {
+		opts = append(opts, jetstream.WithMsgID(scheduleMsgID(m.ID)))
+	}
+	ack, err := s.js.PublishMsg(ctx, msg, opts...)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("retry: %s %s of rule %q: %w", kind, m.ID, rule, err)
+	}
+	if ack.Duplicate {
+		return time.Time{}, fmt.Errorf("%w: %s", ErrScheduledAlready, m.ID)
 	}
 	return fire, nil
 }

@@ -158,6 +158,39 @@ func TestParkAgainReplacesSchedule(t *testing.T) {
 	}
 }
 
+// A message scheduled again within the duplicate window is stored once, even after its
+// first schedule left the stream (cancelled here, by deleting it).
+func TestScheduleAgainIsStoredOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rule := e.rules.add(parkRule("r", time.Hour))
+	ctx := context.Background()
+	m, other := newMessage(rule.Name, "k"), newMessage(rule.Name, "k")
+	var err error
+	if m.ID, err = queue.NewID(rule.Name, "k"); err != nil { // Schedule takes ids that name their key
+		t.Fatal(err)
+	}
+	if other.ID, err = queue.NewID(rule.Name, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Schedule(ctx, rule.Name, m, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := e.store.Cancel(ctx, rule.Name, m.ID); err != nil || !ok {
+		t.Fatalf("cancel: %v, %v", ok, err)
+	}
+	if _, err := e.store.Schedule(ctx, rule.Name, m, time.Now().Add(time.Hour)); !errors.Is(err, ErrScheduledAlready) {
+		t.Fatalf("second Schedule: %v, want ErrScheduledAlready", err)
+	}
+	if got := streamMsgs(t, e); got != 0 {
+		t.Errorf("retry stream holds %d messages, want none", got)
+	}
+	// Another message of the key schedules as usual.
+	if _, err := e.store.Schedule(ctx, rule.Name, other, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestParkSurvivesServerRestart(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

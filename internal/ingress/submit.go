@@ -271,6 +271,10 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 		return scheduledFullOutcome(rule, n, at.Sub(now))
 	}
 	fire, err := park.Schedule(ctx, rule.Name, msg, at)
+	if errors.Is(err, retry.ErrScheduledAlready) { // a repeat, under the owner's id (replayOwner)
+		s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
+		return s.duplicateOutcome(ctx, msg.ID)
+	}
 	if err != nil {
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionError).Inc()
 		if errors.Is(err, retry.ErrFull) {
