@@ -315,6 +315,10 @@ func explain(err error, url string) error {
 		return &exitError{ExitRefused, "not found: " + detail}
 	case errors.Is(err, client.ErrOverLimit):
 		return &exitError{ExitRefused, errText(err)}
+	case errors.As(err, &dns): // before ErrUnavailable, which an unreachable ingress matches too
+		return &exitError{ExitUnreachable, "cannot find host " + dns.Name + " of " + url + "; check SLUICE_URL or --url"}
+	case errors.As(err, &op) && op.Op == "dial":
+		return &exitError{ExitUnreachable, "cannot reach the ingress at " + url + " (" + op.Err.Error() + "); is it running? Set SLUICE_URL or --url to where it listens"}
 	case errors.Is(err, client.ErrUnavailable):
 		return &exitError{ExitUnreachable, "the ingress at " + url + " cannot serve now (" + detail + "); retry in a moment"}
 	case pe != nil:
@@ -323,10 +327,6 @@ func explain(err error, url string) error {
 		return &exitError{ExitUnreachable, "no answer from the ingress at " + url + " in time (--timeout); is it overloaded or unreachable?"}
 	case errors.Is(err, context.Canceled):
 		return &exitError{ExitUnreachable, "interrupted"}
-	case errors.As(err, &dns):
-		return &exitError{ExitUnreachable, "cannot find host " + dns.Name + " of " + url + "; check SLUICE_URL or --url"}
-	case errors.As(err, &op) && op.Op == "dial":
-		return &exitError{ExitUnreachable, "cannot reach the ingress at " + url + " (" + op.Err.Error() + "); is it running? Set SLUICE_URL or --url to where it listens"}
 	}
 	if errors.Is(err, client.ErrInvalid) { // refused by the client before sending
 		return &exitError{ExitUsage, errText(err)}
