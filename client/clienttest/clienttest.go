@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-io/sluice/internal/httpx"
 )
 
 const (
@@ -805,7 +807,7 @@ func (i *Ingress) queueJSON() map[string]any {
 	return q
 }
 
-func (i *Ingress) etag() string { return `"` + strconv.FormatUint(i.over.rev, 10) + `"` }
+func (i *Ingress) etag() string { return httpx.RevisionETag(i.over.rev) }
 
 func (i *Ingress) rules(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
@@ -823,20 +825,6 @@ func (i *Ingress) getQueue(w http.ResponseWriter, _ *http.Request) {
 	defer i.mu.Unlock()
 	w.Header().Set("ETag", i.etag()) // quoted, as the ingress sends it
 	writeJSON(w, http.StatusOK, i.queueJSON())
-}
-
-// parseIfMatch reads If-Match as the real ingress does: `"3"`, 3, or * (any revision);
-// anything else (a weak tag, a list) is not ok.
-func parseIfMatch(v string) (rev uint64, anyRev, ok bool) {
-	v = strings.TrimSpace(v)
-	if v == "*" {
-		return 0, true, true
-	}
-	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
-		v = v[1 : len(v)-1]
-	}
-	rev, err := strconv.ParseUint(v, 10, 64)
-	return rev, false, err == nil
 }
 
 func (i *Ingress) patchQueue(w http.ResponseWriter, r *http.Request) {
@@ -904,7 +892,7 @@ func (i *Ingress) patchQueue(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if v := r.Header.Get("If-Match"); v != "" {
-		rev, anyRev, ok := parseIfMatch(v)
+		rev, anyRev, ok := httpx.ParseIfMatch(v)
 		if !ok {
 			writeProb(w, badRequest("If-Match", `must be the ETag of a GET or PATCH of the queue, e.g. "3" ("0": nothing overridden), or *`))
 			return

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -274,7 +273,7 @@ func (a *Admin) getQueue(w http.ResponseWriter, r *http.Request) {
 		stored, _, err := a.Overrides.Get(r.Context(), rule.Name)
 		if err == nil {
 			o = stored
-			w.Header().Set("ETag", revisionETag(o.Revision))
+			w.Header().Set("ETag", httpx.RevisionETag(o.Revision))
 		}
 	}
 	httpx.WriteJSON(w, http.StatusOK, a.view(r.Context(), rule, o))
@@ -300,7 +299,7 @@ func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if v := r.Header.Get("If-Match"); v != "" {
-		rev, anyRev, ok := parseIfMatch(v)
+		rev, anyRev, ok := httpx.ParseIfMatch(v)
 		if !ok {
 			httpx.WriteProblem(w, httpx.BadRequest("If-Match", `must be the ETag of a GET or PATCH of the queue, e.g. "3" ("0": nothing overridden), or *`))
 			return
@@ -332,7 +331,7 @@ func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
 	}
 	a.record(r, audit.Record{Action: patchAction(patch), Queue: rule.Name, Before: overrideView(before), After: overrideView(o), Result: "ok"})
 	// Show what was written: the watcher may not have seen it yet.
-	w.Header().Set("ETag", revisionETag(o.Revision)) // "0" after a reset: nothing stored
+	w.Header().Set("ETag", httpx.RevisionETag(o.Revision)) // "0" after a reset: nothing stored
 	httpx.WriteJSON(w, http.StatusOK, a.view(ctx, rule, o))
 }
 
@@ -350,27 +349,6 @@ func checkPatchType(r *http.Request) *httpx.Problem {
 	}
 	p := httpx.UnsupportedMediaType("Content-Type must be application/json or application/merge-patch+json (got " + strconv.Quote(ct) + ")")
 	return &p
-}
-
-// revisionETag is the ETag of a queue whose overrides are at revision rev (0: none stored):
-// an entity-tag is a quoted string (RFC 9110 §8.8.3), `"3"`.
-func revisionETag(rev uint64) string {
-	return `"` + strconv.FormatUint(rev, 10) + `"`
-}
-
-// parseIfMatch reads a PATCH's If-Match: one entity-tag as revisionETag writes it, `"3"`;
-// the bare number 3, as clients written against servers that sent the ETag unquoted give
-// it back; or *, any revision (anyRev). Anything else — a weak tag, a list — is not ok.
-func parseIfMatch(v string) (rev uint64, anyRev, ok bool) {
-	v = strings.TrimSpace(v)
-	if v == "*" {
-		return 0, true, true
-	}
-	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
-		v = v[1 : len(v)-1]
-	}
-	rev, err := strconv.ParseUint(v, 10, 64) // no sign, no space, no list
-	return rev, false, err == nil
 }
 
 // writePatchError answers a refused PATCH. A problem with the patch names its field in
