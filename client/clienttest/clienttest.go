@@ -198,20 +198,8 @@ func (i *Ingress) ResetChecks() {
 	clear(i.hits)
 }
 
-// prob is a problem answer (RFC 9457) with the members sluice sends.
-type prob struct {
-	Type       string   `json:"type"`
-	Title      string   `json:"title"`
-	Status     int      `json:"status"`
-	Detail     string   `json:"detail,omitempty"`
-	Field      string   `json:"field,omitempty"`
-	Violated   []string `json:"violated-policies,omitempty"`
-	RetryAfter int      `json:"retry_after,omitempty"`
-	Rule       string   `json:"rule,omitempty"`
-	Key        *string  `json:"key,omitempty"`
-	IssuedAt   string   `json:"issued_at,omitempty"`
-	State      string   `json:"state,omitempty"`
-}
+// prob is a problem answer (RFC 9457) with the members sluice sends: the ingress's own.
+type prob = httpx.Problem
 
 func newProb(status int, typ, title, detail string) *prob {
 	return &prob{Type: "https://sluice.dev/problems#" + typ, Title: title, Status: status, Detail: detail}
@@ -228,7 +216,7 @@ func writeProb(w http.ResponseWriter, p *prob) {
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
 	if p.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(p.RetryAfter))
+		h.Set("Retry-After", strconv.FormatInt(p.RetryAfter, 10))
 	}
 	w.WriteHeader(p.Status)
 	json.NewEncoder(w).Encode(p)
@@ -325,7 +313,7 @@ func (i *Ingress) submit(w http.ResponseWriter, r *http.Request) {
 		h.Set("X-RateLimit-Reset", "1")
 		if o.status == http.StatusTooManyRequests {
 			h.Set("X-RateLimit-Remaining", "0")
-			h.Set("X-RateLimit-Retry-After", strconv.Itoa(o.prob.RetryAfter))
+			h.Set("X-RateLimit-Retry-After", strconv.FormatInt(o.prob.RetryAfter, 10))
 			h.Set("RateLimit", `"`+QueueName+`";r=0;t=1`)
 		} else {
 			h.Set("X-RateLimit-Remaining", "96")
@@ -492,7 +480,7 @@ func (i *Ingress) enqueue(req submitRequest, sub *Submission, scheduled time.Tim
 	}
 	if key == FullKey && scheduled.IsZero() {
 		p := newProb(http.StatusTooManyRequests, "quota-exceeded", "Quota exceeded", "the queue of key "+FullKey+" is full")
-		p.Violated, p.RetryAfter = []string{QueueName}, fullRetryAfter
+		p.ViolatedPolicies, p.RetryAfter = []string{QueueName}, fullRetryAfter
 		return outcome{status: http.StatusTooManyRequests, prob: p, rl: true}
 	}
 	id := fmt.Sprintf("0193a1b2-7c4d-7e5f-8a9b-%012x", 0x0c1d2e3f4a5b+i.issued)
