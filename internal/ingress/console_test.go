@@ -230,8 +230,10 @@ descriptors:
 	n := e.nats
 	t.Logf("screenshots in %s", b.dir)
 
-	// 60 orders of one merchant: a queue with depth, drained at 10/s.
-	for i := 0; i < 60; i++ {
+	// 150 orders of one merchant: a queue with depth, drained at 10/s. The queue must not
+	// run dry before the outflow change below: the sign-in and the pages before it take
+	// 10 s or more on a loaded machine (60 orders, 6 s of outflow, ran out once).
+	for i := 0; i < 150; i++ {
 		if rep := e.do("POST", "/v1/messages", submit("orders", [][2]string{{"merchant_id", "m-42"}}, strconv.Itoa(i))); rep.code != 202 {
 			t.Fatalf("submit %d: %d %s", i, rep.code, rep.raw)
 		}
