@@ -44,7 +44,9 @@
     if (cls) e.className = cls;
     return e;
   }
+  let said = 0; // how many times say was called: a page's first load clears only its own status
   function say(msg, bad) {
+    said++;
     const s = $("status");
     s.textContent = msg || "";
     s.className = "status" + (msg ? (bad ? " bad" : " ok") : "");
@@ -350,6 +352,7 @@
 
   async function tick(first) {
     const r = route();
+    const before = said;
     try {
       if (r.page === "page-queues") {
         await refreshQueues();
@@ -363,7 +366,9 @@
         deadAfter = [];
         await refreshDead();
       }
-      if (first) say("");
+      // A page opened clears the last page's message, unless something was said while it
+      // loaded (a purge clicked before the first refresh came back: its "Purged" stays).
+      if (first && said === before) say("");
     } catch (e) {
       if (e.status !== 401) say("Could not read the admin API: " + e.message, true);
     }
