@@ -17,6 +17,10 @@ import (
 // transports differ only in how a request is decoded and an answer encoded, so the two can
 // never disagree (TestCheckParity sends the same sequences to both).
 
+// unmatchedRule is the rule label of sluice_checks_total for a descriptor no rule matches
+// (a misspelt domain lets everything through: this is where it shows).
+const unmatchedRule = "_unmatched"
+
 // Transports, the transport label of sluice_checks_total.
 const (
 	transportHTTP = "http"
@@ -134,9 +138,11 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 				v.Statuses[i].Unlimited = true
 			}
 			v.Statuses[i].Quota = env.cfg.QuotaMode
+			name := unmatchedRule // no rule knows the descriptor: OK, as envoy answers, and counted
 			if cr.Rule != nil {
-				s.metrics.checks.WithLabelValues(cr.Rule.Name, codeOK, transport).Inc()
+				name = cr.Rule.Name
 			}
+			s.metrics.checks.WithLabelValues(name, codeOK, transport).Inc()
 			continue
 		}
 		res, blocked := blockedResult(rule, descs[i].Hits, now)
