@@ -202,25 +202,16 @@ func (i *Ingress) ResetChecks() {
 type prob = httpx.Problem
 
 func newProb(status int, typ, title, detail string) *prob {
-	return &prob{Type: "https://sluice.dev/problems#" + typ, Title: title, Status: status, Detail: detail}
+	return &prob{Type: httpx.ProblemBase + "#" + typ, Title: title, Status: status, Detail: detail}
 }
 
 func badRequest(field, detail string) *prob {
-	p := newProb(http.StatusBadRequest, "invalid-request", "Invalid request", detail)
-	p.Field = field
-	return p
+	p := httpx.BadRequest(field, detail)
+	return &p
 }
 
-func writeProb(w http.ResponseWriter, p *prob) {
-	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Cache-Control", "no-store")
-	if p.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.FormatInt(p.RetryAfter, 10))
-	}
-	w.WriteHeader(p.Status)
-	json.NewEncoder(w).Encode(p)
-}
+// writeProb writes p as the ingress writes its problems.
+func writeProb(w http.ResponseWriter, p *prob) { httpx.WriteProblem(w, *p) }
 
 func problem(w http.ResponseWriter, status int, typ, title, detail string) {
 	writeProb(w, newProb(status, typ, title, detail))
