@@ -367,22 +367,12 @@ func (req *submitRequest) digest() string {
 func (s *Server) replayOwner(ctx context.Context, m *queue.Message, owner string) (o outcome, done bool) {
 	st, err := s.cfg.Status.GetNow(ctx, owner)
 	var gone *status.Gone
-	switch {
-	case err == nil:
-		return replayOutcome(st), true
-	case errors.As(err, &gone) && !gone.Legacy && gone.Key == m.Key && s.cfg.Now().Sub(gone.IssuedAt) < queue.DefaultDuplicates:
+	if errors.As(err, &gone) && !gone.Legacy && gone.Key == m.Key && s.cfg.Now().Sub(gone.IssuedAt) < queue.DefaultDuplicates {
 		m.ID = owner
 		return outcome{}, false
-	case errors.As(err, &gone) || errors.Is(err, status.ErrNeverSeen):
-		// Gone for longer (delivered or purged), or not locatable: its id is all there is.
-		return replayOutcome(status.Status{ID: owner}), true
-	default:
-		s.cfg.Logger.Warn("ingress: the message owning an idempotency key cannot be looked up", "id", owner, "err", err)
-		return problemOutcome(httpx.Unavailable("Cannot check the idempotency key now",
-			"an earlier request used this idempotency key, and the queue store (NATS JetStream) cannot say now "+
-				"whether its message was stored; nothing was stored by this request",
-			s.cfg.Unavailable)), true
 	}
+	// Found, gone for longer (delivered or purged), or not locatable: its id is all there is.
+	return s.ownerOutcome(owner, st, err, "whether its message was stored"), true
 }
 
 // duplicateOutcome answers a repeat whose re-admission under its owner's id the stream
@@ -391,6 +381,14 @@ func (s *Server) replayOwner(ctx context.Context, m *queue.Message, owner string
 // answered queued. When the stores cannot say, 503, as replayOwner answers.
 func (s *Server) duplicateOutcome(ctx context.Context, id string) outcome {
 	st, err := s.cfg.Status.GetNow(ctx, id)
+	return s.ownerOutcome(id, st, err, "where its stored message is")
+}
+
+// ownerOutcome is the answer to a repeated idempotency key from the status lookup of the
+// message id that owns it (st, err): 200 with where it is, 200 with the id alone once it
+// has left or cannot be located, or 503 when the stores cannot say — unknown names what
+// they cannot say — because a 200 then could acknowledge a message that was never stored.
+func (s *Server) ownerOutcome(id string, st status.Status, err error, unknown string) outcome {
 	var gone *status.Gone
 	switch {
 	case err == nil:
@@ -400,8 +398,8 @@ func (s *Server) duplicateOutcome(ctx context.Context, id string) outcome {
 	default:
 		s.cfg.Logger.Warn("ingress: the message owning an idempotency key cannot be looked up", "id", id, "err", err)
 		return problemOutcome(httpx.Unavailable("Cannot check the idempotency key now",
-			"an earlier request used this idempotency key and its message was stored, but the queue store "+
-				"(NATS JetStream) cannot say now where it is; nothing was stored by this request",
+			"an earlier request used this idempotency key, and the queue store (NATS JetStream) cannot say now "+
+				unknown+"; nothing was stored by this request",
 			s.cfg.Unavailable))
 	}
 }
