@@ -454,13 +454,19 @@ func (a *Admitter) Readmit(ctx context.Context, r *rules.Rule, m queue.Message, 
 	if err != nil {
 		return retry.AdmitResult{}, err
 	}
+	return a.ReadmitResult(res), nil
+}
+
+// ReadmitResult is what Readmit answers for an admission's result: admitted, or when to try
+// again (the window of an admission limit, or room in a full queue).
+func (a *Admitter) ReadmitResult(res Result) retry.AdmitResult {
 	switch {
 	case res.Decision == Queued:
-		return retry.AdmitResult{Outcome: retry.Admitted}, nil
+		return retry.AdmitResult{Outcome: retry.Admitted}
 	case res.Reason == ReasonLimit:
-		return retry.AdmitResult{Outcome: retry.WindowClosed, RetryAt: a.now().Add(res.RetryAfter)}, nil
+		return retry.AdmitResult{Outcome: retry.WindowClosed, RetryAt: a.now().Add(res.RetryAfter)}
 	default:
-		return retry.AdmitResult{Outcome: retry.Full, RetryAt: a.now().Add(res.RetryAfter)}, nil
+		return retry.AdmitResult{Outcome: retry.Full, RetryAt: a.now().Add(res.RetryAfter)}
 	}
 }
 

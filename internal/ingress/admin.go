@@ -505,18 +505,7 @@ func (a *Admin) readmitKeeping(kept *admit.Result) retry.AdmitFunc {
 				return retry.AdmitResult{}, err
 			}
 			*kept = res
-			now := time.Now
-			if a.Admitter.Now != nil {
-				now = a.Admitter.Now
-			}
-			switch {
-			case res.Decision == admit.Queued:
-				return retry.AdmitResult{Outcome: retry.Admitted}, nil
-			case res.Reason == admit.ReasonLimit:
-				return retry.AdmitResult{Outcome: retry.WindowClosed, RetryAt: now().Add(res.RetryAfter)}, nil
-			default:
-				return retry.AdmitResult{Outcome: retry.Full, RetryAt: now().Add(res.RetryAfter)}, nil
-			}
+			return a.Admitter.ReadmitResult(res), nil
 		})
 }
 
