@@ -10,9 +10,7 @@ import (
 	"flag"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	_ "time/tzdata" // rules' time_zone works without zoneinfo
 
 	"github.com/sluice-io/sluice/internal/cli"
@@ -21,23 +19,10 @@ import (
 )
 
 func main() {
-	ctx, stop := signalContext()
+	ctx, stop := process.SignalContext() // a second Ctrl-C stops `sluice dev` at once
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv)
 	stop()
 	os.Exit(code)
-}
-
-// signalContext is process.Exec's handling of signals: the first SIGINT or SIGTERM ends
-// ctx (a soft stop: `sluice dev` finishes in-flight work for up to -shutdown-timeout);
-// after it the signals are no longer caught, so a second one ends the process at once
-// (Go's default action), as the README's "Ctrl-C again stops at once" says.
-func signalContext() (context.Context, context.CancelFunc) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() {
-		<-ctx.Done()
-		stop() // the next signal takes Go's default action: exit now
-	}()
-	return ctx, stop
 }
 
 // run is the command with the process's streams and environment; it returns the exit code.

@@ -29,13 +29,21 @@ type RunFunc func(ctx context.Context, args []string, getenv func(string) string
 // returns its exit code (ExitCode). The first SIGINT or SIGTERM ends ctx: a soft stop.
 // A second one is not caught: it ends the process at once (the hard stop).
 func Exec(name string, run RunFunc) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := SignalContext()
 	defer stop()
+	return ExitCode(name, run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr), os.Stderr)
+}
+
+// SignalContext is the binaries' handling of signals: the first SIGINT or SIGTERM ends
+// ctx (the soft stop); after it the signals are no longer caught, so a second one ends the
+// process at once (Go's default action: the hard stop).
+func SignalContext() (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()
 		stop() // the next signal takes Go's default action: exit now
 	}()
-	return ExitCode(name, run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr), os.Stderr)
+	return ctx, stop
 }
 
 // Exit codes of the binaries.
