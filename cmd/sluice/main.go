@@ -10,7 +10,6 @@ import (
 	"flag"
 	"io"
 	"os"
-	"strings"
 	_ "time/tzdata" // rules' time_zone works without zoneinfo
 
 	"github.com/sluice-io/sluice/internal/cli"
@@ -34,24 +33,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return m.Run(ctx, args)
 }
 
-// devExitCode is process.ExitCode for `sluice dev`, whose errors often name the command
-// already ("sluice dev: -nats-addr …"): the name is written once. -help is not an error.
+// devExitCode is process.ExitCode for `sluice dev`; -help is not an error.
 func devExitCode(err error, stderr io.Writer) int {
-	const name = "sluice dev"
 	if errors.Is(err, flag.ErrHelp) {
 		return process.ExitOK
 	}
-	if err != nil && strings.HasPrefix(err.Error(), name+": ") {
-		err = unprefixed{err, name + ": "}
-	}
-	return process.ExitCode(name, err, stderr)
+	return process.ExitCode("sluice dev", err, stderr)
 }
-
-// unprefixed is err without the prefix its text begins with; it matches what err matches.
-type unprefixed struct {
-	err    error
-	prefix string
-}
-
-func (u unprefixed) Error() string { return strings.TrimPrefix(u.err.Error(), u.prefix) }
-func (u unprefixed) Unwrap() error { return u.err }

@@ -120,28 +120,28 @@ func Start(ctx context.Context, c Config, log *slog.Logger) (_ *Stack, err error
 		}
 	}()
 	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("sluice dev: -data: %w", err)
+		return nil, fmt.Errorf("-data: %w", err)
 	}
 	// One embedded NATS server per JetStream store: a second `sluice dev` on the same
 	// directory (with other ports) fails here rather than share it. Released last.
 	unlock, err := lockDataDir(c.DataDir)
 	if err != nil {
-		return nil, fmt.Errorf("sluice dev: %w", err)
+		return nil, err
 	}
 	s.closers = append(s.closers, unlock)
 	ns, err := devenv.StartNATS(c.DataDir, c.NATSAddr)
 	if err != nil {
-		return nil, fmt.Errorf("sluice dev: -nats-addr %s: %w", c.NATSAddr, err)
+		return nil, fmt.Errorf("-nats-addr %s: %w", c.NATSAddr, err)
 	}
 	s.closers = append(s.closers, ns.Close)
 	rs, err := devenv.StartRedis()
 	if err != nil {
-		return nil, fmt.Errorf("sluice dev: %w", err)
+		return nil, err
 	}
 	s.closers = append(s.closers, rs.Close)
 	sink, err := devenv.StartSink(c.SinkAddr, log)
 	if err != nil {
-		return nil, fmt.Errorf("sluice dev: -sink-addr %s: %w", c.SinkAddr, err)
+		return nil, fmt.Errorf("-sink-addr %s: %w", c.SinkAddr, err)
 	}
 	s.closers = append(s.closers, func() { sink.Close(context.Background()) })
 	s.NATSURL, s.SinkURL, s.Sink = ns.URL(), sink.URL(), sink
