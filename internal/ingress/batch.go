@@ -82,7 +82,9 @@ func splitBatch(body []byte) ([]json.RawMessage, *httpx.Problem) {
 // Redis counts, every message published asynchronously, every PubAck waited for); the items
 // of one key enter its queue in the order given. The answer is 200 once every item has its
 // answer: an item answered 202 is stored, and a client that lost the answer retries the
-// batch with the same idempotency keys to learn which (repeats answer 200).
+// batch with the same idempotency keys to learn which (repeats answer 200). Authorization
+// is the exception: with -submit-tokens, an item the token may not submit (another domain)
+// refuses the whole batch, 403 naming the item, before anything is admitted.
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte) {
 	if len(r.Header.Values("Idempotency-Key")) > 0 { // even empty
 		httpx.WriteProblem(w, httpx.BadRequest("Idempotency-Key", "a batch takes an idempotency_key per item, not the header"))
@@ -95,6 +97,19 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte
 	}
 	defer requestPool.Put(reqs)
 	ctx := r.Context()
+	// Every item passes the authorization of a single submission, before any is admitted:
+	// one item a token may not submit refuses the whole batch (403 naming the item), so
+	// nothing of a batch that was not authorized whole is stored. An item that does not
+	// decode is not looked at: it is answered 400 and stored neither way.
+	for i := range reqs {
+		if problems[i] != nil {
+			continue
+		}
+		if p := submitRefused(ctx, reqs[i].Domain, i); p != nil {
+			httpx.WriteProblem(w, *p)
+			return
+		}
+	}
 	items := outcomePool.Get(len(reqs))
 	defer outcomePool.Put(items)
 	subs := submissionPool.Get(len(reqs))

@@ -345,6 +345,10 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, *p)
 		return
 	}
+	if p := submitRefused(r.Context(), req.Domain, -1); p != nil {
+		httpx.WriteProblem(w, *p)
+		return
+	}
 	if req.IdempotencyKey == "" {
 		req.IdempotencyKey = r.Header.Get("Idempotency-Key")
 	} else if h := r.Header.Get("Idempotency-Key"); h != "" && h != req.IdempotencyKey {

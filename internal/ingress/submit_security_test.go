@@ -1,0 +1,99 @@
+package ingress_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluice-io/sluice/internal/ingress"
+)
+
+// Submit tokens of the submission security tests: two callers of domain orders, one of
+// messaging, one of any domain.
+const (
+	ordersA   = "orders-a-secret-0123456789"
+	ordersB   = "orders-b-secret-0123456789"
+	messaging = "messaging-secret-012345678"
+	anyDomain = "any-domain-secret-01234567"
+)
+
+// startSecured runs an ingress on testRules with -submit-tokens holding the four tokens
+// above, and any further flags.
+func startSecured(t *testing.T, mutate func(*ingress.Config), args ...string) *env {
+	t.Helper()
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "rules.yaml")
+	tokens := filepath.Join(dir, "submit-tokens")
+	if err := os.WriteFile(rules, []byte(testRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tokens, []byte("orders-a submit:orders "+ordersA+"\norders-b submit:orders "+ordersB+
+		"\nmessaging submit:messaging "+messaging+"\nany submit "+anyDomain+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return launch(t, rules, nil, mutate, append([]string{"-submit-tokens", tokens}, args...)...)
+}
+
+func bearerOf(token string) []string { return []string{"Authorization", "Bearer " + token} }
+
+// with appends header pairs to a request's.
+func with(h []string, more ...string) []string { return append(append([]string(nil), h...), more...) }
+
+// Item 1 of #32: a domain token's batch passes the same authorization as its single
+// submissions. An item for another domain refuses the whole batch with 403 naming the
+// item; nothing of it is stored — JSON arrays and NDJSON, one item or mixed.
+func TestBatchAuthorizesEveryItem(t *testing.T) {
+	t.Parallel()
+	e := startSecured(t, nil)
+	order := func(n, key string) string {
+		return submit("orders", merchant("m-"+n), `{"n":1}`, "idempotency_key", key)
+	}
+	marketing := submit("messaging", [][2]string{{"message_type", "marketing"}, {"user_id", "u-1"}}, `{"n":1}`)
+
+	// The single submission was refused already; its one-item batch was not.
+	if r := e.do("POST", "/v1/messages", order("1", "k-single"), bearerOf(messaging)...); r.code != 403 || r.body["field"] != "domain" {
+		t.Errorf("single order with a messaging token: %d %s, want 403 naming domain", r.code, r.raw)
+	}
+	nd := with(bearerOf(messaging), "Content-Type", "application/x-ndjson")
+	for _, c := range []struct {
+		name, body string
+		header     []string
+		field      string
+	}{
+		{"json one item", "[" + order("1", "k-json-1") + "]", bearerOf(messaging), "[0].domain"},
+		{"json mixed", "[" + marketing + "," + order("2", "k-json-2") + "]", bearerOf(messaging), "[1].domain"},
+		{"ndjson one item", order("3", "k-nd-3") + "\n", nd, "[0].domain"},
+		{"ndjson mixed", marketing + "\n" + marketing + "\n" + order("4", "k-nd-4") + "\n", nd, "[2].domain"},
+		{"json refused first", "[" + order("5", "k-json-5") + "," + marketing + "]", bearerOf(messaging), "[0].domain"},
+	} {
+		name := c.name
+		r := e.do("POST", "/v1/messages", c.body, c.header...)
+		if r.code != 403 || r.body["type"] != "https://sluice.dev/problems#forbidden" || r.body["field"] != c.field ||
+			!strings.Contains(r.raw, "refused whole") {
+			t.Errorf("%s: %d %s, want 403 naming %s", name, r.code, r.raw, c.field)
+		}
+	}
+	// Nothing of a refused batch was stored: the marketing items' key is empty, and the
+	// orders keys' idempotency keys are free (202, not a repeat's 200).
+	if r := e.do("GET", "/v1/admin/queues/marketing/keys", "", "Authorization", "Bearer "+e.token); r.code != 200 || strings.Contains(r.raw, "u-1") {
+		t.Errorf("marketing keys after refused batches: %d %s", r.code, r.raw)
+	}
+	for n, key := range map[string]string{"1": "k-json-1", "2": "k-json-2", "3": "k-nd-3", "4": "k-nd-4"} {
+		if r := e.do("POST", "/v1/messages", order(n, key), bearerOf(ordersA)...); r.code != 202 {
+			t.Errorf("order %s after its batch was refused: %d %s, want 202 (new)", n, r.code, r.raw)
+		}
+	}
+	// A batch the token may submit whole is admitted, item by item; a token of any domain
+	// submits to every domain.
+	if code, a := e.batch(t, marketing+"\n"+marketing+"\n", nd...); code != 200 || a.Accepted != 2 {
+		t.Errorf("messaging token's own batch: %d %+v", code, a)
+	}
+	if code, a := e.batch(t, "["+order("6", "k-any-6")+","+marketing+"]", bearerOf(anyDomain)...); code != 200 || a.Accepted != 2 {
+		t.Errorf("any-domain token's mixed batch: %d %+v", code, a)
+	}
+	// Without a token, a batch is 401 as a single submission is.
+	if r := e.do("POST", "/v1/messages", "["+marketing+"]"); r.code != 401 {
+		t.Errorf("batch without a token: %d %s", r.code, r.raw)
+	}
+}
