@@ -56,6 +56,8 @@ func FuzzCheckHeaders(f *testing.F) {
 	f.Add("Bad Name", "v", "X-Ok", "line\r\nInjected: yes")
 	f.Add("X-Utf8", "caf\xc3\xa9", "Host", "evil")
 	f.Add("", "", "Transfer-Encoding", "chunked")
+	f.Add("authorization", "Bearer forged", "X-Forwarded-For", "10.0.0.1")
+	f.Add("Proxy-Authorization", "Basic x", "cookie", "session=1")
 	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string) {
 		in := map[string]string{k1: v1, k2: v2}
 		out, p := checkHeaders(in)
@@ -83,10 +85,14 @@ func FuzzCheckHeaders(f *testing.F) {
 				t.Fatalf("accepted reserved header %q", name)
 			}
 			for _, d := range []string{"host", "content-length", "content-type", "content-encoding", "transfer-encoding",
-				"connection", "keep-alive", "upgrade", "te", "trailer", "proxy-connection", "expect", "idempotency-key"} {
+				"connection", "keep-alive", "upgrade", "te", "trailer", "proxy-connection", "expect", "idempotency-key",
+				"authorization", "cookie", "forwarded", "x-real-ip"} {
 				if lower == d {
 					t.Fatalf("accepted denied header %q", name)
 				}
+			}
+			if strings.HasPrefix(lower, "proxy-") || strings.HasPrefix(lower, "x-forwarded-") {
+				t.Fatalf("accepted a credential or forwarding header %q", name)
 			}
 			req.Header.Set(name, v)
 		}

@@ -810,11 +810,29 @@ const (
 )
 
 // deniedHeaders are names a submission may not set: the transport's, the delivery's own
-// (Content-Type, Idempotency-Key) and anything starting Sluice- or Nats- (checked apart).
+// (Content-Type, Idempotency-Key) and anything starting Sluice- or Nats- (checked apart);
+// and those that would let a submitter forge who a delivery comes from or how it travelled
+// (securityHeader).
 var deniedHeaders = map[string]bool{
 	"Host": true, "Content-Length": true, "Content-Type": true, "Content-Encoding": true,
 	"Transfer-Encoding": true, "Connection": true, "Keep-Alive": true, "Upgrade": true,
 	"Te": true, "Trailer": true, "Proxy-Connection": true, "Expect": true, "Idempotency-Key": true,
+}
+
+// securityHeader reports whether a submission's header (canonical name) is one a sink may
+// trust as the sender's or a proxy's, not the submitter's: credentials (Authorization,
+// Cookie, anything Proxy-: Proxy-Authorization and the hop-by-hop Proxy-Connection),
+// forwarding (Forwarded, X-Forwarded-*, X-Real-Ip: the client address a proxy vouches
+// for) and the hop-by-hop headers (RFC 9110 7.6.1) that only a connection's own ends set.
+// A sink behind a proxy that authenticates or allow-lists on these would take a
+// submitter's forgery for sluice's word; refused at submit, so no stored message holds one.
+func securityHeader(name string) bool {
+	switch name {
+	case "Authorization", "Cookie", "Forwarded", "X-Real-Ip", "Host",
+		"Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return strings.HasPrefix(name, "Proxy-") || strings.HasPrefix(name, "X-Forwarded-")
 }
 
 // checkHeaders validates a submission's headers and returns them with canonical names.
@@ -834,6 +852,11 @@ func checkHeaders(in map[string]string) (map[string]string, *httpx.Problem) {
 			return bad("headers", fmt.Sprintf("%q is not a header name (a token of at most %d bytes)", k, MaxHeaderNameBytes))
 		}
 		name := textproto.CanonicalMIMEHeaderKey(k)
+		if securityHeader(name) {
+			return bad(field, "may not be set by a submission: credentials (Authorization, Cookie, Proxy-*), "+
+				"forwarding (Forwarded, X-Forwarded-*, X-Real-Ip), Host and hop-by-hop headers are refused, "+
+				"so that a delivery cannot be forged to look authenticated or proxied")
+		}
 		if deniedHeaders[name] || strings.HasPrefix(name, "Sluice-") || strings.HasPrefix(name, "Nats-") {
 			return bad(field, "may not be set by a submission (transport, delivery and Sluice-/Nats- headers are sluice's)")
 		}

@@ -3,6 +3,7 @@ package ingress_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -95,5 +96,44 @@ func TestBatchAuthorizesEveryItem(t *testing.T) {
 	// Without a token, a batch is 401 as a single submission is.
 	if r := e.do("POST", "/v1/messages", "["+marketing+"]"); r.code != 401 {
 		t.Errorf("batch without a token: %d %s", r.code, r.raw)
+	}
+}
+
+// Item 7 of #32: a submission may not set credentials, forwarding, Host or hop-by-hop
+// headers on its deliveries: 400 naming the header, for a single submission, a scheduled
+// one and every item of a batch (JSON array and NDJSON); the header as written is named.
+func TestSubmitRefusesForgedDeliveryHeaders(t *testing.T) {
+	t.Parallel()
+	e := start(t, nil)
+	for _, name := range []string{
+		"Authorization", "authorization", "Cookie", "Proxy-Authorization", "Proxy-Authenticate", "proxy-connection",
+		"Forwarded", "X-Forwarded-For", "x-forwarded-host", "X-Forwarded-Proto", "X-Real-IP", "Host",
+		"Connection", "Keep-Alive", "TE", "Trailer", "Transfer-Encoding", "Upgrade",
+	} {
+		withHeader := func(m string, extra ...string) string {
+			s := submit("orders", merchant(m), `{"n":1}`, extra...)
+			return s[:len(s)-1] + `,"headers":{"X-Tenant":"t-1",` + strconv.Quote(name) + `:"forged"}}`
+		}
+		field := "headers." + name
+		if r := e.do("POST", "/v1/messages", withHeader("h-1")); r.code != 400 || r.body["field"] != field {
+			t.Errorf("%s: %d %s, want 400 naming %s", name, r.code, r.raw, field)
+		}
+		if r := e.do("POST", "/v1/messages", withHeader("h-2", "delay", "1h")); r.code != 400 || r.body["field"] != field {
+			t.Errorf("%s, scheduled: %d %s, want 400 naming %s", name, r.code, r.raw, field)
+		}
+		ok := submit("orders", merchant("ok-"+name), `{"n":1}`)
+		code, a := e.batch(t, "["+ok+","+withHeader("h-3")+"]")
+		if code != 200 || a.Accepted != 1 || a.Items[1]["status"] != float64(400) || a.Items[1]["field"] != "[1]."+field {
+			t.Errorf("%s, batch: %d %+v, want item 1 refused naming [1].%s", name, code, a, field)
+		}
+		code, a = e.batch(t, withHeader("h-4")+"\n", "Content-Type", "application/x-ndjson")
+		if code != 200 || a.Refused != 1 || a.Items[0]["field"] != "[0]."+field {
+			t.Errorf("%s, NDJSON batch: %d %+v, want item 0 refused naming [0].%s", name, code, a, field)
+		}
+	}
+	// Headers of a message's own are still welcome.
+	s := submit("orders", merchant("h-5"), `{"n":1}`)
+	if r := e.do("POST", "/v1/messages", s[:len(s)-1]+`,"headers":{"X-Tenant":"t-1","Traceparent-Note":"x","X-Forwarded":"not a forwarding header"}}`); r.code != 202 {
+		t.Errorf("own headers: %d %s, want 202", r.code, r.raw)
 	}
 }
