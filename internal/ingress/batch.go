@@ -33,9 +33,9 @@ var (
 // (scheduled items, repeats of an idempotency key) at once.
 const batchConcurrency = 64
 
-// isBatch reports whether a submission body is a batch: a JSON array, or NDJSON.
-func isBatch(r *http.Request, body []byte) bool {
-	if ct := r.Header.Get("Content-Type"); len(ct) >= 20 && (ct[:20] == "application/x-ndjson" || ct[:20] == "application/jsonl") {
+// isBatch reports whether a submission body is a batch: NDJSON, or a JSON array.
+func isBatch(media submitMedia, body []byte) bool {
+	if media == mediaNDJSON {
 		return true
 	}
 	for _, c := range body {

@@ -1,6 +1,9 @@
 package ingress_test
 
 import (
+	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -135,5 +138,97 @@ func TestSubmitRefusesForgedDeliveryHeaders(t *testing.T) {
 	s := submit("orders", merchant("h-5"), `{"n":1}`)
 	if r := e.do("POST", "/v1/messages", s[:len(s)-1]+`,"headers":{"X-Tenant":"t-1","Traceparent-Note":"x","X-Forwarded":"not a forwarding header"}}`); r.code != 202 {
 		t.Errorf("own headers: %d %s, want 202", r.code, r.raw)
+	}
+}
+
+// rawPost posts body to url with exactly the Content-Type values given (none for nil) and
+// extra header pairs.
+func rawPost(t *testing.T, url string, types []string, body string, header ...string) reply {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ct := range types {
+		req.Header.Add("Content-Type", ct)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	rep := reply{code: resp.StatusCode, header: resp.Header, raw: string(raw)}
+	json.Unmarshal(raw, &rep.body)
+	return rep
+}
+
+// Item 5 of #32: a submission — one, a JSON array or NDJSON — needs a JSON media type. What
+// a cross-site page can send without a CORS preflight (a form's types, text/plain, a Blob
+// without a type) is 415 naming Content-Type, and nothing is stored; there is no CORS.
+func TestSubmitRequiresJSONMediaType(t *testing.T) {
+	t.Parallel()
+	e := start(t, nil)
+	url := e.base + "/v1/messages"
+	one := func(key string) string {
+		return submit("orders", merchant("ct-"+key), `{"n":1}`, "idempotency_key", key)
+	}
+	for i, types := range [][]string{
+		nil, {""}, {"text/plain"}, {"text/plain;charset=UTF-8"}, {"application/x-www-form-urlencoded"},
+		{"multipart/form-data; boundary=x"}, {"application/json; charset=iso-8859-1"}, {"application/xml"},
+		{"application/json", "application/json"}, {"application/json;;"}, {"application/jsonl-ish"},
+	} {
+		key := "k-" + strconv.Itoa(i)
+		for name, body := range map[string]string{
+			"single":     one(key),
+			"json array": "[" + one(key+"-a") + "]",
+			"ndjson":     one(key+"-n") + "\n" + one(key+"-n2") + "\n",
+		} {
+			r := rawPost(t, url, types, body, "Origin", "https://evil.example")
+			if r.code != 415 || r.header.Get("Content-Type") != "application/problem+json" || r.body["field"] != "Content-Type" {
+				t.Errorf("%s with Content-Type %q: %d %s, want 415 naming Content-Type", name, types, r.code, r.raw)
+			}
+			if r.header.Get("Access-Control-Allow-Origin") != "" {
+				t.Errorf("%s: a CORS answer: %v", name, r.header)
+			}
+		}
+		// Nothing was stored: the same key is new (202, not a repeat's 200).
+		if r := e.do("POST", "/v1/messages", one(key)); r.code != 202 {
+			t.Errorf("after %q: %d %s, want 202 (the refused submission stored nothing)", types, r.code, r.raw)
+		}
+	}
+	// JSON's own types pass, parameters and case aside; NDJSON under either name.
+	for i, c := range []struct {
+		ct, body string
+		batch    bool
+	}{
+		{"application/json; charset=UTF-8", one("ok-1"), false},
+		{"Application/JSON", one("ok-2"), false},
+		{"application/json", "[" + one("ok-3") + "]", true},
+		{"application/x-ndjson", one("ok-4") + "\n", true},
+		{"application/jsonl; charset=utf-8", one("ok-5") + "\n" + one("ok-6"), true},
+	} {
+		r := rawPost(t, url, []string{c.ct}, c.body)
+		if want := map[bool]int{false: 202, true: 200}[c.batch]; r.code != want {
+			t.Errorf("case %d, %s: %d %s, want %d", i, c.ct, r.code, r.raw, want)
+		}
+	}
+	// No CORS: a preflight is not answered with permission, nor is any call.
+	req, _ := http.NewRequest("OPTIONS", url, nil)
+	req.Header.Set("Origin", "https://evil.example")
+	req.Header.Set("Access-Control-Request-Method", "POST")
+	req.Header.Set("Access-Control-Request-Headers", "content-type, authorization")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for k := range resp.Header {
+		if strings.HasPrefix(k, "Access-Control-") {
+			t.Errorf("preflight answered %d with %s: %v", resp.StatusCode, k, resp.Header)
+		}
 	}
 }
