@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -230,5 +231,84 @@ func TestSubmitRequiresJSONMediaType(t *testing.T) {
 		if strings.HasPrefix(k, "Access-Control-") {
 			t.Errorf("preflight answered %d with %s: %v", resp.StatusCode, k, resp.Header)
 		}
+	}
+}
+
+// Item 6 of #32: with -submit-tokens, idempotency keys are the caller's own. Another
+// caller guessing a key gets a message of its own — never a 200 with the victim's message,
+// nor a 422 naming its id — and cancelling what it got leaves the victim's message queued;
+// for a single submission, a scheduled one and a batch item. The owner still gets its
+// repeat (200) and its 422, naming its own message.
+func TestIdempotencyKeysAreTheCallers(t *testing.T) {
+	t.Parallel()
+	e := startSecured(t, nil)
+	order := func(key, payload string, extra ...string) string {
+		return submit("orders", merchant("m-42"), payload, append([]string{"idempotency_key", key}, extra...)...)
+	}
+	victim := map[string]string{} // key -> the victim's message id
+	for _, c := range []struct{ key, body string }{
+		{"order-2001", order("order-2001", `{"total":10}`)},
+		{"order-3001", order("order-3001", `{"total":30}`, "delay", "1h")},
+	} {
+		r := e.do("POST", "/v1/messages", c.body, bearerOf(ordersA)...)
+		if r.code != 202 {
+			t.Fatalf("victim's %s: %d %s", c.key, r.code, r.raw)
+		}
+		victim[c.key] = r.body["id"].(string)
+	}
+	var attackers []string
+	seen := func(what string, r reply) {
+		t.Helper()
+		for k, id := range victim {
+			if strings.Contains(r.raw, id) {
+				t.Errorf("%s: the answer names the victim's message of %s: %d %s", what, k, r.code, r.raw)
+			}
+		}
+		switch r.code {
+		case 202:
+			attackers = append(attackers, r.body["id"].(string))
+		case 200, 422: // the attacker's own key used again: its own earlier message
+			if !slices.ContainsFunc(attackers, func(id string) bool { return strings.Contains(r.raw, id) }) {
+				t.Errorf("%s: %d %s, want a message of the attacker's own", what, r.code, r.raw)
+			}
+		default:
+			t.Errorf("%s: %d %s, want 202: a message of the attacker's own", what, r.code, r.raw)
+		}
+	}
+	attacker := bearerOf(ordersB)
+	seen("same key, same payload", e.do("POST", "/v1/messages", order("order-2001", `{"total":10}`), attacker...))
+	seen("same key, other payload", e.do("POST", "/v1/messages", order("order-2001", `{"total":0}`), attacker...))
+	seen("same key in the header", e.do("POST", "/v1/messages", submit("orders", merchant("m-43"), `1`), with(attacker, "Idempotency-Key", "order-2001")...))
+	seen("scheduled, same payload", e.do("POST", "/v1/messages", order("order-3001", `{"total":30}`, "delay", "1h"), attacker...))
+	seen("scheduled, other payload", e.do("POST", "/v1/messages", order("order-3001", `{"total":0}`, "delay", "1h"), attacker...))
+	code, a := e.batch(t, "["+order("order-2001", `{"total":1}`)+","+submit("orders", merchant("m-44"), `1`, "idempotency_key", "order-3001")+"]", attacker...)
+	if code != 200 || len(a.Items) != 2 {
+		t.Fatalf("attacker's batch: %d %+v", code, a)
+	}
+	for i, it := range a.Items {
+		raw, _ := json.Marshal(it)
+		seen("batch item "+strconv.Itoa(i), reply{code: int(it["status"].(float64)), body: it, raw: string(raw)})
+	}
+	// The attacker cancels what it got: the victim's messages are where they were.
+	for _, id := range attackers {
+		if r := e.do("DELETE", "/v1/messages/"+id, "", attacker...); r.code != 200 {
+			t.Errorf("attacker cancels its own %s: %d %s", id, r.code, r.raw)
+		}
+	}
+	for k, id := range victim {
+		if r := e.do("GET", "/v1/messages/"+id, ""); r.code != 200 || (r.body["state"] != "queued" && r.body["state"] != "scheduled") {
+			t.Errorf("victim's %s after the attack: %d %s", k, r.code, r.raw)
+		}
+	}
+	// The owner's own key works as before: its repeat is 200 with its message, other work
+	// under it a 422 naming its message.
+	if r := e.do("POST", "/v1/messages", order("order-2001", `{"total":10}`), bearerOf(ordersA)...); r.code != 200 || r.body["id"] != victim["order-2001"] {
+		t.Errorf("victim's repeat: %d %s, want 200 with %s", r.code, r.raw, victim["order-2001"])
+	}
+	if r := e.do("POST", "/v1/messages", order("order-2001", `{"total":11}`), bearerOf(ordersA)...); r.code != 422 || !strings.Contains(r.raw, victim["order-2001"]) {
+		t.Errorf("victim's other work under its key: %d %s, want 422 naming its message", r.code, r.raw)
+	}
+	if r := e.do("POST", "/v1/messages", order("order-3001", `{"total":30}`, "delay", "1h"), bearerOf(ordersA)...); r.code != 200 || r.body["id"] != victim["order-3001"] {
+		t.Errorf("victim's scheduled repeat: %d %s, want 200 with %s", r.code, r.raw, victim["order-3001"])
 	}
 }
