@@ -147,7 +147,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte
 		sub := &subs[i]
 		items[i] = batchOutcome(s.schedule(ctx, sub.rule, sub.msg, sub.req, sub.at), i)
 	})
-	s.cfg.Admitter.AdmitBatch(ctx, adms)
+	if len(adms) > 0 { // none when every item was answered already (refused, scheduled)
+		s.cfg.Admitter.AdmitBatch(ctx, adms)
+	}
 	var repeats []int // repeats of an idempotency key: their owner is looked up
 	for i := range subs {
 		if subs[i].req == nil || !subs[i].at.IsZero() {
