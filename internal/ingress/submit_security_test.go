@@ -1,8 +1,10 @@
 package ingress_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-io/sluice/internal/ingress"
 )
@@ -310,5 +313,56 @@ func TestIdempotencyKeysAreTheCallers(t *testing.T) {
 	}
 	if r := e.do("POST", "/v1/messages", order("order-3001", `{"total":30}`, "delay", "1h"), bearerOf(ordersA)...); r.code != 200 || r.body["id"] != victim["order-3001"] {
 		t.Errorf("victim's scheduled repeat: %d %s, want 200 with %s", r.code, r.raw, victim["order-3001"])
+	}
+}
+
+// Item 6 of #32, across the change: idempotency keys claimed before they were scoped (an
+// ingress without -submit-tokens, as every earlier version) keep answering the request that
+// claimed them once an ingress on the same NATS and Redis scopes keys: the same request
+// repeated is the message already accepted (200, stored once), other work under the key is
+// a message of its own and is not told the first one's id.
+func TestIdempotencyKeysClaimedBeforeScoping(t *testing.T) {
+	t.Parallel()
+	open := start(t, nil)
+	order := func(payload string) string {
+		return submit("orders", merchant("m-7"), payload, "idempotency_key", "order-7")
+	}
+	first := open.do("POST", "/v1/messages", order(`{"total":7}`))
+	if first.code != 202 {
+		t.Fatalf("open mode: %d %s", first.code, first.raw)
+	}
+	id := first.body["id"].(string)
+
+	// An ingress with submit tokens on the same stores.
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "rules.yaml")
+	tokens := filepath.Join(dir, "submit-tokens")
+	os.WriteFile(rules, []byte(testRules), 0o644)
+	os.WriteFile(tokens, []byte("orders-a submit:orders "+ordersA+"\norders-b submit:orders "+ordersB+"\n"), 0o600)
+	cfg, err := ingress.ParseFlags([]string{"-rules", rules, "-http", "127.0.0.1:0", "-grpc", "", "-nats", open.main.NATSURL,
+		"-redis", open.main.RedisURL, "-submit-tokens", tokens, "-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &ingress.Main{Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	scoped := &env{t: t, base: "http://" + m.Addr.String(), main: m}
+
+	if r := scoped.do("POST", "/v1/messages", order(`{"total":7}`), bearerOf(ordersA)...); r.code != 200 || r.body["id"] != id {
+		t.Fatalf("the request repeated after scoping: %d %s, want 200 with %s (stored once)", r.code, r.raw, id)
+	}
+	if r := scoped.do("POST", "/v1/messages", order(`{"total":8}`), bearerOf(ordersB)...); r.code != 202 || strings.Contains(r.raw, id) {
+		t.Errorf("other work under the key after scoping: %d %s, want 202 of its own", r.code, r.raw)
+	}
+	if r := scoped.do("POST", "/v1/messages", order(`{"total":7}`), bearerOf(ordersA)...); r.code != 200 || r.body["id"] != id {
+		t.Errorf("a second repeat: %d %s, want 200 with %s", r.code, r.raw, id)
+	}
+	if r := open.do("GET", "/v1/admin/queues/orders/keys/m-7", "", "Authorization", "Bearer "+open.token); r.code != 200 || r.body["depth"] != float64(2) {
+		t.Errorf("key m-7: %d %s, want depth 2 (the first message, stored once, and the other work)", r.code, r.raw)
 	}
 }
