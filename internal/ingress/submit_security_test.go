@@ -220,19 +220,26 @@ func TestSubmitRequiresJSONMediaType(t *testing.T) {
 			t.Errorf("case %d, %s: %d %s, want %d", i, c.ct, r.code, r.raw, want)
 		}
 	}
-	// No CORS: a preflight is not answered with permission, nor is any call.
-	req, _ := http.NewRequest("OPTIONS", url, nil)
-	req.Header.Set("Origin", "https://evil.example")
-	req.Header.Set("Access-Control-Request-Method", "POST")
-	req.Header.Set("Access-Control-Request-Headers", "content-type, authorization")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	for k := range resp.Header {
-		if strings.HasPrefix(k, "Access-Control-") {
-			t.Errorf("preflight answered %d with %s: %v", resp.StatusCode, k, resp.Header)
+	// No CORS on any route: a preflight is not answered with permission, nor is any call.
+	for _, path := range []string{"/v1/messages", "/v1/messages/x", "/v1/check", "/json", "/v1/admin/queues", "/openapi.yaml", "/ui/", "/metrics"} {
+		for _, method := range []string{"OPTIONS", "GET", "POST"} {
+			req, _ := http.NewRequest(method, e.base+path, nil)
+			req.Header.Set("Origin", "https://evil.example")
+			req.Header.Set("Authorization", "Bearer "+e.token)
+			if method == "OPTIONS" {
+				req.Header.Set("Access-Control-Request-Method", "POST")
+				req.Header.Set("Access-Control-Request-Headers", "content-type, authorization")
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			for k := range resp.Header {
+				if strings.HasPrefix(k, "Access-Control-") {
+					t.Errorf("%s %s answered %d with %s: %v", method, path, resp.StatusCode, k, resp.Header)
+				}
+			}
 		}
 	}
 }
