@@ -274,8 +274,12 @@ func TestLinksStayInTheRepository(t *testing.T) {
 		t.Fatal(err)
 	}
 	pages, _ := filepath.Glob("*.md")
+	if len(pages) < 10 {
+		t.Fatalf("docs/ has only %d pages: %v", len(pages), pages)
+	}
 	pages = append(pages, "../README.md")
 	for _, page := range pages {
+		name := filepath.ToSlash(filepath.Join("docs", page)) // as the repository names it: docs/README.md, README.md
 		for _, m := range linkRE.FindAllStringSubmatch(read(t, page), -1) {
 			link := m[1]
 			if strings.Contains(link, "://") || strings.HasPrefix(link, "mailto:") {
@@ -288,15 +292,15 @@ func TestLinksStayInTheRepository(t *testing.T) {
 			}
 			abs, err := filepath.Abs(target)
 			if err != nil || !strings.HasPrefix(abs, root+string(filepath.Separator)) {
-				t.Errorf("%s: link %s leaves the repository", page, link)
+				t.Errorf("%s: link %s leaves the repository", name, link)
 				continue
 			}
 			if _, err := os.Stat(target); err != nil {
-				t.Errorf("%s: link %s: %v", page, link, err)
+				t.Errorf("%s: link %s: %v", name, link, err)
 				continue
 			}
 			if frag != "" && strings.HasSuffix(target, ".md") && !anchors(read(t, target))[frag] {
-				t.Errorf("%s: link %s: %s has no heading with anchor #%s", page, link, file, frag)
+				t.Errorf("%s: link %s: %s has no heading with anchor #%s", name, link, file, frag)
 			}
 		}
 	}
@@ -376,6 +380,38 @@ func TestResponseFields(t *testing.T) {
 			if !words[name] {
 				t.Errorf("field %s of %s (api/openapi.yaml) is not named in docs/http-api.md", name, schema)
 			}
+		}
+	}
+}
+
+// The README is a tour a newcomer reads first (issue #34): at most 300 lines, opening with
+// the two commands. The reference belongs in docs/.
+func TestREADMEIsATour(t *testing.T) {
+	t.Parallel()
+	readme := read(t, "../README.md")
+	if n := strings.Count(readme, "\n"); n > 300 {
+		t.Errorf("README.md has %d lines; a tour has at most 300: move reference text into docs/", n)
+	}
+	head, _, _ := strings.Cut(readme, "\n```\n")
+	for _, cmd := range []string{"make run", "make test"} {
+		if !strings.Contains(head, "\n"+cmd+" ") {
+			t.Errorf("README.md does not open with %q in its first code block", cmd)
+		}
+	}
+}
+
+// docs/README.md is the table of contents: every page of docs/ is linked from it.
+func TestIndexListsEveryPage(t *testing.T) {
+	t.Parallel()
+	linked := map[string]bool{}
+	for _, m := range linkRE.FindAllStringSubmatch(read(t, "README.md"), -1) {
+		file, _, _ := strings.Cut(m[1], "#")
+		linked[file] = true
+	}
+	pages, _ := filepath.Glob("*.md")
+	for _, page := range pages {
+		if page != "README.md" && !linked[page] {
+			t.Errorf("docs/README.md does not link to %s", page)
 		}
 	}
 }
