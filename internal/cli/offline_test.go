@@ -52,7 +52,7 @@ func TestHelpAndDev(t *testing.T) {
 	runOffline(&cli.Main{}, "--help").must(t, 0, "Exit codes:", "")
 	runOffline(&cli.Main{}).must(t, 2, "", "Usage:")
 
-	// A verb's help spells its flags as the README and the top-level help do: --delay,
+	// A verb's help spells its flags as docs/cli.md and the top-level help do: --delay,
 	// -o; and its usage line names every flag of the verb.
 	r = runOffline(&cli.Main{}, "help", "submit").must(t, 0, "  --delay duration\n", "")
 	usage, _, _ := strings.Cut(r.stdout, "\n")
