@@ -415,3 +415,64 @@ func TestIndexListsEveryPage(t *testing.T) {
 		}
 	}
 }
+
+// fileEntryRE is one entry of a doc.go file map: "//   - name.go: what it holds".
+var fileEntryRE = regexp.MustCompile(`^//   - ([A-Za-z0-9_.]+\.go): `)
+
+// A package's doc.go may map its files under "# Files" (issue #34: a newcomer finds where
+// each part lives); a map lists every non-test .go file of the package, and only those.
+func TestFileMaps(t *testing.T) {
+	t.Parallel()
+	maps := 0
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || d.Name() != "doc.go" {
+			return nil
+		}
+		dir := filepath.Dir(path)
+		lines := strings.Split(read(t, path), "\n")
+		listed := map[string]bool{}
+		inMap := false
+		for _, l := range lines {
+			switch {
+			case l == "// # Files":
+				inMap = true
+			case inMap && strings.HasPrefix(l, "// # "), inMap && !strings.HasPrefix(l, "//"):
+				inMap = false
+			case inMap:
+				if m := fileEntryRE.FindStringSubmatch(l); m != nil {
+					if listed[m[1]] {
+						t.Errorf("%s: %s is listed twice", filepath.ToSlash(path), m[1])
+					}
+					listed[m[1]] = true
+				}
+			}
+		}
+		if len(listed) == 0 {
+			return nil
+		}
+		maps++
+		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		present := map[string]bool{}
+		for _, f := range files {
+			if !strings.HasSuffix(f, "_test.go") {
+				present[filepath.Base(f)] = true
+			}
+		}
+		rel, _ := filepath.Rel("..", dir)
+		rel = filepath.ToSlash(rel)
+		diff(t, "file", present, listed, rel, rel+"/doc.go's # Files")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if maps < 10 {
+		t.Errorf("only %d packages map their files in doc.go", maps)
+	}
+}
