@@ -265,8 +265,9 @@ func anchors(md string) map[string]bool {
 	return out
 }
 
-// Every relative link of docs/ and the README leads to a file of the repository (and, with
-// a #fragment into a Markdown file, to one of its headings): a clone has no dead links.
+// Every relative link of docs/, the README and the READMEs of deploy/ and examples/ leads to
+// a file of the repository (and, with a #fragment into a Markdown file, to one of its
+// headings): a clone has no dead links.
 func TestLinksStayInTheRepository(t *testing.T) {
 	t.Parallel()
 	root, err := filepath.Abs("..")
@@ -277,7 +278,7 @@ func TestLinksStayInTheRepository(t *testing.T) {
 	if len(pages) < 10 {
 		t.Fatalf("docs/ has only %d pages: %v", len(pages), pages)
 	}
-	pages = append(pages, "../README.md")
+	pages = append(pages, "../README.md", "../deploy/README.md", "../examples/README.md")
 	for _, page := range pages {
 		name := filepath.ToSlash(filepath.Join("docs", page)) // as the repository names it: docs/README.md, README.md
 		for _, m := range linkRE.FindAllStringSubmatch(read(t, page), -1) {
