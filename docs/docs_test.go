@@ -477,3 +477,23 @@ func TestFileMaps(t *testing.T) {
 		t.Errorf("only %d packages map their files in doc.go", maps)
 	}
 }
+
+// pathRE is a repository path in a code span: `queue/claim.lua`, `internal/admit`,
+// `deploy/examples/`.
+var pathRE = regexp.MustCompile("`((?:api|bucket|client|cmd|deploy|docs|examples|integration|internal|queue|retry)/[A-Za-z0-9_./-]*)`")
+
+// The files and directories the README's tour names (how one message travels, the use
+// cases) are there: when code moves, the tour follows it.
+func TestREADMEPathsExist(t *testing.T) {
+	t.Parallel()
+	n := 0
+	for _, m := range pathRE.FindAllStringSubmatch(read(t, "../README.md"), -1) {
+		n++
+		if _, err := os.Stat(filepath.Join("..", m[1])); err != nil {
+			t.Errorf("README.md names %s, which is not in the repository", m[1])
+		}
+	}
+	if n < 10 {
+		t.Errorf("found only %d paths in README.md", n)
+	}
+}
