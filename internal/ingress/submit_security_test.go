@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-io/sluice/internal/ingress"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 )
 
 // Submit tokens of the submission security tests: two callers of domain orders, one of
