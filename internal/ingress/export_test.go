@@ -14,3 +14,17 @@ func ScanSubmission(body []byte) (key string, payload []byte, ok bool) {
 // WriteQueued writes the 202 body of a queued message as the ingress does, for the floor
 // handlers.
 var WriteQueued = writeQueued
+
+// SetAdminHooks sets the test seams of m's admin handler (see adminHooks): afterStore runs
+// once a PATCH's override is stored, afterReplay after each dead letter a replay-all
+// handled (with their count). nil leaves a hook unset.
+func SetAdminHooks(m *Main, afterStore func(), afterReplay func(n int)) {
+	a := m.Server.cfg.Admin.(*Admin)
+	if afterStore != nil {
+		f := func(int) { afterStore() }
+		a.hooks.afterStore.Store(&f)
+	}
+	if afterReplay != nil {
+		a.hooks.afterReplay.Store(&afterReplay)
+	}
+}
