@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -116,8 +115,8 @@ type Patch struct {
 	// IfMatch is the Queue.ETag the change was decided on, sent as If-Match: when someone
 	// else has changed the queue since, the server refuses the patch (412,
 	// ErrPreconditionFailed) rather than silently undo their change. Empty sends none: the
-	// last writer wins. "*" (any revision) and a tag already quoted ("3") or weak (W/"3")
-	// are sent as given (the ingress refuses a weak tag, 400); a bare one (3) is quoted.
+	// last writer wins. "*" means any revision; a tag bare (3), quoted ("3") or weak (W/"3",
+	// as a compressing proxy rewrites an ETag) is sent as the strong tag "3".
 	IfMatch string `json:"-"`
 }
 
@@ -283,13 +282,15 @@ func (a *Admin) Tune(ctx context.Context, name string, p Patch) (*Queue, error) 
 	return a.queue(ctx, cl)
 }
 
-// ifMatch is the If-Match header for tag: "*" and a tag already quoted (`"3"`) or weak
-// (`W/"3"`) as given, a bare one (3, as Queue.ETag may be copied) quoted.
+// ifMatch is the If-Match header for tag: "*" as given, any other tag — bare (3, as
+// Queue.ETag holds it), quoted ("3") or weak (W/"3", as a compressing proxy rewrites the
+// ingress's ETag) — as the strong tag of its revision ("3"): the ingress compares
+// revisions and refuses a weak tag (400).
 func ifMatch(tag string) string {
-	if tag == "*" || strings.HasPrefix(tag, `W/"`) || len(tag) >= 2 && strings.HasPrefix(tag, `"`) && strings.HasSuffix(tag, `"`) {
+	if tag == "*" {
 		return tag
 	}
-	return strconv.Quote(tag)
+	return strconv.Quote(etagValue(tag))
 }
 
 // Reset drops every live change of a queue: it is again as the rules file says.
@@ -428,7 +429,7 @@ func (a *Admin) call(method, path string, body []byte, conn retryTransport) call
 	if conn == neverSent {
 		retry = retryNotDone
 	}
-	return call{method: method, path: path, body: body, admin: true, conn: conn, retry: retry, ok: is2xx}
+	return call{method: method, path: path, body: body, admin: true, conn: conn, retry: retry, ok: is2xx, mutates: method != http.MethodGet}
 }
 
 func (a *Admin) queue(ctx context.Context, cl call) (*Queue, error) {
@@ -440,7 +441,7 @@ func (a *Admin) queue(ctx context.Context, cl call) (*Queue, error) {
 	if err := json.Unmarshal(resp.body, &q); err != nil {
 		return nil, fmt.Errorf("sluice: %s %s: %w", cl.method, cl.path, err)
 	}
-	q.ETag = strings.Trim(resp.header.Get("ETag"), `"`)
+	q.ETag = etagValue(resp.header.Get("ETag"))
 	return &q, nil
 }
 

@@ -84,9 +84,10 @@ func (c *Client) Cancel(ctx context.Context, id string) (*MessageStatus, error) 
 	resp, err := c.do(ctx, call{
 		method: http.MethodDelete,
 		path:   "/v1/messages/" + escapeSegment(id),
-		conn:   neverSent,
-		retry:  retryNotDone,
-		ok:     is2xx,
+		conn:    neverSent,
+		retry:   retryNotDone,
+		ok:      is2xx,
+		mutates: true,
 	})
 	if err != nil {
 		return nil, err
@@ -312,8 +313,9 @@ func (c *Client) CheckDescriptors(ctx context.Context, domain string, descriptor
 		method: http.MethodPost,
 		path:   "/v1/check",
 		body:   body,
-		conn:   neverSent,
-		retry:  retryNotDone,
+		conn:    neverSent,
+		retry:   retryNotDone,
+		mutates: true,
 		ok: func(status int) bool {
 			return is2xx(status) || status == http.StatusTooManyRequests
 		},
