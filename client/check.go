@@ -82,8 +82,8 @@ func (c *Client) Cancel(ctx context.Context, id string) (*MessageStatus, error) 
 		return nil, invalidf("Cancel: empty message id")
 	}
 	resp, err := c.do(ctx, call{
-		method: http.MethodDelete,
-		path:   "/v1/messages/" + escapeSegment(id),
+		method:  http.MethodDelete,
+		path:    "/v1/messages/" + escapeSegment(id),
 		conn:    neverSent,
 		retry:   retryNotDone,
 		ok:      is2xx,
@@ -310,9 +310,9 @@ func (c *Client) CheckDescriptors(ctx context.Context, domain string, descriptor
 		return nil, fmt.Errorf("client: Check: %w", err)
 	}
 	resp, err := c.do(ctx, call{
-		method: http.MethodPost,
-		path:   "/v1/check",
-		body:   body,
+		method:  http.MethodPost,
+		path:    "/v1/check",
+		body:    body,
 		conn:    neverSent,
 		retry:   retryNotDone,
 		mutates: true,

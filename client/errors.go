@@ -416,4 +416,3 @@ func snippet(b []byte) string {
 	}
 	return strings.TrimSpace(strings.ToValidUTF8(string(b), ""))
 }
-
