@@ -2,12 +2,14 @@ package ingress_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sluice-io/sluice/client"
 	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/rules"
@@ -150,5 +152,64 @@ func TestAdminReplayAllPartial(t *testing.T) {
 	}
 	if l := e.admin("GET", "/v1/admin/dead?queue=orders", ""); len(l.body["messages"].([]any)) != 0 {
 		t.Fatalf("dead letters left: %s", l.raw)
+	}
+}
+
+// The Go client reads both answers for what they are, against the real ingress with NATS
+// stopped right after the change: a Tune under If-Match whose override was stored is
+// ErrPartiallyApplied with the stored revision — not retried, and not reported as
+// someone else's change (ErrPreconditionFailed) — and that revision applies it; a
+// replay of every dead letter that failed part way returns its counts with the error,
+// and its Next replays the rest, each letter once.
+func TestClientReadsPartialAnswers(t *testing.T) {
+	t.Parallel()
+	e := start(t, nil)
+	deadLetters(t, e, 3)
+	c, err := client.New(e.base, client.WithAdminToken(e.token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	admin := c.Admin()
+	q, err := admin.Queue(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stopped atomic.Bool
+	ingress.SetAdminHooks(e.main, func() {
+		if stopped.CompareAndSwap(false, true) {
+			e.nats.Shutdown()
+		}
+	}, nil)
+	capacity := int64(5)
+	patch := client.Patch{Capacity: &capacity, IfMatch: q.ETag}
+	_, err = admin.Tune(ctx, "orders", patch)
+	var pe *client.ProblemError
+	if !errors.Is(err, client.ErrPartiallyApplied) || errors.Is(err, client.ErrPreconditionFailed) || errors.Is(err, client.ErrUnavailable) ||
+		!errors.As(err, &pe) || pe.Attempts != 1 || pe.ETag == "" || pe.ETag == q.ETag {
+		t.Fatalf("Tune with the stream update failing: %v (%+v)", err, pe)
+	}
+	e.restartNATS()
+	patch.IfMatch = pe.ETag
+	if q, err = admin.Tune(ctx, "orders", patch); err != nil || q.Capacity != 5 {
+		t.Fatalf("Tune again under the stored revision %s: %+v %v", pe.ETag, q, err)
+	}
+
+	ingress.SetAdminHooks(e.main, nil, func(n int) {
+		if n == 1 && stopped.CompareAndSwap(true, false) {
+			e.nats.Shutdown()
+		}
+	})
+	r, err := admin.ReplayAll(ctx, "orders", 0)
+	if !errors.Is(err, client.ErrPartiallyApplied) || r == nil || r.Replayed != 1 || r.Next == nil || r.Next.After == "" || r.Next.Queue != "orders" {
+		t.Fatalf("ReplayAll stopped part way: %+v %v", r, err)
+	}
+	e.restartNATS()
+	rest, err := admin.ReplayDead(ctx, *r.Next)
+	if err != nil || rest.Replayed != 2 || rest.Next != nil {
+		t.Fatalf("ReplayDead(%+v): %+v %v", *r.Next, rest, err)
+	}
+	if dead, err := admin.Dead(ctx, "orders"); err != nil || len(dead) != 0 {
+		t.Fatalf("dead letters left: %v %v", dead, err)
 	}
 }
