@@ -59,10 +59,12 @@ const (
 type Client struct {
 	base *url.URL
 	hc   *http.Client
-	// cred holds the tokens behind a pointer: fmt prints a pointer inside a struct as an
-	// address, so %+v of a struct holding a Client (even in an unexported field, where
-	// String is not called) never shows them.
-	cred          *credentials
+	// tokens returns the bearer tokens. A closure, because fmt prints a func as an address
+	// whatever the verb, while it prints the strings of a struct or pointer it reaches
+	// through a Client held in an unexported field (String is not called there, and %s
+	// prints pointed-to values). opts holds the tokens only while New applies the options.
+	tokens        func() credentials
+	opts          *credentials
 	userAgent     string
 	maxAttempts   int
 	backoffBase   time.Duration
@@ -136,14 +138,14 @@ func WithMaxCallTime(d time.Duration) Option {
 // WithAdminToken sets the bearer token sent by the Admin methods ($SLUICE_ADMIN_TOKEN).
 // It is never sent on the public endpoints.
 func WithAdminToken(token string) Option {
-	return func(c *Client) error { c.cred.admin = token; return nil }
+	return func(c *Client) error { c.opts.admin = token; return nil }
 }
 
 // WithSubmitToken sets the bearer token sent with Submit, Status and Cancel (the
 // /v1/messages endpoints), for an ingress run with -submit-tokens. Without it, such an
 // ingress answers 401 (ErrUnauthorized); a token for another domain, 403.
 func WithSubmitToken(token string) Option {
-	return func(c *Client) error { c.cred.submit = token; return nil }
+	return func(c *Client) error { c.opts.submit = token; return nil }
 }
 
 // WithMaxAttempts bounds the HTTP requests one call makes, the first included; 1 disables
@@ -249,7 +251,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	u.RawPath = strings.TrimRight(u.RawPath, "/")
 	c := &Client{
 		base:          u,
-		cred:          &credentials{},
+		opts:          &credentials{},
 		maxCallTime:   DefaultMaxCallTime,
 		concurrency:   DefaultConcurrency,
 		userAgent:     DefaultUserAgent,
@@ -271,6 +273,9 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
+	cred := *c.opts
+	c.opts = nil
+	c.tokens = func() credentials { return cred }
 	if c.hc == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = c.concurrency
@@ -294,7 +299,11 @@ func (c *Client) BaseURL() string { return c.base.Redacted() }
 // (%v, %+v, a log line) never leaks them. (A value receiver, so a Client printed by
 // value is covered too.)
 func (c Client) String() string {
-	return fmt.Sprintf("sluice.Client{%s, admin token set: %t, submit token set: %t}", c.BaseURL(), c.cred != nil && c.cred.admin != "", c.cred != nil && c.cred.submit != "")
+	var t credentials
+	if c.tokens != nil {
+		t = c.tokens()
+	}
+	return fmt.Sprintf("sluice.Client{%s, admin token set: %t, submit token set: %t}", c.BaseURL(), t.admin != "", t.submit != "")
 }
 
 // GoString is String, for %#v.
@@ -613,10 +622,10 @@ func (c *Client) once(ctx context.Context, cl call) (*response, error) {
 	if c.userAgent != "" {
 		req.Header.Set("User-Agent", c.userAgent)
 	}
-	if cl.admin && c.cred.admin != "" {
-		req.Header.Set("Authorization", "Bearer "+c.cred.admin)
-	} else if !cl.admin && c.cred.submit != "" && strings.HasPrefix(cl.path, "/v1/messages") {
-		req.Header.Set("Authorization", "Bearer "+c.cred.submit)
+	if t := c.tokens(); cl.admin && t.admin != "" {
+		req.Header.Set("Authorization", "Bearer "+t.admin)
+	} else if !cl.admin && t.submit != "" && strings.HasPrefix(cl.path, "/v1/messages") {
+		req.Header.Set("Authorization", "Bearer "+t.submit)
 	}
 	res, err := c.hc.Do(req)
 	if err != nil {
