@@ -76,7 +76,8 @@ func (c *Client) Status(ctx context.Context, id string) (*MessageStatus, error) 
 // out — a connection reset or timed out once sent, an answer cut off, a proxy's 502, 503
 // or 504 — its error is returned at once: a repeat of a cancel that worked would find the
 // message gone (ErrNoLongerTracked), which reads as "delivered". Ask Status what became of
-// the message instead.
+// the message instead. Such an error, and the ingress's own 500 #outcome-unknown (its
+// delete timed out), match ErrOutcomeUnknown.
 func (c *Client) Cancel(ctx context.Context, id string) (*MessageStatus, error) {
 	if id == "" {
 		return nil, invalidf("Cancel: empty message id")

@@ -44,7 +44,8 @@ var (
 	// ErrUnavailable: the ingress cannot store durably now (503, or 502/504 from a proxy),
 	// or could not be reached at all (connection refused or reset, timeouts, an answer cut
 	// off: the transport error is wrapped, and the message says how many attempts were
-	// made), still so after the retries.
+	// made), still so after the retries. A call that changes something and whose request
+	// may have been sent matches ErrOutcomeUnknown as well (only it, when not retried).
 	ErrUnavailable = errors.New("sluice: unavailable")
 	// ErrConflict: the request conflicts with the resource's state (409); ErrNotCancellable
 	// is one such conflict.
@@ -60,9 +61,10 @@ var (
 	// ErrOutcomeUnknown: the request was sent and no answer says what became of it — the
 	// connection was reset or timed out once the request had left, the answer was cut off,
 	// a proxy answered 502/504 (or a 503 of its own) after passing it on, the context ended
-	// while the request was out, or a Submit's 2xx could not be read. It may have been
-	// carried out. The error is an *OutcomeUnknownError, with the idempotency key of a
-	// Submit (resubmit with it: a stored message answers 200 with its id). Calls that are
+	// while the request was out, or a Submit's 2xx could not be read — or the ingress says
+	// so itself (500 #outcome-unknown: a cancel whose delete timed out). It may have been
+	// carried out. The error is an *OutcomeUnknownError (or that *ProblemError), with the
+	// idempotency key of a Submit (resubmit with it: a stored message answers 200 with its id). Calls that are
 	// not idempotent (Check, Cancel, Replay, ReplayAll, the purges, Tune with IfMatch) are
 	// not repeated after such a failure: ask what happened (Status, Admin.Queue, …) instead.
 	ErrOutcomeUnknown = errors.New("sluice: outcome unknown")
@@ -214,6 +216,9 @@ const (
 	// ProblemPartiallyApplied: a bulk operation that stopped part way (see
 	// ErrPartiallyApplied).
 	ProblemPartiallyApplied = ProblemBase + "#partially-applied"
+	// ProblemOutcomeUnknown: the ingress sent a change to its store and lost the answer
+	// (see ErrOutcomeUnknown).
+	ProblemOutcomeUnknown = ProblemBase + "#outcome-unknown"
 )
 
 // ProblemError is an error answer of the ingress: its RFC 9457 problem details, or, for an
@@ -286,6 +291,8 @@ func (e *ProblemError) Is(target error) bool {
 		return e.Status == http.StatusForbidden
 	case ErrPartiallyApplied:
 		return e.Type == ProblemStoredNotApplied || e.Type == ProblemPartiallyApplied
+	case ErrOutcomeUnknown:
+		return e.Type == ProblemOutcomeUnknown
 	case ErrUnavailable:
 		return retryUnavailable(e.Status)
 	case ErrConflict:

@@ -328,3 +328,43 @@ func TestMaxCallTimeBoundsACall(t *testing.T) {
 		t.Fatalf("DefaultMaxCallTime %v", client.DefaultMaxCallTime)
 	}
 }
+
+// The ingress's own answers after it acted: a cancel whose delete timed out (500
+// #outcome-unknown) is ErrOutcomeUnknown; a stored, not applied Tune (500
+// #stored-not-applied) is ErrPartiallyApplied with the stored ETag; a replay stopped part
+// way returns its counts and Next with ErrPartiallyApplied; none is retried.
+func TestServerSaysItActed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newScript(t, answer{status: 500, body: `{"type":"https://sluice.dev/problems#outcome-unknown","title":"Outcome unknown","status":500}`})
+	c, _ := newClient(t, s.URL)
+	if _, err := c.Cancel(ctx, "id-1"); !errors.Is(err, client.ErrOutcomeUnknown) || len(s.requests()) != 1 {
+		t.Fatalf("Cancel: %v", err)
+	}
+	s = newScript(t, answer{status: 500, header: map[string]string{"ETag": `"12"`},
+		body: `{"type":"https://sluice.dev/problems#stored-not-applied","title":"Stored, not applied","status":500,"done":{"etag":"\"12\""}}`})
+	c, _ = newClient(t, s.URL)
+	capacity := int64(9)
+	_, err := c.Admin().Tune(ctx, "orders", client.Patch{Capacity: &capacity})
+	var pe *client.ProblemError
+	if !errors.Is(err, client.ErrPartiallyApplied) || !errors.As(err, &pe) || pe.ETag != "12" || pe.Done["etag"] != `"12"` ||
+		errors.Is(err, client.ErrUnavailable) || len(s.requests()) != 1 {
+		t.Fatalf("Tune: %v", err)
+	}
+	s = newScript(t,
+		answer{status: 200, body: `{"queue":"orders","replayed":2,"kept":0,"failed":0,"next":"/v1/admin/dead/replay?after=41&limit=2&queue=orders"}`},
+		answer{status: 500, body: `{"type":"https://sluice.dev/problems#partially-applied","title":"Partially applied","status":500,` +
+			`"done":{"queue":"orders","replayed":1,"kept":1,"failed":0},"next":"/v1/admin/dead/replay?after=57&limit=3&queue=orders"}`})
+	c, _ = newClient(t, s.URL)
+	r, err := c.Admin().ReplayAll(ctx, "orders", 2)
+	if err != nil || r.Replayed != 2 || r.Next == nil || *r.Next != (client.DeadQuery{Queue: "orders", Limit: 2, After: "41"}) {
+		t.Fatalf("ReplayAll: %+v %v", r, err)
+	}
+	r, err = c.Admin().ReplayDead(ctx, client.DeadQuery{Queue: "orders", Limit: 5, After: "41"})
+	if !errors.Is(err, client.ErrPartiallyApplied) || r == nil || r.Replayed != 1 || r.Kept != 1 || r.Next == nil || r.Next.After != "57" || r.Next.Limit != 3 {
+		t.Fatalf("ReplayDead: %+v %v", r, err)
+	}
+	if got := s.requests()[1].RequestURI; got != "/v1/admin/dead/replay?after=41&limit=5&queue=orders" || len(s.requests()) != 2 {
+		t.Fatalf("ReplayDead sent %s (%d requests)", got, len(s.requests()))
+	}
+}

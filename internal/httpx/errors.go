@@ -133,6 +133,12 @@ func PartiallyApplied(detail string, done map[string]any, next string) Problem {
 		Detail: detail, Done: done, Next: next}
 }
 
+// OutcomeUnknown is a 500 #outcome-unknown: the change was sent to the store and its
+// answer was lost, so it may have been made. Not a 503, which says it was not.
+func OutcomeUnknown(detail string) Problem {
+	return Problem{Type: TypeOutcomeUnknown, Status: http.StatusInternalServerError, Title: "Outcome unknown", Detail: detail}
+}
+
 // Error makes a Problem an error, so a function deep in a handler can return the verdict
 // it reached and the handler answers it with FromError.
 func (p Problem) Error() string {

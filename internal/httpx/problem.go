@@ -72,6 +72,9 @@ const (
 	// A bulk operation that did part of its work and then failed (500): Done holds its
 	// progress, Next the URL that continues after the last item it handled.
 	TypePartiallyApplied = ProblemBase + "#partially-applied"
+	// A change sent to the store whose answer was lost (500): it may have been made (a
+	// cancel or a purge whose request timed out, and that could not be checked).
+	TypeOutcomeUnknown = ProblemBase + "#outcome-unknown"
 )
 
 // WriteProblem writes p with its status code and Content-Type application/problem+json.

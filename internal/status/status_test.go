@@ -32,6 +32,7 @@ type world struct {
 	rule   *rules.Rule
 	ctx    context.Context
 	stored []queue.Message
+	node   *natstest.Node
 }
 
 func newWorld(t *testing.T) *world {
@@ -52,7 +53,7 @@ descriptors:
 	node := natstest.Start(t)
 	nc, js := natstest.Connect(t, node.URL())
 	rdb := redistest.Shared(t).Client(t)
-	w := &world{rule: set.Rule("orders"), ctx: context.Background()}
+	w := &world{rule: set.Rule("orders"), ctx: context.Background(), node: node}
 	if w.q, err = queue.NewQueues(js, queue.Config{}); err != nil {
 		t.Fatal(err)
 	}
@@ -301,4 +302,38 @@ func mustID(t *testing.T, key string) string {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// A cancel whose delete fails is not answered as "nothing happened" unless the message is
+// seen still in its place: with NATS stopped for real just before the delete, the delete
+// may sit in the client's buffer and run on reconnect, so the outcome is unknown
+// (ErrOutcomeUnknown). A message still queued when the store answers again was not
+// cancelled, and a second cancel then takes it.
+func TestCancelWhoseDeleteFailsIsUnknown(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	m := w.enqueue(t, "m-1")
+	status.SetBeforeDelete(w.loc, w.node.Shutdown)
+	ctx, cancel := context.WithTimeout(w.ctx, 3*time.Second)
+	defer cancel()
+	_, err := w.loc.Cancel(ctx, m.ID)
+	if !errors.Is(err, status.ErrOutcomeUnknown) || errors.Is(err, status.ErrNotCancellable) {
+		t.Fatalf("cancel with NATS stopped before the delete: %v, want ErrOutcomeUnknown", err)
+	}
+	status.SetBeforeDelete(w.loc, nil)
+	if err := w.node.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Eventually(t, 30*time.Second, "the message readable again", func() bool {
+		_, err := w.loc.GetNow(w.ctx, m.ID)
+		return err == nil || errors.Is(err, status.ErrNotTracked)
+	})
+	if st, err := w.loc.Cancel(w.ctx, m.ID); err != nil {
+		// The buffered delete ran on reconnect: then the message is gone, never delivered.
+		if !errors.Is(err, status.ErrNotTracked) {
+			t.Fatalf("second cancel: %v", err)
+		}
+	} else if st.State != status.Queued {
+		t.Fatalf("second cancel: %+v", st)
+	}
 }
