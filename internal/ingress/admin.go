@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/retryrules"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/status"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
 )
@@ -420,7 +421,7 @@ func (a *Admin) purgeKey(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	beforeDepth, _ := a.Queues.Depth(r.Context(), rule.Name, key)
 	if err := a.Queues.PurgeKey(r.Context(), rule.Name, key); err != nil {
-		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
+		writeChangeError(w, err)
 		return
 	}
 	a.Scheduler.SetDepth(r.Context(), rule.Name, key, 0)
@@ -441,7 +442,7 @@ func (a *Admin) purgeQueue(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err := a.Queues.Purge(r.Context(), rule.Name); err != nil {
-		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
+		writeChangeError(w, err)
 		return
 	}
 	a.Scheduler.ResetDepths(r.Context(), rule.Name)
@@ -691,6 +692,18 @@ pages:
 		counts["next"] = nextURL(limit)
 	}
 	httpx.WriteJSON(w, http.StatusOK, counts)
+}
+
+// writeChangeError answers a change (a purge) the queue store failed: a 503 ("nothing
+// done, try again") when the store refused it or it was never sent; a request that timed
+// out once sent may have been carried out, so that is a 500 #outcome-unknown.
+func writeChangeError(w http.ResponseWriter, err error) {
+	if !status.MayHaveActed(err) {
+		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
+		return
+	}
+	httpx.WriteProblem(w, httpx.OutcomeUnknown("the change was sent to the queue store (NATS JetStream) and its answer was lost ("+err.Error()+
+		"): it may have been made. Read the queue or key to see"))
 }
 
 // adminHooks are test seams: each, when set, runs at its point of a handler, so that a

@@ -213,3 +213,35 @@ func TestClientReadsPartialAnswers(t *testing.T) {
 		t.Fatalf("dead letters left: %v %v", dead, err)
 	}
 }
+
+// A purge the store carried out but whose answer was lost (replies dropped by a relay
+// between the ingress and NATS, for real) is not a 503 "nothing done": it is a 500
+// #outcome-unknown — and the key is indeed purged. With NATS stopped (nothing can be
+// sent) it is the 503.
+func TestAdminPurgeAnswerLostIsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	var relay *natstest.Relay
+	e := start(t, func(c *ingress.Config) {
+		relay = natstest.StartRelay(t, c.NATSURL)
+		c.NATSURL = relay.URL()
+	})
+	if r := e.do("POST", "/v1/messages", submit("orders", merchant("m-1"), `1`)); r.code != 202 {
+		t.Fatalf("submit: %d %s", r.code, r.raw)
+	}
+	relay.DropReplies(true)
+	if r := e.admin("DELETE", "/v1/admin/queues/orders/keys/m-1", ""); r.code != 500 || r.body["type"] != "https://sluice.dev/problems#outcome-unknown" {
+		t.Fatalf("purge of a key whose answer was lost: %d %s", r.code, r.raw)
+	}
+	_, js := natstest.Connect(t, e.nats.URL())
+	st, err := js.Stream(context.Background(), "SLUICE_Q_orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := st.Info(context.Background()); err != nil || info.State.Msgs != 0 {
+		t.Fatalf("the stream after the lost answer: %+v %v, want the key purged", info.State, err)
+	}
+	e.nats.Shutdown()
+	if r := e.admin("DELETE", "/v1/admin/queues/orders/keys/m-1", ""); r.code != 503 {
+		t.Fatalf("purge with NATS stopped: %d %s", r.code, r.raw)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -82,12 +84,23 @@ func (l *Locator) Cancel(ctx context.Context, id string) (Status, error) {
 	}
 }
 
+// MayHaveActed reports whether a request to the store that failed with err may still
+// have been carried out: it timed out, or its context ended, once sent. Other failures —
+// the store's own refusal, no connection (sluice's NATS clients keep no reconnect buffer,
+// so nothing is sent while disconnected) — did nothing.
+func MayHaveActed(err error) bool {
+	return errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
 // afterFailedDelete is Cancel's answer when deleting queued message st failed with err: a
 // delete that timed out may still have been carried out, so the message is looked for
 // again. Still at its place: nothing was done (err). Taken by a drainer: not
 // cancellable. Anything else — gone (cancelled by this delete, or delivered meanwhile
 // without a record), or the store unreadable — ErrOutcomeUnknown.
 func (l *Locator) afterFailedDelete(ctx context.Context, id string, st Status, err error) error {
+	if !MayHaveActed(err) {
+		return err // refused, or never sent (the NATS client keeps no reconnect buffer)
+	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	now, gerr := l.GetNow(lctx, id)
