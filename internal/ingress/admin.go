@@ -526,13 +526,39 @@ func (a *Admin) readmitKeeping(kept *admit.Result) retry.AdmitFunc {
 		})
 }
 
+// noteAdmitted is admit that also sets *admitted when the letter went back into its queue,
+// whatever error Replay then returns (its zero result reads as Admitted, so the result
+// alone cannot tell), and then runs the afterAdmit test seam.
+func (a *Admin) noteAdmitted(admit retry.AdmitFunc, admitted *bool) retry.AdmitFunc {
+	return func(ctx context.Context, rule retry.Rule, m queue.Message, msgID string) (retry.AdmitResult, error) {
+		res, err := admit(ctx, rule, m, msgID)
+		*admitted = err == nil && res.Outcome == retry.Admitted
+		if *admitted {
+			a.hooks.run(&a.hooks.afterAdmit)
+		}
+		return res, err
+	}
+}
+
 func (a *Admin) replayDead(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var adm admit.Result
-	res, err := a.Dead.Replay(r.Context(), id, a.readmitKeeping(&adm))
+	admitted := false
+	res, err := a.Dead.Replay(r.Context(), id, a.noteAdmitted(a.readmitKeeping(&adm), &admitted))
 	switch {
 	case errors.Is(err, retry.ErrNotFound):
 		httpx.WriteProblem(w, httpx.NotFound("", "no dead letter with id "+strconv.Quote(id)))
+		return
+	case err != nil && admitted:
+		// Back in its queue, which is what was asked; only its dead letter could not be
+		// removed. Not a 503: a retry would find the letter and replay it again (the
+		// queue recognises that repeat within its 2-minute duplicate window, not after).
+		a.Logger.Warn("admin: dead letter replayed but still listed", "id", id, "err", err)
+		a.record(r, audit.Record{Action: audit.ActionReplay, Queue: a.ruleOfID(id), Target: id,
+			Before: map[string]any{"state": "dead"}, After: map[string]any{"state": "queued"}, Result: "queued; the dead letter is still listed: " + err.Error()})
+		w.Header().Set("Location", "/v1/messages/"+id)
+		httpx.WriteJSON(w, http.StatusAccepted, map[string]any{"id": id, "state": "queued", "dead_letter_removed": false,
+			"detail": "the message is back in its queue; its dead letter could not be removed (" + err.Error() + ") and is still listed: do not replay it again"})
 		return
 	case err != nil:
 		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
@@ -630,15 +656,8 @@ pages:
 			if keptInRow >= 10 {
 				break pages
 			}
-			// admitted says whether the letter went back into its queue, whatever Replay's
-			// error (its zero result reads as Admitted).
 			admitted := false
-			readmit := a.readmit()
-			res, err := a.Dead.Replay(ctx, d.Message.ID, func(ctx context.Context, rule retry.Rule, m queue.Message, msgID string) (retry.AdmitResult, error) {
-				res, err := readmit(ctx, rule, m, msgID)
-				admitted = err == nil && res.Outcome == retry.Admitted
-				return res, err
-			})
+			res, err := a.Dead.Replay(ctx, d.Message.ID, a.noteAdmitted(a.readmit(), &admitted))
 			switch {
 			case errors.Is(err, retry.ErrNotFound):
 				// Replayed (or gone) meanwhile, by someone else: nothing done here.
@@ -713,6 +732,7 @@ func writeChangeError(w http.ResponseWriter, err error) {
 type adminHooks struct {
 	afterStore  atomic.Pointer[func(int)] // patchQueue: the override is stored, the stream not yet updated
 	afterReplay atomic.Pointer[func(int)] // replayAllDead: after the n-th letter handled (n ≥ 1)
+	afterAdmit  atomic.Pointer[func(int)] // a replay: the letter is back in its queue, its dead letter not yet removed
 }
 
 func (h *adminHooks) run(p *atomic.Pointer[func(int)]) { h.runN(p, 0) }

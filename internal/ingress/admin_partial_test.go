@@ -245,3 +245,29 @@ func TestAdminPurgeAnswerLostIsOutcomeUnknown(t *testing.T) {
 		t.Fatalf("purge with NATS stopped: %d %s", r.code, r.raw)
 	}
 }
+
+// A replay whose message went back into its queue and whose dead letter could then not be
+// removed (NATS stopped for real in between) is the 202 of a replay that worked, saying
+// the dead letter is still listed — not a 503 whose retry replays it again.
+func TestAdminReplayQueuedButStillListed(t *testing.T) {
+	t.Parallel()
+	e := start(t, nil)
+	ids := deadLetters(t, e, 1)
+	var fired atomic.Bool
+	ingress.SetAdminAfterAdmit(e.main, func() {
+		if fired.CompareAndSwap(false, true) {
+			e.nats.Shutdown()
+		}
+	})
+	r := e.admin("POST", "/v1/admin/dead/"+ids[0]+"/replay", "")
+	if r.code != 202 || r.body["state"] != "queued" || r.body["dead_letter_removed"] != false || r.header.Get("Location") != "/v1/messages/"+ids[0] {
+		t.Fatalf("replay with NATS stopped after the admission: %d %s", r.code, r.raw)
+	}
+	e.restartNATS()
+	if k := e.admin("GET", "/v1/admin/queues/orders/keys/m-1", ""); k.body["depth"] != float64(1) {
+		t.Fatalf("the replayed message is not queued: %s", k.raw)
+	}
+	if l := e.admin("GET", "/v1/admin/dead?queue=orders", ""); len(l.body["messages"].([]any)) != 1 {
+		t.Fatalf("the dead letter, as the answer said, is still listed: %s", l.raw)
+	}
+}

@@ -28,3 +28,10 @@ func SetAdminHooks(m *Main, afterStore func(), afterReplay func(n int)) {
 		a.hooks.afterReplay.Store(&afterReplay)
 	}
 }
+
+// SetAdminAfterAdmit sets the seam that runs once a replayed dead letter is back in its
+// queue, before its dead letter is removed.
+func SetAdminAfterAdmit(m *Main, f func()) {
+	g := func(int) { f() }
+	m.Server.cfg.Admin.(*Admin).hooks.afterAdmit.Store(&g)
+}
