@@ -386,8 +386,8 @@ func writePatchError(w http.ResponseWriter, err error) {
 	case errors.Is(err, overrides.ErrConflict):
 		httpx.WriteProblem(w, httpx.PreconditionFailed(err.Error()))
 	case errors.Is(err, overrides.ErrOutcomeUnknown):
-		httpx.WriteProblem(w, httpx.OutcomeUnknown("the override was sent to the store (NATS KV) and its answer was lost, so it may be stored (" +
-			err.Error() + "): GET the queue, whose ETag and overridden fields say"))
+		httpx.WriteProblem(w, httpx.OutcomeUnknown("the override was sent to the store (NATS KV) and its answer was lost, so it may be stored ("+
+			err.Error()+"): GET the queue, whose ETag and overridden fields say"))
 	default:
 		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
 	}
