@@ -10,8 +10,9 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/client"
-	"github.com/sluice-io/sluice/internal/ingress"
+	handlers "github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
@@ -37,7 +38,7 @@ func TestAdminTuneStoredNotApplied(t *testing.T) {
 	t.Parallel()
 	e := start(t, nil)
 	var fired atomic.Bool
-	ingress.SetAdminHooks(e.main, func() {
+	handlers.SetAdminHooks(e.main.Server, func() {
 		if fired.CompareAndSwap(false, true) {
 			e.nats.Shutdown() // after the override is written, before the stream update
 		}
@@ -121,7 +122,7 @@ func TestAdminReplayAllPartial(t *testing.T) {
 	// Continue with a larger limit; NATS stops once the second letter of this call is in.
 	var armed atomic.Bool
 	armed.Store(true)
-	ingress.SetAdminHooks(e.main, nil, func(n int) {
+	handlers.SetAdminHooks(e.main.Server, nil, func(n int) {
 		if n == 1 && armed.CompareAndSwap(true, false) {
 			e.nats.Shutdown()
 		}
@@ -176,7 +177,7 @@ func TestClientReadsPartialAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stopped atomic.Bool
-	ingress.SetAdminHooks(e.main, func() {
+	handlers.SetAdminHooks(e.main.Server, func() {
 		if stopped.CompareAndSwap(false, true) {
 			e.nats.Shutdown()
 		}
@@ -195,7 +196,7 @@ func TestClientReadsPartialAnswers(t *testing.T) {
 		t.Fatalf("Tune again under the stored revision %s: %+v %v", pe.ETag, q, err)
 	}
 
-	ingress.SetAdminHooks(e.main, nil, func(n int) {
+	handlers.SetAdminHooks(e.main.Server, nil, func(n int) {
 		if n == 1 && stopped.CompareAndSwap(true, false) {
 			e.nats.Shutdown()
 		}
@@ -254,7 +255,7 @@ func TestAdminReplayQueuedButStillListed(t *testing.T) {
 	e := start(t, nil)
 	ids := deadLetters(t, e, 1)
 	var fired atomic.Bool
-	ingress.SetAdminAfterAdmit(e.main, func() {
+	handlers.SetAdminAfterAdmit(e.main.Server, func() {
 		if fired.CompareAndSwap(false, true) {
 			e.nats.Shutdown()
 		}

@@ -15,11 +15,11 @@ func ScanSubmission(body []byte) (key string, payload []byte, ok bool) {
 // handlers.
 var WriteQueued = writeQueued
 
-// SetAdminHooks sets the test seams of m's admin handler (see adminHooks): afterStore runs
+// SetAdminHooks sets the test seams of s's admin handler (see adminHooks): afterStore runs
 // once a PATCH's override is stored, afterReplay after each dead letter a replay-all
 // handled (with their count). nil leaves a hook unset.
-func SetAdminHooks(m *Main, afterStore func(), afterReplay func(n int)) {
-	a := m.Server.cfg.Admin.(*Admin)
+func SetAdminHooks(s *Server, afterStore func(), afterReplay func(n int)) {
+	a := s.cfg.Admin.(*Admin)
 	if afterStore != nil {
 		f := func(int) { afterStore() }
 		a.hooks.afterStore.Store(&f)
@@ -31,7 +31,7 @@ func SetAdminHooks(m *Main, afterStore func(), afterReplay func(n int)) {
 
 // SetAdminAfterAdmit sets the seam that runs once a replayed dead letter is back in its
 // queue, before its dead letter is removed.
-func SetAdminAfterAdmit(m *Main, f func()) {
+func SetAdminAfterAdmit(s *Server, f func()) {
 	g := func(int) { f() }
-	m.Server.cfg.Admin.(*Admin).hooks.afterAdmit.Store(&g)
+	s.cfg.Admin.(*Admin).hooks.afterAdmit.Store(&g)
 }
