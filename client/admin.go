@@ -241,7 +241,8 @@ func (a *Admin) ReplayAll(ctx context.Context, queue string, limit int) (*Replay
 // its id. The report's Next continues where it stopped.
 //
 // It enqueues, so it is retried only when the connection could not be made, or on the
-// ingress's own 503 (it replayed nothing) — never on a proxy's 502, 503 or 504, nor on a
+// ingress's own 503 (nothing replayed, or an admission that timed out, which the queue
+// recognises when repeated within 2 minutes) — never on a proxy's 502, 503 or 504, nor on a
 // cut connection (ErrOutcomeUnknown), after which some letters may have been replayed:
 // read the dead letters (DeadPage) to see. When the ingress's store fails after some
 // letters were replayed, the error matches ErrPartiallyApplied and the report is returned
