@@ -1077,16 +1077,36 @@ func (i *Ingress) replayAll(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
+	// The cursor is a dead letter's place (1-based) in the fake's list, as a sequence is in
+	// the real stream's: the letters after it are replayed.
+	var after int
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeProb(w, badRequest("after", "must be the cursor of a previous answer's next"))
+			return
+		}
+		after = n
+	}
 	i.mu.Lock()
-	replayed := 0
-	for _, m := range i.stillDead() {
+	replayed, cursor, more := 0, after, false
+	for n, id := range i.dead {
+		if n+1 <= after || i.msgs[id].state != "dead" {
+			continue
+		}
 		if replayed == limit {
+			more = true
 			break
 		}
+		m := i.msgs[id]
 		m.state, m.lastError = "queued", ""
 		i.order = append(i.order, m.id)
-		replayed++
+		replayed, cursor = replayed+1, n+1
 	}
 	i.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"queue": QueueName, "replayed": replayed, "kept": 0, "failed": 0})
+	resp := map[string]any{"queue": QueueName, "replayed": replayed, "kept": 0, "failed": 0}
+	if more {
+		resp["next"] = "/v1/admin/dead/replay?" + url(map[string]string{"queue": QueueName, "after": strconv.Itoa(cursor), "limit": strconv.Itoa(limit)})
+	}
+	writeJSON(w, http.StatusOK, resp)
 }

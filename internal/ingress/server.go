@@ -484,6 +484,11 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, httpx.NotCancellable("the message is "+nc.Status.State+
 			": only a message that is queued, parked or waiting for a delivery retry can be cancelled", nc.Status.State))
 		return
+	case errors.Is(err, status.ErrOutcomeUnknown):
+		s.cfg.Logger.Warn("ingress: cancel sent, outcome unknown", "id", id, "err", err)
+		httpx.WriteProblem(w, httpx.OutcomeUnknown("the delete was sent to the queue store (NATS JetStream) and its answer was lost: "+
+			"the message may be cancelled. GET it to see; a cancel again answers 404 #no-longer-tracked if this one went through"))
+		return
 	case err != nil:
 		s.writeLocateError(w, id, err)
 		return
