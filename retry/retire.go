@@ -60,4 +60,3 @@ func (s *Store) DeadRule(ctx context.Context, rule string, dead *DeadLetters) (i
 	}
 	return n, nil
 }
-
