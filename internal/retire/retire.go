@@ -141,17 +141,23 @@ func (r *Retirer) queued(ctx context.Context, rule string) (int, error) {
 				if err != nil && !errors.Is(err, queue.ErrBadMessage) {
 					return n, err
 				}
+				// Dead letter first, then delete: a crash in between leaves the message in both
+				// places, never in neither. Counted only by the process whose delete took it
+				// (another ingress retiring the same rule stored the same dead letter, once).
 				if p.ID != "" {
 					m := p.Message
 					m.Rule = rule
 					if err := r.Dead.Dead(ctx, "", m, retry.ReasonRuleRemoved); err != nil {
 						return n, err
 					}
-					n++
 				} else {
 					r.Logger.Warn("rule removed: a message that is not sluice's deleted from its queue", "rule", rule, "key", key, "seq", p.Seq)
 				}
-				if err := r.Queues.Delete(ctx, rule, p.Seq); err != nil && !errors.Is(err, queue.ErrGone) {
+				err = r.Queues.Delete(ctx, rule, p.Seq)
+				switch {
+				case err == nil && p.ID != "":
+					n++
+				case err != nil && !errors.Is(err, queue.ErrGone):
 					return n, err
 				}
 			}
