@@ -656,6 +656,10 @@ func (m *Main) cancel(ctx context.Context, args []string) error {
 	if c.output == "json" {
 		return m.printRaw(c.rec.last())
 	}
+	if s.State == client.StateCancelled { // a repeated cancel, answered from the ingress's record
+		fmt.Fprintf(m.stdout(), "%s was cancelled already (queue %s, key %s)\n", s.ID, s.Rule, s.Key)
+		return nil
+	}
 	fmt.Fprintf(m.stdout(), "cancelled %s (it was %s in queue %s, key %s)\n", s.ID, s.State, s.Rule, s.Key)
 	return nil
 }
