@@ -350,8 +350,8 @@ func (m *Main) followRules(ctx context.Context, current func() *rules.Set, capac
 	}
 }
 
-// reportOrphans logs, at start, the queue streams that belong to no queue rule: rules
-// removed while no ingress ran, whose messages nobody delivers. They are left as they are
+// reportOrphans logs, at start, the queue streams and overrides that belong to no queue
+// rule: rules removed while no ingress ran, whose messages nobody delivers. They are left as they are
 // (a process started with the wrong rules file must not dead-letter every queue): add the
 // rule back to deliver them, or add it back and remove it again to make them dead letters.
 func (m *Main) reportOrphans(ctx context.Context, set *rules.Set) {
@@ -363,6 +363,17 @@ func (m *Main) reportOrphans(ctx context.Context, set *rules.Set) {
 	for stream, msgs := range orphans {
 		m.Logger.Warn("ingress: a queue stream belongs to no queue rule (its rule was removed while no ingress ran); its messages wait undelivered: add the rule back to deliver them, or add it back and remove it to make them dead letters",
 			"stream", stream, "messages", msgs)
+	}
+	all, err := m.Stack.Overrides.All(ctx)
+	if err != nil {
+		m.Logger.Warn("ingress: could not look for overrides of removed rules", "err", err)
+		return
+	}
+	for name, o := range all {
+		if r := set.Rule(name); r == nil || !r.HasQueue() {
+			m.Logger.Warn("ingress: a live override belongs to no queue rule (its rule was removed while no ingress ran); it applies again if the rule comes back: add it back and remove it, or reset it (sluice tune NAME --reset) once it is back",
+				"rule", name, "override", o)
+		}
 	}
 }
 
