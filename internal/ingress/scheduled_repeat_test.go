@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-io/sluice/internal/ingress"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 )
 
 // A repeated scheduled submission whose message has left since (cancelled here; delivered

@@ -225,7 +225,7 @@ func TestLocatorAnswersEveryStateFromWhereTheMessageIs(t *testing.T) {
 	if w.rec.Dropped() != 0 {
 		t.Fatalf("%d records dropped", w.rec.Dropped())
 	}
-	// What a record costs on disk, as the README states it.
+	// What a record costs on disk, as docs/operations.md states it (capacity planning).
 	info, err := w.rec.Info(w.ctx)
 	if err != nil || info.State.Msgs != 3 { // the delivered one and the two cancelled
 
