@@ -136,7 +136,9 @@ func (o *submitOptions) check(now time.Time) error {
 // WithHeaders gives the message headers of its own for the sink (HTTP headers, or NATS
 // headers): at most 16, names of at most 64 bytes, values of at most 1024 bytes of visible
 // ASCII, 4 KiB in all; Host, Content-*, Idempotency-Key, hop-by-hop headers and Sluice-* /
-// Nats-* are sluice's and refused (ErrInvalid).
+// Nats-* are sluice's and refused (ErrInvalid), as are credentials and forwarding headers
+// (Authorization, Cookie, Proxy-*, Forwarded, X-Forwarded-*, X-Real-Ip): a sink
+// authenticates sluice by its signature, not by a submitter's header.
 func WithHeaders(h map[string]string) SubmitOption {
 	return func(o *submitOptions) { o.headers = h }
 }

@@ -372,6 +372,11 @@ func validate(req submitRequest, now time.Time, sub *Submission) (o outcome, sch
 		if k == "" || len(k) > 64 || strings.ContainsAny(k, " \t\r\n:()<>@,;\\\"/[]?={}") {
 			return bad("headers", fmt.Sprintf("%q is not a header name (a token of at most 64 bytes)", k))
 		}
+		if forgeryHeader(name) {
+			return bad("headers."+k, "may not be set by a submission: credentials (Authorization, Cookie, Proxy-*), "+
+				"forwarding (Forwarded, X-Forwarded-*, X-Real-Ip), Host and hop-by-hop headers are refused, "+
+				"so that a delivery cannot be forged to look authenticated or proxied")
+		}
 		if deniedHeaders[name] || strings.HasPrefix(name, "Sluice-") || strings.HasPrefix(name, "Nats-") {
 			return bad("headers."+k, "may not be set by a submission (transport, delivery and Sluice-/Nats- headers are sluice's)")
 		}
@@ -443,6 +448,18 @@ var deniedHeaders = map[string]bool{
 	"Host": true, "Content-Length": true, "Content-Type": true, "Content-Encoding": true,
 	"Transfer-Encoding": true, "Connection": true, "Keep-Alive": true, "Upgrade": true,
 	"Te": true, "Trailer": true, "Proxy-Connection": true, "Expect": true, "Idempotency-Key": true,
+}
+
+// forgeryHeader reports whether a header (canonical name) is one the ingress refuses so
+// that a delivery cannot pass a submitter's word for sluice's or a proxy's: credentials,
+// forwarding, Host and hop-by-hop headers (docs/http-api.md).
+func forgeryHeader(name string) bool {
+	switch name {
+	case "Authorization", "Cookie", "Forwarded", "X-Real-Ip", "Host",
+		"Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return strings.HasPrefix(name, "Proxy-") || strings.HasPrefix(name, "X-Forwarded-")
 }
 
 // enqueue admits a valid submission: 202 queued or scheduled, 200 for a repeated key, 422

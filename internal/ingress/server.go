@@ -331,6 +331,13 @@ type submitResponse struct {
 }
 
 func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
+	// The media type first: a body that is not declared JSON (a cross-site form, text/plain)
+	// is not even read.
+	media, prob := submitMediaType(r)
+	if prob != nil {
+		httpx.WriteProblem(w, *prob)
+		return
+	}
 	body, bp, prob := s.readBody(w, r)
 	defer s.releaseBody(bp)
 	if prob != nil {
@@ -338,12 +345,16 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, *prob)
 		return
 	}
-	if isBatch(r, body) {
+	if isBatch(media, body) {
 		s.handleBatch(w, r, body)
 		return
 	}
 	var req submitRequest
 	if p := decodeSubmit(r, body, &req); p != nil {
+		httpx.WriteProblem(w, *p)
+		return
+	}
+	if p := submitRefused(r.Context(), req.Domain, -1); p != nil {
 		httpx.WriteProblem(w, *p)
 		return
 	}
