@@ -86,6 +86,9 @@ type Config struct {
 	// dead-letter streams (file storage is reserved up front: a NATS whose store is
 	// smaller refuses them). -retry-max-bytes, -dead-max-bytes; default 1GiB each.
 	RetryMaxBytes, DeadMaxBytes int64
+	// RetryRuleShare is the percentage of the retry stream one rule's messages may take
+	// (-retry-rule-share, default 25; 0 in a config built in code: the same).
+	RetryRuleShare int
 	// DeadDropOldest: a full dead-letter stream deletes its oldest dead letters (counted)
 	// instead of refusing new ones. -dead-drop-oldest; default false.
 	DeadDropOldest bool
@@ -138,6 +141,7 @@ func declareFlags(c *Config, getenv func(string) string, stderr io.Writer) *proc
 	f.Duration(&c.ReadHeaderTimeout, "read-header-timeout", "SLUICE_READ_HEADER_TIMEOUT", httpx.ReadHeaderTimeout, "how long a client has to send a request's headers; slower ones are disconnected")
 	f.Int(&c.Replicas, "replicas", "SLUICE_REPLICAS", 1, "replicas of the streams, 1 or 3")
 	f.Bytes(&c.RetryMaxBytes, "retry-max-bytes", "SLUICE_RETRY_MAX_BYTES", process.DefaultRetryMaxBytes, "JetStream storage of the retry stream (parked messages)")
+	f.Int(&c.RetryRuleShare, "retry-rule-share", "SLUICE_RETRY_RULE_SHARE", process.DefaultRetryRuleShare, "percent of the retry stream one rule's parked and scheduled messages may take (1-100)")
 	f.Bytes(&c.DeadMaxBytes, "dead-max-bytes", "SLUICE_DEAD_MAX_BYTES", process.DefaultDeadMaxBytes, "JetStream storage of the dead-letter stream")
 	f.Bool(&c.DeadDropOldest, "dead-drop-oldest", "SLUICE_DEAD_DROP_OLDEST", false, "when the dead letters are full, delete the oldest (counted) instead of keeping the failed message in its queue")
 	f.Bytes(&c.QueueMaxBytes, "queue-max-bytes", "SLUICE_QUEUE_MAX_BYTES", queue.DefaultMaxBytes, "JetStream storage of each queue rule's stream, unless the rule sets queue.max_bytes; 0: no limit of its own (only the store's)")
@@ -240,6 +244,11 @@ func (c *Config) Validate() error {
 	}
 	if err := process.CheckStreamBytes(c.RetryMaxBytes, c.DeadMaxBytes); err != nil {
 		return err
+	}
+	if c.RetryRuleShare != 0 { // 0: a config built in code, retry's default
+		if err := process.CheckRuleShare(c.RetryRuleShare); err != nil {
+			return err
+		}
 	}
 	if err := process.CheckLog(c.LogFormat, c.LogLevel); err != nil {
 		return err

@@ -183,7 +183,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey,
 		Rules: watcher.Current, Limits: m.Limits, Logger: log,
 		IdempotencyTTL: c.IdempotencyTTL, LegacyIdempotency: c.LegacyIdempotencyKeys, StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
-		RetryMaxBytes: c.RetryMaxBytes, DeadMaxBytes: c.DeadMaxBytes, DeadDropOldest: c.DeadDropOldest,
+		RetryMaxBytes: c.RetryMaxBytes, RetryRuleShare: c.RetryRuleShare, DeadMaxBytes: c.DeadMaxBytes, DeadDropOldest: c.DeadDropOldest,
 		QueueMaxBytes: queueMaxBytes(c.QueueMaxBytes), PublishWait: c.PublishWait, Registry: reg,
 		OnDegraded: func(on bool) {
 			if srv != nil {
