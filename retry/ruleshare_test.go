@@ -91,7 +91,7 @@ func TestRuleShareByCount(t *testing.T) {
 func TestRuleShareByBytes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	s := ruleShareStore(t, e, func(c *Config) { c.MaxBytes, c.FullAt, c.RuleShare = 1 << 20, 0.95, 0.25 })
+	s := ruleShareStore(t, e, func(c *Config) { c.MaxBytes, c.FullAt, c.RuleShare = 1<<20, 0.95, 0.25 })
 	ctx := context.Background()
 	at := time.Now().Add(time.Hour)
 	big := bytes.Repeat([]byte("x"), 8<<10)
