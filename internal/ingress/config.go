@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/process"
+	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -107,6 +108,7 @@ type Config struct {
 	NATSCA, NATSCert, NATSKey    string
 	SinkCA                       string
 	SignKeys                     []string
+	SignScheme                   string // -sign-scheme: sluice (default) or standard-webhooks
 	AdminTokensFile              string
 	AdminTokenFile               string
 	SubmitTokensFile             string
@@ -161,7 +163,8 @@ func declareFlags(c *Config, getenv func(string) string, stderr io.Writer) *proc
 	f.String(&c.NATSCert, "nats-cert", "SLUICE_NATS_CERT", "", "PEM client certificate for NATS")
 	f.String(&c.NATSKey, "nats-key", "SLUICE_NATS_KEY", "", "PEM private key of -nats-cert")
 	f.String(&c.SinkCA, "sink-ca", "SLUICE_SINK_CA", "", "PEM CA bundle trusted for https:// sinks of the in-process drainer")
-	f.List(&c.SignKeys, "sign-keys", "SLUICE_SIGN_KEYS", "", "HMAC key files, comma-separated: HTTP deliveries are signed with the first")
+	f.List(&c.SignKeys, "sign-keys", "SLUICE_SIGN_KEYS", "", "HMAC key files, comma-separated: each signs HTTP deliveries (two during a key rotation)")
+	f.String(&c.SignScheme, "sign-scheme", "SLUICE_SIGN_SCHEME", string(sign.SchemeSluice), "signature headers of HTTP deliveries: sluice (Sluice-Signature) or standard-webhooks (webhook-id, webhook-timestamp, webhook-signature)")
 	f.Bool(&c.MergeDomainConfig, "merge-domain-config", "SLUICE_MERGE_DOMAIN_CONFIG", false, "merge rules documents of one domain, as envoy's MERGE_DOMAIN_CONFIG")
 	f.Bool(&c.ShadowMode, "shadow-mode", "SLUICE_SHADOW_MODE", false, "answer every check OK overall, as envoy's SHADOW_MODE")
 	f.Bool(&c.QuotaMode, "quota-mode", "SLUICE_QUOTA_MODE", false, "every descriptor in quota mode, as envoy's QUOTA_MODE")
@@ -244,6 +247,9 @@ func (c *Config) Validate() error {
 	}
 	if err := process.CheckStreamBytes(c.RetryMaxBytes, c.DeadMaxBytes); err != nil {
 		return err
+	}
+	if _, err := sign.ParseScheme(c.SignScheme); err != nil {
+		return fmt.Errorf("-sign-scheme: %w", err)
 	}
 	if c.RetryRuleShare != 0 { // 0: a config built in code, retry's default
 		if err := process.CheckRuleShare(c.RetryRuleShare); err != nil {

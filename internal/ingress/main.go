@@ -235,7 +235,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if c.Drain {
 		proc, err := process.StartDraining(context.WithoutCancel(ctx), process.DrainDeps{
 			Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
-			SinkTLS: sinkTLS, Signer: signer, SinkDial: m.SinkDial,
+			SinkTLS: sinkTLS, Signer: signer, SignScheme: sign.Scheme(c.SignScheme), SinkDial: m.SinkDial,
 			Drain:   drain.Config{Workers: c.DrainWorkers, StopTimeout: c.ShutdownTimeout},
 			Readmit: retry.ReadmitterConfig{MaxBackoff: c.ReadmitMaxBackoff},
 		})
