@@ -10,8 +10,8 @@ import (
 
 // One tenant cannot block every tenant's scheduling (issue #32): marketing schedules 16 KiB
 // messages for ever more users into a 1 MiB retry stream until it holds its share
-// (-retry-rule-share 25) and is refused with 429 #quota-exceeded naming its rule; orders'
-// schedules are still accepted. Before, the flood filled the shared stream and every rule's
+// (-retry-rule-share 25) and is refused with 429 #quota-exceeded naming its rule, its parks
+// too; orders' schedules are still accepted. Before, the flood filled the shared stream and every rule's
 // schedules got 503.
 func TestOneRuleCannotFillTheRetryStream(t *testing.T) {
 	t.Parallel()
@@ -39,6 +39,19 @@ func TestOneRuleCannotFillTheRetryStream(t *testing.T) {
 	// A quarter of 95% of 1 MiB is ~15 messages of 16 KiB.
 	if refused < 8 || refused > 20 {
 		t.Fatalf("marketing was refused at its schedule %d, want about 15", refused)
+	}
+	// A message of the same size marketing would park (over its rate limit of 2 a minute,
+	// overflow: park) is refused too: parks count against the same share. (A much smaller
+	// one may still be parked: the rule's bytes are its messages × the stream's mean size.)
+	user := [][2]string{{"message_type", "marketing"}, {"user_id", "u-park"}}
+	for i := range 3 {
+		r := e.do("POST", "/v1/messages", submit("messaging", user, payload))
+		if i < 2 && (r.code != 202 || r.body["state"] != "queued") {
+			t.Fatalf("marketing's message %d within its rate limit: %d %s", i, r.code, r.raw)
+		}
+		if i == 2 && (r.code != 429 || !strings.HasSuffix(r.body["type"].(string), "#quota-exceeded")) {
+			t.Fatalf("marketing's message over its rate limit, to be parked while the rule holds its share: %d %s, want 429", r.code, r.raw)
+		}
 	}
 	for i := range 3 {
 		r := e.do("POST", "/v1/messages", submit("orders", merchant("m-"+strconv.Itoa(i)), `{"n":1}`, "delay", "1h"))
