@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sluice-io/sluice/internal/waittest"
 )
 
 // One tenant cannot block every tenant's scheduling (issue #32): marketing schedules 16 KiB
@@ -59,4 +62,32 @@ func TestOneRuleCannotFillTheRetryStream(t *testing.T) {
 			t.Fatalf("orders' schedule %d while marketing holds its share: %d %s", i, r.code, r.raw)
 		}
 	}
+}
+
+// The same flood with -retry-rule-share 100 (no per-rule bound, as before issue #32):
+// marketing fills the whole retry stream and orders' schedule is refused with 503 — what
+// TestOneRuleCannotFillTheRetryStream shows no longer happens by default.
+func TestRetryStreamWithoutRuleShare(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(testRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := launch(t, path, nil, nil, "-retry-max-bytes", "1MiB", "-retry-rule-share", "100")
+	payload := `{"blob":"` + strings.Repeat("x", 16<<10) + `"}`
+	// The stream's fullness is read at most once a second: schedule one more message each
+	// time the wait polls, until the whole stream refuses (503).
+	i := 0
+	waittest.Eventually(t, 15*time.Second, "marketing filled the retry stream", func() bool {
+		i++
+		r := e.do("POST", "/v1/messages", submit("messaging", [][2]string{{"message_type", "marketing"}, {"user_id", "u-" + strconv.Itoa(i)}}, payload, "delay", "1h"))
+		if r.code != 202 && r.code != 503 {
+			t.Fatalf("marketing's schedule %d: %d %s", i, r.code, r.raw)
+		}
+		return r.code == 503
+	})
+	// The stream's fullness is read at most once a second: wait for orders to see it.
+	waittest.Eventually(t, 5*time.Second, "orders refused once marketing filled the stream", func() bool {
+		return e.do("POST", "/v1/messages", submit("orders", merchant("m-1"), `{"n":1}`, "delay", "1h")).code == 503
+	})
 }
