@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/delivery"
 	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/tlsx"
 	"github.com/sluice-io/sluice/internal/tlsx/tlstest"
@@ -131,7 +131,7 @@ func signedSink(t *testing.T, caFile string, keyFiles ...string) *HTTP {
 
 // Deliveries to an HTTPS sink trusted through -sink-ca carry a signature the sink
 // verifies; a wrong key or a stale timestamp is refused by the sink (a 401: dead); during
-// a key rotation the drainer signs with the first key and a sink accepting either takes it;
+// a key rotation the drainer signs with both keys and a sink holding either takes it;
 // a rewritten key file is used without a restart.
 func TestSignedDeliveries(t *testing.T) {
 	t.Parallel()
@@ -145,12 +145,12 @@ func TestSignedDeliveries(t *testing.T) {
 
 	oldFile := writeKey(t, dir, "old.key", oldKey)
 	h := signedSink(t, caFile, oldFile)
-	if o := h.Deliver(t.Context(), rule, m); o.Verdict != drain.Delivered {
+	if o := h.Deliver(t.Context(), rule, m); o.Verdict != delivery.Delivered {
 		t.Fatalf("signed delivery: %+v", o)
 	}
 	// The wrong key: refused by the sink.
 	wrong := signedSink(t, caFile, writeKey(t, dir, "wrong.key", "wrong-key-0123456789abcdef012345"))
-	if o := wrong.Deliver(t.Context(), rule, m); o.Verdict != drain.Dead || o.Status != 401 {
+	if o := wrong.Deliver(t.Context(), rule, m); o.Verdict != delivery.Dead || o.Status != 401 {
 		t.Fatalf("delivery signed with a wrong key: %+v, want the sink's 401", o)
 	}
 	// Unsigned: refused.
@@ -168,12 +168,12 @@ func TestSignedDeliveries(t *testing.T) {
 	// Rotation: the drainer signs with both keys (-sign-keys new,old), so a sink still holding
 	// only the old key and one already holding only the new key both accept.
 	rotated := signedSink(t, caFile, writeKey(t, dir, "new.key", newKey), oldFile)
-	if o := rotated.Deliver(t.Context(), rule, m); o.Verdict != drain.Delivered {
+	if o := rotated.Deliver(t.Context(), rule, m); o.Verdict != delivery.Delivered {
 		t.Fatalf("signed with both keys, sink holding the old one: %+v", o)
 	}
 	onlyNew := [][]byte{[]byte(newKey)}
 	sinkSrv.keys.Store(&onlyNew)
-	if o := rotated.Deliver(t.Context(), rule, m); o.Verdict != drain.Delivered {
+	if o := rotated.Deliver(t.Context(), rule, m); o.Verdict != delivery.Delivered {
 		t.Fatalf("signed with both keys, sink holding the new one: %+v", o)
 	}
 	if o := h.Deliver(t.Context(), rule, m); o.Status != 401 {
@@ -182,7 +182,7 @@ func TestSignedDeliveries(t *testing.T) {
 	// The same signer picks up a rewritten key file.
 	writeKey(t, dir, "old.key", newKey)
 	waittest.Eventually(t, 5*time.Second, "a rewritten key file used", func() bool {
-		return h.Deliver(t.Context(), rule, m).Verdict == drain.Delivered
+		return h.Deliver(t.Context(), rule, m).Verdict == delivery.Delivered
 	})
 	if sinkSrv.accepted.Load() < 3 || sinkSrv.refused.Load() < 4 {
 		t.Fatalf("sink accepted %d, refused %d", sinkSrv.accepted.Load(), sinkSrv.refused.Load())
@@ -191,7 +191,7 @@ func TestSignedDeliveries(t *testing.T) {
 	// Without -sink-ca the sink's certificate is not trusted: a retry, nothing sent.
 	before := sinkSrv.accepted.Load() + sinkSrv.refused.Load()
 	untrusted := signedSink(t, "", oldFile)
-	if o := untrusted.Deliver(t.Context(), rule, m); o.Verdict != drain.Retry || !strings.Contains(o.Err, "certificate") {
+	if o := untrusted.Deliver(t.Context(), rule, m); o.Verdict != delivery.Retry || !strings.Contains(o.Err, "certificate") {
 		t.Fatalf("delivery to a sink of an untrusted CA: %+v", o)
 	}
 	if sinkSrv.accepted.Load()+sinkSrv.refused.Load() != before {
@@ -213,7 +213,7 @@ func TestSignedDeliveriesPerRule(t *testing.T) {
 
 	own := testRule(sinkSrv.srv.URL)
 	own.Sink.SignKeys = writeKey(t, dir, "tenant.key", tenantKey)
-	if o := h.Deliver(t.Context(), own, m); o.Verdict != drain.Delivered {
+	if o := h.Deliver(t.Context(), own, m); o.Verdict != delivery.Delivered {
 		t.Fatalf("a rule with its own sign_keys: %+v", o)
 	}
 	if o := h.Deliver(t.Context(), testRule(sinkSrv.srv.URL), m); o.Status != 401 {
@@ -222,7 +222,7 @@ func TestSignedDeliveriesPerRule(t *testing.T) {
 	before := sinkSrv.accepted.Load() + sinkSrv.refused.Load()
 	broken := testRule(sinkSrv.srv.URL)
 	broken.Sink.SignKeys = filepath.Join(dir, "missing.key")
-	if o := h.Deliver(t.Context(), broken, m); o.Verdict != drain.Retry || !strings.Contains(o.Err, "sink.sign_keys of rule orders-per-merchant") {
+	if o := h.Deliver(t.Context(), broken, m); o.Verdict != delivery.Retry || !strings.Contains(o.Err, "sink.sign_keys of rule orders-per-merchant") {
 		t.Fatalf("a rule whose key file is missing: %+v, want a retry naming the rule's sink.sign_keys", o)
 	}
 	if sinkSrv.accepted.Load()+sinkSrv.refused.Load() != before {
