@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/delivery"
 	"github.com/sluice-io/sluice/internal/sign"
 )
 
@@ -59,7 +59,7 @@ func deliverSigned(t *testing.T, scheme sign.Scheme, keyFiles ...string) *captur
 		t.Fatal(err)
 	}
 	srv, last := captureSink(t)
-	if o := h.Deliver(t.Context(), testRule(srv.URL), testMessage()); o.Verdict != drain.Delivered {
+	if o := h.Deliver(t.Context(), testRule(srv.URL), testMessage()); o.Verdict != delivery.Delivered {
 		t.Fatalf("delivery: %+v", o)
 	}
 	return last.Load()
@@ -224,7 +224,7 @@ func TestStandardWebhooksDelivery(t *testing.T) {
 
 	rule := testRule(srv.URL)
 	rule.Sink.SignScheme = string(sign.SchemeStandard)
-	if o := h.Deliver(t.Context(), rule, m); o.Verdict != drain.Delivered {
+	if o := h.Deliver(t.Context(), rule, m); o.Verdict != delivery.Delivered {
 		t.Fatalf("delivery: %+v", o)
 	}
 	d := last.Load()
@@ -240,7 +240,7 @@ func TestStandardWebhooksDelivery(t *testing.T) {
 	}
 
 	// The default scheme, and a submission's forged Standard Webhooks headers dropped.
-	if o := h.Deliver(t.Context(), testRule(srv.URL), m); o.Verdict != drain.Delivered {
+	if o := h.Deliver(t.Context(), testRule(srv.URL), m); o.Verdict != delivery.Delivered {
 		t.Fatalf("delivery: %+v", o)
 	}
 	d = last.Load()
