@@ -343,7 +343,7 @@ func TestInProcessDrainerSignsOverHTTPS(t *testing.T) {
 	got := make(chan string, 4)
 	sink := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		if sign.Verify(r.Header.Get(sign.Header), body, [][]byte{[]byte(key)}, time.Now(), time.Minute) != nil {
+		if sign.Verify(r.Header.Get(sign.Header), r.Header.Get("Sluice-Message-Id"), body, [][]byte{[]byte(key)}, time.Now(), time.Minute) != nil {
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			got <- "refused"
 			return

@@ -74,6 +74,7 @@ type DrainerConfig struct {
 	NATSCA, NATSCert, NATSKey    string   // -nats-ca, -nats-cert, -nats-key: NATS TLS; default system roots, no client certificate
 	SinkCA                       string   // -sink-ca: CA bundle of https:// sinks; default system roots
 	SignKeys                     []string // -sign-keys: HMAC key files; default none (unsigned)
+	SignScheme                   string   // -sign-scheme: sluice (default) or standard-webhooks
 
 	Version bool // -version: print the version and exit
 }
@@ -106,7 +107,8 @@ func drainerFlags(c *DrainerConfig, getenv func(string) string, stderr io.Writer
 	f.String(&c.NATSCert, "nats-cert", "SLUICE_NATS_CERT", "", "PEM client certificate for NATS")
 	f.String(&c.NATSKey, "nats-key", "SLUICE_NATS_KEY", "", "PEM private key of -nats-cert")
 	f.String(&c.SinkCA, "sink-ca", "SLUICE_SINK_CA", "", "PEM CA bundle trusted for https:// sinks")
-	f.List(&c.SignKeys, "sign-keys", "SLUICE_SIGN_KEYS", "", "HMAC key files, comma-separated: HTTP deliveries are signed with the first")
+	f.List(&c.SignKeys, "sign-keys", "SLUICE_SIGN_KEYS", "", "HMAC key files, comma-separated: each signs HTTP deliveries (two during a key rotation)")
+	f.String(&c.SignScheme, "sign-scheme", "SLUICE_SIGN_SCHEME", string(sign.SchemeSluice), "signature headers of HTTP deliveries: sluice (Sluice-Signature) or standard-webhooks (webhook-id, webhook-timestamp, webhook-signature)")
 	f.BoolAction(&c.Version, "version", "print the version and exit")
 	return f
 }
@@ -164,6 +166,9 @@ func (c *DrainerConfig) Validate() error {
 	}
 	if err := CheckStreamBytes(c.RetryMaxBytes, c.DeadMaxBytes); err != nil {
 		return err
+	}
+	if _, err := sign.ParseScheme(c.SignScheme); err != nil {
+		return fmt.Errorf("-sign-scheme: %w", err)
 	}
 	if err := CheckLog(c.LogFormat, c.LogLevel); err != nil {
 		return err
@@ -249,7 +254,7 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 	m.closers = append(m.closers, st.Close)
 	proc, err := StartDraining(bg, DrainDeps{
 		Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
-		SinkTLS: sinkTLS, Signer: signer,
+		SinkTLS: sinkTLS, Signer: signer, SignScheme: sign.Scheme(c.SignScheme),
 		Drain:   drain.Config{Workers: c.Workers, StopTimeout: c.ShutdownTimeout, Lease: c.Lease, LeaseRenew: c.LeaseRenew},
 		Readmit: retry.ReadmitterConfig{MaxBackoff: c.ReadmitMaxBackoff},
 	})

@@ -97,10 +97,14 @@ type Sink struct {
 	URL         string
 	NATSSubject string
 	Timeout     time.Duration // default 10s
-	// SignKeys are the files of HMAC keys signing this rule's HTTP deliveries (the first
-	// signs), comma-separated, instead of the drainer's -sign-keys; empty = -sign-keys.
+	// SignKeys are the files of HMAC keys signing this rule's HTTP deliveries (each signs:
+	// two during a key rotation), comma-separated, instead of the drainer's -sign-keys; empty = -sign-keys.
 	// Read by the drainer, not when the rules load. A string, so Sink stays comparable.
 	SignKeys string
+	// SignScheme lays out the signature headers: "sluice" (Sluice-Signature) or
+	// "standard-webhooks" (webhook-id, webhook-timestamp, webhook-signature); "" = the
+	// drainer's -sign-scheme. HTTP sinks only.
+	SignScheme string
 	// MaxInFlight caps the rule's deliveries at the sink at once, over all its keys and
 	// every drainer (a slot in Redis per delivery); 0 = no cap but each drainer's -workers.
 	MaxInFlight int

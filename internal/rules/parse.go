@@ -54,7 +54,7 @@ var (
 	rateFields      = []string{"unit", "interval", "requests_per_unit"}
 	queueFields     = []string{"capacity", "outflow", "total_outflow", "max_scheduled", "max_age", "max_bytes", "partitions"}
 	parkFields      = []string{"max_age"}
-	sinkFields      = []string{"url", "nats_subject", "timeout", "sign_keys", "max_in_flight"}
+	sinkFields      = []string{"url", "nats_subject", "timeout", "sign_keys", "sign_scheme", "max_in_flight"}
 	deliveryFields  = []string{"max_attempts", "min_backoff", "max_backoff", "max_in_flight"}
 	replacesFields  = []string{"name"}
 )

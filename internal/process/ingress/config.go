@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-io/sluice/internal/httpx"
 	svc "github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
+	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -87,6 +88,9 @@ type Config struct {
 	// dead-letter streams (file storage is reserved up front: a NATS whose store is
 	// smaller refuses them). -retry-max-bytes, -dead-max-bytes; default 1GiB each.
 	RetryMaxBytes, DeadMaxBytes int64
+	// RetryRuleShare is the percentage of the retry stream one rule's messages may take
+	// (-retry-rule-share, default 25; 0 in a config built in code: the same).
+	RetryRuleShare int
 	// DeadDropOldest: a full dead-letter stream deletes its oldest dead letters (counted)
 	// instead of refusing new ones. -dead-drop-oldest; default false.
 	DeadDropOldest bool
@@ -105,6 +109,7 @@ type Config struct {
 	NATSCA, NATSCert, NATSKey    string
 	SinkCA                       string
 	SignKeys                     []string
+	SignScheme                   string // -sign-scheme: sluice (default) or standard-webhooks
 	AdminTokensFile              string
 	AdminTokenFile               string
 	SubmitTokensFile             string
@@ -139,6 +144,7 @@ func declareFlags(c *Config, getenv func(string) string, stderr io.Writer) *proc
 	f.Duration(&c.ReadHeaderTimeout, "read-header-timeout", "SLUICE_READ_HEADER_TIMEOUT", httpx.ReadHeaderTimeout, "how long a client has to send a request's headers; slower ones are disconnected")
 	f.Int(&c.Replicas, "replicas", "SLUICE_REPLICAS", 1, "replicas of the streams, 1 or 3")
 	f.Bytes(&c.RetryMaxBytes, "retry-max-bytes", "SLUICE_RETRY_MAX_BYTES", process.DefaultRetryMaxBytes, "JetStream storage of the retry stream (parked messages)")
+	f.Int(&c.RetryRuleShare, "retry-rule-share", "SLUICE_RETRY_RULE_SHARE", process.DefaultRetryRuleShare, "percent of the retry stream one rule's parked and scheduled messages may take (1-100)")
 	f.Bytes(&c.DeadMaxBytes, "dead-max-bytes", "SLUICE_DEAD_MAX_BYTES", process.DefaultDeadMaxBytes, "JetStream storage of the dead-letter stream")
 	f.Bool(&c.DeadDropOldest, "dead-drop-oldest", "SLUICE_DEAD_DROP_OLDEST", false, "when the dead letters are full, delete the oldest (counted) instead of keeping the failed message in its queue")
 	f.Bytes(&c.QueueMaxBytes, "queue-max-bytes", "SLUICE_QUEUE_MAX_BYTES", queue.DefaultMaxBytes, "JetStream storage of each queue rule's stream, unless the rule sets queue.max_bytes; 0: no limit of its own (only the store's)")
@@ -158,7 +164,8 @@ func declareFlags(c *Config, getenv func(string) string, stderr io.Writer) *proc
 	f.String(&c.NATSCert, "nats-cert", "SLUICE_NATS_CERT", "", "PEM client certificate for NATS")
 	f.String(&c.NATSKey, "nats-key", "SLUICE_NATS_KEY", "", "PEM private key of -nats-cert")
 	f.String(&c.SinkCA, "sink-ca", "SLUICE_SINK_CA", "", "PEM CA bundle trusted for https:// sinks of the in-process drainer")
-	f.List(&c.SignKeys, "sign-keys", "SLUICE_SIGN_KEYS", "", "HMAC key files, comma-separated: HTTP deliveries are signed with the first")
+	f.List(&c.SignKeys, "sign-keys", "SLUICE_SIGN_KEYS", "", "HMAC key files, comma-separated: each signs HTTP deliveries (two during a key rotation)")
+	f.String(&c.SignScheme, "sign-scheme", "SLUICE_SIGN_SCHEME", string(sign.SchemeSluice), "signature headers of HTTP deliveries: sluice (Sluice-Signature) or standard-webhooks (webhook-id, webhook-timestamp, webhook-signature)")
 	f.Bool(&c.MergeDomainConfig, "merge-domain-config", "SLUICE_MERGE_DOMAIN_CONFIG", false, "merge rules documents of one domain, as envoy's MERGE_DOMAIN_CONFIG")
 	f.Bool(&c.ShadowMode, "shadow-mode", "SLUICE_SHADOW_MODE", false, "answer every check OK overall, as envoy's SHADOW_MODE")
 	f.Bool(&c.QuotaMode, "quota-mode", "SLUICE_QUOTA_MODE", false, "every descriptor in quota mode, as envoy's QUOTA_MODE")
@@ -241,6 +248,14 @@ func (c *Config) Validate() error {
 	}
 	if err := process.CheckStreamBytes(c.RetryMaxBytes, c.DeadMaxBytes); err != nil {
 		return err
+	}
+	if _, err := sign.ParseScheme(c.SignScheme); err != nil {
+		return fmt.Errorf("-sign-scheme: %w", err)
+	}
+	if c.RetryRuleShare != 0 { // 0: a config built in code, retry's default
+		if err := process.CheckRuleShare(c.RetryRuleShare); err != nil {
+			return err
+		}
 	}
 	if err := process.CheckLog(c.LogFormat, c.LogLevel); err != nil {
 		return err

@@ -185,7 +185,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey,
 		Rules: watcher.Current, Limits: m.Limits, Logger: log,
 		IdempotencyTTL: c.IdempotencyTTL, LegacyIdempotency: c.LegacyIdempotencyKeys, StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
-		RetryMaxBytes: c.RetryMaxBytes, DeadMaxBytes: c.DeadMaxBytes, DeadDropOldest: c.DeadDropOldest,
+		RetryMaxBytes: c.RetryMaxBytes, RetryRuleShare: c.RetryRuleShare, DeadMaxBytes: c.DeadMaxBytes, DeadDropOldest: c.DeadDropOldest,
 		QueueMaxBytes: queueMaxBytes(c.QueueMaxBytes), PublishWait: c.PublishWait, Registry: reg,
 		OnDegraded: func(on bool) {
 			if srv != nil {
@@ -237,7 +237,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if c.Drain {
 		proc, err := process.StartDraining(context.WithoutCancel(ctx), process.DrainDeps{
 			Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
-			SinkTLS: sinkTLS, Signer: signer, SinkDial: m.SinkDial,
+			SinkTLS: sinkTLS, Signer: signer, SignScheme: sign.Scheme(c.SignScheme), SinkDial: m.SinkDial,
 			Drain:   drain.Config{Workers: c.DrainWorkers, StopTimeout: c.ShutdownTimeout},
 			Readmit: retry.ReadmitterConfig{MaxBackoff: c.ReadmitMaxBackoff},
 		})
