@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -187,6 +188,11 @@ func (p *fileParser) rate(m map[string]*yaml.Node, field string, at *yaml.Node, 
 			ok = false
 		case mult < 1 || mult > 1<<20:
 			p.errorf(mn, joinField(field, "unit_multiplier"), "must be 1 to %d (got %d)", 1<<20, mult)
+			ok = false
+		case r.Interval > 0 && mult > int64(math.MaxInt64/r.Interval):
+			// year × 1048576 is longer than a time.Duration holds: it would wrap around
+			// to a negative window.
+			p.errorf(mn, joinField(field, "unit_multiplier"), "makes a window longer than %d years (got %d)", int64(math.MaxInt64/time.Duration(365*24*time.Hour)), mult)
 			ok = false
 		default:
 			r.Interval *= time.Duration(mult)
