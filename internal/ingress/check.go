@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -104,6 +105,12 @@ func overrideLimit(field string, requests uint64, unit string, multiplier uint64
 	case multiplier > 1<<20:
 		p := httpx.BadRequest(field+".unit_multiplier", "must be at most 1048576")
 		return nil, &p
+	case max(multiplier, 1) > uint64(rules.MaxOverrideWindow/d):
+		// Compared before multiplying: YEAR × 1048576 does not fit a time.Duration (it
+		// wrapped around and answered 500), DAY × 106000 made counters that lived for
+		// centuries. The rule (or -override-max-window) bounds it further in decide.
+		p := httpx.BadRequest(field+".unit_multiplier", fmt.Sprintf("%d × %s is longer than a limit override's longest window, %s", max(multiplier, 1), unit, rules.MaxOverrideWindow))
+		return nil, &p
 	}
 	return &rules.RateLimit{Rate: rules.Rate{Requests: int64(requests), Interval: d * time.Duration(max(multiplier, 1))},
 		Algorithm: rules.FixedWindow}, nil
@@ -196,6 +203,10 @@ func decodeCheck(r *http.Request, body []byte) (domain string, reqHits uint64, d
 }
 
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	allowed, ok := s.httpCheckCaller(w, r)
+	if !ok {
+		return
+	}
 	body, bp, prob := s.readBody(w, r)
 	defer s.releaseBody(bp)
 	if prob != nil {
@@ -207,8 +218,16 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, *p)
 		return
 	}
+	if d := checkDomain(allowed, domain); d != nil {
+		s.writeCheckDenied(w, r, d)
+		return
+	}
 	v, err := s.decide(r.Context(), transportHTTP, domain, reqHits, descs)
+	var refused *overrideRefused
 	switch {
+	case errors.As(err, &refused):
+		httpx.WriteProblem(w, refused.problem)
+		return
 	case errors.Is(err, errLimitsInvalid):
 		s.internalError(w, "", err)
 		return

@@ -3,7 +3,9 @@ package ingress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"math/big"
 	"strconv"
 	"time"
 
@@ -124,7 +126,19 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 	}
 	env := s.envoyState()
 	v := checkVerdict{Statuses: make([]descriptorVerdict, len(descs))}
-	for i, cr := range s.cfg.Rules().Check(domain, entries) {
+	checked := s.cfg.Rules().Check(domain, entries)
+	if s.cfg.Limits != nil {
+		// Every override is weighed before anything is counted: a refused one refuses the
+		// whole request, as a malformed one does.
+		for i := range descs {
+			if o := descs[i].Override; o != nil {
+				if p := s.overrideAllowed(i, o, checked[i].Rule); p != nil {
+					return v, &overrideRefused{problem: *p}
+				}
+			}
+		}
+	}
+	for i, cr := range checked {
 		rule, key := cr.Rule, ""
 		switch {
 		case descs[i].Override != nil && s.cfg.Limits != nil:
@@ -145,6 +159,9 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 			s.metrics.checks.WithLabelValues(name, codeOK, transport).Inc()
 			continue
 		}
+		// The limiter's name for the counters: a queue rule's checks count on counters of
+		// their own unless it says `checks: share` (checkCounters).
+		counters := checkCounters(rule)
 		res, blocked := blockedResult(rule, descs[i].Hits, now)
 		var err error
 		cached := false
@@ -156,7 +173,7 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 				// looked up without building the key's string: a cached answer allocates
 				// nothing here
 				var buf [128]byte
-				hit, cached = cacheGet(env.cache, appendLimitKey(buf[:0], rule.Name, cr.Key), now)
+				hit, cached = cacheGet(env.cache, appendLimitKey(buf[:0], counters, cr.Key), now)
 			}
 			cached = cached && hit.limit < len(rule.RateLimits) && rule.RateLimits[hit.limit].Rate.Interval == hit.ivl
 			if cached {
@@ -167,7 +184,7 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 			}
 		}
 		if key == "" && !cached {
-			key = admit.LimitKey(rule.Name, cr.Key)
+			key = admit.LimitKey(counters, cr.Key)
 		}
 		if !blocked && !cached {
 			lims := admit.Limits(rule)
@@ -264,6 +281,80 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 		v.DynamicMetadata = dynamicMetadata(domain, reqHits, descs, &v)
 	}
 	return v, nil
+}
+
+// checkSuffix ends the limiter name of a queue rule's check counters ("marketing~check"):
+// rule names are [A-Za-z0-9_-], so it is no rule's name, and no admission key starts so.
+const checkSuffix = "~check"
+
+// checkCounters is the limiter name a check of rule counts under: the rule's own name (its
+// admissions' counters) for a check-only rule, a limit override's "override", and a
+// queue rule with `checks: share`; else the rule's name with checkSuffix, counters that
+// no submission spends and no check can spend for submissions.
+func checkCounters(rule *rules.Rule) string {
+	if rule.HasQueue() && rule.Checks != rules.ChecksShare {
+		return rule.Name + checkSuffix
+	}
+	return rule.Name
+}
+
+// overrideRefused is decide's answer to a limit override beyond its bounds: a 400 problem
+// naming the descriptor's limit (gRPC: InvalidArgument), nothing counted.
+type overrideRefused struct{ problem httpx.Problem }
+
+func (e *overrideRefused) Error() string { return "ingress: " + problemText(&e.problem) }
+
+// DefaultOverrideMaxFactor and DefaultOverrideMaxWindow are the defaults of
+// -override-max-factor and -override-max-window.
+const (
+	DefaultOverrideMaxFactor = 10
+	DefaultOverrideMaxWindow = 24 * time.Hour
+)
+
+// overrideAllowed weighs descriptor i's limit override o against rule (nil: no rule
+// matched): the rule's limit_override, else -override-max-factor and
+// -override-max-window. Its window may be no longer than the bound (so its counter lives
+// no longer), and its rate (requests per window) no more than max_factor times the rate
+// of each of the rule's limits, compared exactly in integers. A descriptor without a
+// rule, or whose rule is unlimited or has no limits, has no rate to compare with: only
+// the window is bounded. nil when allowed.
+func (s *Server) overrideAllowed(i int, o *rules.RateLimit, rule *rules.Rule) *httpx.Problem {
+	field := descriptorFields[i].at + ".limit"
+	factor, window := s.cfg.OverrideMaxFactor, s.cfg.OverrideMaxWindow
+	factorFrom, windowFrom := "-override-max-factor", "-override-max-window"
+	if rule != nil {
+		lo := rule.LimitOverride
+		if lo.Refused {
+			p := httpx.BadRequest(field, fmt.Sprintf("rule %q takes no limit override (its limit_override.max_factor is 0)", rule.Name))
+			return &p
+		}
+		if lo.MaxFactor > 0 {
+			factor, factorFrom = lo.MaxFactor, fmt.Sprintf("rule %q's limit_override.max_factor", rule.Name)
+		}
+		if lo.MaxWindow > 0 {
+			window, windowFrom = lo.MaxWindow, fmt.Sprintf("rule %q's limit_override.max_window", rule.Name)
+		}
+	}
+	if o.Rate.Interval > window {
+		p := httpx.BadRequest(field, fmt.Sprintf("a window of %s is longer than %s allows (%s)", o.Rate.Interval, windowFrom, window))
+		return &p
+	}
+	if rule == nil || rule.Unlimited {
+		return nil
+	}
+	var lhs, rhs big.Int
+	for _, l := range rule.RateLimits {
+		// o.Requests / o.Interval ≤ factor × l.Requests / l.Interval, without division
+		lhs.Mul(big.NewInt(o.Rate.Requests), big.NewInt(int64(l.Rate.Interval)))
+		rhs.Mul(big.NewInt(factor), big.NewInt(l.Rate.Requests))
+		rhs.Mul(&rhs, big.NewInt(int64(o.Rate.Interval)))
+		if lhs.Cmp(&rhs) > 0 {
+			p := httpx.BadRequest(field, fmt.Sprintf("%d per %s is more than %d × rule %q's %d per %s (%s)",
+				o.Rate.Requests, o.Rate.Interval, factor, rule.Name, l.Rate.Requests, l.Rate.Interval, factorFrom))
+			return &p
+		}
+	}
+	return nil
 }
 
 // appendLimitKey appends admit.LimitKey(rule, key) to b (TestAppendLimitKey keeps the two
