@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/tlsx/tlstest"
 )
 
@@ -365,4 +366,35 @@ func listServices(conn *grpc.ClientConn) error {
 	}
 	_, err = stream.Recv()
 	return err
+}
+
+// Submit token files take check and check:DOMAIN lines beside submit ones.
+func TestParseCheckTokens(t *testing.T) {
+	t.Parallel()
+	toks, err := ingress.ParseTokens([]byte("a check "+checkAll+"\nb check:api "+checkAPI+"\nc submit:api "+submitAny+"\n"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct{ name, scope, domain string }{{"a", "check", ""}, {"b", "check", "api"}, {"c", "submit", "api"}}
+	for i, w := range want {
+		if toks[i].Name != w.name || toks[i].Scope != w.scope || toks[i].Domain != w.domain {
+			t.Errorf("token %d: %+v, want %+v", i, toks[i], w)
+		}
+	}
+	for _, line := range []string{"x check: " + checkAll, "x checks " + checkAll, "x check:api:b " + checkAll} {
+		_, err := ingress.ParseTokens([]byte(line), false)
+		if line == "x check:api:b "+checkAll {
+			// a domain is any non-empty string after the first ':' (as submit:DOMAIN)
+			if err != nil {
+				t.Errorf("%q: %v", line, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "want submit, submit:DOMAIN, check or check:DOMAIN") {
+			t.Errorf("%q: %v", line, err)
+		}
+	}
+	if _, err := ingress.ParseTokens([]byte("x check "+checkAll), true); err == nil {
+		t.Error("an admin token file took a check token")
+	}
 }
