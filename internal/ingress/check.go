@@ -10,6 +10,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/rules"
 )
@@ -112,8 +113,15 @@ func overrideLimit(field string, requests uint64, unit string, multiplier uint64
 		p := httpx.BadRequest(field+".unit_multiplier", fmt.Sprintf("%d × %s is longer than a limit override's longest window, %s", max(multiplier, 1), unit, rules.MaxOverrideWindow))
 		return nil, &p
 	}
-	return &rules.RateLimit{Rate: rules.Rate{Requests: int64(requests), Interval: d * time.Duration(max(multiplier, 1))},
-		Algorithm: rules.FixedWindow}, nil
+	l := &rules.RateLimit{Rate: rules.Rate{Requests: int64(requests), Interval: d * time.Duration(max(multiplier, 1))},
+		Algorithm: rules.FixedWindow}
+	if err := (bucket.Limit{Algorithm: bucket.FixedWindow, Rate: l.Rate.Requests, Interval: l.Rate.Interval}).Validate(); err != nil {
+		// 4294967295 a day is more than the limiter counts exactly (requests × window in
+		// milliseconds must stay under 2^53): refused here, not a 500 from the store.
+		p := httpx.BadRequest(field+".requests_per_unit", fmt.Sprintf("%d per %s is more than the limiter can count (requests × window in milliseconds must stay below 2^53)", requests, l.Rate.Interval))
+		return nil, &p
+	}
+	return l, nil
 }
 
 // protoDuration renders d like protobuf's JSON Duration ("43s", "3.353s"): whole seconds,

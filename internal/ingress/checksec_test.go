@@ -284,6 +284,7 @@ func TestLimitOverrideBounds(t *testing.T) {
 		{"YEAR × 1048576 on a rule", override("user", "u-1", 50, "YEAR", 1048576), 400, "1048576 × YEAR is longer"},
 		{"2 days, unmatched", override("nobody", "x", 50, "DAY", 2), 400, "a window of 48h0m0s is longer than -override-max-window allows (24h0m0s)"},
 		{"a day, unmatched", override("nobody", "x", 50, "DAY", 1), 200, ""},
+		{"beyond what the limiter counts", override("nobody", "y", 4294967295, "DAY", 1), 400, "4294967295 per 24h0m0s is more than the limiter can count"},
 		{"10× the rule", override("user", "u-1", 100, "MINUTE", 1), 200, ""},
 		{"more than 10×", override("user", "u-2", 101, "MINUTE", 1), 400, `101 per 1m0s is more than 10 × rule "user"'s 10 per 1m0s (-override-max-factor)`},
 		{"more than 10× per second", override("user", "u-3", 2, "SECOND", 1), 400, "more than 10 ×"},

@@ -61,6 +61,11 @@ func TestParseChecksErrors(t *testing.T) {
 		// year × 1048576 wraps a time.Duration around: refused, not a negative window
 		{"  - key: a\n    rate_limit: {unit: year, unit_multiplier: 1048576, requests_per_unit: 1}\n",
 			"descriptors[0].rate_limit.unit_multiplier: makes a window longer than 292 years (got 1048576)"},
+		// accepted before, then every check of the rule answered 500
+		{"  - key: a\n    rate_limit: {interval: 2000000h, requests_per_unit: 4000000000}\n",
+			"descriptors[0].rate_limit: the limiter cannot count this limit: rate or burst × interval(ms) exceeds 2^53"},
+		{"  - key: a\n    rate_limit: {interval: 1500us, requests_per_unit: 1}\n",
+			"descriptors[0].rate_limit: the limiter cannot count this limit: interval 1.5ms is not a whole number of milliseconds"},
 	} {
 		_, err := Parse("f.yaml", []byte("domain: x\ndescriptors:\n"+c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

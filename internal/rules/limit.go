@@ -3,9 +3,12 @@ package rules
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluice-io/sluice/bucket"
 )
 
 var algorithms = map[Algorithm]bool{
@@ -145,6 +148,16 @@ func (p *fileParser) limit(m map[string]*yaml.Node, field string, at *yaml.Node)
 		loc, zok := p.timeZone(v, joinField(field, "time_zone"), l)
 		ok = ok && zok
 		l.TimeZone = loc
+	}
+	if ok && l.Rate.Requests > 0 {
+		// What the limiter cannot count is refused here, naming the field, rather than
+		// answering every admission and check of the rule with a 500: an interval that is
+		// no whole number of milliseconds, or requests (burst) × interval in milliseconds
+		// beyond 2^53.
+		if err := (bucket.Limit{Algorithm: bucket.Algorithm(l.Algorithm), Rate: l.Rate.Requests, Interval: l.Rate.Interval, Burst: l.Burst}).Validate(); err != nil {
+			p.errorf(at, field, "the limiter cannot count this limit: %s", strings.TrimPrefix(err.Error(), bucket.ErrInvalid.Error()+": "))
+			ok = false
+		}
 	}
 	return l, ok
 }
