@@ -66,6 +66,9 @@ descriptors:
   - key: blocked
     name: blocked
     rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: k
+    name: override
+    rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
 const (
@@ -397,5 +400,22 @@ func TestParseCheckTokens(t *testing.T) {
 	}
 	if _, err := ingress.ParseTokens([]byte("x check "+checkAll), true); err == nil {
 		t.Error("an admin token file took a check token")
+	}
+}
+
+// The counters of limit overrides are apart from every rule's, even a rule named
+// "override" whose key spells an override's: before, the two shared one counter.
+func TestOverrideCountersApart(t *testing.T) {
+	t.Parallel()
+	m := startRules(t, checkSecRules, io.Discard)
+	base := "http://" + m.Addr.String()
+	over := `{"domain":"api","descriptors":[{"entries":[{"key":"k","value":"v"}],"limit":{"requests_per_unit":1,"unit":"MINUTE"}}]}`
+	if a := call(t, "POST", base+"/v1/check", "", over); a.status != 200 {
+		t.Fatalf("override: %d %v", a.status, a.body)
+	}
+	// The override's counter is "<len>:api<len>:k<len>:v" under its name.
+	spelled := `{"domain":"api","descriptors":[{"entries":[{"key":"k","value":"3:api1:k1:v"}]}]}`
+	if a := call(t, "POST", base+"/v1/check", "", spelled); a.status != 200 {
+		t.Fatalf("the rule's own first check: %d %v, want 200 (its counter is not the override's)", a.status, a.body)
 	}
 }

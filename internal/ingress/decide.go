@@ -47,6 +47,10 @@ type checkDescriptor struct {
 // sluice_checks_total; the key never reaches a label).
 const overrideRule = "override"
 
+// overrideCounters names the limiter keys of limit overrides: '~' is in no rule's name, so
+// no rule's counters (a rule may be named "override") can share one.
+const overrideCounters = "~" + overrideRule
+
 // overrideKey is the limiter key of a descriptor with a limit override: the domain and
 // every entry, each length-prefixed so no two descriptors share one.
 func overrideKey(domain string, es []rules.Entry) string {
@@ -57,7 +61,7 @@ func overrideKey(domain string, es []rules.Entry) string {
 		app(e.Key)
 		app(e.Value)
 	}
-	return admit.LimitKey(overrideRule, string(b))
+	return admit.LimitKey(overrideCounters, string(b))
 }
 
 // descriptorVerdict is the answer for one descriptor.
