@@ -234,6 +234,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	var refused *overrideRefused
 	switch {
 	case errors.As(err, &refused):
+		s.metrics.checkRefused.WithLabelValues("limit_override", transportHTTP).Inc()
 		httpx.WriteProblem(w, refused.problem)
 		return
 	case errors.Is(err, errLimitsInvalid):

@@ -87,7 +87,16 @@ func (s *Server) httpCheckCaller(w http.ResponseWriter, r *http.Request) (domain
 	return domain, true
 }
 
+// reason is d's label of sluice_checks_refused_total.
+func (d *checkDenied) reason() string {
+	if d.unauthenticated {
+		return "unauthenticated"
+	}
+	return "forbidden"
+}
+
 func (s *Server) writeCheckDenied(w http.ResponseWriter, r *http.Request, d *checkDenied) {
+	s.metrics.checkRefused.WithLabelValues(d.reason(), transportHTTP).Inc()
 	if d.unauthenticated {
 		s.unauthorized(w, r, d.detail)
 		return
@@ -109,7 +118,7 @@ func (s *Server) grpcCheckCaller(ctx context.Context) (domain string, err error)
 			got = strings.TrimLeft(got, " ")
 			secret, sent = got, found && strings.EqualFold(scheme, "Bearer") && got != ""
 			if !sent {
-				return "", status.Error(codes.Unauthenticated, "authorization metadata: want \"Bearer <a check token>\"")
+				return "", s.grpcDenied(&checkDenied{unauthenticated: true, detail: "authorization metadata: want \"Bearer <a check token>\""})
 			}
 		}
 	}
@@ -120,10 +129,13 @@ func (s *Server) grpcCheckCaller(ctx context.Context) (domain string, err error)
 		}
 	}
 	domain, d := s.checkCaller(secret, sent, cert)
-	return domain, grpcDenied(d)
+	return domain, s.grpcDenied(d)
 }
 
-func grpcDenied(d *checkDenied) error {
+func (s *Server) grpcDenied(d *checkDenied) error {
+	if d != nil {
+		s.metrics.checkRefused.WithLabelValues(d.reason(), transportGRPC).Inc()
+	}
 	switch {
 	case d == nil:
 		return nil

@@ -170,6 +170,23 @@ func TestCheckTokens(t *testing.T) {
 	if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(bad, rlsReq("api", "user", "g-1")); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("gRPC with Basic: %v, want Unauthenticated", err)
 	}
+	// Every refusal is counted, by reason and transport.
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`sluice_checks_refused_total{reason="unauthenticated",transport="http"} 4`,
+		`sluice_checks_refused_total{reason="forbidden",transport="http"} 4`,
+		`sluice_checks_refused_total{reason="unauthenticated",transport="grpc"} 3`,
+		`sluice_checks_refused_total{reason="forbidden",transport="grpc"} 2`,
+	} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
 
 // The issue's reproduction: a check of hits_addend 5 on the marketing rule (5 a day,

@@ -57,13 +57,14 @@ func (g *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 	if p != nil {
 		return nil, status.Error(codes.InvalidArgument, problemText(p))
 	}
-	if err := grpcDenied(checkDomain(allowed, req.GetDomain())); err != nil {
+	if err := g.s.grpcDenied(checkDomain(allowed, req.GetDomain())); err != nil {
 		return nil, err
 	}
 	v, err := g.s.decide(ctx, transportGRPC, req.GetDomain(), uint64(req.GetHitsAddend()), descs)
 	var refused *overrideRefused
 	switch {
 	case errors.As(err, &refused):
+		g.s.metrics.checkRefused.WithLabelValues("limit_override", transportGRPC).Inc()
 		return nil, status.Error(codes.InvalidArgument, problemText(&refused.problem))
 	case errors.Is(err, errLimitsInvalid):
 		g.s.cfg.Logger.Error("ingress: a rule's limits were refused by the limiter", "err", err)
