@@ -350,6 +350,21 @@ func TestLimitOverrideBounds(t *testing.T) {
 			t.Errorf("gRPC %v × %d: %v, want InvalidArgument naming descriptors[0].limit", c.unit, c.mult, err)
 		}
 	}
+	// GET /v1/admin/rules shows each rule's checks and limit_override.
+	a := call(t, "GET", base+"/v1/admin/rules", routesToken, "")
+	got := map[string]string{}
+	for _, r := range a.body["rules"].([]any) {
+		r := r.(map[string]any)
+		got[r["name"].(string)] = fmt.Sprint(r["checks"], " ", r["limit_override"])
+	}
+	for name, want := range map[string]string{
+		"marketing": "own <nil>", "promo": "share <nil>", "user": "<nil> <nil>",
+		"tight": "<nil> map[max_factor:3 max_window:1h0m0s]", "fixed": "<nil> map[max_factor:0]",
+	} {
+		if got[name] != want {
+			t.Errorf("GET /v1/admin/rules %s: checks, limit_override %s, want %s", name, got[name], want)
+		}
+	}
 	// No counter in the store outlives a day (the longest accepted window).
 	ctx := context.Background()
 	keys, err := m.Stack.Redis.Keys(ctx, "sl:lim:*").Result()
