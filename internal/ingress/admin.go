@@ -214,7 +214,7 @@ type ruleView struct {
 	Checks string `json:"checks,omitempty"`
 	// LimitOverride is the rule's limit_override when it sets one.
 	LimitOverride *limitOverrideView `json:"limit_override,omitempty"`
-	Source         string         `json:"source"` // file:line
+	Source        string             `json:"source"` // file:line
 }
 
 type limitOverrideView struct {
