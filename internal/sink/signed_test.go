@@ -17,14 +17,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/delivery"
 	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/tlsx"
 	"github.com/sluice-io/sluice/internal/tlsx/tlstest"
 	"github.com/sluice-io/sluice/internal/waittest"
 )
 
-// verifySluiceSignature is the README's Go verification snippet, as a sink would write it
+// verifySluiceSignature is docs/security.md's Go verification snippet, as a sink would write it
 // (it does not use package sign, so the documented algorithm itself is under test).
 func verifySluiceSignature(header string, body []byte, keys [][]byte, now time.Time) bool {
 	var ts string
@@ -135,12 +135,12 @@ func TestSignedDeliveries(t *testing.T) {
 
 	oldFile := writeKey(t, dir, "old.key", oldKey)
 	h := signedSink(t, caFile, oldFile)
-	if o := h.Deliver(t.Context(), rule, m); o.Verdict != drain.Delivered {
+	if o := h.Deliver(t.Context(), rule, m); o.Verdict != delivery.Delivered {
 		t.Fatalf("signed delivery: %+v", o)
 	}
 	// The wrong key: refused by the sink.
 	wrong := signedSink(t, caFile, writeKey(t, dir, "wrong.key", "wrong-key-0123456789abcdef012345"))
-	if o := wrong.Deliver(t.Context(), rule, m); o.Verdict != drain.Dead || o.Status != 401 {
+	if o := wrong.Deliver(t.Context(), rule, m); o.Verdict != delivery.Dead || o.Status != 401 {
 		t.Fatalf("delivery signed with a wrong key: %+v, want the sink's 401", o)
 	}
 	// Unsigned: refused.
@@ -159,7 +159,7 @@ func TestSignedDeliveries(t *testing.T) {
 	both := [][]byte{[]byte(newKey), []byte(oldKey)}
 	sinkSrv.keys.Store(&both)
 	rotated := signedSink(t, caFile, writeKey(t, dir, "new.key", newKey), oldFile)
-	if o := rotated.Deliver(t.Context(), rule, m); o.Verdict != drain.Delivered {
+	if o := rotated.Deliver(t.Context(), rule, m); o.Verdict != delivery.Delivered {
 		t.Fatalf("signed with the new key during the rotation: %+v", o)
 	}
 	onlyNew := [][]byte{[]byte(newKey)}
@@ -170,7 +170,7 @@ func TestSignedDeliveries(t *testing.T) {
 	// The same signer picks up a rewritten key file.
 	writeKey(t, dir, "old.key", newKey)
 	waittest.Eventually(t, 5*time.Second, "a rewritten key file used", func() bool {
-		return h.Deliver(t.Context(), rule, m).Verdict == drain.Delivered
+		return h.Deliver(t.Context(), rule, m).Verdict == delivery.Delivered
 	})
 	if sinkSrv.accepted.Load() < 3 || sinkSrv.refused.Load() < 4 {
 		t.Fatalf("sink accepted %d, refused %d", sinkSrv.accepted.Load(), sinkSrv.refused.Load())
@@ -179,7 +179,7 @@ func TestSignedDeliveries(t *testing.T) {
 	// Without -sink-ca the sink's certificate is not trusted: a retry, nothing sent.
 	before := sinkSrv.accepted.Load() + sinkSrv.refused.Load()
 	untrusted := signedSink(t, "", oldFile)
-	if o := untrusted.Deliver(t.Context(), rule, m); o.Verdict != drain.Retry || !strings.Contains(o.Err, "certificate") {
+	if o := untrusted.Deliver(t.Context(), rule, m); o.Verdict != delivery.Retry || !strings.Contains(o.Err, "certificate") {
 		t.Fatalf("delivery to a sink of an untrusted CA: %+v", o)
 	}
 	if sinkSrv.accepted.Load()+sinkSrv.refused.Load() != before {
@@ -187,7 +187,7 @@ func TestSignedDeliveries(t *testing.T) {
 	}
 }
 
-// sign.Verify agrees with the README's snippet and refuses tampering.
+// sign.Verify agrees with docs/security.md's snippet and refuses tampering.
 func TestSignVerify(t *testing.T) {
 	t.Parallel()
 	key := []byte("k-0123456789abcdef")
@@ -211,10 +211,10 @@ func TestSignVerify(t *testing.T) {
 	}
 }
 
-// readmeBlock returns the first fenced block of lang in README.md that contains marker.
+// readmeBlock returns the first fenced block of lang in docs/security.md that contains marker.
 func readmeBlock(t *testing.T, lang, marker string) string {
 	t.Helper()
-	data, err := os.ReadFile("../../README.md")
+	data, err := os.ReadFile("../../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,11 +224,11 @@ func readmeBlock(t *testing.T, lang, marker string) string {
 			return block
 		}
 	}
-	t.Fatalf("README.md has no %s block with %q", lang, marker)
+	t.Fatalf("docs/security.md has no %s block with %q", lang, marker)
 	return ""
 }
 
-// The README's verification snippets are the ones tested: the Go one is
+// docs/security.md's verification snippets ("Signing deliveries") are the ones tested: the Go one is
 // verifySluiceSignature above, word for word; the Python one, run with python3, accepts
 // what sluice signs and refuses a changed body, another key and a stale timestamp.
 func TestReadmeSignatureSnippets(t *testing.T) {
@@ -241,12 +241,12 @@ func TestReadmeSignatureSnippets(t *testing.T) {
 	fn := string(src)[strings.Index(string(src), "func verifySluiceSignature"):]
 	fn = fn[:strings.Index(fn, "\n}\n")+3]
 	if strings.TrimSpace(goBlock) != strings.TrimSpace(fn) {
-		t.Errorf("README's Go snippet differs from verifySluiceSignature in signed_test.go:\n%s", goBlock)
+		t.Errorf("docs/security.md's Go snippet differs from verifySluiceSignature in signed_test.go:\n%s", goBlock)
 	}
 
 	py, err := exec.LookPath("python3")
 	if err != nil {
-		t.Skip("SKIPPED: no python3 to run the README's Python snippet")
+		t.Skip("SKIPPED: no python3 to run docs/security.md's Python snippet")
 	}
 	key := []byte("k-0123456789abcdef")
 	now := time.Now()
@@ -265,7 +265,7 @@ print(verify_sluice_signature(sys.argv[1], b'{"a":1}', [b"other-key-0123456789",
 		t.Fatalf("python3: %v\n%s", err, out)
 	}
 	if got := strings.TrimSpace(string(out)); got != "True False False False" {
-		t.Fatalf("the README's Python snippet says %q, want True False False False (good, changed body, other key, stale)", got)
+		t.Fatalf("docs/security.md's Python snippet says %q, want True False False False (good, changed body, other key, stale)", got)
 	}
 }
 
@@ -283,7 +283,7 @@ func TestSignedDeliveriesPerRule(t *testing.T) {
 
 	own := testRule(sinkSrv.srv.URL)
 	own.Sink.SignKeys = writeKey(t, dir, "tenant.key", tenantKey)
-	if o := h.Deliver(t.Context(), own, m); o.Verdict != drain.Delivered {
+	if o := h.Deliver(t.Context(), own, m); o.Verdict != delivery.Delivered {
 		t.Fatalf("a rule with its own sign_keys: %+v", o)
 	}
 	if o := h.Deliver(t.Context(), testRule(sinkSrv.srv.URL), m); o.Status != 401 {
@@ -292,7 +292,7 @@ func TestSignedDeliveriesPerRule(t *testing.T) {
 	before := sinkSrv.accepted.Load() + sinkSrv.refused.Load()
 	broken := testRule(sinkSrv.srv.URL)
 	broken.Sink.SignKeys = filepath.Join(dir, "missing.key")
-	if o := h.Deliver(t.Context(), broken, m); o.Verdict != drain.Retry || !strings.Contains(o.Err, "sink.sign_keys of rule orders-per-merchant") {
+	if o := h.Deliver(t.Context(), broken, m); o.Verdict != delivery.Retry || !strings.Contains(o.Err, "sink.sign_keys of rule orders-per-merchant") {
 		t.Fatalf("a rule whose key file is missing: %+v, want a retry naming the rule's sink.sign_keys", o)
 	}
 	if sinkSrv.accepted.Load()+sinkSrv.refused.Load() != before {

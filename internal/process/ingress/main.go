@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/audit"
 	"github.com/sluice-io/sluice/internal/drain"
+	svc "github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sign"
@@ -72,7 +73,7 @@ type Main struct {
 	SinkDial func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	// Set by Run.
-	Server    *Server
+	Server    *svc.Server
 	Addr      net.Addr          // the HTTP listener's address (useful with -http :0)
 	GRPCAddr  net.Addr          // the gRPC listener's address; nil when -grpc is empty
 	DebugAddr net.Addr          // the pprof listener's address; nil without -debug-addr
@@ -85,7 +86,7 @@ type Main struct {
 
 	closers []func()
 	httpSrv *http.Server
-	grpcSrv *GRPCServer
+	grpcSrv *svc.GRPCServer
 	once    sync.Once
 }
 
@@ -156,14 +157,14 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
-	auth, err := OpenAuth(AuthFiles{AdminToken: c.AdminToken, AdminTokenFile: c.AdminTokenFile,
+	auth, err := svc.OpenAuth(svc.AuthFiles{AdminToken: c.AdminToken, AdminTokenFile: c.AdminTokenFile,
 		AdminTokensFile: c.AdminTokensFile, SubmitTokensFile: c.SubmitTokensFile}, log)
 	if err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
 
 	// Rules next: a process with bad rules must not start.
-	var srv *Server
+	var srv *svc.Server
 	watcher, err := rules.NewWatcher(rules.WatcherConfig{
 		Paths: c.Rules, Interval: c.RulesPoll, Logger: log, Options: rules.Options{MergeDomains: c.MergeDomainConfig},
 		OnReload: func(set *rules.Set, err error) {
@@ -221,14 +222,14 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := process.Retry(actx, auditLog.Ensure); err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
-	admin := &Admin{Audit: auditLog, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
+	admin := &svc.Admin{Audit: auditLog, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
 		JS: st.JS, Parking: st.Parking, Dead: st.Dead, Admitter: st.Admitter, Logger: log}
-	srv = NewServer(ServerConfig{
+	srv = svc.NewServer(svc.ServerConfig{
 		Rules: watcher.Current, Admitter: st.Admitter, Status: st.Status, Limits: st.Limits,
 		Admin: admin, Auth: auth, MaxBody: c.MaxBody, MaxBatch: c.MaxBatch, MaxDelay: c.MaxDelay, Registry: reg, Logger: log,
 		Ready: st.Ready, GRPCResponseHeaders: c.GRPCResponseHeaders, Now: m.Now,
 		CheckClientNames: c.CheckClientNames, OverrideMaxFactor: c.OverrideMaxFactor, OverrideMaxWindow: c.OverrideMaxWindow,
-		Envoy: EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,
+		Envoy: svc.EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,
 			LocalCacheBytes: c.LocalCacheBytes, DetailedMetricValues: c.DetailedMetricValues},
 	})
 	m.Server = srv
@@ -257,7 +258,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	go m.followRules(wctx, watcher.Current, capacityChanged)
 	go srv.FlushRefusals(wctx, st.Scheduler, time.Second)
 	if st.Degraded != nil {
-		if err := CountPeers(wctx, st.NATS, log, st.Degraded.SetProcesses); err != nil {
+		if err := svc.CountPeers(wctx, st.NATS, log, st.Degraded.SetProcesses); err != nil {
 			log.Warn("ingress: live ingress count unavailable; degraded limits assume 1 process", "err", err)
 		}
 	}
@@ -275,7 +276,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("ingress: %w", err)
 		}
 		m.GRPCAddr = gln.Addr()
-		gc := GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log, Reflection: c.GRPCReflection}
+		gc := svc.GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log, Reflection: c.GRPCReflection}
 		if m.TLS != nil {
 			gc.TLS = m.TLS.Config()
 		}

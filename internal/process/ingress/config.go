@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/internal/httpx"
+	svc "github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/queue"
@@ -151,8 +152,8 @@ func declareFlags(c *Config, getenv func(string) string, stderr io.Writer) *proc
 	f.Int(&c.DrainWorkers, "drain-workers", "SLUICE_DRAIN_WORKERS", 32, "deliveries in flight at once per queue rule of the in-process drainer")
 	f.Duration(&c.ReadmitMaxBackoff, "readmit-max-backoff", "SLUICE_READMIT_MAX_BACKOFF", 5*time.Minute, "longest wait between re-admission attempts of a parked message (with -drain)")
 	f.Bytes(&c.MaxBody, "max-body", "SLUICE_MAX_BODY", 1<<20, "largest request body, a whole batch too (a byte size: 1048576, 512KiB, 1MiB)")
-	f.Int(&c.MaxBatch, "max-batch", "SLUICE_MAX_BATCH", DefaultMaxBatch, "most messages in one batch submission; more is 413")
-	f.Duration(&c.MaxDelay, "max-delay", "SLUICE_MAX_DELAY", DefaultMaxDelay, "how far ahead a submission's deliver_at or delay may be")
+	f.Int(&c.MaxBatch, "max-batch", "SLUICE_MAX_BATCH", svc.DefaultMaxBatch, "most messages in one batch submission; more is 413")
+	f.Duration(&c.MaxDelay, "max-delay", "SLUICE_MAX_DELAY", svc.DefaultMaxDelay, "how far ahead a submission's deliver_at or delay may be")
 	f.Duration(&c.IdempotencyTTL, "idempotency-ttl", "SLUICE_IDEMPOTENCY_TTL", 24*time.Hour, "how long an idempotency key maps to its first message")
 	f.Bool(&c.LegacyIdempotencyKeys, "legacy-idempotency-keys", "SLUICE_LEGACY_IDEMPOTENCY_KEYS", false, "claim idempotency keys where v0.3 does, so a repeat is recognised whichever version took it (during a rolling upgrade from v0.3, and for -idempotency-ttl after it)")
 	f.Duration(&c.ReadHeaderTimeout, "read-header-timeout", "SLUICE_READ_HEADER_TIMEOUT", httpx.ReadHeaderTimeout, "how long a client has to send a request's headers; slower ones are disconnected")
@@ -188,11 +189,11 @@ func declareFlags(c *Config, getenv func(string) string, stderr io.Writer) *proc
 	f.Bool(&c.QuotaMode, "quota-mode", "SLUICE_QUOTA_MODE", false, "every descriptor in quota mode, as envoy's QUOTA_MODE")
 	f.Bool(&c.ResponseDynamicMetadata, "response-dynamic-metadata", "SLUICE_RESPONSE_DYNAMIC_METADATA", false, "add envoy's dynamic_metadata to answers, as envoy's RESPONSE_DYNAMIC_METADATA")
 	f.Bool(&c.GRPCReflection, "grpc-reflection", "SLUICE_GRPC_REFLECTION", false, "serve gRPC server reflection on -grpc")
-	f.Int64(&c.OverrideMaxFactor, "override-max-factor", "SLUICE_OVERRIDE_MAX_FACTOR", DefaultOverrideMaxFactor, "a check's limit override may ask at most this many times its rule's rate, unless the rule's limit_override says")
-	f.Duration(&c.OverrideMaxWindow, "override-max-window", "SLUICE_OVERRIDE_MAX_WINDOW", DefaultOverrideMaxWindow, "the longest window a check's limit override may ask, unless its rule's limit_override says")
+	f.Int64(&c.OverrideMaxFactor, "override-max-factor", "SLUICE_OVERRIDE_MAX_FACTOR", svc.DefaultOverrideMaxFactor, "a check's limit override may ask at most this many times its rule's rate, unless the rule's limit_override says")
+	f.Duration(&c.OverrideMaxWindow, "override-max-window", "SLUICE_OVERRIDE_MAX_WINDOW", svc.DefaultOverrideMaxWindow, "the longest window a check's limit override may ask, unless its rule's limit_override says")
 	f.Bool(&c.GRPCResponseHeaders, "grpc-response-headers", "SLUICE_GRPC_RESPONSE_HEADERS", false, "add rate-limit headers to every gRPC answer, not only for rules with response_headers")
 	f.Bytes(&c.LocalCacheBytes, "local-cache-bytes", "SLUICE_LOCAL_CACHE_SIZE_IN_BYTES", 0, "size of the local over-limit cache, as envoy's LOCAL_CACHE_SIZE_IN_BYTES; 0 disables")
-	f.Int(&c.DetailedMetricValues, "detailed-metric-values", "SLUICE_DETAILED_METRIC_VALUES", DefaultDetailedMetricValues, "distinct values per detailed_metric rule in sluice_checks_detailed_total, the rest counted as _other")
+	f.Int(&c.DetailedMetricValues, "detailed-metric-values", "SLUICE_DETAILED_METRIC_VALUES", svc.DefaultDetailedMetricValues, "distinct values per detailed_metric rule in sluice_checks_detailed_total, the rest counted as _other")
 	// Actions, not settings: no environment variable.
 	f.ListAction(&c.CheckConfig, "check-config", "validate these rules files or directories (comma-separated, as -rules) and exit")
 	f.BoolAction(&c.Version, "version", "print the version and exit")
