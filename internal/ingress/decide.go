@@ -110,8 +110,9 @@ var (
 
 // countsOver reports whether rule counts hits as envoy counts a hits_addend — whatever
 // the answer — in its fixed_window limits: every check rule (no queue) that does not ask
-// for all_or_nothing, and every limit override. Queue rules share their counter with
-// admissions, which are all-or-nothing, so they stay all-or-nothing.
+// for all_or_nothing, and every limit override. Queue rules count all-or-nothing as their
+// admissions do, whether their checks share the admissions' counters (`checks: share`)
+// or have their own: a check answers what a submission of as many messages would.
 func countsOver(rule *rules.Rule) bool { return !rule.HasQueue() && !rule.AllOrNothing }
 
 // decide checks every descriptor against the rules in force and counts the hits of those
@@ -119,8 +120,8 @@ func countsOver(rule *rules.Rule) bool { return !rule.HasQueue() && !rule.AllOrN
 // (a refusal of one does not undo the count of another), the overall code is the worst
 // (see checkVerdict.Over for quota and shadow mode). A check rule's fixed windows count
 // the hits even when refused (see countsOver). A rule that queues (POST /v1/messages) is
-// checked by its admission limit alone, the same counter its admissions use; nothing is
-// queued or parked. An unknown domain or a descriptor no rule matches is OK with no
+// checked by its admission limit alone, on counters of the checks' own unless the rule
+// says `checks: share` (checkCounters); nothing is queued or parked. An unknown domain or a descriptor no rule matches is OK with no
 // limit. reqHits is the request's own hits_addend (for dynamic metadata).
 func (s *Server) decide(ctx context.Context, transport, domain string, reqHits uint64, descs []checkDescriptor) (checkVerdict, error) {
 	now := s.cfg.Now()
@@ -291,10 +292,10 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 // rule names are [A-Za-z0-9_-], so it is no rule's name, and no admission key starts so.
 const checkSuffix = "~check"
 
-// checkCounters is the limiter name a check of rule counts under: the rule's own name (its
-// admissions' counters) for a check-only rule, a limit override's "override", and a
-// queue rule with `checks: share`; else the rule's name with checkSuffix, counters that
-// no submission spends and no check can spend for submissions.
+// checkCounters is the limiter name a check of rule counts under: the rule's own name for
+// a check-only rule (whose counters are the checks') and for a queue rule with
+// `checks: share` (its admissions' counters); else the rule's name with checkSuffix,
+// counters that no submission spends and no check can spend for submissions.
 func checkCounters(rule *rules.Rule) string {
 	if rule.HasQueue() && rule.Checks != rules.ChecksShare {
 		return rule.Name + checkSuffix
