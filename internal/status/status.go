@@ -72,6 +72,8 @@ type Locator struct {
 	Dead      *retry.DeadLetters
 	// Delivered, when set, holds the opt-in records of delivered messages.
 	Delivered *DeliveredRecords
+
+	beforeDelete func() // a test seam: runs just before Cancel deletes a queued message
 }
 
 // Get returns where message id is: ErrNeverSeen for an id that is not sluice's, a *Gone

@@ -32,9 +32,14 @@ type world struct {
 	rule   *rules.Rule
 	ctx    context.Context
 	stored []queue.Message
+	node   *natstest.Node
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t *testing.T) *world { return newWorldVia(t, nil) }
+
+// newWorldVia is newWorld whose NATS connection goes to via(url) instead of the server's
+// url (a relay); nil connects directly.
+func newWorldVia(t *testing.T, via func(url string) string) *world {
 	t.Helper()
 	set, err := rules.Parse("orders.yaml", []byte(`
 domain: shop
@@ -50,9 +55,13 @@ descriptors:
 		t.Fatal(err)
 	}
 	node := natstest.Start(t)
-	nc, js := natstest.Connect(t, node.URL())
+	url := node.URL()
+	if via != nil {
+		url = via(url)
+	}
+	nc, js := natstest.Connect(t, url)
 	rdb := redistest.Shared(t).Client(t)
-	w := &world{rule: set.Rule("orders"), ctx: context.Background()}
+	w := &world{rule: set.Rule("orders"), ctx: context.Background(), node: node}
 	if w.q, err = queue.NewQueues(js, queue.Config{}); err != nil {
 		t.Fatal(err)
 	}
@@ -301,4 +310,35 @@ func mustID(t *testing.T, key string) string {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// A cancel whose delete was carried out and whose answer was lost (the replies dropped
+// by a relay between the Locator and NATS, for real) is not answered as "nothing
+// happened": the message cannot be seen again either, so the outcome is unknown
+// (ErrOutcomeUnknown) — and the message is indeed gone. (A delete never sent, NATS
+// stopped under the ingress's connection that keeps no reconnect buffer, is a 503:
+// internal/ingress TestAdminPurgeAnswerLostIsOutcomeUnknown shows it for a purge.)
+func TestCancelWhoseAnswerIsLostIsUnknown(t *testing.T) {
+	t.Parallel()
+	var relay *natstest.Relay
+	w := newWorldVia(t, func(url string) string {
+		relay = natstest.StartRelay(t, url)
+		return relay.URL()
+	})
+	m := w.enqueue(t, "m-1")
+	status.SetBeforeDelete(w.loc, func() { relay.DropReplies(true) })
+	ctx, cancel := context.WithTimeout(w.ctx, 2*time.Second)
+	defer cancel()
+	_, err := w.loc.Cancel(ctx, m.ID)
+	if !errors.Is(err, status.ErrOutcomeUnknown) || errors.Is(err, status.ErrNotCancellable) {
+		t.Fatalf("cancel whose answer was lost: %v, want ErrOutcomeUnknown", err)
+	}
+	_, js := natstest.Connect(t, w.node.URL())
+	st, err := js.Stream(w.ctx, w.q.StreamName("orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := st.Info(w.ctx); err != nil || info.State.Msgs != 0 {
+		t.Fatalf("the stream after the lost answer: %+v %v, want the message deleted", info.State, err)
+	}
 }
