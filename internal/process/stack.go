@@ -74,6 +74,9 @@ type StackConfig struct {
 	// servers that require TLS); NATSCert and NATSKey are a client certificate for NATS.
 	// Files are re-read on every (re)connect. Empty: system roots, no client certificate.
 	NATSCA, NATSCert, NATSKey string
+	// RedisTLS: a CA bundle and client certificate for a rediss:// -redis URL
+	// (-redis-ca, -redis-cert, -redis-key). Zero: system roots, no client certificate.
+	RedisTLS RedisTLS
 }
 
 // Stack is the opened machinery. Close releases it.
@@ -136,7 +139,7 @@ func Open(ctx context.Context, c StackConfig) (s *Stack, err error) {
 		return s, fmt.Errorf("%s: JetStream: %w", c.Name, err)
 	}
 
-	if s.Redis, err = OpenRedis(c.RedisURL, c.RedisPoolSize); err != nil {
+	if s.Redis, err = OpenRedisTLS(c.RedisURL, c.RedisPoolSize, c.RedisTLS); err != nil {
 		return s, err
 	}
 	s.closers = append(s.closers, func() { s.Redis.Close() })
