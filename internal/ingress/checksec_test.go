@@ -3,8 +3,8 @@ package ingress_test
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
