@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/sluice-io/sluice/internal/redact"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/queue"
 )
@@ -81,13 +82,15 @@ type Outcome struct {
 // OutcomeDelivered is the outcome of an accepted delivery.
 func OutcomeDelivered() Outcome { return Outcome{Verdict: Delivered} }
 
-// OutcomeRetry is a transient failure; retryAfter 0 means "use the rule's backoff".
+// OutcomeRetry is a transient failure; retryAfter 0 means "use the rule's backoff". err is
+// redacted (redact.Text): it is stored with the message and shown as its last_error, so a
+// sink URL's password or query string in it must not be.
 func OutcomeRetry(retryAfter time.Duration, err string) Outcome {
-	return Outcome{Verdict: Retry, RetryAfter: retryAfter, Err: err}
+	return Outcome{Verdict: Retry, RetryAfter: retryAfter, Err: redact.Text(err)}
 }
 
-// OutcomeDead is a permanent failure.
-func OutcomeDead(reason string) Outcome { return Outcome{Verdict: Dead, Err: reason} }
+// OutcomeDead is a permanent failure; reason is redacted as OutcomeRetry's err.
+func OutcomeDead(reason string) Outcome { return Outcome{Verdict: Dead, Err: redact.Text(reason)} }
 
 // Retrier schedules a later delivery attempt of m outside its key's queue (retry stream).
 // The drainer uses it only for rules with `ordering: relaxed`; strict rules keep the

@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-io/sluice/internal/admit"
 	"github.com/sluice-io/sluice/internal/console"
 	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/redact"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
 	"github.com/sluice-io/sluice/internal/telemetry"
@@ -413,7 +414,8 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 
 func newStatusResponse(st status.Status) statusResponse {
 	resp := statusResponse{ID: st.ID, Domain: st.Domain, Rule: st.Rule, Key: st.Key, State: st.State, Attempts: st.Attempts,
-		CreatedAt: st.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: st.UpdatedAt.UTC().Format(time.RFC3339Nano), LastError: st.LastError}
+		CreatedAt: st.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: st.UpdatedAt.UTC().Format(time.RFC3339Nano),
+		LastError: redact.Text(st.LastError)} // also for an error stored before sinks' errors were redacted
 	switch {
 	case st.RetryAt.IsZero():
 	case st.State == status.Scheduled:

@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/admit"
 	"github.com/sluice-io/sluice/internal/overrides"
+	"github.com/sluice-io/sluice/internal/redact"
 	"github.com/sluice-io/sluice/internal/retryrules"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
@@ -125,7 +126,7 @@ func Open(ctx context.Context, c StackConfig) (s *Stack, err error) {
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info(c.Name+": NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
 	)...)
 	if err != nil {
-		return s, fmt.Errorf("%s: NATS %s: %w", c.Name, c.NATSURL, err)
+		return s, fmt.Errorf("%s: NATS %s: %w", c.Name, redact.Text(c.NATSURL), err)
 	}
 	s.NATS = nc
 	s.closers = append(s.closers, func() { nc.Drain() })
