@@ -102,6 +102,10 @@ type Config struct {
 	// All default empty (off).
 	TLSCert, TLSKey, TLSClientCA string
 	NATSCA, NATSCert, NATSKey    string
+	// NATSCreds (-nats-creds) is a NATS user credentials file (JWT and NKey seed);
+	// NATSNKey (-nats-nkey) an NKey seed file. Either keeps the NATS secret out of -nats,
+	// the environment and the process list. Default empty (none).
+	NATSCreds, NATSNKey string
 	SinkCA                       string
 	SignKeys                     []string
 	AdminTokensFile              string
@@ -156,6 +160,8 @@ func declareFlags(c *Config, getenv func(string) string, stderr io.Writer) *proc
 	f.String(&c.NATSCA, "nats-ca", "SLUICE_NATS_CA", "", "PEM CA bundle of the NATS servers' certificates")
 	f.String(&c.NATSCert, "nats-cert", "SLUICE_NATS_CERT", "", "PEM client certificate for NATS")
 	f.String(&c.NATSKey, "nats-key", "SLUICE_NATS_KEY", "", "PEM private key of -nats-cert")
+	f.String(&c.NATSCreds, "nats-creds", "SLUICE_NATS_CREDS", "", "NATS user credentials file (JWT and NKey seed, as nsc writes it)")
+	f.String(&c.NATSNKey, "nats-nkey", "SLUICE_NATS_NKEY", "", "NATS NKey seed file (an SU... seed)")
 	f.String(&c.SinkCA, "sink-ca", "SLUICE_SINK_CA", "", "PEM CA bundle trusted for https:// sinks of the in-process drainer")
 	f.List(&c.SignKeys, "sign-keys", "SLUICE_SIGN_KEYS", "", "HMAC key files, comma-separated: HTTP deliveries are signed with the first")
 	f.Bool(&c.MergeDomainConfig, "merge-domain-config", "SLUICE_MERGE_DOMAIN_CONFIG", false, "merge rules documents of one domain, as envoy's MERGE_DOMAIN_CONFIG")
@@ -203,6 +209,8 @@ func (c *Config) Validate() error {
 		return errors.New("-tls-client-ca: needs -tls-cert and -tls-key (client certificates are only asked for over TLS)")
 	case (c.NATSCert == "") != (c.NATSKey == ""):
 		return errors.New("-nats-cert and -nats-key: give both or neither")
+	case c.NATSCreds != "" && c.NATSNKey != "":
+		return errors.New("-nats-creds and -nats-nkey: give one (a credentials file holds its own NKey seed)")
 	case c.AdminToken != "" && c.AdminTokenFile != "":
 		return errors.New("-admin-token-file: give it or -admin-token, not both")
 	case c.AuditKeep <= 0:

@@ -180,7 +180,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	capacityChanged := make(chan struct{}, 1)
 	st, err := process.Open(ctx, process.StackConfig{
 		Name: "ingress", NATSURL: c.NATSURL, RedisURL: c.RedisURL, Replicas: c.Replicas,
-		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey,
+		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey, NATSCreds: c.NATSCreds, NATSNKey: c.NATSNKey,
 		Rules: watcher.Current, Limits: m.Limits, Logger: log,
 		IdempotencyTTL: c.IdempotencyTTL, LegacyIdempotency: c.LegacyIdempotencyKeys, StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
 		RetryMaxBytes: c.RetryMaxBytes, DeadMaxBytes: c.DeadMaxBytes, DeadDropOldest: c.DeadDropOldest,

@@ -72,6 +72,7 @@ type DrainerConfig struct {
 
 	TLSCert, TLSKey, TLSClientCA string   // -tls-cert, -tls-key, -tls-client-ca: TLS (and mTLS) on -http; default off
 	NATSCA, NATSCert, NATSKey    string   // -nats-ca, -nats-cert, -nats-key: NATS TLS; default system roots, no client certificate
+	NATSCreds, NATSNKey          string   // -nats-creds, -nats-nkey: NATS user credentials (JWT) or NKey seed file; default none
 	SinkCA                       string   // -sink-ca: CA bundle of https:// sinks; default system roots
 	SignKeys                     []string // -sign-keys: HMAC key files; default none (unsigned)
 
@@ -105,6 +106,8 @@ func drainerFlags(c *DrainerConfig, getenv func(string) string, stderr io.Writer
 	f.String(&c.NATSCA, "nats-ca", "SLUICE_NATS_CA", "", "PEM CA bundle of the NATS servers")
 	f.String(&c.NATSCert, "nats-cert", "SLUICE_NATS_CERT", "", "PEM client certificate for NATS")
 	f.String(&c.NATSKey, "nats-key", "SLUICE_NATS_KEY", "", "PEM private key of -nats-cert")
+	f.String(&c.NATSCreds, "nats-creds", "SLUICE_NATS_CREDS", "", "NATS user credentials file (JWT and NKey seed, as nsc writes it)")
+	f.String(&c.NATSNKey, "nats-nkey", "SLUICE_NATS_NKEY", "", "NATS NKey seed file (an SU... seed)")
 	f.String(&c.SinkCA, "sink-ca", "SLUICE_SINK_CA", "", "PEM CA bundle trusted for https:// sinks")
 	f.List(&c.SignKeys, "sign-keys", "SLUICE_SIGN_KEYS", "", "HMAC key files, comma-separated: HTTP deliveries are signed with the first")
 	f.BoolAction(&c.Version, "version", "print the version and exit")
@@ -143,6 +146,8 @@ func (c *DrainerConfig) Validate() error {
 		return fmt.Errorf("-tls-client-ca: needs -tls-cert and -tls-key")
 	case (c.NATSCert == "") != (c.NATSKey == ""):
 		return fmt.Errorf("-nats-cert and -nats-key: give both or neither")
+	case c.NATSCreds != "" && c.NATSNKey != "":
+		return errNATSCredsAndNKey
 	case c.Workers < 1:
 		return fmt.Errorf("-workers: want a positive number, got %d", c.Workers)
 	case c.Replicas != 1 && c.Replicas != 3:
@@ -237,7 +242,7 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 
 	st, err := Open(ctx, StackConfig{
 		Name: "drainer", NATSURL: c.NATSURL, RedisURL: c.RedisURL, Replicas: c.Replicas,
-		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey,
+		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey, NATSCreds: c.NATSCreds, NATSNKey: c.NATSNKey,
 		StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
 		RetryMaxBytes: c.RetryMaxBytes, DeadMaxBytes: c.DeadMaxBytes, DeadDropOldest: c.DeadDropOldest, Registry: reg,
 		Rules: watcher.Current, Logger: log, RedisPoolSize: 2*c.Workers + 16,

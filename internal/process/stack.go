@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -72,6 +73,34 @@ type StackConfig struct {
 	// servers that require TLS); NATSCert and NATSKey are a client certificate for NATS.
 	// Files are re-read on every (re)connect. Empty: system roots, no client certificate.
 	NATSCA, NATSCert, NATSKey string
+	// NATSCreds is a user credentials file (a JWT and its NKey seed, as nsc writes it);
+	// NATSNKey an NKey seed file. At most one; either keeps the secret out of the URL and
+	// the process list. The file is read again at every (re)connect.
+	NATSCreds, NATSNKey string
+}
+
+var errNATSCredsAndNKey = errors.New("-nats-creds and -nats-nkey: give one (a credentials file holds its own NKey seed)")
+
+// natsAuth is the NATS options of -nats-creds or -nats-nkey; an error names the flag.
+func natsAuth(creds, nkey string) ([]nats.Option, error) {
+	switch {
+	case creds != "" && nkey != "":
+		return nil, errNATSCredsAndNKey
+	case creds != "":
+		// Read now so a missing or unreadable file is a start-up error naming the flag, not
+		// an endless reconnect loop.
+		if _, err := os.ReadFile(creds); err != nil {
+			return nil, fmt.Errorf("-nats-creds: %w", err)
+		}
+		return []nats.Option{nats.UserCredentials(creds)}, nil
+	case nkey != "":
+		opt, err := nats.NkeyOptionFromSeed(nkey)
+		if err != nil {
+			return nil, fmt.Errorf("-nats-nkey %s: %w", nkey, err)
+		}
+		return []nats.Option{opt}, nil
+	}
+	return nil, nil
 }
 
 // Stack is the opened machinery. Close releases it.
@@ -110,6 +139,11 @@ func Open(ctx context.Context, c StackConfig) (s *Stack, err error) {
 	if c.NATSCert != "" {
 		tlsOpts = append(tlsOpts, nats.ClientCert(c.NATSCert, c.NATSKey))
 	}
+	authOpts, err := natsAuth(c.NATSCreds, c.NATSNKey)
+	if err != nil {
+		return s, err
+	}
+	tlsOpts = append(tlsOpts, authOpts...)
 	nc, err := nats.Connect(c.NATSURL, append(tlsOpts,
 		nats.Name("sluice-"+c.Name),
 		nats.MaxReconnects(-1),
