@@ -106,11 +106,11 @@ type Config struct {
 	// NATSNKey (-nats-nkey) an NKey seed file. Either keeps the NATS secret out of -nats,
 	// the environment and the process list. Default empty (none).
 	NATSCreds, NATSNKey string
-	SinkCA                       string
-	SignKeys                     []string
-	AdminTokensFile              string
-	AdminTokenFile               string
-	SubmitTokensFile             string
+	SinkCA              string
+	SignKeys            []string
+	AdminTokensFile     string
+	AdminTokenFile      string
+	SubmitTokensFile    string
 	// AuditKeep is how long operator changes are kept in the SLUICE_AUDIT stream, and
 	// AuditMax how many at most. -audit-keep, default 2160h (90 days); -audit-max,
 	// default 100000.
