@@ -313,6 +313,67 @@ func (s *Server) submitAuth(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// statusAuth guards GET /v1/messages/{id} when -submit-tokens is set: a message's status
+// shows its key and its last error, which belong to whoever submitted it. A submit token
+// for the domain of the id's rule (or for every domain) reads it, and so does an admin
+// token (any scope: read is enough). The domain is the one the id names, so a refused
+// lookup costs no read of any store; an id that names no rule (never seen, or an id of an
+// earlier version) is checked again on the answer (authorizedFor).
+func (s *Server) statusAuth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Auth == nil || s.cfg.Auth.Submit == nil {
+			h(w, r)
+			return
+		}
+		if t, ok := s.cfg.Auth.admin(r); ok {
+			h(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))
+			return
+		}
+		secret, ok := bearer(r)
+		if !ok {
+			s.unauthorized(w, r, "reading a message's status needs Authorization: Bearer <a submit token of its domain, or an admin token>")
+			return
+		}
+		t, ok := match(secret, s.cfg.Auth.Submit.Tokens())
+		if !ok {
+			s.unauthorized(w, r, "unknown token")
+			return
+		}
+		if t.Domain != "" {
+			if domain, ok := s.idDomain(r.PathValue("id")); ok && domain != t.Domain {
+				forbidden(w, fmt.Sprintf("token %q reads messages of domain %q only", t.Name, t.Domain))
+				return
+			}
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))
+	}
+}
+
+// authorizedFor reports whether the request's token (if any) may see a message of domain:
+// a submit token for one domain sees that domain's messages only.
+func authorizedFor(r *http.Request, domain string) (Token, bool) {
+	t, ok := TokenOf(r.Context())
+	if !ok || t.Scope != ScopeSubmit || t.Domain == "" {
+		return t, true
+	}
+	return t, t.Domain == domain
+}
+
+// idDomain is the domain of the queue rule message id names; false when it names none in
+// force (or is not an id of this version).
+func (s *Server) idDomain(id string) (string, bool) {
+	ref, ok := queue.ParseID(id)
+	if !ok {
+		return "", false
+	}
+	for _, rule := range s.cfg.Rules().QueueRules() {
+		if queue.RuleToken(rule.Name) == ref.RuleToken {
+			return rule.Domain, true
+		}
+	}
+	return "", false
+}
+
 var errNoDomain = errors.New("no domain")
 
 // requestDomain reads the domain a submit or cancel is for, leaving r's body readable.

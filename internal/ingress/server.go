@@ -5,6 +5,7 @@ package ingress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -149,7 +150,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s.registerStoreFull(cfg.Registry)
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	s.route("POST /v1/messages", s.submitAuth(s.handleSubmit))
-	s.route("GET /v1/messages/{id}", s.handleStatus)
+	s.route("GET /v1/messages/{id}", s.statusAuth(s.handleStatus))
 	s.route("DELETE /v1/messages/{id}", s.submitAuth(s.handleCancel))
 	s.route("POST /v1/check", s.handleCheck)
 	s.route("POST /json", s.handleEnvoyJSON) // envoyproxy/ratelimit's /json (protojson)
@@ -407,6 +408,11 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	st, err := s.cfg.Status.Get(r.Context(), id)
 	if err != nil {
 		s.writeLocateError(w, id, err)
+		return
+	}
+	if t, ok := authorizedFor(r, st.Domain); !ok {
+		// An id statusAuth could not place (an earlier version's, found as a dead letter).
+		forbidden(w, fmt.Sprintf("token %q reads messages of domain %q only", t.Name, t.Domain))
 		return
 	}
 	httpx.WriteJSON(w, http.StatusOK, newStatusResponse(st))
