@@ -70,6 +70,9 @@ type Main struct {
 	// SinkDial, when set, dials the connections of the in-process drainer's HTTP sink
 	// deliveries (`sluice dev` sends the example rules' sink addresses to its demo sink).
 	SinkDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// TokensChecked, when set, is called each time the token files have been looked at
+	// (every second): tests wait on it rather than sleep.
+	TokensChecked func()
 
 	// Set by Run.
 	Server    *Server
@@ -161,6 +164,12 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
+	reg.MustRegister(auth)
+	// The token files are looked at every second (TokenFile): a revoked token stops working
+	// within it, and a broken file is reported at once.
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	m.closers = append(m.closers, stopWatch)
+	go auth.Watch(watchCtx, m.TokensChecked)
 
 	// Rules next: a process with bad rules must not start.
 	var srv *Server
