@@ -446,6 +446,10 @@ func (s *Server) writeLocateError(w http.ResponseWriter, id string, err error) {
 		detail := "the message is in none of its key's queue, the retry stream or the dead letters: it was delivered, " +
 			"or removed by a purge. sluice keeps no record of a message once it has left"
 		rule, key := gone.Rule, &gone.Key
+		if gone.Unread {
+			detail += fmt.Sprintf("; or it was stored again (re-admitted, replayed) behind more messages of its key than a lookup reads (%d)",
+				status.DefaultMaxRead)
+		}
 		if gone.Legacy {
 			detail = "an id of an earlier version of sluice names no queue; only its dead letter could be found, and there is none"
 			rule, key = "", nil
