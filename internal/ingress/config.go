@@ -213,6 +213,10 @@ func (c *Config) Validate() error {
 		return errors.New("-nats-creds and -nats-nkey: give one (a credentials file holds its own NKey seed)")
 	case c.AdminToken != "" && c.AdminTokenFile != "":
 		return errors.New("-admin-token-file: give it or -admin-token, not both")
+	case c.AdminToken != "" && len(c.AdminToken) < MinTokenLength:
+		// Outside `sluice dev` (which builds its Config without flags, so never gets here):
+		// a short token is guessed; every token file has the same minimum.
+		return fmt.Errorf("-admin-token: %d characters, want at least %d (e.g. openssl rand -hex 32)", len(c.AdminToken), MinTokenLength)
 	case c.AuditKeep <= 0:
 		return fmt.Errorf("-audit-keep: want a positive duration, got %s", c.AuditKeep)
 	case c.AuditMax <= 0:

@@ -317,7 +317,7 @@ func TestGRPCShouldRateLimit(t *testing.T) {
 			t.Fatalf("submit after the checks: %d %s", rep.code, rep.raw)
 		}
 		for _, q := range []string{"orders", "marketing"} {
-			rep := g.do("GET", "/v1/admin/queues/"+q, "", "Authorization", "Bearer s3cret")
+			rep := g.do("GET", "/v1/admin/queues/"+q, "", "Authorization", "Bearer s3cret-0123456789")
 			if rep.code != 200 || rep.body["depth"] != float64(0) {
 				t.Fatalf("queue %s after gRPC checks: %d %s", q, rep.code, rep.raw)
 			}

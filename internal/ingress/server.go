@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-io/sluice/internal/admit"
 	"github.com/sluice-io/sluice/internal/console"
 	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/redact"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
@@ -496,7 +497,10 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := s.cfg.Ready(ctx); err != nil {
-			httpx.WriteProblem(w, httpx.NotReady(err.Error()))
+			// Which backend, never its error text (addresses, user names, versions): that
+			// goes to the log.
+			s.cfg.Logger.Warn("ingress: not ready", "err", err)
+			httpx.WriteProblem(w, httpx.NotReady(process.PublicReadyError(err)))
 			return
 		}
 	}

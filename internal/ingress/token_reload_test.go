@@ -160,3 +160,26 @@ func scrapeText(t *testing.T, base string) string {
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
 }
+
+// TestAdminTokenHasAMinimumLength: a short -admin-token (flag or environment) stops the
+// start, naming the flag, as a short token in a token file does; `sluice dev` builds its
+// Config without flags and keeps its short local token.
+func TestAdminTokenHasAMinimumLength(t *testing.T) {
+	t.Parallel()
+	if _, err := ingress.ParseFlags([]string{"-rules", "r.yaml", "-admin-token", "short-token"}, func(string) string { return "" }, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "-admin-token: 11 characters, want at least 16") {
+		t.Fatalf("a short -admin-token: %v", err)
+	}
+	env := map[string]string{"SLUICE_ADMIN_TOKEN": "short"}
+	if _, err := ingress.ParseFlags([]string{"-rules", "r.yaml"}, func(k string) string { return env[k] }, io.Discard); err == nil || !strings.Contains(err.Error(), "-admin-token") {
+		t.Fatalf("a short SLUICE_ADMIN_TOKEN: %v", err)
+	}
+	if _, err := ingress.ParseFlags([]string{"-rules", "r.yaml", "-admin-token", "long-enough-0123456789"}, func(string) string { return "" }, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	short := filepath.Join(t.TempDir(), "admin-token")
+	os.WriteFile(short, []byte("short\n"), 0o600)
+	if _, err := ingress.OpenAuth(ingress.AuthFiles{AdminTokenFile: short}, nil); err == nil || !strings.Contains(err.Error(), "-admin-token-file") {
+		t.Fatalf("a short -admin-token-file: %v", err)
+	}
+}

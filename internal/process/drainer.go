@@ -270,7 +270,8 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := st.Ready(ctx); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			log.Warn("drainer: not ready", "err", err)
+			http.Error(w, PublicReadyError(err), http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ok\n")

@@ -288,15 +288,40 @@ func (s *Stack) Effective(r *rules.Rule) *rules.Rule {
 	return eff
 }
 
-// Ready reports whether NATS and Redis are reachable (GET /readyz).
+// Ready reports whether NATS and Redis are reachable (GET /readyz); the error is a
+// *NotReady naming the backend.
 func (s *Stack) Ready(ctx context.Context) error {
 	if !s.NATS.IsConnected() {
-		return fmt.Errorf("NATS is not connected")
+		return &NotReady{Backend: "NATS", Err: errors.New("not connected")}
 	}
 	if err := s.Redis.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("Redis: %w", err)
+		return &NotReady{Backend: "Redis", Err: err}
 	}
 	return nil
+}
+
+// NotReady is a backend that is not reachable. /readyz answers with Public only — which
+// backend — and logs Err: a backend's error text can carry addresses, user names and
+// versions, and /readyz is open to anyone who reaches the port.
+type NotReady struct {
+	Backend string // "NATS" or "Redis"
+	Err     error
+}
+
+func (e *NotReady) Error() string { return e.Backend + ": " + e.Err.Error() }
+func (e *NotReady) Unwrap() error { return e.Err }
+
+// Public is what /readyz says: the backend, not its error.
+func (e *NotReady) Public() string { return e.Backend + " is not reachable" }
+
+// PublicReadyError is what /readyz says of err (a *NotReady: its backend; anything else: a
+// dependency, unnamed).
+func PublicReadyError(err error) string {
+	var nr *NotReady
+	if errors.As(err, &nr) {
+		return nr.Public()
+	}
+	return "a dependency is not reachable"
 }
 
 // Close releases everything Open opened, in reverse order. Safe to call twice.

@@ -1,0 +1,45 @@
+package ingress_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sluice-io/sluice/internal/ingress"
+	"github.com/sluice-io/sluice/internal/process"
+)
+
+// TestReadyzNamesTheBackendNotItsError: /readyz is open to anyone who reaches the port; it
+// says which backend is down, never the backend's error text (addresses, users, versions).
+func TestReadyzNamesTheBackendNotItsError(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&process.NotReady{Backend: "Redis", Err: errors.New("dial tcp 10.9.8.7:6379: WRONGPASS invalid username-password pair for user sluice-prod")}, "Redis is not reachable"},
+		{&process.NotReady{Backend: "NATS", Err: errors.New("not connected to nats://10.9.8.7:4222 (server v2.15.2)")}, "NATS is not reachable"},
+		{errors.New("something at 10.9.8.7 failed"), "a dependency is not reachable"},
+	} {
+		srv := httptest.NewServer(ingress.NewServer(ingress.ServerConfig{Ready: func(context.Context) error { return c.err }}))
+		resp, err := http.Get(srv.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		if resp.StatusCode != 503 || !strings.Contains(string(body), c.want) {
+			t.Errorf("%v: %d %s, want 503 saying %q", c.err, resp.StatusCode, body, c.want)
+		}
+		for _, leak := range []string{"10.9.8.7", "sluice-prod", "v2.15.2", "WRONGPASS"} {
+			if strings.Contains(string(body), leak) {
+				t.Errorf("/readyz shows %q: %s", leak, body)
+			}
+		}
+	}
+}
