@@ -146,7 +146,7 @@ func (l *Log) Append(ctx context.Context, r Record) error {
 // when another process appended first.
 func (l *Log) appendChained(ctx context.Context, r Record) error {
 	var err error
-	for range 8 {
+	for range 64 { // contention between ingresses is rare: admin calls are
 		var last uint64
 		if r.Prev, last, err = l.last(ctx); err != nil {
 			return err
@@ -156,14 +156,21 @@ func (l *Log) appendChained(ctx context.Context, r Record) error {
 			return err
 		}
 		_, err = l.js.Publish(ctx, l.cfg.Subject, data, jetstream.WithExpectLastSequence(last))
-		var api *jetstream.APIError
-		if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		if wrongLast(err) {
 			continue // another record came first: link to it
 		}
 		return err
 	}
 	return err
+}
+
+func wrongLast(err error) bool {
+	var js jetstream.JetStreamError
+	if !errors.As(err, &js) || js.APIError() == nil {
+		return false
+	}
+	code := js.APIError().ErrorCode
+	return code == jetstream.JSErrCodeStreamWrongLastSequence || code == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
 
 // last is the chain's end: the hash of the last stored record ("" when there is none) and
