@@ -231,6 +231,7 @@ func TestAuditTrail(t *testing.T) {
 	}
 	recs, _ := a.body["records"].([]any)
 	want := []struct{ action, actor string }{
+		{"refused", "viewer"}, // the read token's PATCH, 403
 		{"replay_all", "alice"}, {"purge", "alice"}, {"key_delete", "alice"}, {"reset", "alice"},
 		{"resume", "alice"}, {"pause", "admin-token"}, {"tune", "alice"},
 	}
@@ -240,7 +241,11 @@ func TestAuditTrail(t *testing.T) {
 	var lastSeq float64 = 1 << 62
 	for i, w := range want {
 		r := recs[i].(map[string]any)
-		if r["action"] != w.action || r["actor"] != w.actor || r["queue"] != "orders" || r["result"] != "ok" {
+		if w.action == "refused" {
+			if r["actor"] != w.actor || r["result"] != "403 Forbidden" || r["target"] != "PATCH /v1/admin/queues/orders" {
+				t.Errorf("record %d: %v, want the refused PATCH", i, r)
+			}
+		} else if r["action"] != w.action || r["actor"] != w.actor || r["queue"] != "orders" || r["result"] != "ok" {
 			t.Errorf("record %d: %v, want %s by %s", i, r, w.action, w.actor)
 		}
 		if seq := r["seq"].(float64); seq >= lastSeq {
@@ -257,7 +262,7 @@ func TestAuditTrail(t *testing.T) {
 	if outflow, _ := after["outflow"].(map[string]any); outflow["requests_per_unit"] != float64(2) {
 		t.Errorf("tune record after = %v, want the new outflow", tune["after"])
 	}
-	if del := recs[2].(map[string]any); del["target"] != "m-1" {
+	if del := recs[3].(map[string]any); del["target"] != "m-1" {
 		t.Errorf("key_delete target = %v", del["target"])
 	}
 	// Paging: two per page, following next, gives the same records.

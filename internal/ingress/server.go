@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/admit"
+	"github.com/sluice-io/sluice/internal/audit"
 	"github.com/sluice-io/sluice/internal/console"
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/process"
@@ -38,6 +39,7 @@ type Server struct {
 	bufs    sync.Pool
 	refused refusals
 	envoy   *envoyState // envoy parity options (envoy.go)
+	audits  *auditCalls // refused and failed admin calls, cancels (auditcalls.go)
 }
 
 // refusals counts this process's 429s per rule between two flushes to Redis (see
@@ -118,6 +120,9 @@ type ServerConfig struct {
 	// Auth holds the admin tokens (scopes read and operate) and the submit tokens; nil or
 	// without admin tokens, the admin API answers 401 to everyone.
 	Auth *Auth
+	// Audit keeps refused and failed admin calls and cancels (auditcalls.go); nil: they
+	// are logged only.
+	Audit *audit.Log
 }
 
 // NewServer builds the server and registers its metrics on cfg.Registry.
@@ -148,11 +153,12 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registry), mux: http.NewServeMux()}
 	s.envoy = newEnvoyState(cfg.Envoy, cfg.Registry)
+	s.audits = newAuditCalls(cfg.Audit, cfg.Registry)
 	s.registerStoreFull(cfg.Registry)
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	s.route("POST /v1/messages", s.submitAuth(s.handleSubmit))
 	s.route("GET /v1/messages/{id}", s.statusAuth(s.handleStatus))
-	s.route("DELETE /v1/messages/{id}", s.submitAuth(s.handleCancel))
+	s.route("DELETE /v1/messages/{id}", s.auditCancel(s.submitAuth(s.handleCancel)))
 	s.route("POST /v1/check", s.handleCheck)
 	s.route("POST /json", s.handleEnvoyJSON) // envoyproxy/ratelimit's /json (protojson)
 	s.route("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -170,7 +176,7 @@ func NewServer(cfg ServerConfig) *Server {
 	// ServeMux redirects /ui to /ui/.
 	s.mux.Handle("GET /ui/", s.instrument("/ui/", console.Handler()))
 	if cfg.Admin != nil {
-		s.mux.Handle("/v1/admin/", s.instrument("/v1/admin/", s.authenticate(cfg.Admin)))
+		s.mux.Handle("/v1/admin/", s.instrument("/v1/admin/", s.auditAdmin(s.authenticate(cfg.Admin))))
 	} else {
 		s.route("/v1/admin/", func(w http.ResponseWriter, r *http.Request) {
 			if !s.authorized(r) {
