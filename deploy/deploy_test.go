@@ -26,8 +26,9 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// sluiceEnv is every environment variable the binaries read (the README's flag tables of the
-// ingress and drainer). A typo in a manifest would silently fall back to a default.
+// sluiceEnv is every environment variable the binaries read (the flag tables of the ingress
+// and drainer in docs/configuration.md). A typo in a manifest would silently fall back to a
+// default.
 var sluiceEnv = []string{
 	"SLUICE_RULES", "SLUICE_HTTP_ADDR", "SLUICE_NATS_URL", "SLUICE_REDIS_URL",
 	"SLUICE_ADMIN_TOKEN", "SLUICE_REPLICAS", "SLUICE_LOG_FORMAT", "SLUICE_SHUTDOWN_TIMEOUT",

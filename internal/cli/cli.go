@@ -477,7 +477,7 @@ func (m *Main) verbUsage(w io.Writer, name string) bool {
 	return false
 }
 
-// printFlags lists fs's flags as the top-level help and the README spell them: a long
+// printFlags lists fs's flags as the top-level help and docs/cli.md spell them: a long
 // name with two dashes (--delay), a one-letter name with one (-o).
 func printFlags(w io.Writer, fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {

@@ -24,7 +24,7 @@ import (
 const DefaultSinkAddr = "127.0.0.1:8090"
 
 // Config is what `sluice dev` is told. Every field is a flag with a SLUICE_DEV_*
-// environment variable (the flag wins); defaults in devFlags and the README's table.
+// environment variable (the flag wins); defaults in devFlags and docs/configuration.md's table.
 type Config struct {
 	Rules           []string      // -rules: default "deploy/examples"
 	DataDir         string        // -data: the embedded NATS server's JetStream store; default "./data"

@@ -1,6 +1,3 @@
-// Package httpx holds the HTTP plumbing shared by the ingress and drainer servers:
-// RFC 9457 problem details and the rate-limit headers (docs/http-api.md "Problem types",
-// "Rate-limit headers").
 package httpx
 
 import (

@@ -85,7 +85,7 @@ type Queue struct {
 	// own hash slot, so one busy rule spreads over every master of a Redis Cluster
 	// (queue.partitions). 0: the scheduler's default (queue.DefaultPartitions: 1 on a single
 	// Redis or Sentinel, 8 on a Redis Cluster). Changing it on a live rule loses nothing
-	// (see the README's Redis Cluster section).
+	// (see docs/operations.md, "Redis Cluster: one rule over every master").
 	Partitions int
 }
 

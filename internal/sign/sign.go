@@ -4,7 +4,7 @@
 //	Sluice-Signature: t=1767225600,v1=5257a869e7ecebeda32affa62cdca3fa51cad7e77a0e56ff536d0ce8e108d8bd
 //
 // During a key rotation the drainer is given two key files: it signs with the first, and
-// sinks accept a signature made with either (README "Rotating the signing key"). Key files
+// sinks accept a signature made with either (docs/security.md, "Rotation runbook"). Key files
 // are re-read when they change.
 package sign
 

@@ -34,4 +34,13 @@
 // idle connections per host). Configs document their defaults and are completed by
 // WithDefaults. Backoff is a pure function of (policy, attempt, random source) so tests
 // are deterministic.
+//
+// # Files
+//
+//   - http.go: the HTTP sink: request, answer classes, Retry-After, its tuned transport
+//   - nats.go: the NATS sink: publish to the rule's subject with the same headers
+//   - multi.go: Multi: the sink a rule names (HTTP or NATS)
+//   - headers.go: the header names a sink sees (docs/delivery.md "The request")
+//   - signers.go: per-rule signing keys (sink.sign_keys) beside the drainer's -sign-keys
+//   - doc.go: this overview
 package sink

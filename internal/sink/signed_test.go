@@ -24,7 +24,7 @@ import (
 	"github.com/sluice-io/sluice/internal/waittest"
 )
 
-// verifySluiceSignature is the README's Go verification snippet, as a sink would write it
+// verifySluiceSignature is docs/security.md's Go verification snippet, as a sink would write it
 // (it does not use package sign, so the documented algorithm itself is under test).
 func verifySluiceSignature(header string, body []byte, keys [][]byte, now time.Time) bool {
 	var ts string
@@ -187,7 +187,7 @@ func TestSignedDeliveries(t *testing.T) {
 	}
 }
 
-// sign.Verify agrees with the README's snippet and refuses tampering.
+// sign.Verify agrees with docs/security.md's snippet and refuses tampering.
 func TestSignVerify(t *testing.T) {
 	t.Parallel()
 	key := []byte("k-0123456789abcdef")
@@ -211,10 +211,10 @@ func TestSignVerify(t *testing.T) {
 	}
 }
 
-// readmeBlock returns the first fenced block of lang in README.md that contains marker.
+// readmeBlock returns the first fenced block of lang in docs/security.md that contains marker.
 func readmeBlock(t *testing.T, lang, marker string) string {
 	t.Helper()
-	data, err := os.ReadFile("../../README.md")
+	data, err := os.ReadFile("../../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,11 +224,11 @@ func readmeBlock(t *testing.T, lang, marker string) string {
 			return block
 		}
 	}
-	t.Fatalf("README.md has no %s block with %q", lang, marker)
+	t.Fatalf("docs/security.md has no %s block with %q", lang, marker)
 	return ""
 }
 
-// The README's verification snippets are the ones tested: the Go one is
+// docs/security.md's verification snippets ("Signing deliveries") are the ones tested: the Go one is
 // verifySluiceSignature above, word for word; the Python one, run with python3, accepts
 // what sluice signs and refuses a changed body, another key and a stale timestamp.
 func TestReadmeSignatureSnippets(t *testing.T) {
@@ -241,12 +241,12 @@ func TestReadmeSignatureSnippets(t *testing.T) {
 	fn := string(src)[strings.Index(string(src), "func verifySluiceSignature"):]
 	fn = fn[:strings.Index(fn, "\n}\n")+3]
 	if strings.TrimSpace(goBlock) != strings.TrimSpace(fn) {
-		t.Errorf("README's Go snippet differs from verifySluiceSignature in signed_test.go:\n%s", goBlock)
+		t.Errorf("docs/security.md's Go snippet differs from verifySluiceSignature in signed_test.go:\n%s", goBlock)
 	}
 
 	py, err := exec.LookPath("python3")
 	if err != nil {
-		t.Skip("SKIPPED: no python3 to run the README's Python snippet")
+		t.Skip("SKIPPED: no python3 to run docs/security.md's Python snippet")
 	}
 	key := []byte("k-0123456789abcdef")
 	now := time.Now()
@@ -265,7 +265,7 @@ print(verify_sluice_signature(sys.argv[1], b'{"a":1}', [b"other-key-0123456789",
 		t.Fatalf("python3: %v\n%s", err, out)
 	}
 	if got := strings.TrimSpace(string(out)); got != "True False False False" {
-		t.Fatalf("the README's Python snippet says %q, want True False False False (good, changed body, other key, stale)", got)
+		t.Fatalf("docs/security.md's Python snippet says %q, want True False False False (good, changed body, other key, stale)", got)
 	}
 }
 

@@ -203,7 +203,7 @@ func TestLocatorAnswersEveryStateFromWhereTheMessageIs(t *testing.T) {
 	if w.rec.Dropped() != 0 {
 		t.Fatalf("%d records dropped", w.rec.Dropped())
 	}
-	// What a record costs on disk, as the README states it.
+	// What a record costs on disk, as docs/operations.md states it (capacity planning).
 	info, err := w.rec.Info(w.ctx)
 	if err != nil || info.State.Msgs != 1 {
 		t.Fatalf("records stream: %+v %v", info, err)
