@@ -43,3 +43,17 @@ func TestReadyzNamesTheBackendNotItsError(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminAPIWithoutTokensAnswers401: as docs/http-api.md says, with no admin token
+// configured no token is known, so the admin API answers 401 (not 404) to every call;
+// 404 "not enabled" is for a known token on a server without the admin API.
+func TestAdminAPIWithoutTokensAnswers401(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(ingress.NewServer(ingress.ServerConfig{Admin: http.NotFoundHandler()}))
+	defer srv.Close()
+	for _, tok := range []string{"", "any-token-0123456789abc"} {
+		if a := call(t, "GET", srv.URL+"/v1/admin/queues", tok, ""); a.status != 401 {
+			t.Errorf("token %q: %d, want 401", tok, a.status)
+		}
+	}
+}
