@@ -1,11 +1,15 @@
 package ingress_test
 
 import (
+	"context"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sluice-io/sluice/queue"
 )
 
 const twoDomainRules = routesRules + `---
@@ -59,5 +63,37 @@ func TestStatusNeedsATokenOfTheMessagesDomain(t *testing.T) {
 	forged := strings.Replace(id, id[:8], "01900000", 1)
 	if a := call(t, "GET", base+"/v1/messages/"+forged, submitOther, ""); a.status != 403 {
 		t.Errorf("forged id of orders with the marketing token: %d %v", a.status, a.body)
+	}
+}
+
+// TestStatusAndDeadLettersNeverShowAURLsSecrets: a delivery error that quotes a sink URL —
+// as one stored by an earlier version did — reaches neither GET /v1/messages/{id} nor the
+// dead letters with the URL's password, user token or query string.
+func TestStatusAndDeadLettersNeverShowAURLsSecrets(t *testing.T) {
+	t.Parallel()
+	m := startWith(t, io.Discard)
+	base := "http://" + m.Addr.String()
+	id, err := queue.NewID("orders", "m-9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reason := `8 attempts, last error: sink: Post "https://hookuser:hookpass@hooks.example/in?api_key=querysecret": dial tcp: refused`
+	msg := queue.Message{ID: id, Rule: "orders", Key: "m-9", Payload: []byte(`{}`), CreatedAt: time.Now(), Attempt: 8, LastError: reason}
+	if err := m.Stack.Dead.Dead(context.Background(), "orders", msg, reason); err != nil {
+		t.Fatal(err)
+	}
+	st := call(t, "GET", base+"/v1/messages/"+id, "", "")
+	dead := call(t, "GET", base+"/v1/admin/dead?queue=orders", routesToken, "")
+	if st.status != 200 || dead.status != 200 {
+		t.Fatalf("status %d %v, dead %d %v", st.status, st.body, dead.status, dead.body)
+	}
+	shown := toString(st.body) + toString(dead.body)
+	for _, secret := range []string{"hookpass", "querysecret"} {
+		if strings.Contains(shown, secret) {
+			t.Errorf("shown: %q", secret)
+		}
+	}
+	if !strings.Contains(shown, "https://hookuser:xxxxx@hooks.example/in?REDACTED") {
+		t.Errorf("the redacted URL is not shown: %s", shown)
 	}
 }
