@@ -212,6 +212,12 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	m.closers = append(m.closers, st.Close)
 	m.Stack = st
+	// What status lookups cost the queue store: a steep rise with few lookups is someone
+	// probing with made-up ids (each bounded by status.DefaultMaxRead per look).
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "sluice_status_messages_read_total",
+		Help: "Messages of keys' queues read by GET /v1/messages/{id} and cancels (at most 1000 per look, two looks per lookup).",
+	}, func() float64 { return float64(st.Status.MessagesRead()) }))
 
 	// Every queue rule's stream must exist, at its effective capacity (not the rules
 	// file's, or a restarted ingress would undo a PATCH), before admitting.

@@ -96,4 +96,8 @@ func TestStatusAndDeadLettersNeverShowAURLsSecrets(t *testing.T) {
 	if !strings.Contains(shown, "https://hookuser:xxxxx@hooks.example/in?REDACTED") {
 		t.Errorf("the redacted URL is not shown: %s", shown)
 	}
+	// What the lookup read is on /metrics (the queue of m-9 is empty: 0, but present).
+	if !strings.Contains(scrapeText(t, base), "sluice_status_messages_read_total ") {
+		t.Errorf("/metrics lacks sluice_status_messages_read_total")
+	}
 }
