@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/client"
-	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 	"github.com/sluice-io/sluice/internal/redistest"
 )
 

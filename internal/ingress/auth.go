@@ -6,13 +6,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -422,8 +421,11 @@ func (s *Server) authenticate(h http.Handler) http.Handler {
 }
 
 // submitAuth guards POST /v1/messages and DELETE /v1/messages/{id} when -submit-tokens is
-// set: a submit token is needed, and a token for one domain submits to that domain only
-// (the body's "domain"; for a cancel, the domain of the id's rule).
+// set: a submit token is needed, and a token for one domain submits to that domain only.
+// A cancel's domain (that of the id's rule) is checked here; a submission's domains are
+// checked by the handler once the body is decoded (submitRefused), for a single
+// submission and for every item of a batch alike — a check here that read one object's
+// "domain" saw nothing in a JSON array or NDJSON and let a batch through to any domain.
 func (s *Server) submitAuth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Auth == nil || s.cfg.Auth.Submit == nil {
@@ -440,10 +442,10 @@ func (s *Server) submitAuth(h http.HandlerFunc) http.HandlerFunc {
 			s.unauthorized(w, r, "unknown submit token")
 			return
 		}
-		if t.Domain != "" {
-			domain, err := s.requestDomain(r)
-			if err != nil {
-				h(w, r) // the handler answers the malformed request as it always does
+		if t.Domain != "" && r.Method == http.MethodDelete {
+			domain, ok := s.cancelDomain(r)
+			if !ok {
+				h(w, r) // the handler answers the unknown id as it always does
 				return
 			}
 			if domain != t.Domain {
@@ -516,35 +518,38 @@ func (s *Server) idDomain(id string) (string, bool) {
 	return "", false
 }
 
-var errNoDomain = errors.New("no domain")
+// submitRefused is the 403 of a submission to domain when the request's submit token (ctx)
+// may submit to another domain only; nil when it may (or no token is configured). item is
+// the submission's index in a batch, or -1 for a single one: the problem then names the
+// item ("[3].domain"), and says the whole batch was refused.
+func submitRefused(ctx context.Context, domain string, item int) *httpx.Problem {
+	t, ok := TokenOf(ctx)
+	if !ok || t.Domain == "" || domain == t.Domain {
+		return nil
+	}
+	p := httpx.Forbidden(fmt.Sprintf("token %q may submit to domain %q only", t.Name, t.Domain))
+	p.Field = "domain"
+	if item >= 0 {
+		p.Field = "[" + strconv.Itoa(item) + "].domain"
+		p.Detail = fmt.Sprintf("item %d is for domain %q: token %q may submit to domain %q only; "+
+			"the batch is refused whole and none of its items was stored", item, domain, t.Name, t.Domain)
+	}
+	return &p
+}
 
-// requestDomain reads the domain a submit or cancel is for, leaving r's body readable.
-func (s *Server) requestDomain(r *http.Request) (string, error) {
-	if r.Method == http.MethodDelete {
-		ref, ok := queue.ParseID(r.PathValue("id"))
-		if !ok {
-			return "", errNoDomain
+// cancelDomain is the domain of the rule of a cancel's message id; false when the id names
+// no rule in force.
+func (s *Server) cancelDomain(r *http.Request) (string, bool) {
+	ref, ok := queue.ParseID(r.PathValue("id"))
+	if !ok {
+		return "", false
+	}
+	for _, rule := range s.cfg.Rules().Rules() {
+		if queue.RuleToken(rule.Name) == ref.RuleToken {
+			return rule.Domain, true
 		}
-		for _, rule := range s.cfg.Rules().Rules() {
-			if queue.RuleToken(rule.Name) == ref.RuleToken {
-				return rule.Domain, nil
-			}
-		}
-		return "", errNoDomain
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, s.cfg.MaxBody+1))
-	r.Body.Close()
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	if err != nil {
-		return "", err
-	}
-	var v struct {
-		Domain string `json:"domain"`
-	}
-	if err := json.Unmarshal(body, &v); err != nil {
-		return "", err
-	}
-	return v.Domain, nil
+	return "", false
 }
 
 // AuthFiles says where the ingress's tokens come from: -admin-token, -admin-token-file,

@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/devstack"
 	"github.com/sluice-io/sluice/internal/ingress"
+	ingressproc "github.com/sluice-io/sluice/internal/process/ingress"
 )
 
 // Rules of the gRPC tests: one rule per algorithm and feature, a queue-only rule and a
@@ -650,7 +651,7 @@ func TestGRPCDev(t *testing.T) {
 // TestDebugAddr: -debug-addr serves pprof on its own listener, and only there.
 func TestDebugAddr(t *testing.T) {
 	t.Parallel()
-	e := start(t, func(c *ingress.Config) { c.DebugAddr = "127.0.0.1:0" })
+	e := start(t, func(c *ingressproc.Config) { c.DebugAddr = "127.0.0.1:0" })
 	resp, err := http.Get("http://" + e.main.DebugAddr.String() + "/debug/pprof/cmdline")
 	if err != nil {
 		t.Fatal(err)

@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-io/sluice/internal/ingress"
+	svc "github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 	"github.com/sluice-io/sluice/internal/redistest"
 )
 
@@ -179,7 +180,7 @@ func TestAdminTokenHasAMinimumLength(t *testing.T) {
 	}
 	short := filepath.Join(t.TempDir(), "admin-token")
 	os.WriteFile(short, []byte("short\n"), 0o600)
-	if _, err := ingress.OpenAuth(ingress.AuthFiles{AdminTokenFile: short}, nil); err == nil || !strings.Contains(err.Error(), "-admin-token-file") {
+	if _, err := svc.OpenAuth(svc.AuthFiles{AdminTokenFile: short}, nil); err == nil || !strings.Contains(err.Error(), "-admin-token-file") {
 		t.Fatalf("a short -admin-token-file: %v", err)
 	}
 }

@@ -3,12 +3,13 @@
 // listeners with the hostile-input limits and pprof, signals, and a soft then hard stop
 // (run.go), on a Stack of connections and streams opened the same way for both (stack.go,
 // redis.go), with the drain side wired once (drainwire.go). The drainer process is here
-// (drainer.go); the ingress process is internal/ingress's Main, built on this package, so
-// that the drainer binary does not link the HTTP and gRPC server.
+// (drainer.go); the ingress process is beside it, in internal/process/ingress (Main), a
+// package of its own so that the drainer binary does not link the HTTP and gRPC server.
+// Handler packages (internal/ingress) import neither.
 //
-// cmd/ingress and cmd/drainer are each one call: Exec("ingress", ingress.Run),
-// Exec("drainer", RunDrainer). Tests run the same processes whole, in-process, on :0
-// ports:
+// cmd/ingress and cmd/drainer are each one call: Exec("ingress", ingress.Run) (that
+// package), Exec("drainer", RunDrainer). Tests run the same processes whole, in-process,
+// on :0 ports:
 //
 //	cfg, err := ingress.ParseFlags(args, getenv, stderr)
 //	m := &ingress.Main{Config: cfg, Logger: log}

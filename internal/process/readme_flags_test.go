@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/sluice-io/sluice/internal/devstack"
-	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 )
 
 // TestREADMEFlagTables holds the flag tables of docs/configuration.md ("## ingress",

@@ -1,6 +1,6 @@
 // Package sink delivers messages to where a rule says they go: an HTTP endpoint
 // (rules.Sink.URL) or a NATS subject (rules.Sink.NATSSubject). Every sink implements
-// drain.Sink and reports a drain.Outcome value; a failed delivery is an expected result,
+// delivery.Sink and reports a delivery.Outcome value; a failed delivery is an expected result,
 // never an error.
 //
 // # What the sink sees (docs/delivery.md "The request")

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/delivery"
 	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/tlsx"
 	"github.com/sluice-io/sluice/internal/tlsx/tlstest"
@@ -135,12 +135,12 @@ func TestSignedDeliveries(t *testing.T) {
 
 	oldFile := writeKey(t, dir, "old.key", oldKey)
 	h := signedSink(t, caFile, oldFile)
-	if o := h.Deliver(t.Context(), rule, m); o.Verdict != drain.Delivered {
+	if o := h.Deliver(t.Context(), rule, m); o.Verdict != delivery.Delivered {
 		t.Fatalf("signed delivery: %+v", o)
 	}
 	// The wrong key: refused by the sink.
 	wrong := signedSink(t, caFile, writeKey(t, dir, "wrong.key", "wrong-key-0123456789abcdef012345"))
-	if o := wrong.Deliver(t.Context(), rule, m); o.Verdict != drain.Dead || o.Status != 401 {
+	if o := wrong.Deliver(t.Context(), rule, m); o.Verdict != delivery.Dead || o.Status != 401 {
 		t.Fatalf("delivery signed with a wrong key: %+v, want the sink's 401", o)
 	}
 	// Unsigned: refused.
@@ -159,7 +159,7 @@ func TestSignedDeliveries(t *testing.T) {
 	both := [][]byte{[]byte(newKey), []byte(oldKey)}
 	sinkSrv.keys.Store(&both)
 	rotated := signedSink(t, caFile, writeKey(t, dir, "new.key", newKey), oldFile)
-	if o := rotated.Deliver(t.Context(), rule, m); o.Verdict != drain.Delivered {
+	if o := rotated.Deliver(t.Context(), rule, m); o.Verdict != delivery.Delivered {
 		t.Fatalf("signed with the new key during the rotation: %+v", o)
 	}
 	onlyNew := [][]byte{[]byte(newKey)}
@@ -170,7 +170,7 @@ func TestSignedDeliveries(t *testing.T) {
 	// The same signer picks up a rewritten key file.
 	writeKey(t, dir, "old.key", newKey)
 	waittest.Eventually(t, 5*time.Second, "a rewritten key file used", func() bool {
-		return h.Deliver(t.Context(), rule, m).Verdict == drain.Delivered
+		return h.Deliver(t.Context(), rule, m).Verdict == delivery.Delivered
 	})
 	if sinkSrv.accepted.Load() < 3 || sinkSrv.refused.Load() < 4 {
 		t.Fatalf("sink accepted %d, refused %d", sinkSrv.accepted.Load(), sinkSrv.refused.Load())
@@ -179,7 +179,7 @@ func TestSignedDeliveries(t *testing.T) {
 	// Without -sink-ca the sink's certificate is not trusted: a retry, nothing sent.
 	before := sinkSrv.accepted.Load() + sinkSrv.refused.Load()
 	untrusted := signedSink(t, "", oldFile)
-	if o := untrusted.Deliver(t.Context(), rule, m); o.Verdict != drain.Retry || !strings.Contains(o.Err, "certificate") {
+	if o := untrusted.Deliver(t.Context(), rule, m); o.Verdict != delivery.Retry || !strings.Contains(o.Err, "certificate") {
 		t.Fatalf("delivery to a sink of an untrusted CA: %+v", o)
 	}
 	if sinkSrv.accepted.Load()+sinkSrv.refused.Load() != before {
@@ -283,7 +283,7 @@ func TestSignedDeliveriesPerRule(t *testing.T) {
 
 	own := testRule(sinkSrv.srv.URL)
 	own.Sink.SignKeys = writeKey(t, dir, "tenant.key", tenantKey)
-	if o := h.Deliver(t.Context(), own, m); o.Verdict != drain.Delivered {
+	if o := h.Deliver(t.Context(), own, m); o.Verdict != delivery.Delivered {
 		t.Fatalf("a rule with its own sign_keys: %+v", o)
 	}
 	if o := h.Deliver(t.Context(), testRule(sinkSrv.srv.URL), m); o.Status != 401 {
@@ -292,7 +292,7 @@ func TestSignedDeliveriesPerRule(t *testing.T) {
 	before := sinkSrv.accepted.Load() + sinkSrv.refused.Load()
 	broken := testRule(sinkSrv.srv.URL)
 	broken.Sink.SignKeys = filepath.Join(dir, "missing.key")
-	if o := h.Deliver(t.Context(), broken, m); o.Verdict != drain.Retry || !strings.Contains(o.Err, "sink.sign_keys of rule orders-per-merchant") {
+	if o := h.Deliver(t.Context(), broken, m); o.Verdict != delivery.Retry || !strings.Contains(o.Err, "sink.sign_keys of rule orders-per-merchant") {
 		t.Fatalf("a rule whose key file is missing: %+v, want a retry naming the rule's sink.sign_keys", o)
 	}
 	if sinkSrv.accepted.Load()+sinkSrv.refused.Load() != before {

@@ -17,7 +17,9 @@ import (
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/audit"
 	"github.com/sluice-io/sluice/internal/drain"
+	svc "github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
+	"github.com/sluice-io/sluice/internal/retire"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/telemetry"
@@ -75,7 +77,7 @@ type Main struct {
 	TokensChecked func()
 
 	// Set by Run.
-	Server    *Server
+	Server    *svc.Server
 	Addr      net.Addr          // the HTTP listener's address (useful with -http :0)
 	GRPCAddr  net.Addr          // the gRPC listener's address; nil when -grpc is empty
 	DebugAddr net.Addr          // the pprof listener's address; nil without -debug-addr
@@ -88,7 +90,7 @@ type Main struct {
 
 	closers []func()
 	httpSrv *http.Server
-	grpcSrv *GRPCServer
+	grpcSrv *svc.GRPCServer
 	once    sync.Once
 }
 
@@ -159,7 +161,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
-	auth, err := OpenAuth(AuthFiles{AdminToken: c.AdminToken, AdminTokenFile: c.AdminTokenFile,
+	auth, err := svc.OpenAuth(svc.AuthFiles{AdminToken: c.AdminToken, AdminTokenFile: c.AdminTokenFile,
 		AdminTokensFile: c.AdminTokensFile, SubmitTokensFile: c.SubmitTokensFile}, log)
 	if err != nil {
 		return fmt.Errorf("ingress: %w", err)
@@ -172,7 +174,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	go auth.Watch(watchCtx, m.TokensChecked)
 
 	// Rules next: a process with bad rules must not start.
-	var srv *Server
+	var srv *svc.Server
 	watcher, err := rules.NewWatcher(rules.WatcherConfig{
 		Paths: c.Rules, Interval: c.RulesPoll, Logger: log, Options: rules.Options{MergeDomains: c.MergeDomainConfig},
 		OnReload: func(set *rules.Set, err error) {
@@ -235,13 +237,13 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := process.Retry(actx, auditLog.Ensure); err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
-	admin := &Admin{Audit: auditLog, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
+	admin := &svc.Admin{Audit: auditLog, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
 		JS: st.JS, Parking: st.Parking, Dead: st.Dead, Admitter: st.Admitter, Logger: log}
-	srv = NewServer(ServerConfig{
+	srv = svc.NewServer(svc.ServerConfig{
 		Rules: watcher.Current, Admitter: st.Admitter, Status: st.Status, Limits: st.Limits,
 		Admin: admin, Auth: auth, Audit: auditLog, MaxBody: c.MaxBody, MaxBatch: c.MaxBatch, MaxDelay: c.MaxDelay, Registry: reg, Logger: log,
 		Ready: st.Ready, GRPCResponseHeaders: c.GRPCResponseHeaders, Now: m.Now,
-		Envoy: EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,
+		Envoy: svc.EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,
 			LocalCacheBytes: c.LocalCacheBytes, DetailedMetricValues: c.DetailedMetricValues},
 	})
 	m.Server = srv
@@ -267,10 +269,13 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := watcher.Start(wctx); err != nil {
 		return err
 	}
-	go m.followRules(wctx, watcher.Current, capacityChanged)
+	retirer := &retire.Retirer{Queues: st.Queues, Parking: st.Parking, Dead: st.Dead, Overrides: st.Overrides, Scheduler: st.Scheduler, Logger: log}
+	retirer.Register(reg)
+	m.reportOrphans(startCtx, watcher.Current())
+	go m.followRules(wctx, watcher.Current, capacityChanged, retirer)
 	go srv.FlushRefusals(wctx, st.Scheduler, time.Second)
 	if st.Degraded != nil {
-		if err := CountPeers(wctx, st.NATS, log, st.Degraded.SetProcesses); err != nil {
+		if err := svc.CountPeers(wctx, st.NATS, log, st.Degraded.SetProcesses); err != nil {
 			log.Warn("ingress: live ingress count unavailable; degraded limits assume 1 process", "err", err)
 		}
 	}
@@ -288,7 +293,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("ingress: %w", err)
 		}
 		m.GRPCAddr = gln.Addr()
-		gc := GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log}
+		gc := svc.GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log}
 		if m.TLS != nil {
 			gc.TLS = m.TLS.Config()
 		}
@@ -314,9 +319,13 @@ func (m *Main) Run(ctx context.Context) (err error) {
 }
 
 // followRules keeps the queue streams in step with the rules and the overrides until ctx
-// ends: a new queue rule gets its stream, a capacity change reaches its stream.
-func (m *Main) followRules(ctx context.Context, current func() *rules.Set, capacityChanged <-chan struct{}) {
+// ends: a new queue rule gets its stream, a capacity change reaches its stream, and a
+// removed queue rule is retired (its waiting messages become dead letters, its override
+// and stream are deleted; see package retire).
+func (m *Main) followRules(ctx context.Context, current func() *rules.Set, capacityChanged <-chan struct{}, retirer *retire.Retirer) {
 	last := current()
+	seen := last         // the rules whose removed queue rules were retired
+	var pending []string // removed rules whose retirement failed: tried again each tick
 	t := time.NewTicker(m.Config.RulesPoll)
 	defer t.Stop()
 	for {
@@ -327,7 +336,8 @@ func (m *Main) followRules(ctx context.Context, current func() *rules.Set, capac
 		case <-capacityChanged:
 			last = nil // an override changed: re-apply effective capacities
 		}
-		if cur := current(); cur != last {
+		cur := current()
+		if cur != last {
 			ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			if err := ensureStreams(ectx, m.Stack.Queues, cur, m.Stack.Effective); err != nil {
 				m.Logger.Error("ingress: streams not updated after a rules or override change", "err", err)
@@ -335,6 +345,50 @@ func (m *Main) followRules(ctx context.Context, current func() *rules.Set, capac
 				last = cur
 			}
 			cancel()
+		}
+		if cur != seen {
+			pending = append(pending, retire.Removed(seen, cur)...)
+			seen = cur
+		}
+		var failed []string
+		for _, name := range pending {
+			if cur.Rule(name) != nil && cur.Rule(name).HasQueue() {
+				continue // added back before it could be retired: nothing to do
+			}
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			if _, err := retirer.Rule(rctx, name); err != nil {
+				m.Logger.Error("ingress: a removed rule's messages not all made dead letters yet; trying again", "rule", name, "err", err)
+				failed = append(failed, name)
+			}
+			cancel()
+		}
+		pending = failed
+	}
+}
+
+// reportOrphans logs, at start, the queue streams and overrides that belong to no queue
+// rule: rules removed while no ingress ran, whose messages nobody delivers. They are left as they are
+// (a process started with the wrong rules file must not dead-letter every queue): add the
+// rule back to deliver them, or add it back and remove it again to make them dead letters.
+func (m *Main) reportOrphans(ctx context.Context, set *rules.Set) {
+	orphans, err := retire.Orphans(ctx, m.Stack.JS, m.Stack.Queues, set)
+	if err != nil {
+		m.Logger.Warn("ingress: could not look for queue streams of removed rules", "err", err)
+		return
+	}
+	for stream, msgs := range orphans {
+		m.Logger.Warn("ingress: a queue stream belongs to no queue rule (its rule was removed while no ingress ran); its messages wait undelivered: add the rule back to deliver them, or add it back and remove it to make them dead letters",
+			"stream", stream, "messages", msgs)
+	}
+	all, err := m.Stack.Overrides.All(ctx)
+	if err != nil {
+		m.Logger.Warn("ingress: could not look for overrides of removed rules", "err", err)
+		return
+	}
+	for name, o := range all {
+		if r := set.Rule(name); r == nil || !r.HasQueue() {
+			m.Logger.Warn("ingress: a live override belongs to no queue rule (its rule was removed while no ingress ran); it applies again if the rule comes back: add it back and remove it, or reset it (sluice tune NAME --reset) once it is back",
+				"rule", name, "override", o)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/internal/httpx"
+	svc "github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/queue"
 )
@@ -135,8 +136,8 @@ func declareFlags(c *Config, getenv func(string) string, stderr io.Writer) *proc
 	f.Int(&c.DrainWorkers, "drain-workers", "SLUICE_DRAIN_WORKERS", 32, "deliveries in flight at once per queue rule of the in-process drainer")
 	f.Duration(&c.ReadmitMaxBackoff, "readmit-max-backoff", "SLUICE_READMIT_MAX_BACKOFF", 5*time.Minute, "longest wait between re-admission attempts of a parked message (with -drain)")
 	f.Bytes(&c.MaxBody, "max-body", "SLUICE_MAX_BODY", 1<<20, "largest request body, a whole batch too (a byte size: 1048576, 512KiB, 1MiB)")
-	f.Int(&c.MaxBatch, "max-batch", "SLUICE_MAX_BATCH", DefaultMaxBatch, "most messages in one batch submission; more is 413")
-	f.Duration(&c.MaxDelay, "max-delay", "SLUICE_MAX_DELAY", DefaultMaxDelay, "how far ahead a submission's deliver_at or delay may be")
+	f.Int(&c.MaxBatch, "max-batch", "SLUICE_MAX_BATCH", svc.DefaultMaxBatch, "most messages in one batch submission; more is 413")
+	f.Duration(&c.MaxDelay, "max-delay", "SLUICE_MAX_DELAY", svc.DefaultMaxDelay, "how far ahead a submission's deliver_at or delay may be")
 	f.Duration(&c.IdempotencyTTL, "idempotency-ttl", "SLUICE_IDEMPOTENCY_TTL", 24*time.Hour, "how long an idempotency key maps to its first message")
 	f.Bool(&c.LegacyIdempotencyKeys, "legacy-idempotency-keys", "SLUICE_LEGACY_IDEMPOTENCY_KEYS", false, "claim idempotency keys where v0.3 does, so a repeat is recognised whichever version took it (during a rolling upgrade from v0.3, and for -idempotency-ttl after it)")
 	f.Duration(&c.ReadHeaderTimeout, "read-header-timeout", "SLUICE_READ_HEADER_TIMEOUT", httpx.ReadHeaderTimeout, "how long a client has to send a request's headers; slower ones are disconnected")
@@ -170,7 +171,7 @@ func declareFlags(c *Config, getenv func(string) string, stderr io.Writer) *proc
 	f.Bool(&c.ResponseDynamicMetadata, "response-dynamic-metadata", "SLUICE_RESPONSE_DYNAMIC_METADATA", false, "add envoy's dynamic_metadata to answers, as envoy's RESPONSE_DYNAMIC_METADATA")
 	f.Bool(&c.GRPCResponseHeaders, "grpc-response-headers", "SLUICE_GRPC_RESPONSE_HEADERS", false, "add rate-limit headers to every gRPC answer, not only for rules with response_headers")
 	f.Bytes(&c.LocalCacheBytes, "local-cache-bytes", "SLUICE_LOCAL_CACHE_SIZE_IN_BYTES", 0, "size of the local over-limit cache, as envoy's LOCAL_CACHE_SIZE_IN_BYTES; 0 disables")
-	f.Int(&c.DetailedMetricValues, "detailed-metric-values", "SLUICE_DETAILED_METRIC_VALUES", DefaultDetailedMetricValues, "distinct values per detailed_metric rule in sluice_checks_detailed_total, the rest counted as _other")
+	f.Int(&c.DetailedMetricValues, "detailed-metric-values", "SLUICE_DETAILED_METRIC_VALUES", svc.DefaultDetailedMetricValues, "distinct values per detailed_metric rule in sluice_checks_detailed_total, the rest counted as _other")
 	// Actions, not settings: no environment variable.
 	f.ListAction(&c.CheckConfig, "check-config", "validate these rules files or directories (comma-separated, as -rules) and exit")
 	f.BoolAction(&c.Version, "version", "print the version and exit")
@@ -213,10 +214,10 @@ func (c *Config) Validate() error {
 		return errors.New("-nats-creds and -nats-nkey: give one (a credentials file holds its own NKey seed)")
 	case c.AdminToken != "" && c.AdminTokenFile != "":
 		return errors.New("-admin-token-file: give it or -admin-token, not both")
-	case c.AdminToken != "" && len(c.AdminToken) < MinTokenLength:
+	case c.AdminToken != "" && len(c.AdminToken) < svc.MinTokenLength:
 		// Outside `sluice dev` (which builds its Config without flags, so never gets here):
 		// a short token is guessed; every token file has the same minimum.
-		return fmt.Errorf("-admin-token: %d characters, want at least %d (e.g. openssl rand -hex 32)", len(c.AdminToken), MinTokenLength)
+		return fmt.Errorf("-admin-token: %d characters, want at least %d (e.g. openssl rand -hex 32)", len(c.AdminToken), svc.MinTokenLength)
 	case c.AuditKeep <= 0:
 		return fmt.Errorf("-audit-keep: want a positive duration, got %s", c.AuditKeep)
 	case c.AuditMax <= 0:
