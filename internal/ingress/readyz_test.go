@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/ingress"
-	"github.com/sluice-io/sluice/internal/process"
 )
 
 // TestReadyzNamesTheBackendNotItsError: /readyz is open to anyone who reaches the port; it
@@ -21,8 +21,8 @@ func TestReadyzNamesTheBackendNotItsError(t *testing.T) {
 		err  error
 		want string
 	}{
-		{&process.NotReady{Backend: "Redis", Err: errors.New("dial tcp 10.9.8.7:6379: WRONGPASS invalid username-password pair for user sluice-prod")}, "Redis is not reachable"},
-		{&process.NotReady{Backend: "NATS", Err: errors.New("not connected to nats://10.9.8.7:4222 (server v2.15.2)")}, "NATS is not reachable"},
+		{&httpx.BackendDown{Backend: "Redis", Err: errors.New("dial tcp 10.9.8.7:6379: WRONGPASS invalid username-password pair for user sluice-prod")}, "Redis is not reachable"},
+		{&httpx.BackendDown{Backend: "NATS", Err: errors.New("not connected to nats://10.9.8.7:4222 (server v2.15.2)")}, "NATS is not reachable"},
 		{errors.New("something at 10.9.8.7 failed"), "a dependency is not reachable"},
 	} {
 		srv := httptest.NewServer(ingress.NewServer(ingress.ServerConfig{Ready: func(context.Context) error { return c.err }}))

@@ -25,7 +25,6 @@ import (
 	"github.com/sluice-io/sluice/internal/audit"
 	"github.com/sluice-io/sluice/internal/console"
 	"github.com/sluice-io/sluice/internal/httpx"
-	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/redact"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
@@ -524,7 +523,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 			// Which backend, never its error text (addresses, user names, versions): that
 			// goes to the log.
 			s.cfg.Logger.Warn("ingress: not ready", "err", err)
-			httpx.WriteProblem(w, httpx.NotReady(process.PublicReadyError(err)))
+			httpx.WriteProblem(w, httpx.NotReady(httpx.PublicReadyError(err)))
 			return
 		}
 	}

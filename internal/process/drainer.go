@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/telemetry"
@@ -271,7 +272,7 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 		defer cancel()
 		if err := st.Ready(ctx); err != nil {
 			log.Warn("drainer: not ready", "err", err)
-			http.Error(w, PublicReadyError(err), http.StatusServiceUnavailable)
+			http.Error(w, httpx.PublicReadyError(err), http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ok\n")

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/admit"
+	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/redact"
 	"github.com/sluice-io/sluice/internal/retryrules"
@@ -289,39 +290,15 @@ func (s *Stack) Effective(r *rules.Rule) *rules.Rule {
 }
 
 // Ready reports whether NATS and Redis are reachable (GET /readyz); the error is a
-// *NotReady naming the backend.
+// *httpx.BackendDown naming the backend.
 func (s *Stack) Ready(ctx context.Context) error {
 	if !s.NATS.IsConnected() {
-		return &NotReady{Backend: "NATS", Err: errors.New("not connected")}
+		return &httpx.BackendDown{Backend: "NATS", Err: errors.New("not connected")}
 	}
 	if err := s.Redis.Ping(ctx).Err(); err != nil {
-		return &NotReady{Backend: "Redis", Err: err}
+		return &httpx.BackendDown{Backend: "Redis", Err: err}
 	}
 	return nil
-}
-
-// NotReady is a backend that is not reachable. /readyz answers with Public only — which
-// backend — and logs Err: a backend's error text can carry addresses, user names and
-// versions, and /readyz is open to anyone who reaches the port.
-type NotReady struct {
-	Backend string // "NATS" or "Redis"
-	Err     error
-}
-
-func (e *NotReady) Error() string { return e.Backend + ": " + e.Err.Error() }
-func (e *NotReady) Unwrap() error { return e.Err }
-
-// Public is what /readyz says: the backend, not its error.
-func (e *NotReady) Public() string { return e.Backend + " is not reachable" }
-
-// PublicReadyError is what /readyz says of err (a *NotReady: its backend; anything else: a
-// dependency, unnamed).
-func PublicReadyError(err error) string {
-	var nr *NotReady
-	if errors.As(err, &nr) {
-		return nr.Public()
-	}
-	return "a dependency is not reachable"
 }
 
 // Close releases everything Open opened, in reverse order. Safe to call twice.
