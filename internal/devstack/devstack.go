@@ -168,6 +168,7 @@ func Start(ctx context.Context, c Config, log *slog.Logger) (_ *Stack, err error
 			NATSURL: ns.URL(), RedisURL: rs.URL(), AdminToken: c.AdminToken,
 			Drain: true, StatusKeep: c.StatusKeep, RulesPoll: c.RulesPoll, ShutdownTimeout: c.ShutdownTimeout,
 			LogFormat: "text", LogLevel: c.LogLevel,
+			GRPCReflection: true, // grpcurl against a dev stack needs no protos
 		},
 		Logger:   log,
 		Limits:   bucket.NewMemory(bucket.MemoryConfig{}), // one process needs no shared counters
