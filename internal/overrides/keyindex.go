@@ -166,11 +166,18 @@ func (x *KeyIndex) Keys(rule string, now time.Time) map[string]KeyOverride {
 // outflow replaces the rule's per-key outflow; the rule's total_outflow still caps the
 // sum over all keys (the drainer's job). It allocates only for a key override with an end.
 func (x *KeyIndex) Effective(rule rules.Rule, key string, now time.Time) (outflow float64, paused bool, source string) {
-	source = SourceRule
 	var ro Override
 	if x.cfg.Rules != nil {
 		ro, _ = x.cfg.Rules.Get(rule.Name)
 	}
+	ko, ok := x.LookupAt(rule.Name, key, now)
+	return EffectiveKey(&rule, ro, ko, ok)
+}
+
+// EffectiveKey is KeyIndex.Effective from given overrides: ro of the rule, ko of the key
+// (has: whether ko is in force). The admin API uses it with what it just wrote.
+func EffectiveKey(rule *rules.Rule, ro Override, ko KeyOverride, has bool) (outflow float64, paused bool, source string) {
+	source = SourceRule
 	if rule.Queue != nil {
 		outflow = rule.Queue.Outflow.PerSecond()
 	}
@@ -180,19 +187,16 @@ func (x *KeyIndex) Effective(rule rules.Rule, key string, now time.Time) (outflo
 	if ro.IsPaused() {
 		paused, source = true, SourceRuleOverride
 	}
-	ko, ok := x.LookupAt(rule.Name, key, now)
-	if !ok {
+	if !has || ko.IsZero() {
 		return outflow, paused, source
 	}
 	if !ko.Outflow.Zero() {
 		outflow = ko.Outflow.PerSecond()
 	}
-	if ko.Paused {
-		paused = true
-	}
 	if paused && !ko.Paused {
 		return outflow, paused, source // the rule's pause decides
 	}
+	paused = paused || ko.Paused
 	source = SourceKeyOverride
 	if !ko.Until.IsZero() {
 		source += " until " + ko.Until.UTC().Format(time.RFC3339)
