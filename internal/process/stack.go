@@ -90,9 +90,9 @@ type Stack struct {
 	// and their in-memory index; Keys.Lookup / Keys.Effective is what pacing reads.
 	KeyOverrides *overrides.KeyStore
 	Keys         *overrides.KeyIndex
-	Limits    bucket.Store
-	Degraded  *bucket.Degraded // nil when StackConfig.Limits was given
-	Admitter  *admit.Admitter
+	Limits       bucket.Store
+	Degraded     *bucket.Degraded // nil when StackConfig.Limits was given
+	Admitter     *admit.Admitter
 
 	closers []func()
 }
