@@ -159,7 +159,12 @@ func (m *Main) tuneKeysFile(ctx context.Context, a *client.Admin, c *common, u, 
 		if mm := lineField.FindStringSubmatch(pe.Field); mm != nil {
 			if n, _ := strconv.Atoi(mm[1]); n >= 1 && n <= len(fileLine) {
 				field := strings.TrimPrefix(strings.TrimPrefix(pe.Field, mm[0]), ": ")
-				return &exitError{ExitRefused, fmt.Sprintf("%s:%d: %s: %s (nothing written)", path, fileLine[n-1], field, pe.Detail)}
+				// The detail is "N of M lines refused, nothing written; first: line X: why".
+				summary, why, ok := strings.Cut(pe.Detail, "; first: "+mm[0]+": ")
+				if !ok {
+					summary, why = "nothing written", pe.Detail
+				}
+				return &exitError{ExitRefused, fmt.Sprintf("%s:%d: %s: %s (%s)", path, fileLine[n-1], field, why, summary)}
 			}
 		}
 	}
