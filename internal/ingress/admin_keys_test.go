@@ -3,6 +3,8 @@ package ingress_test
 import (
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -119,5 +121,46 @@ func TestAdminKeyOverridesBulk(t *testing.T) {
 	}
 	if a := e.admin("GET", "/v1/admin/audit", ""); !strings.Contains(a.raw, `"key_bulk"`) {
 		t.Errorf("audit: %s", a.raw)
+	}
+}
+
+// A rule removed from the rules file takes its key overrides with it (other rules keep
+// theirs); when it comes back it starts clean.
+func TestAdminKeyOverridesRemovedWithTheirRule(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(testRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := launch(t, path, nil, nil, "-rules-poll", "50ms")
+	for _, p := range []string{"/v1/admin/queues/orders/keys/m-1", "/v1/admin/queues/parking/keys/p-1"} {
+		if r := e.admin("PATCH", p, `{"outflow":"1/s"}`); r.code != 200 {
+			t.Fatalf("%s: %d %s", p, r.code, r.raw)
+		}
+	}
+	keys := e.main.Stack.Keys
+	if !waittest.Within(time.Second, func() bool { return keys.Len() == 2 }) {
+		t.Fatalf("index holds %d", keys.Len())
+	}
+	time.Sleep(10 * time.Millisecond) // the overrides' UpdatedAt (ms) precedes the removal
+	without := testRules[strings.Index(testRules, "---")+4:]
+	if err := os.WriteFile(path, []byte(without), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !waittest.Within(10*time.Second, func() bool { _, ok := keys.Lookup("orders", "m-1"); return !ok }) {
+		t.Fatal("the removed rule's key override is still there")
+	}
+	if _, ok := keys.Lookup("parking", "p-1"); !ok {
+		t.Fatal("another rule's key override went too")
+	}
+	if err := os.WriteFile(path, []byte(testRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var g reply
+	if !waittest.Within(10*time.Second, func() bool { g = e.admin("GET", "/v1/admin/queues/orders/keys/m-1", ""); return g.code == 200 }) {
+		t.Fatalf("orders not back: %d %s", g.code, g.raw)
+	}
+	if g.body["source"] != "rule" || g.body["override"] != nil {
+		t.Fatalf("re-added rule: %s", g.raw)
 	}
 }
