@@ -95,6 +95,42 @@ type KeyIndex struct {
 
 	sweepMu sync.Mutex // one Sweep at a time; guards sw
 	sw      *sweeper
+
+	subMu  sync.Mutex
+	subs   map[int]func(rule, key string)
+	subSeq int
+}
+
+// Subscribe calls fn with (rule, key) after each change of a key's override is visible
+// through Lookup — key "" after a complete re-read (any key of rule may have changed). fn
+// runs on the index's goroutine and must return quickly (e.g. mark the key for re-pacing
+// and signal a channel). A pacing engine uses it to re-time one key at once instead of
+// re-reading every key on Changed. stop ends the subscription.
+func (x *KeyIndex) Subscribe(fn func(rule, key string)) (stop func()) {
+	x.subMu.Lock()
+	defer x.subMu.Unlock()
+	if x.subs == nil {
+		x.subs = map[int]func(rule, key string){}
+	}
+	x.subSeq++
+	id := x.subSeq
+	x.subs[id] = fn
+	return func() {
+		x.subMu.Lock()
+		delete(x.subs, id)
+		x.subMu.Unlock()
+	}
+}
+
+func (x *KeyIndex) notify(rule, key string) {
+	if x.cfg.OnChange != nil {
+		x.cfg.OnChange(rule, key)
+	}
+	x.subMu.Lock()
+	defer x.subMu.Unlock()
+	for _, fn := range x.subs {
+		fn(rule, key)
+	}
 }
 
 // NewKeyIndex returns an index on s; Start fills it.
@@ -397,9 +433,7 @@ func (x *KeyIndex) apply(rule, key string, o KeyOverride, put bool) {
 	x.mu.Unlock()
 	close(ch)
 	x.gauge.Set(float64(n))
-	if x.cfg.OnChange != nil {
-		x.cfg.OnChange(rule, key)
-	}
+	x.notify(rule, key)
 }
 
 func (x *KeyIndex) replace(m map[string]map[string]KeyOverride, n int) {
@@ -411,15 +445,13 @@ func (x *KeyIndex) replace(m map[string]map[string]KeyOverride, n int) {
 	x.mu.Unlock()
 	close(ch)
 	x.gauge.Set(float64(n))
-	if x.cfg.OnChange != nil {
-		for rule := range old {
-			if _, ok := m[rule]; !ok {
-				x.cfg.OnChange(rule, "")
-			}
+	for rule := range old {
+		if _, ok := m[rule]; !ok {
+			x.notify(rule, "")
 		}
-		for rule := range m {
-			x.cfg.OnChange(rule, "")
-		}
+	}
+	for rule := range m {
+		x.notify(rule, "")
 	}
 }
 

@@ -96,3 +96,35 @@ func TestKeyOverrideStorageStudy(t *testing.T) {
 }
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+// BenchmarkKeyIndexLookup is the drainer's per-delivery read: a key with an override and
+// one without, among 10,000 overrides.
+func BenchmarkKeyIndexLookup(b *testing.B) {
+	node := natstest.Start(b)
+	_, js := natstest.Connect(b, node.URL())
+	s := openKeys(b, js, bucketName(b), nil)
+	ws := make([]overrides.KeyWrite, 10_000)
+	for i := range ws {
+		ws[i] = overrides.KeyWrite{Key: fmt.Sprintf("merchant-%07d", i), Override: overrides.KeyOverride{Outflow: rules.Rate{Requests: 20, Interval: time.Second}}}
+	}
+	if _, err := s.PutKeys(ctxFor(b), "orders", ws); err != nil {
+		b.Fatal(err)
+	}
+	x := startIndex(b, s, overrides.KeyIndexConfig{SweepEvery: -1})
+	r := keyRules(b, true).Rule("orders-per-merchant")
+	for _, c := range []struct{ name, key string }{{"with", "merchant-0004711"}, {"without", "merchant-x"}} {
+		b.Run("Lookup/"+c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				x.Lookup("orders", c.key)
+			}
+		})
+		b.Run("Effective/"+c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			now := time.Now()
+			for b.Loop() {
+				x.Effective(*r, c.key, now)
+			}
+		})
+	}
+}

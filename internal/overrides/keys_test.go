@@ -164,9 +164,20 @@ func TestKeyOverrideVisibleOnTwoWatchersWithinOneSecond(t *testing.T) {
 	}
 	set := keyRules(t, true)
 	r := set.Rule("orders-per-merchant")
+	got := make(chan [2]string, 16)
+	stop := idx[0].Subscribe(func(rule, key string) { got <- [2]string{rule, key} })
+	defer stop()
 	start := time.Now()
 	if _, _, err := s.ApplyKey(ctxFor(t), r, overrides.Override{}, "m-42", mustKeyPatch(t, `{"outflow":"20/s"}`)); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case c := <-got:
+		if c != [2]string{r.Name, "m-42"} {
+			t.Errorf("Subscribe got %v", c)
+		}
+	case <-time.After(time.Second):
+		t.Error("Subscribe: no call within 1 s")
 	}
 	for i, x := range idx {
 		waitFor(t, x, time.Second, func() bool { _, ok := x.Lookup(r.Name, "m-42"); return ok })
