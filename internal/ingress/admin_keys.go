@@ -273,6 +273,12 @@ func (a *Admin) bulkKeys(w http.ResponseWriter, r *http.Request) {
 		}
 		seen[l.key] = l.line
 		o := overrides.KeyOverride{}.MergeKey(l.patch, now)
+		if o.IsZero() && !l.patch.Reset {
+			// A line states the key's whole override: one that sets nothing would silently
+			// delete it. Deleting takes an explicit reset.
+			errs = append(errs, lineError{Line: l.line, Key: l.key, Field: "outflow", Detail: "the line sets nothing: give outflow or paused (or reset to drop the key's override)"})
+			continue
+		}
 		if err := st.CheckKeyWrite(rule, ro, o); err != nil {
 			errs = append(errs, patchLineErrors(l, err)...)
 			continue

@@ -119,6 +119,10 @@ func TestAdminKeyOverridesBulk(t *testing.T) {
 	if r.code != 400 || r.body["field"] != "line 1: capacity" {
 		t.Fatalf("ndjson capacity: %d %s", r.code, r.raw)
 	}
+	r = e.do("POST", "/v1/admin/queues/orders/keys", `{"key":"m-3","for":"1h"}`, "Authorization", "Bearer "+e.token, "Content-Type", "application/x-ndjson")
+	if r.code != 400 || r.body["field"] != "line 1: outflow" {
+		t.Fatalf("a line that sets nothing: %d %s", r.code, r.raw)
+	}
 	if a := e.admin("GET", "/v1/admin/audit", ""); !strings.Contains(a.raw, `"key_bulk"`) {
 		t.Errorf("audit: %s", a.raw)
 	}

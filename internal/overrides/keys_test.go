@@ -432,6 +432,10 @@ func TestKeyOverrideChecks(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Field != "until" {
 		t.Errorf("until in the past: %v", err)
 	}
+	_, _, err = s.ApplyKey(ctxFor(t), r, overrides.Override{}, "m-42", mustKeyPatch(t, `{"for":"1h"}`))
+	if !errors.As(err, &pe) || pe.Field != "for" {
+		t.Errorf("an end without an override: %v", err)
+	}
 }
 
 // Lookup is what a drainer calls per delivery: no allocation (not parallel: AllocsPerRun).

@@ -129,6 +129,14 @@ func (s *KeyStore) ApplyKey(ctx context.Context, r *rules.Rule, ro Override, key
 			before = KeyOverride{}
 		}
 		next := cur.MergeKey(p, now)
+		if next.IsZero() && (p.Until != nil || p.For > 0) {
+			field := "until"
+			if p.For > 0 {
+				field = "for"
+			}
+			return KeyOverride{}, before, fmt.Errorf("overrides: %w", PatchErrors{{Field: field,
+				Message: "ends an override, but this key has none in force: give outflow or paused too"}})
+		}
 		if !next.IsZero() {
 			if err := checkKeyOverride(r, ro, next, now); err != nil {
 				return KeyOverride{}, before, err
