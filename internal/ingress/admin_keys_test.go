@@ -1,7 +1,10 @@
 package ingress_test
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -9,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/process/ingress"
+	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/waittest"
 )
 
@@ -166,5 +172,50 @@ func TestAdminKeyOverridesRemovedWithTheirRule(t *testing.T) {
 	}
 	if g.body["source"] != "rule" || g.body["override"] != nil {
 		t.Fatalf("re-added rule: %s", g.raw)
+	}
+}
+
+// Two ingress processes on one NATS and Redis: a key override written through one is in
+// the other's index within 1 s; a process started afterwards (a restart) has it at once.
+func TestAdminKeyOverrideTwoProcessesAndRestart(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(testRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := natstest.Start(t)
+	r := redistest.Start(t, redistest.Options{})
+	procs := make([]*ingress.Main, 3)
+	run := func(i int) {
+		cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
+			"-admin-token", "s3cret", "-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &ingress.Main{Config: cfg, Logger: slog.New(slog.DiscardHandler)}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := m.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(m.Close)
+		procs[i] = m
+	}
+	run(0)
+	run(1)
+	e := &env{t: t, base: "http://" + procs[0].Addr.String(), nats: n, main: procs[0], token: "s3cret"}
+	start := time.Now()
+	if p := e.admin("PATCH", "/v1/admin/queues/orders/keys/m-42", `{"paused":true,"for":"1h"}`); p.code != 200 || p.body["paused"] != true {
+		t.Fatalf("patch: %d %s", p.code, p.raw)
+	}
+	if !waittest.Within(time.Second, func() bool { o, ok := procs[1].Stack.Keys.Lookup("orders", "m-42"); return ok && o.Paused }) {
+		t.Fatal("the other process did not see the override within 1 s")
+	}
+	t.Logf("seen by the other process after %v", time.Since(start))
+	procs[0].Close()
+	procs[1].Close()
+	run(2)
+	if o, ok := procs[2].Stack.Keys.Lookup("orders", "m-42"); !ok || !o.Paused || o.Until.IsZero() {
+		t.Fatalf("after a restart: %v %v", o, ok)
 	}
 }
