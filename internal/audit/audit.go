@@ -35,6 +35,9 @@ const (
 	ActionResume    = "resume"     // PATCH {"paused":false}
 	ActionPurge     = "purge"      // POST .../purge
 	ActionKeyDelete = "key_delete" // DELETE .../keys/{key}
+	ActionKeyTune   = "key_tune"   // PATCH .../keys/{key}: a per-key override set or changed
+	ActionKeyReset  = "key_reset"  // PATCH .../keys/{key} {"reset":true} (or nothing left overridden)
+	ActionKeyBulk   = "key_bulk"   // POST .../keys: many per-key overrides at once (counts, not each key)
 	ActionReplay    = "replay"     // POST /v1/admin/dead/{id}/replay
 	ActionReplayAll = "replay_all" // POST /v1/admin/dead/replay
 	ActionCancel    = "cancel"     // DELETE /v1/messages/{id} (any result)

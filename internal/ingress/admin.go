@@ -34,7 +34,8 @@ import (
 type Admin struct {
 	Rules     func() *rules.Set
 	Overrides *overrides.Store
-	Current   *overrides.Watcher // for reads; nil = read from Overrides
+	Current   *overrides.Watcher  // for reads; nil = read from Overrides
+	Keys      *overrides.KeyIndex // per-key overrides (admin_keys.go); nil: their routes answer 503
 	Queues    *queue.Queues
 	Scheduler *queue.Scheduler
 	JS        jetstream.JetStream
@@ -60,7 +61,9 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.HandleFunc("PATCH /v1/admin/queues/{name}", a.patchQueue)
 		m.HandleFunc("POST /v1/admin/queues/{name}/purge", a.purgeQueue)
 		m.HandleFunc("GET /v1/admin/queues/{name}/keys", a.hotKeys)
-		m.HandleFunc("GET /v1/admin/queues/{name}/keys/{key}", a.getKey)
+		m.HandleFunc("GET /v1/admin/queues/{name}/keys/{key}", a.getKeyOverride)
+		m.HandleFunc("PATCH /v1/admin/queues/{name}/keys/{key}", a.patchKey)
+		m.HandleFunc("POST /v1/admin/queues/{name}/keys", a.bulkKeys)
 		m.HandleFunc("DELETE /v1/admin/queues/{name}/keys/{key}", a.purgeKey)
 		m.HandleFunc("GET /v1/admin/dead", a.listDead)
 		m.HandleFunc("POST /v1/admin/dead/{id}/replay", a.replayDead)

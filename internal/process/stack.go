@@ -123,9 +123,13 @@ type Stack struct {
 	Delivered *status.DeliveredRecords // nil unless StackConfig.StatusKeep > 0
 	Overrides *overrides.Store
 	Current   *overrides.Watcher
-	Limits    bucket.Store
-	Degraded  *bucket.Degraded // nil when StackConfig.Limits was given
-	Admitter  *admit.Admitter
+	// KeyOverrides and Keys are the per-key overrides (PATCH /v1/admin/queues/{name}/keys/{key})
+	// and their in-memory index; Keys.Lookup / Keys.Effective is what pacing reads.
+	KeyOverrides *overrides.KeyStore
+	Keys         *overrides.KeyIndex
+	Limits       bucket.Store
+	Degraded     *bucket.Degraded // nil when StackConfig.Limits was given
+	Admitter     *admit.Admitter
 
 	closers []func()
 }
@@ -233,6 +237,22 @@ func Open(ctx context.Context, c StackConfig) (s *Stack, err error) {
 		return s, fmt.Errorf("%s: overrides: %w", c.Name, err)
 	}
 	s.closers = append(s.closers, s.Current.Stop)
+	// Per-key overrides: their own bucket (one entry per key), an index fed by a KV watch,
+	// and a sweeper (in every process; deletes are compare-and-set) for ended overrides
+	// and those of rules that left the rules file.
+	err = Retry(startCtx, func(ctx context.Context) (err error) {
+		s.KeyOverrides, err = overrides.OpenKeys(ctx, s.JS, overrides.KeyConfig{Replicas: c.Replicas, Logger: log})
+		return err
+	})
+	if err != nil {
+		return s, fmt.Errorf("%s: key overrides: %w", c.Name, err)
+	}
+	s.Keys = overrides.NewKeyIndex(s.KeyOverrides, overrides.KeyIndexConfig{Rules: s.Current, CurrentRules: c.Rules,
+		Registerer: c.Registry, Logger: log})
+	if err := s.Keys.Start(startCtx); err != nil {
+		return s, fmt.Errorf("%s: key overrides: %w", c.Name, err)
+	}
+	s.closers = append(s.closers, s.Keys.Stop)
 
 	s.Limits = c.Limits
 	if s.Limits == nil {

@@ -238,7 +238,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := process.Retry(actx, auditLog.Ensure); err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
-	admin := &svc.Admin{Audit: auditLog, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
+	admin := &svc.Admin{Audit: auditLog, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Keys: st.Keys, Queues: st.Queues, Scheduler: st.Scheduler,
 		JS: st.JS, Parking: st.Parking, Dead: st.Dead, Admitter: st.Admitter, Logger: log}
 	srv = svc.NewServer(svc.ServerConfig{
 		Rules: watcher.Current, Admitter: st.Admitter, Status: st.Status, Limits: st.Limits,
