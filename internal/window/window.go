@@ -237,6 +237,8 @@ func (w Window) String() string {
 	if w.FromMessage {
 		zone = "from_message, else " + zone
 	}
-	clock := func(d time.Duration) string { return fmt.Sprintf("%02d:%02d", int(d/time.Hour), int(d%time.Hour/time.Minute)) }
+	clock := func(d time.Duration) string {
+		return fmt.Sprintf("%02d:%02d", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
 	return fmt.Sprintf("%s %s–%s %s", strings.Join(ds, ","), clock(w.From), clock(w.To), zone)
 }
