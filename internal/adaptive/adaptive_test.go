@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/sluice-io/sluice/internal/rules"
 )
 
 var t0 = time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC)
@@ -134,5 +136,25 @@ func TestBoundedMemory(t *testing.T) {
 	l.Forget("k4999")
 	if l.Len() > 999 {
 		t.Fatal("Forget kept the key")
+	}
+}
+
+// TestDefaultsAreTheRulesDefaults: docs/rules.md documents rules' defaults for
+// delivery.adaptive; they are this package's.
+func TestDefaultsAreTheRulesDefaults(t *testing.T) {
+	t.Parallel()
+	if rules.DefaultAdaptiveDecrease != DefaultDecrease || rules.DefaultAdaptiveIncreasePerSecond != DefaultIncreasePerSecond {
+		t.Fatalf("rules: %v, %v; adaptive: %v, %v", rules.DefaultAdaptiveDecrease, rules.DefaultAdaptiveIncreasePerSecond, DefaultDecrease, DefaultIncreasePerSecond)
+	}
+}
+
+func TestFromRule(t *testing.T) {
+	t.Parallel()
+	c := FromRule(rules.Adaptive{Enabled: true, Decrease: 0.7, IncreasePerSecond: 0.2, MinOutflow: rules.Rate{Requests: 30, Interval: time.Minute}})
+	if c != (Config{Decrease: 0.7, IncreasePerSecond: 0.2, MinOutflow: 0.5}) {
+		t.Fatalf("%+v", c)
+	}
+	if got := New(FromRule(rules.Adaptive{Enabled: true})).Config(); got.Decrease != DefaultDecrease || got.MinOutflow != 0 {
+		t.Fatalf("zero rule fields do not take the defaults: %+v", got)
 	}
 }

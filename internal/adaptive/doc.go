@@ -28,5 +28,6 @@
 // # Files
 //
 //   - adaptive.go: Config, Limiter and its OnThrottle, OnSuccess, Rate, Every, HeldUntil
+//   - rule.go: FromRule, a rule's delivery.adaptive as a Config
 //   - doc.go: this overview
 package adaptive

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-io/sluice/internal/rules"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -157,5 +159,25 @@ func TestNoAttemptsSpentWhileOpen(t *testing.T) {
 	t.Logf("attempts while the sink was down: %d of 300; refused without an attempt: %d; closed by the probe at %v", attemptsWhileDown, refused, closedAt.Sub(t0))
 	if attemptsWhileDown != 12 || !closedAt.Equal(at(36_200)) || b.State() != Closed {
 		t.Fatalf("attempts while down %d (want 12), closed at %v (want 36.2s), state %s", attemptsWhileDown, closedAt.Sub(t0), b.State())
+	}
+}
+
+// TestDefaultsAreTheRulesDefaults: docs/rules.md documents rules' defaults for
+// sink.breaker; they are this package's.
+func TestDefaultsAreTheRulesDefaults(t *testing.T) {
+	t.Parallel()
+	got := Config{}.withDefaults()
+	want := Config{Failures: rules.DefaultBreakerFailures, Keys: rules.DefaultBreakerMinKeys, Window: rules.DefaultBreakerWithin,
+		CoolDown: rules.DefaultBreakerCoolDown, MaxCoolDown: rules.DefaultBreakerMaxCoolDown, ProbeTimeout: DefaultProbeTimeout}
+	if got != want {
+		t.Fatalf("breaker defaults %+v, rules' %+v", got, want)
+	}
+}
+
+func TestFromRule(t *testing.T) {
+	t.Parallel()
+	c := FromRule(rules.Breaker{Enabled: true, Failures: 4, MinKeys: 2, Within: time.Second, CoolDown: 2 * time.Second, MaxCoolDown: time.Minute})
+	if c != (Config{Failures: 4, Keys: 2, Window: time.Second, CoolDown: 2 * time.Second, MaxCoolDown: time.Minute}) {
+		t.Fatalf("%+v", c)
 	}
 }

@@ -29,5 +29,6 @@
 //
 //   - breaker.go: State, Config, Breaker and its Allow, Until, OnSuccess, OnFailure
 //   - metrics.go: Metrics, the Prometheus collectors
+//   - rule.go: FromRule, a rule's sink.breaker as a Config
 //   - doc.go: this overview
 package breaker
