@@ -67,9 +67,9 @@ func TestDocsListEveryField(t *testing.T) {
 		{"## park", parkFields},
 		{"## sink", sinkFields},
 		{"## delivery", deliveryFields},
-		{"### delivery.window", windowFields},
-		{"### delivery.adaptive", adaptiveFields},
-		{"### sink.breaker", breakerFields},
+		{"## delivery.window", windowFields},
+		{"## delivery.adaptive", adaptiveFields},
+		{"## sink.breaker", breakerFields},
 	} {
 		rows := docRows(docSection(t, md, c.heading))
 		for _, f := range c.fields {
