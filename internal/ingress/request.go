@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/window"
 )
 
 // Limits on what a request may carry.
@@ -50,6 +51,9 @@ type submitRequest struct {
 	// Headers reach the sink with the message (HTTP headers, or NATS headers): see
 	// checkHeaders for the limits.
 	Headers map[string]string `json:"headers"`
+	// TimeZone is the message's IANA zone, for a rule whose delivery.window follows each
+	// message's (time_zone: from_message); stored as the Sluice-Time-Zone header.
+	TimeZone string `json:"time_zone"`
 
 	// traceParent and traceState are the request's W3C trace context headers, stored
 	// with the message (telemetry).
@@ -752,6 +756,19 @@ func (req *submitRequest) validate() *httpx.Problem {
 		if p != nil {
 			return p
 		}
+		req.Headers = hs
+	}
+	if req.TimeZone != "" {
+		if _, err := window.LoadZone(req.TimeZone); err != nil {
+			p := httpx.BadRequest("time_zone", fmt.Sprintf("%q is %v", req.TimeZone, err))
+			return &p
+		}
+		// After checkHeaders: a submission may not set Sluice-* headers itself.
+		hs := make(map[string]string, len(req.Headers)+1)
+		for k, v := range req.Headers {
+			hs[k] = v
+		}
+		hs[window.HeaderTimeZone] = req.TimeZone
 		req.Headers = hs
 	}
 	if req.DeliverAt != "" && req.Delay != "" {

@@ -30,6 +30,11 @@ type Window struct {
 	Set bool
 }
 
+// HeaderTimeZone is the message header (queue.Message.Headers) carrying the time_zone a
+// message was submitted with, an IANA name validated by LoadZone at submit. The sink
+// receives it too.
+const HeaderTimeZone = "Sluice-Time-Zone"
+
 // AllDays is every day of the week.
 const AllDays uint8 = 0x7f
 
