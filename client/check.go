@@ -69,7 +69,9 @@ func (c *Client) Status(ctx context.Context, id string) (*MessageStatus, error) 
 // Cancel takes back message id if it has not been delivered yet — queued, parked or waiting
 // for a delivery retry — and returns its status as it was. A message being delivered,
 // delivered, dead or moving back into its queue is an error matching ErrNotCancellable
-// (409); one that has left sluice matches ErrNoLongerTracked, as for Status.
+// (409); one that has left sluice matches ErrNoLongerTracked, as for Status. Where the
+// ingress keeps delivered records (-status-keep), a message cancelled before answers with
+// State StateCancelled and no error.
 //
 // A cancel is retried only when it surely did not reach the ingress: a failure to connect,
 // or the ingress's own 503 (it did nothing). After a request that may have been carried

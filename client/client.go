@@ -82,7 +82,7 @@ type Client struct {
 
 // credentials are the bearer tokens of a Client.
 type credentials struct {
-	admin, submit string
+	admin, submit, check string
 }
 
 // Option configures a Client in New.
@@ -146,6 +146,14 @@ func WithAdminToken(token string) Option {
 // ingress answers 401 (ErrUnauthorized); a token for another domain, 403.
 func WithSubmitToken(token string) Option {
 	return func(c *Client) error { c.opts.submit = token; return nil }
+}
+
+// WithCheckToken sets the bearer token sent with Check and CheckDescriptors (/v1/check), for
+// an ingress run with -submit-tokens: such an ingress answers checks only with a token of
+// scope check or check:DOMAIN (401 ErrUnauthorized without one, 403 ErrForbidden for a
+// token of another scope or domain). Submit tokens are not sent with checks.
+func WithCheckToken(token string) Option {
+	return func(c *Client) error { c.opts.check = token; return nil }
 }
 
 // WithMaxAttempts bounds the HTTP requests one call makes, the first included; 1 disables
@@ -303,7 +311,7 @@ func (c Client) String() string {
 	if c.tokens != nil {
 		t = c.tokens()
 	}
-	return fmt.Sprintf("sluice.Client{%s, admin token set: %t, submit token set: %t}", c.BaseURL(), t.admin != "", t.submit != "")
+	return fmt.Sprintf("sluice.Client{%s, admin token set: %t, submit token set: %t, check token set: %t}", c.BaseURL(), t.admin != "", t.submit != "", t.check != "")
 }
 
 // GoString is String, for %#v.
@@ -626,6 +634,8 @@ func (c *Client) once(ctx context.Context, cl call) (*response, error) {
 		req.Header.Set("Authorization", "Bearer "+t.admin)
 	} else if !cl.admin && t.submit != "" && strings.HasPrefix(cl.path, "/v1/messages") {
 		req.Header.Set("Authorization", "Bearer "+t.submit)
+	} else if !cl.admin && t.check != "" && cl.path == "/v1/check" {
+		req.Header.Set("Authorization", "Bearer "+t.check)
 	}
 	res, err := c.hc.Do(req)
 	if err != nil {

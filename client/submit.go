@@ -29,6 +29,9 @@ const (
 	StateDelivered  = "delivered"
 	StateRetrying   = "retrying"
 	StateDead       = "dead"
+	// StateCancelled: taken back by Cancel; answered only by an ingress that keeps
+	// delivered records (-status-keep), while it keeps them.
+	StateCancelled = "cancelled"
 )
 
 // Submission is the answer to an accepted POST /v1/messages (202), or to a repeat of an

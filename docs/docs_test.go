@@ -198,7 +198,8 @@ func TestHeaders(t *testing.T) {
 
 	sent := map[string]bool{}
 	for _, h := range []string{sink.HeaderContentType, sink.HeaderIdempotencyKey, sink.HeaderMessageID, sink.HeaderAttempt,
-		sink.HeaderRule, sink.HeaderKey, sink.HeaderEnqueuedAt, sink.HeaderFence, sign.Header} {
+		sink.HeaderRule, sink.HeaderKey, sink.HeaderEnqueuedAt, sink.HeaderFence, sign.Header,
+		sign.HeaderWebhookID, sign.HeaderWebhookTimestamp, sign.HeaderWebhookSignature} {
 		sent[h] = true
 	}
 	table := map[string]bool{}

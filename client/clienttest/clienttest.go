@@ -377,8 +377,8 @@ func validate(req submitRequest, now time.Time, sub *Submission) (o outcome, sch
 				"forwarding (Forwarded, X-Forwarded-*, X-Real-Ip), Host and hop-by-hop headers are refused, "+
 				"so that a delivery cannot be forged to look authenticated or proxied")
 		}
-		if deniedHeaders[name] || strings.HasPrefix(name, "Sluice-") || strings.HasPrefix(name, "Nats-") {
-			return bad("headers."+k, "may not be set by a submission (transport, delivery and Sluice-/Nats- headers are sluice's)")
+		if deniedHeaders[name] || strings.HasPrefix(name, "Sluice-") || strings.HasPrefix(name, "Nats-") || strings.HasPrefix(name, "Webhook-") {
+			return bad("headers."+k, "may not be set by a submission (transport, delivery, signature and Sluice-/Nats-/Webhook- headers are sluice's)")
 		}
 		if len(v) > 1024 || strings.IndexFunc(v, func(c rune) bool { return c != ' ' && c != '\t' && (c < 0x21 || c > 0x7e) }) >= 0 {
 			return bad("headers."+k, "must be at most 1024 bytes of visible ASCII, spaces and tabs")

@@ -214,7 +214,16 @@ type ruleView struct {
 	Replaces       []string       `json:"replaces,omitempty"`
 	Queue          *ruleQueueView `json:"queue,omitempty"` // as the rules file says; live values in GET /v1/admin/queues
 	Overflow       string         `json:"overflow,omitempty"`
-	Source         string         `json:"source"` // file:line
+	// Checks is a queue rule's `checks`: "own" (checks count apart) or "share".
+	Checks string `json:"checks,omitempty"`
+	// LimitOverride is the rule's limit_override when it sets one.
+	LimitOverride *limitOverrideView `json:"limit_override,omitempty"`
+	Source        string             `json:"source"` // file:line
+}
+
+type limitOverrideView struct {
+	MaxFactor *int64 `json:"max_factor,omitempty"` // 0: no override taken; absent: the ingress's -override-max-factor
+	MaxWindow string `json:"max_window,omitempty"` // absent: the ingress's -override-max-window
 }
 
 type rateLimitView struct {
@@ -234,6 +243,22 @@ func (a *Admin) listRules(w http.ResponseWriter, r *http.Request) {
 			Unlimited: rule.Unlimited, ShadowMode: rule.ShadowMode, Replaces: rule.Replaces,
 			QuotaMode: rule.QuotaMode, AllOrNothing: rule.AllOrNothing, DetailedMetric: rule.DetailedMetric, Metadata: rule.Metadata,
 			Source: rule.File + ":" + strconv.Itoa(rule.Line)}
+		if rule.HasQueue() {
+			v.Checks = string(rules.ChecksOwn)
+			if rule.Checks == rules.ChecksShare {
+				v.Checks = string(rules.ChecksShare)
+			}
+		}
+		if lo := rule.LimitOverride; lo.Refused || lo.MaxFactor > 0 || lo.MaxWindow > 0 {
+			v.LimitOverride = &limitOverrideView{}
+			if lo.Refused || lo.MaxFactor > 0 {
+				f := lo.MaxFactor
+				v.LimitOverride.MaxFactor = &f
+			}
+			if lo.MaxWindow > 0 {
+				v.LimitOverride.MaxWindow = lo.MaxWindow.String()
+			}
+		}
 		for _, e := range rule.Path {
 			v.Descriptor = append(v.Descriptor, rules.Entry{Key: e.Key, Value: e.Value})
 		}

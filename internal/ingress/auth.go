@@ -25,19 +25,23 @@ const (
 	ScopeRead    = "read"    // GET of the admin API: the console's views
 	ScopeOperate = "operate" // every admin call: tune, reset, pause, purge, replay, key delete
 	ScopeSubmit  = "submit"  // POST /v1/messages and DELETE /v1/messages/{id} (-submit-tokens)
+	// ScopeCheck is the scope of the check API (POST /v1/check, POST /json and the envoy
+	// RLS over gRPC) once -submit-tokens is set: "check" or "check:DOMAIN" lines of that
+	// file. A submit token does not check, nor a check token submit.
+	ScopeCheck = "check"
 )
 
 // Token is a named, scoped bearer token. Only a SHA-256 digest of its secret is kept.
 type Token struct {
 	Name   string
 	Scope  string
-	Domain string // submit tokens: the one domain it may submit to; empty = any
+	Domain string // submit and check tokens: the one domain it may submit to or check; empty = any
 	digest [32]byte
 }
 
 // TokenFile is a file of tokens, one per line: "name scope secret" ("#" comments and blank
 // lines are skipped). Admin scopes are read and operate; submit tokens are "submit" or
-// "submit:DOMAIN". The file is re-read when its modification time or size changes (checked
+// "submit:DOMAIN", check tokens "check" or "check:DOMAIN". The file is re-read when its modification time or size changes (checked
 // at most once per second); a file that no longer parses keeps the last good tokens and is
 // logged (never the secrets).
 type TokenFile struct {
@@ -147,10 +151,10 @@ func ParseTokens(data []byte, admin bool) ([]Token, error) {
 			}
 		} else {
 			scope, domain, hasDomain := strings.Cut(t.Scope, ":")
-			if scope != ScopeSubmit || (hasDomain && domain == "") {
-				return nil, fmt.Errorf("%d: scope %q: want submit or submit:DOMAIN", n, t.Scope)
+			if (scope != ScopeSubmit && scope != ScopeCheck) || (hasDomain && domain == "") {
+				return nil, fmt.Errorf("%d: scope %q: want submit, submit:DOMAIN, check or check:DOMAIN", n, t.Scope)
 			}
-			t.Scope, t.Domain = ScopeSubmit, domain
+			t.Scope, t.Domain = scope, domain
 		}
 		if len(fields[2]) < 16 {
 			return nil, fmt.Errorf("%d: token of %q: at least 16 characters (e.g. openssl rand -hex 32)", n, t.Name)
@@ -297,6 +301,10 @@ func (s *Server) submitAuth(h http.HandlerFunc) http.HandlerFunc {
 		t, ok := match(secret, s.cfg.Auth.Submit.Tokens())
 		if !ok {
 			s.unauthorized(w, r, "unknown submit token")
+			return
+		}
+		if t.Scope != ScopeSubmit {
+			forbidden(w, fmt.Sprintf("token %q has scope %s; submitting needs scope submit", t.Name, t.Scope))
 			return
 		}
 		if t.Domain != "" && r.Method == http.MethodDelete {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/rules"
 )
 
@@ -171,6 +172,9 @@ func FuzzCheckRequest(f *testing.F) {
 		`{"domain":"d","hits_addend":-1,"descriptors":[]}`,
 		`{"domain":"","descriptors":[{}]}`,
 		`{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]} {}`,
+		// the issue's reproductions: DAY × 106000 (counters for 233 years), YEAR × 1048576 (500)
+		`{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}],"limit":{"requests_per_unit":50,"unit":"DAY","unit_multiplier":106000}}]}`,
+		`{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}],"limit":{"requests_per_unit":50,"unit":"YEAR","unit_multiplier":1048576}}]}`,
 	} {
 		f.Add([]byte(s), "application/json")
 	}
@@ -201,6 +205,14 @@ func FuzzCheckRequest(f *testing.F) {
 			for _, e := range d.Entries {
 				if e.Key == "" || len(e.Key) > MaxKeyBytes || len(e.Value) > MaxKeyBytes || !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value) {
 					t.Fatalf("descriptor %d: accepted entry %q=%q", i, e.Key, e.Value)
+				}
+			}
+			// An accepted override is one the limiter counts and no longer-lived than a
+			// limit override's longest window.
+			if o := d.Override; o != nil {
+				err := (bucket.Limit{Algorithm: bucket.FixedWindow, Rate: o.Rate.Requests, Interval: o.Rate.Interval}).Validate()
+				if o.Rate.Interval > rules.MaxOverrideWindow || err != nil {
+					t.Fatalf("descriptor %d: accepted override %+v (%v)", i, o, err)
 				}
 			}
 		}

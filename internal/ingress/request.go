@@ -917,8 +917,8 @@ func checkHeaders(in map[string]string) (map[string]string, *httpx.Problem) {
 				"forwarding (Forwarded, X-Forwarded-*, X-Real-Ip), Host and hop-by-hop headers are refused, "+
 				"so that a delivery cannot be forged to look authenticated or proxied")
 		}
-		if deniedHeaders[name] || strings.HasPrefix(name, "Sluice-") || strings.HasPrefix(name, "Nats-") {
-			return bad(field, "may not be set by a submission (transport, delivery and Sluice-/Nats- headers are sluice's)")
+		if deniedHeaders[name] || strings.HasPrefix(name, "Sluice-") || strings.HasPrefix(name, "Nats-") || strings.HasPrefix(name, "Webhook-") {
+			return bad(field, "may not be set by a submission (transport, delivery, signature and Sluice-/Nats-/Webhook- headers are sluice's)")
 		}
 		// Leading and trailing spaces and tabs are no part of an HTTP field value (RFC 9110
 		// 5.5): every receiver drops them, so they are dropped here, where the message is

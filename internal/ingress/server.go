@@ -115,8 +115,17 @@ type ServerConfig struct {
 	Unavailable time.Duration
 
 	// Auth holds the admin tokens (scopes read and operate) and the submit tokens; nil or
-	// without admin tokens, the admin API answers 401 to everyone.
+	// without admin tokens, the admin API answers 401 to everyone. With submit tokens, the
+	// check API needs a check token (checkauth.go).
 	Auth *Auth
+	// CheckClientNames are the client certificate identities (tlsx.NameAllowed) that may
+	// use the check API without a token once submit tokens are on. -check-client-names.
+	CheckClientNames []string
+	// OverrideMaxFactor and OverrideMaxWindow bound a check's limit override where its
+	// rule's limit_override does not say (-override-max-factor, default 10;
+	// -override-max-window, default 24h).
+	OverrideMaxFactor int64
+	OverrideMaxWindow time.Duration
 }
 
 // NewServer builds the server and registers its metrics on cfg.Registry.
@@ -135,6 +144,12 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.OverrideMaxFactor <= 0 {
+		cfg.OverrideMaxFactor = DefaultOverrideMaxFactor
+	}
+	if cfg.OverrideMaxWindow <= 0 {
+		cfg.OverrideMaxWindow = DefaultOverrideMaxWindow
 	}
 	if cfg.Unavailable <= 0 {
 		cfg.Unavailable = 2 * time.Second

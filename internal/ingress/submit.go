@@ -292,6 +292,14 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
 		return s.duplicateOutcome(ctx, msg.ID)
 	}
+	if errors.Is(err, retry.ErrRuleFull) { // this rule's share of the retry stream (-retry-rule-share)
+		release()
+		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
+		s.refused.add(rule.Name)
+		return problemOutcome(httpx.QuotaExceeded("this rule holds its share of the retry stream (-retry-rule-share) with its "+
+			"parked and scheduled messages; other rules are not held back. Retry-After is the time until this message's "+
+			"own delivery time, when it is queued at once", max(at.Sub(now), time.Second), rule.Name))
+	}
 	if err != nil {
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionError).Inc()
 		if errors.Is(err, retry.ErrFull) {

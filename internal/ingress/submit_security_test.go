@@ -116,6 +116,8 @@ func TestSubmitRefusesForgedDeliveryHeaders(t *testing.T) {
 		"Authorization", "authorization", "Cookie", "Proxy-Authorization", "Proxy-Authenticate", "proxy-connection",
 		"Forwarded", "X-Forwarded-For", "x-forwarded-host", "X-Forwarded-Proto", "X-Real-IP", "Host",
 		"Connection", "Keep-Alive", "TE", "Trailer", "Transfer-Encoding", "Upgrade",
+		// Standard Webhooks' signature headers are the drainer's (-sign-scheme).
+		"Webhook-Signature", "webhook-id", "Webhook-Timestamp",
 	} {
 		withHeader := func(m string, extra ...string) string {
 			s := submit("orders", merchant(m), `{"n":1}`, extra...)

@@ -70,6 +70,7 @@ func TestDocsListEveryField(t *testing.T) {
 		{"## delivery.window", windowFields},
 		{"## delivery.adaptive", adaptiveFields},
 		{"## sink.breaker", breakerFields},
+		{"## limit_override", overrideFields},
 	} {
 		rows := docRows(docSection(t, md, c.heading))
 		for _, f := range c.fields {

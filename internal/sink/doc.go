@@ -15,7 +15,9 @@
 //	Sluice-Key: <key, url.PathEscape'd>  any UTF-8 key survives as ASCII
 //	Sluice-Enqueued-At: <RFC 3339, ms>   first admission
 //	Sluice-Fence: <fencing token>        the drainer's claim on the key (see HeaderFence)
-//	Sluice-Signature: t=…,v1=…           HTTP only, when a signing key is configured
+//	Sluice-Signature: t=…,v2=…           HTTP only, when signing keys are configured (or, with
+//	                                     the standard-webhooks scheme, webhook-id,
+//	                                     webhook-timestamp, webhook-signature)
 //
 // # Outcomes
 //

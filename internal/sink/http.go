@@ -58,9 +58,13 @@ type HTTPConfig struct {
 	// UserAgent sent with every request. Default "sluice".
 	UserAgent string
 
-	// Signer adds a Sluice-Signature header to every delivery (internal/sign) of a rule
-	// without its own sink.sign_keys; nil = none.
+	// Signer signs every delivery (internal/sign) of a rule without its own sink.sign_keys;
+	// nil = none.
 	Signer *sign.Signer
+
+	// SignScheme lays out the signature headers of a rule without its own
+	// sink.sign_scheme (-sign-scheme). Default sign.SchemeSluice (Sluice-Signature).
+	SignScheme sign.Scheme
 }
 
 // WithDefaults returns a copy of c with every unset field set to its default.
@@ -82,6 +86,9 @@ func (c HTTPConfig) WithDefaults() HTTPConfig {
 	}
 	if c.UserAgent == "" {
 		c.UserAgent = "sluice"
+	}
+	if c.SignScheme == "" {
+		c.SignScheme = sign.SchemeSluice
 	}
 	if c.Client == nil {
 		c.Client = &http.Client{
@@ -157,10 +164,12 @@ func (h *HTTP) Deliver(ctx context.Context, rule *rules.Rule, m queue.Message) d
 	deliveryHeaders(rule, m, req.Header.Set)
 	telemetry.Inject(ctx, req.Header.Set) // the delivery span's traceparent: the sink's span joins the trace
 	req.Header.Set("User-Agent", h.cfg.UserAgent)
-	if signer, err := h.signers.signerFor(rule, h.cfg.Signer); err != nil {
+	if signer, scheme, err := h.signers.signerFor(rule, h.cfg.Signer, h.cfg.SignScheme); err != nil {
 		return delivery.OutcomeRetry(0, "sink: "+err.Error())
 	} else if signer != nil {
-		req.Header.Set(sign.Header, signer.Sign(time.Now(), m.Payload))
+		// The message id is signed with the body (id.timestamp.body): a captured delivery
+		// replayed as another message is refused by a sink that checks it.
+		signer.Sign(scheme, m.ID, time.Now(), m.Payload, req.Header.Set)
 	}
 
 	resp, err := h.cfg.Client.Do(req)

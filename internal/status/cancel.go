@@ -30,10 +30,23 @@ func (e *NotCancellable) Unwrap() error { return ErrNotCancellable }
 // read again): the message may be cancelled. Never answer it as "nothing happened".
 var ErrOutcomeUnknown = errors.New("status: cancel sent, outcome unknown")
 
+// recordCancelled files the cancelled record of st with delivered records on. The message
+// is removed whatever becomes of the record: one that cannot be written within 2 s leaves
+// the status at "no longer tracked", as without records — not worth failing a done cancel.
+func (l *Locator) recordCancelled(ctx context.Context, st Status) {
+	if l.Delivered == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_ = l.Delivered.RecordCancelled(ctx, st.ID, st.Attempts)
+}
+
 // Cancel removes message id if it has not been delivered yet — queued (in its key's queue,
 // not being delivered), scheduled, parked or waiting for a delivery retry (in the retry
 // stream) — and
-// returns its status as it was. A message being delivered, delivered (on record), dead, or
+// returns its status as it was; with delivered records on, its status is "cancelled" from
+// then on (and a repeated Cancel answers the same). A message being delivered, delivered (on record), dead, or
 // fired from the retry stream and moving back into its queue is a *NotCancellable; one that
 // has left sluice with no record is a *Gone, as for Get.
 //
@@ -62,6 +75,7 @@ func (l *Locator) Cancel(ctx context.Context, id string) (Status, error) {
 			if l.Scheduler != nil {
 				l.Scheduler.Uncount(ctx, st.Rule, st.Key) // the depth estimate; a miss heals when the key empties
 			}
+			l.recordCancelled(ctx, st)
 			return st, nil
 		}
 		fallthrough
@@ -78,6 +92,11 @@ func (l *Locator) Cancel(ctx context.Context, id string) (Status, error) {
 		if !ok { // fired meanwhile
 			return Status{}, &NotCancellable{Status: st}
 		}
+		l.recordCancelled(ctx, st)
+		return st, nil
+	case Cancelled:
+		// Cancelled before (a retried cancel whose first answer was lost): it is what the
+		// caller asked for, so the answer is the same, not a conflict.
 		return st, nil
 	default:
 		return Status{}, &NotCancellable{Status: st}

@@ -22,6 +22,9 @@ const (
 	Delivered  = "delivered"
 	Retrying   = "retrying"
 	Dead       = "dead"
+	// Cancelled: taken back by a cancel. Known only with delivered records on (-status-keep),
+	// for as long as they are kept; without them a cancelled message is "no longer tracked".
+	Cancelled = "cancelled"
 )
 
 // ErrNeverSeen: the id is not one sluice issued (or its rule does not exist).
@@ -131,13 +134,13 @@ func (l *Locator) get(ctx context.Context, id string, grace time.Duration) (Stat
 		return st, err
 	}
 	if l.Delivered != nil {
-		attempts, at, ok, err := l.deliveredRecord(ctx, id, grace)
+		rec, ok, err := l.deliveredRecord(ctx, id, grace)
 		if err != nil {
 			return Status{}, err
 		}
-		if ok {
-			return Status{ID: id, Domain: r.Domain, Rule: r.Name, Key: ref.Key, State: Delivered, Attempts: attempts,
-				CreatedAt: issued, UpdatedAt: at}, nil
+		if ok { // delivered, or cancelled
+			return Status{ID: id, Domain: r.Domain, Rule: r.Name, Key: ref.Key, State: rec.state, Attempts: rec.attempts,
+				CreatedAt: issued, UpdatedAt: rec.at}, nil
 		}
 	}
 	return Status{}, &Gone{ID: id, Rule: r.Name, Key: ref.Key, IssuedAt: issued}
@@ -153,18 +156,18 @@ const RecordGrace = 100 * time.Millisecond
 // deliveredRecord reads id's delivered record, and reads it again every 20 ms for up to
 // grace while there is none. A caller gone during the wait gets the first read's answer
 // (none), not an error: the wait is a courtesy.
-func (l *Locator) deliveredRecord(ctx context.Context, id string, grace time.Duration) (attempts int, at time.Time, ok bool, err error) {
+func (l *Locator) deliveredRecord(ctx context.Context, id string, grace time.Duration) (rec record, ok bool, err error) {
 	deadline := time.Now().Add(grace)
 	for {
-		attempts, at, ok, err = l.Delivered.Get(ctx, id)
+		rec, ok, err = l.Delivered.record(ctx, id)
 		if ok || err != nil || !time.Now().Before(deadline) {
-			return attempts, at, ok, err
+			return rec, ok, err
 		}
 		t := time.NewTimer(min(20*time.Millisecond, time.Until(deadline)))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return 0, time.Time{}, false, nil
+			return record{}, false, nil
 		case <-t.C:
 		}
 	}
