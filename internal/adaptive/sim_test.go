@@ -4,28 +4,9 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/sluice-io/sluice/internal/sinktest"
 )
-
-// slidingSink admits at most limit requests per key within any second (a sliding window
-// log, as a downstream that counts this way) and answers the others 429 with a
-// Retry-After in whole seconds (HTTP's form): the time until the oldest admission leaves
-// the window, rounded up.
-type slidingSink struct {
-	limit    int
-	admitted []time.Time
-}
-
-func (s *slidingSink) call(now time.Time) (ok bool, retryAfter time.Duration) {
-	for len(s.admitted) > 0 && now.Sub(s.admitted[0]) >= time.Second {
-		s.admitted = s.admitted[1:]
-	}
-	if len(s.admitted) < s.limit {
-		s.admitted = append(s.admitted, now)
-		return true, 0
-	}
-	wait := s.admitted[0].Add(time.Second).Sub(now)
-	return false, time.Duration(math.Ceil(wait.Seconds())) * time.Second
-}
 
 type simResult struct {
 	delivered, throttled int
@@ -37,7 +18,8 @@ type simResult struct {
 // and counts what happened in the measured part. A delivery takes 20 ms; a 429'd message
 // is the key's head and goes again at the next slot (strict ordering).
 func simulate(l *Limiter, configured float64, limit int, warm, measure time.Duration) simResult {
-	sink := &slidingSink{limit: limit}
+	// The self-limiting sink of the engine's end-to-end test, driven at simulated instants.
+	sink := sinktest.NewKeyLimit(limit, time.Second)
 	every := time.Duration(float64(time.Second) / configured)
 	start := time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC)
 	now, tat := start, start
@@ -56,7 +38,8 @@ func simulate(l *Limiter, configured float64, limit int, warm, measure time.Dura
 		} else {
 			tat = tat.Add(e)
 		}
-		ok, ra := sink.call(now)
+		ok, wait := sink.Admit("k", now)
+		ra := time.Duration(math.Ceil(wait.Seconds())) * time.Second // Retry-After in whole seconds
 		done := now.Add(20 * time.Millisecond)
 		counted := now.Sub(start) >= warm
 		if ok {
@@ -99,10 +82,10 @@ func TestConvergesToTheSinksLimit(t *testing.T) {
 		}
 	}
 	// Without adaptive outflow, for contrast: the key keeps sending at 10/s.
-	sink := &slidingSink{limit: 7}
+	sink := sinktest.NewKeyLimit(7, time.Second)
 	refused := 0
 	for i := range 6000 {
-		if ok, _ := sink.call(t0.Add(time.Duration(i) * 100 * time.Millisecond)); !ok {
+		if ok, _ := sink.Admit("k", t0.Add(time.Duration(i)*100*time.Millisecond)); !ok {
 			refused++
 		}
 	}
