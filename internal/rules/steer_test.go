@@ -136,3 +136,35 @@ func TestWindowFromRulesIsTheWindowPackages(t *testing.T) {
 		t.Fatal("the parsed window does not open and close as written")
 	}
 }
+
+// TestValidateSteering: a rule derived in code (an override) is held to the same bounds.
+func TestValidateSteering(t *testing.T) {
+	t.Parallel()
+	base := mustParse(t, steerBase).Rules()[0]
+	for _, c := range []struct {
+		name   string
+		mutate func(r *Rule)
+		field  string
+	}{
+		{"spacing", func(r *Rule) { r.Delivery.Spacing = "even" }, "delivery.spacing"},
+		{"window from = to", func(r *Rule) { r.Delivery.Window = window.Window{Set: true, From: time.Hour, To: time.Hour} }, "delivery.window"},
+		{"adaptive decrease", func(r *Rule) { r.Delivery.Adaptive = Adaptive{Enabled: true, Decrease: 1, IncreasePerSecond: 0.1} }, "delivery.adaptive"},
+		{"adaptive floor", func(r *Rule) {
+			r.Delivery.Adaptive = Adaptive{Enabled: true, Decrease: 0.5, IncreasePerSecond: 0.1, MinOutflow: Rate{Requests: 11, Interval: time.Second}}
+		}, "delivery.adaptive.min_outflow"},
+		{"breaker keys", func(r *Rule) {
+			r.Sink.Breaker = Breaker{Enabled: true, Failures: 2, MinKeys: 3, Within: time.Second, CoolDown: time.Second, MaxCoolDown: time.Second}
+		}, "sink.breaker"},
+	} {
+		r := *base
+		c.mutate(&r)
+		if err := r.Validate(); err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: Validate = %v, want an error naming %s", c.name, err, c.field)
+		}
+	}
+	r := *base
+	r.Delivery.Spacing = "" // a rule built in code without it: gcra
+	if err := r.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
