@@ -69,6 +69,21 @@ type submitRequest struct {
 	ttl     time.Duration // TTL parsed (validate)
 }
 
+// headers are the message's headers: the submission's own, and its time_zone as
+// Sluice-Time-Zone (a header a submission may not set itself: checkHeaders refuses
+// Sluice-*), for a rule whose delivery.window follows each message's zone.
+func (req *submitRequest) headers() map[string]string {
+	if req.TimeZone == "" {
+		return req.Headers
+	}
+	hs := make(map[string]string, len(req.Headers)+1)
+	for k, v := range req.Headers {
+		hs[k] = v
+	}
+	hs[window.HeaderTimeZone] = req.TimeZone
+	return hs
+}
+
 // expiresAt is when the message expires: its own expires_at or ttl, or its rule's max_age,
 // whichever comes first; zero for never.
 func (req *submitRequest) expiresAt(now time.Time, maxAge time.Duration) time.Time {
@@ -763,13 +778,6 @@ func (req *submitRequest) validate() *httpx.Problem {
 			p := httpx.BadRequest("time_zone", fmt.Sprintf("%q is %v", req.TimeZone, err))
 			return &p
 		}
-		// After checkHeaders: a submission may not set Sluice-* headers itself.
-		hs := make(map[string]string, len(req.Headers)+1)
-		for k, v := range req.Headers {
-			hs[k] = v
-		}
-		hs[window.HeaderTimeZone] = req.TimeZone
-		req.Headers = hs
 	}
 	if req.DeliverAt != "" && req.Delay != "" {
 		p := httpx.BadRequest("delay", "give deliver_at or delay, not both")

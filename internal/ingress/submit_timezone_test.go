@@ -2,6 +2,7 @@ package ingress_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -45,5 +46,17 @@ func TestSubmitTimeZone(t *testing.T) {
 	}
 	if m.Headers[window.HeaderTimeZone] != "Asia/Seoul" || m.Headers["X-Order"] != "7" {
 		t.Fatalf("stored headers %v, want Sluice-Time-Zone: Asia/Seoul and the submission's own", m.Headers)
+	}
+	// The zone does not count against the submission's 16 headers.
+	var hs []string
+	for i := range 16 {
+		hs = append(hs, fmt.Sprintf(`"X-H-%d":"v"`, i))
+	}
+	full := `{"domain":"orders","descriptor":[{"key":"merchant_id","value":"m-tz16"}],"payload":1,"time_zone":"UTC","headers":{` + strings.Join(hs, ",") + `}}`
+	if r := e.do("POST", "/v1/messages", full); r.code != 202 {
+		t.Fatalf("16 headers and a time_zone: %d %s", r.code, r.raw)
+	}
+	if m, err := qs.Pop(context.Background(), "orders", "m-tz16"); err != nil || len(m.Headers) != 17 || m.Headers[window.HeaderTimeZone] != "UTC" {
+		t.Fatalf("stored %d headers (%v), want 17 with Sluice-Time-Zone: UTC", len(m.Headers), err)
 	}
 }
