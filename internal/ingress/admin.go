@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-io/sluice/internal/audit"
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/overrides"
+	"github.com/sluice-io/sluice/internal/redact"
 	"github.com/sluice-io/sluice/internal/retryrules"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
@@ -519,8 +520,8 @@ func (a *Admin) listDead(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]deadView, 0, len(list))
 	for _, d := range list {
-		out = append(out, deadView{ID: d.Message.ID, Rule: d.Message.Rule, Key: d.Message.Key, State: "dead", Reason: d.Reason,
-			Attempts: d.Message.Attempt, LastError: d.Message.LastError,
+		out = append(out, deadView{ID: d.Message.ID, Rule: d.Message.Rule, Key: d.Message.Key, State: "dead", Reason: redact.Text(d.Reason),
+			Attempts: d.Message.Attempt, LastError: redact.Text(d.Message.LastError),
 			CreatedAt: d.Message.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: d.DeadAt.UTC().Format(time.RFC3339Nano)})
 	}
 	resp := map[string]any{"messages": out}

@@ -62,7 +62,7 @@ var serverRoutes = []string{
 	"GET /v1/admin/audit",
 }
 
-const routesToken = "routes-token"
+const routesToken = "routes-token-0123"
 
 const routesRules = `
 domain: orders

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/telemetry"
@@ -74,6 +75,7 @@ type DrainerConfig struct {
 	TLSClientNames               []string // -tls-client-names: client certificates must name one of these; default any the CA signed
 	RedisCA, RedisCert, RedisKey string   // -redis-ca, -redis-cert, -redis-key: TLS to a rediss:// Redis; default system roots, no client certificate
 	NATSCA, NATSCert, NATSKey    string   // -nats-ca, -nats-cert, -nats-key: NATS TLS; default system roots, no client certificate
+	NATSCreds, NATSNKey          string   // -nats-creds, -nats-nkey: NATS user credentials (JWT) or NKey seed file; default none
 	SinkCA                       string   // -sink-ca: CA bundle of https:// sinks; default system roots
 	SignKeys                     []string // -sign-keys: HMAC key files; default none (unsigned)
 	SignScheme                   string   // -sign-scheme: sluice (default) or standard-webhooks
@@ -112,6 +114,8 @@ func drainerFlags(c *DrainerConfig, getenv func(string) string, stderr io.Writer
 	f.String(&c.NATSCA, "nats-ca", "SLUICE_NATS_CA", "", "PEM CA bundle of the NATS servers")
 	f.String(&c.NATSCert, "nats-cert", "SLUICE_NATS_CERT", "", "PEM client certificate for NATS")
 	f.String(&c.NATSKey, "nats-key", "SLUICE_NATS_KEY", "", "PEM private key of -nats-cert")
+	f.String(&c.NATSCreds, "nats-creds", "SLUICE_NATS_CREDS", "", "NATS user credentials file (JWT and NKey seed, as nsc writes it)")
+	f.String(&c.NATSNKey, "nats-nkey", "SLUICE_NATS_NKEY", "", "NATS NKey seed file (an SU... seed)")
 	f.String(&c.SinkCA, "sink-ca", "SLUICE_SINK_CA", "", "PEM CA bundle trusted for https:// sinks")
 	f.List(&c.SignKeys, "sign-keys", "SLUICE_SIGN_KEYS", "", "HMAC key files, comma-separated: each signs HTTP deliveries (two during a key rotation)")
 	f.String(&c.SignScheme, "sign-scheme", "SLUICE_SIGN_SCHEME", string(sign.SchemeSluice), "signature headers of HTTP deliveries: sluice (Sluice-Signature) or standard-webhooks (webhook-id, webhook-timestamp, webhook-signature)")
@@ -151,6 +155,8 @@ func (c *DrainerConfig) Validate() error {
 		return fmt.Errorf("-tls-client-ca: needs -tls-cert and -tls-key")
 	case (c.NATSCert == "") != (c.NATSKey == ""):
 		return fmt.Errorf("-nats-cert and -nats-key: give both or neither")
+	case c.NATSCreds != "" && c.NATSNKey != "":
+		return errNATSCredsAndNKey
 	case len(c.TLSClientNames) > 0 && c.TLSClientCA == "":
 		return fmt.Errorf("-tls-client-names: needs -tls-client-ca (names are read from verified client certificates)")
 	case c.Workers < 1:
@@ -252,7 +258,7 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 
 	st, err := Open(ctx, StackConfig{
 		Name: "drainer", NATSURL: c.NATSURL, RedisURL: c.RedisURL, Replicas: c.Replicas,
-		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey,
+		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey, NATSCreds: c.NATSCreds, NATSNKey: c.NATSNKey,
 		RedisTLS:   RedisTLS{CA: c.RedisCA, Cert: c.RedisCert, Key: c.RedisKey},
 		StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
 		RetryMaxBytes: c.RetryMaxBytes, DeadMaxBytes: c.DeadMaxBytes, DeadDropOldest: c.DeadDropOldest, Registry: reg,
@@ -281,7 +287,8 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := st.Ready(ctx); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			log.Warn("drainer: not ready", "err", err)
+			http.Error(w, httpx.PublicReadyError(err), http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ok\n")

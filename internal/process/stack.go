@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -20,7 +21,9 @@ import (
 
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/admit"
+	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/overrides"
+	"github.com/sluice-io/sluice/internal/redact"
 	"github.com/sluice-io/sluice/internal/retryrules"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
@@ -74,9 +77,37 @@ type StackConfig struct {
 	// servers that require TLS); NATSCert and NATSKey are a client certificate for NATS.
 	// Files are re-read on every (re)connect. Empty: system roots, no client certificate.
 	NATSCA, NATSCert, NATSKey string
+	// NATSCreds is a user credentials file (a JWT and its NKey seed, as nsc writes it);
+	// NATSNKey an NKey seed file. At most one; either keeps the secret out of the URL and
+	// the process list. The file is read again at every (re)connect.
+	NATSCreds, NATSNKey string
 	// RedisTLS: a CA bundle and client certificate for a rediss:// -redis URL
 	// (-redis-ca, -redis-cert, -redis-key). Zero: system roots, no client certificate.
 	RedisTLS RedisTLS
+}
+
+var errNATSCredsAndNKey = errors.New("-nats-creds and -nats-nkey: give one (a credentials file holds its own NKey seed)")
+
+// natsAuth is the NATS options of -nats-creds or -nats-nkey; an error names the flag.
+func natsAuth(creds, nkey string) ([]nats.Option, error) {
+	switch {
+	case creds != "" && nkey != "":
+		return nil, errNATSCredsAndNKey
+	case creds != "":
+		// Read now so a missing or unreadable file is a start-up error naming the flag, not
+		// an endless reconnect loop.
+		if _, err := os.ReadFile(creds); err != nil {
+			return nil, fmt.Errorf("-nats-creds: %w", err)
+		}
+		return []nats.Option{nats.UserCredentials(creds)}, nil
+	case nkey != "":
+		opt, err := nats.NkeyOptionFromSeed(nkey)
+		if err != nil {
+			return nil, fmt.Errorf("-nats-nkey %s: %w", nkey, err)
+		}
+		return []nats.Option{opt}, nil
+	}
+	return nil, nil
 }
 
 // Stack is the opened machinery. Close releases it.
@@ -115,6 +146,11 @@ func Open(ctx context.Context, c StackConfig) (s *Stack, err error) {
 	if c.NATSCert != "" {
 		tlsOpts = append(tlsOpts, nats.ClientCert(c.NATSCert, c.NATSKey))
 	}
+	authOpts, err := natsAuth(c.NATSCreds, c.NATSNKey)
+	if err != nil {
+		return s, err
+	}
+	tlsOpts = append(tlsOpts, authOpts...)
 	nc, err := nats.Connect(c.NATSURL, append(tlsOpts,
 		nats.Name("sluice-"+c.Name),
 		nats.MaxReconnects(-1),
@@ -131,7 +167,7 @@ func Open(ctx context.Context, c StackConfig) (s *Stack, err error) {
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info(c.Name+": NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
 	)...)
 	if err != nil {
-		return s, fmt.Errorf("%s: NATS %s: %w", c.Name, c.NATSURL, err)
+		return s, fmt.Errorf("%s: NATS %s: %w", c.Name, redact.Text(c.NATSURL), err)
 	}
 	s.NATS = nc
 	s.closers = append(s.closers, func() { nc.Drain() })
@@ -259,13 +295,14 @@ func (s *Stack) Effective(r *rules.Rule) *rules.Rule {
 	return eff
 }
 
-// Ready reports whether NATS and Redis are reachable (GET /readyz).
+// Ready reports whether NATS and Redis are reachable (GET /readyz); the error is a
+// *httpx.BackendDown naming the backend.
 func (s *Stack) Ready(ctx context.Context) error {
 	if !s.NATS.IsConnected() {
-		return fmt.Errorf("NATS is not connected")
+		return &httpx.BackendDown{Backend: "NATS", Err: errors.New("not connected")}
 	}
 	if err := s.Redis.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("Redis: %w", err)
+		return &httpx.BackendDown{Backend: "Redis", Err: err}
 	}
 	return nil
 }
