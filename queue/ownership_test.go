@@ -1,0 +1,74 @@
+package queue_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluice-io/sluice/queue"
+)
+
+// TestOwnershipSharesRenewsAndFences: one drainer owns every partition; a second one joins
+// and each ends with half (the first gives up its surplus at its next renewal); a drainer
+// that stops renewing loses its partitions once its leases expire, and every acquisition
+// carries a larger fencing token than any before; leaving frees partitions at once.
+func TestOwnershipSharesRenewsAndFences(t *testing.T) {
+	t.Parallel()
+	ss := newSchedulers(t, 2)
+	ctx := context.Background()
+	own := func(s *queue.Scheduler, owner string, at time.Duration, leave bool) queue.Owned {
+		t.Helper()
+		o := s.Own(ctx, t0.Add(at), []queue.OwnRequest{{Rule: "r", Owner: owner, Partitions: 8, Lease: time.Second, Leave: leave}})[0]
+		if o.Err != nil {
+			t.Fatal(o.Err)
+		}
+		return o
+	}
+	a := own(ss[0], "A", 0, false)
+	if len(a.Fences) != 8 || a.Members != 1 {
+		t.Fatalf("A alone: %+v, want 8 partitions", a)
+	}
+	var maxFence int64
+	for _, f := range a.Fences {
+		maxFence = max(maxFence, f)
+	}
+	// B joins: nothing is free yet, so B gets nothing until A gives up its surplus.
+	if b := own(ss[1], "B", 100*time.Millisecond, false); len(b.Fences) != 0 || b.Members != 2 {
+		t.Fatalf("B joining: %+v, want no partition yet and 2 members", b)
+	}
+	a2 := own(ss[0], "A", 200*time.Millisecond, false)
+	if len(a2.Fences) != 4 {
+		t.Fatalf("A after B joined: %d partitions, want 4", len(a2.Fences))
+	}
+	for p, f := range a2.Fences {
+		if a.Fences[p] != f {
+			t.Fatalf("A's renewal changed partition %d's fence %d -> %d", p, a.Fences[p], f)
+		}
+	}
+	b := own(ss[1], "B", 300*time.Millisecond, false)
+	if len(b.Fences) != 4 {
+		t.Fatalf("B: %d partitions, want 4", len(b.Fences))
+	}
+	for p, f := range b.Fences {
+		if _, dup := a2.Fences[p]; dup {
+			t.Fatalf("partition %d owned by both", p)
+		}
+		if f <= maxFence {
+			t.Fatalf("B's fence %d on partition %d not above every earlier one (%d)", f, p, maxFence)
+		}
+	}
+	// A stops renewing (dead or cut off). Before its leases expire B cannot take them…
+	if b := own(ss[1], "B", 1100*time.Millisecond, false); len(b.Fences) != 4 {
+		t.Fatalf("B took partitions before A's leases expired: %d", len(b.Fences))
+	}
+	// …after, B owns all 8 (A's announcement expired too).
+	b = own(ss[1], "B", 1300*time.Millisecond, false)
+	if len(b.Fences) != 8 || b.Members != 1 {
+		t.Fatalf("B after A's leases expired: %+v, want 8 partitions", b)
+	}
+	// B leaves: A gets all of them back at once.
+	own(ss[1], "B", 1400*time.Millisecond, true)
+	if a := own(ss[0], "A", 1500*time.Millisecond, false); len(a.Fences) != 8 {
+		t.Fatalf("A after B left: %d partitions, want 8", len(a.Fences))
+	}
+}
