@@ -12,14 +12,19 @@
 -- ARGV[4] parts  the rule's ownership partition count P
 -- ARGV[5] leave  1: give up everything and withdraw the announcement (soft stop); 0: own
 -- ARGV[6] max    the most partitions this drainer may own (0 = its fair share only)
+-- ARGV[7..]      partitions the drainer gives up now: it was told they are surplus (below)
+--                and has stopped delivering them
 --
 -- Returns {now, members, part1, fence1, part2, fence2, ...}: every partition the owner holds
 -- after the call, with its lease's fencing token (a token grows on every acquisition, so a
--- new owner's deliveries carry larger Sluice-Fence values than any earlier owner's).
+-- new owner's deliveries carry larger Sluice-Fence values than any earlier owner's). A
+-- negative fence -F: the partition is held under F but is surplus; the drainer stops
+-- delivering it and gives it up by naming it in its next call (ARGV[7..]), so a partition is
+-- never given up while a delivery of it may still be in flight.
 --
 -- Shares: the live members (announcement not expired), sorted by name, each get floor(P/N)
--- partitions and the first P mod N one more. A drainer above its share gives up its highest
--- partitions here; one below takes free ones (never held, released, or whose lease expired).
+-- partitions and the first P mod N one more. A drainer above its share is told which of its
+-- highest partitions to give up (negative fence); one below takes free ones (never held, released, or whose lease expired).
 -- A partition held by another live member is never taken: it frees it at its own next call,
 -- so a join converges within two renewal periods and a dead drainer's partitions are free
 -- once its leases expire.
@@ -32,6 +37,8 @@ if now == 0 then
 end
 local leasefor, owner, P, leave, cap = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1', tonumber(ARGV[6])
 local expiry = now + leasefor
+local giving = {}
+for i = 7, #ARGV do giving[tonumber(ARGV[i])] = true end
 
 local cur = redis.call('HGETALL', leases)
 local mine, taken = {}, {}
@@ -43,7 +50,7 @@ for i = 1, #cur, 2 do
   if who == owner then
     -- Ours, even past its expiry if nobody took it since: this drainer stopped delivering
     -- at its own deadline, so renewing it now is safe.
-    if p == nil or p >= P or leave then
+    if p == nil or p >= P or leave or giving[p] then
       drop[#drop + 1] = cur[i]
     else
       mine[#mine + 1] = {p, tok}
@@ -70,10 +77,8 @@ if rank <= P % n then share = share + 1 end
 if cap > 0 and share > cap then share = cap end
 
 table.sort(mine, function(a, b) return a[1] < b[1] end)
-while #mine > share do
-  drop[#drop + 1] = tostring(mine[#mine][1])
-  mine[#mine] = nil
-end
+local surplus = {}
+for j = share + 1, #mine do surplus[mine[j][1]] = true end
 if #drop > 0 then redis.call('HDEL', leases, unpack(drop)) end
 
 local hs = {}
@@ -113,6 +118,10 @@ if #hs > 0 then redis.call('HSET', leases, unpack(hs)) end
 local out = {now, n}
 for _, m in ipairs(mine) do
   out[#out + 1] = m[1]
-  out[#out + 1] = tonumber(m[2])
+  if surplus[m[1]] then
+    out[#out + 1] = -tonumber(m[2])
+  else
+    out[#out + 1] = tonumber(m[2])
+  end
 end
 return out

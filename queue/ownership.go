@@ -53,6 +53,9 @@ type OwnRequest struct {
 	Lease      time.Duration // a lease ends this long after Redis's now
 	Leave      bool          // give up every partition and the announcement (soft stop)
 	Max        int           // the most partitions to own; 0 = the fair share
+	// GiveUp names partitions to give up now: Owned.Surplus said so and the drainer has
+	// stopped delivering them.
+	GiveUp []int
 	// Pace is written before the renewal: per owned partition, keys' next allowed times
 	// (Redis's clock), so a new owner does not deliver them sooner. Replaces the
 	// partition's previous entries; an empty non-nil map clears them.
@@ -67,6 +70,9 @@ type Owned struct {
 	Now     time.Time     // Redis's clock at the renewal
 	Members int           // live drainers of the rule (this one included)
 	Fences  map[int]int64 // partition -> fencing token of this drainer's lease on it
+	// Surplus are owned partitions (in Fences) above this drainer's share: stop delivering
+	// them and name them in OwnRequest.GiveUp next time.
+	Surplus map[int]bool
 	Err     error
 }
 
@@ -101,23 +107,13 @@ func (s *Scheduler) Own(ctx context.Context, now time.Time, reqs []OwnRequest) [
 			}
 			pipe.PExpire(ctx, k, ttl)
 		}
-		leave := 0
-		if r.Leave {
-			leave = 1
-		}
-		cmds[i] = ownScript.EvalSha(ctx, pipe, []string{s.ownKey(r.Rule, "members"), s.ownKey(r.Rule, "leases"), s.ownKey(r.Rule, "fence")},
-			usOrZero(now), r.Lease.Microseconds(), r.Owner, r.Partitions, leave, r.Max)
+		cmds[i] = ownScript.EvalSha(ctx, pipe, s.ownKeys(r), ownArgs(now, r)...)
 	}
 	pipe.Exec(ctx) // errors are per command
 	for i, r := range reqs {
 		cmd := cmds[i]
 		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			leave := 0
-			if r.Leave {
-				leave = 1
-			}
-			cmd = ownScript.Run(ctx, s.rdb, []string{s.ownKey(r.Rule, "members"), s.ownKey(r.Rule, "leases"), s.ownKey(r.Rule, "fence")},
-				usOrZero(now), r.Lease.Microseconds(), r.Owner, r.Partitions, leave, r.Max)
+			cmd = ownScript.Run(ctx, s.rdb, s.ownKeys(r), ownArgs(now, r)...)
 		}
 		vals, err := cmd.Int64Slice()
 		if err != nil {
@@ -128,13 +124,34 @@ func (s *Scheduler) Own(ctx context.Context, now time.Time, reqs []OwnRequest) [
 			out[i].Err = fmt.Errorf("queue: own partitions of rule %q: %w", r.Rule, errUnexpected(len(vals)))
 			continue
 		}
-		o := Owned{Now: fromUS(vals[0]), Members: int(vals[1]), Fences: make(map[int]int64, (len(vals)-2)/2)}
+		o := Owned{Now: fromUS(vals[0]), Members: int(vals[1]), Fences: make(map[int]int64, (len(vals)-2)/2), Surplus: map[int]bool{}}
 		for j := 2; j < len(vals); j += 2 {
-			o.Fences[int(vals[j])] = vals[j+1]
+			f := vals[j+1]
+			if f < 0 {
+				f = -f
+				o.Surplus[int(vals[j])] = true
+			}
+			o.Fences[int(vals[j])] = f
 		}
 		out[i] = o
 	}
 	return out
+}
+
+func (s *Scheduler) ownKeys(r OwnRequest) []string {
+	return []string{s.ownKey(r.Rule, "members"), s.ownKey(r.Rule, "leases"), s.ownKey(r.Rule, "fence")}
+}
+
+func ownArgs(now time.Time, r OwnRequest) []any {
+	leave := 0
+	if r.Leave {
+		leave = 1
+	}
+	args := []any{usOrZero(now), r.Lease.Microseconds(), r.Owner, r.Partitions, leave, r.Max}
+	for _, p := range r.GiveUp {
+		args = append(args, p)
+	}
+	return args
 }
 
 // Paces reads the next allowed times a previous owner of partition p left (OwnRequest.Pace).

@@ -16,9 +16,9 @@ func TestOwnershipSharesRenewsAndFences(t *testing.T) {
 	t.Parallel()
 	ss := newSchedulers(t, 2)
 	ctx := context.Background()
-	own := func(s *queue.Scheduler, owner string, at time.Duration, leave bool) queue.Owned {
+	own := func(s *queue.Scheduler, owner string, at time.Duration, leave bool, giveUp ...int) queue.Owned {
 		t.Helper()
-		o := s.Own(ctx, t0.Add(at), []queue.OwnRequest{{Rule: "r", Owner: owner, Partitions: 8, Lease: time.Second, Leave: leave}})[0]
+		o := s.Own(ctx, t0.Add(at), []queue.OwnRequest{{Rule: "r", Owner: owner, Partitions: 8, Lease: time.Second, Leave: leave, GiveUp: giveUp}})[0]
 		if o.Err != nil {
 			t.Fatal(o.Err)
 		}
@@ -36,9 +36,22 @@ func TestOwnershipSharesRenewsAndFences(t *testing.T) {
 	if b := own(ss[1], "B", 100*time.Millisecond, false); len(b.Fences) != 0 || b.Members != 2 {
 		t.Fatalf("B joining: %+v, want no partition yet and 2 members", b)
 	}
-	a2 := own(ss[0], "A", 200*time.Millisecond, false)
-	if len(a2.Fences) != 4 {
-		t.Fatalf("A after B joined: %d partitions, want 4", len(a2.Fences))
+	// A is told half its partitions are surplus; it keeps them (still delivering what it
+	// started) until it names them in its next call.
+	a1 := own(ss[0], "A", 150*time.Millisecond, false)
+	if len(a1.Fences) != 8 || len(a1.Surplus) != 4 {
+		t.Fatalf("A after B joined: %+v, want 8 partitions of which 4 surplus", a1)
+	}
+	if b := own(ss[1], "B", 160*time.Millisecond, false); len(b.Fences) != 0 {
+		t.Fatalf("B took partitions A had not given up: %+v", b)
+	}
+	var surplus []int
+	for p := range a1.Surplus {
+		surplus = append(surplus, p)
+	}
+	a2 := own(ss[0], "A", 200*time.Millisecond, false, surplus...)
+	if len(a2.Fences) != 4 || len(a2.Surplus) != 0 {
+		t.Fatalf("A after giving up its surplus: %+v, want 4 partitions", a2)
 	}
 	for p, f := range a2.Fences {
 		if a.Fences[p] != f {

@@ -1,0 +1,607 @@
+package drain
+
+// The own engine (Config.Engine = EngineOwn): Redis arbitrates who owns which keys; it is not
+// on the path of each message. A drainer owns whole ownership partitions of each rule
+// (queue.Scheduler.Own: a lease per partition, renewed for every rule in one pipelined call),
+// learns of work from a core NATS subscription to the rule's subjects and from the stream's
+// subject list (on acquisition and every RepairEvery), paces its keys in memory (GCRA per key
+// in one heap per rule, one timer per rule) and hands due keys to a fixed pool of workers
+// that pop (direct get), deliver and delete. See docs/design.md "The own engine".
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluice-io/sluice/internal/backoff"
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/telemetry"
+	"github.com/sluice-io/sluice/queue"
+)
+
+// Engines (Config.Engine).
+const (
+	// EngineClaim claims keys one by one from Redis (claim.lua): the engine of v0.3.
+	EngineClaim = "claim"
+	// EngineOwn owns whole partitions and paces keys in memory (own.go).
+	EngineOwn = "own"
+)
+
+// recheckEmpty: a key whose pop found nothing within recheckWindow of a notice is popped
+// again this much later (a core NATS notice may arrive before the stream stored the
+// message), up to recheckTimes times; after that only the repair listing finds it.
+const (
+	recheckEmpty  = 20 * time.Millisecond
+	recheckWindow = 500 * time.Millisecond
+	recheckTimes  = 5
+)
+
+// okey is one key of an owned partition, known to have (or have had) messages.
+type okey struct {
+	key  string
+	part *opart
+	// tat is the key's theoretical arrival time (local clock): its next message may not leave
+	// before it (GCRA without burst).
+	tat time.Time
+	// at is the key's place in the heap (when it may next be dispatched); idx its index
+	// there, -1 when out of the heap (idle, or at a worker).
+	at  time.Time
+	idx int
+	// busy: a worker has the key. noticed: a notice arrived since the last pop started.
+	busy       bool
+	noticed    bool
+	lastNotice time.Time
+	rechecks   int
+	retry      *queue.RetryState // head's failures (strict ordering), mirrored in Redis
+}
+
+// opart is one ownership partition this drainer holds.
+type opart struct {
+	p     int
+	fence int64
+	// deadline (local clock): the lease surely lasts until then (renewal sent + lease −
+	// margin). No delivery starts after it; ctx is cancelled when it passes unrenewed.
+	deadline time.Time
+	ctx      context.Context
+	cancel   context.CancelFunc
+	timer    *time.Timer
+	lost     bool
+	// ready: the previous owner's pacing is loaded (acquire); keys are not dispatched before.
+	ready bool
+	// releasing: the renewal said the partition is surplus; nothing new is dispatched and it
+	// is given up once its deliveries are done.
+	releasing bool
+	paced     bool // a renewal wrote pace entries for it (the next one must clear them)
+}
+
+type keyHeap []*okey
+
+func (h keyHeap) Len() int           { return len(h) }
+func (h keyHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h keyHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].idx = i; h[j].idx = j }
+func (h *keyHeap) Push(x any)        { k := x.(*okey); k.idx = len(*h); *h = append(*h, k) }
+func (h *keyHeap) Pop() any {
+	old := *h
+	k := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	k.idx = -1
+	return k
+}
+
+// orule is one rule drained by the own engine.
+type orule struct {
+	d    *Drainer
+	name string
+	n    int // ownership partitions
+	rule atomicRule
+	quit chan struct{}
+	wake chan struct{} // cap 1
+
+	mu       sync.Mutex
+	parts    map[int]*opart
+	keys     map[string]*okey
+	heap     keyHeap
+	busy     int // keys at workers
+	members  int
+	offset   time.Duration // Redis's clock − local clock at the last renewal
+	emptied  []string      // keys that emptied, to forget in Redis's scheduler state (not yet used)
+	repairAt time.Time
+
+	// total_outflow slots reserved from the rule's meter (local clock): first, first+every, …
+	tot struct {
+		first time.Time
+		every time.Duration
+		n     int
+	}
+
+	work chan *okey
+	sub  *nats.Subscription
+}
+
+type atomicRule struct {
+	mu sync.Mutex
+	r  *rules.Rule
+}
+
+func (a *atomicRule) Load() *rules.Rule   { a.mu.Lock(); defer a.mu.Unlock(); return a.r }
+func (a *atomicRule) Store(r *rules.Rule) { a.mu.Lock(); a.r = r; a.mu.Unlock() }
+
+func (o *orule) poke() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// schedule puts k in the heap at t (or moves it there). Caller holds o.mu.
+func (o *orule) schedule(k *okey, t time.Time) {
+	k.at = t
+	if k.idx >= 0 {
+		heap.Fix(&o.heap, k.idx)
+		return
+	}
+	heap.Push(&o.heap, k)
+}
+
+// learn records that key has work (a notice or the repair listing). Caller holds o.mu.
+func (o *orule) learn(key string, now time.Time) {
+	p := queue.OwnPartitionOf(key, o.n)
+	part := o.parts[p]
+	if part == nil {
+		return
+	}
+	k := o.keys[key]
+	if k == nil {
+		k = &okey{key: key, part: part, idx: -1}
+		o.keys[key] = k
+	}
+	k.rechecks = 0
+	k.lastNotice = now
+	if k.busy {
+		k.noticed = true
+		return
+	}
+	if k.idx < 0 && part.ready && !part.releasing {
+		o.schedule(k, maxTime(k.tat, now))
+	}
+}
+
+// manageOwn keeps one orule per queue rule, following Config.Rules, and renews ownership.
+func (d *Drainer) manageOwn() {
+	defer d.loops.Done()
+	var ruleLoops sync.WaitGroup
+	defer ruleLoops.Wait()
+	t := time.NewTicker(d.cfg.RulesEvery)
+	defer t.Stop()
+	d.renewers.Add(1)
+	go func() { defer d.renewers.Done(); d.ownLoop() }()
+	defer func() {
+		d.ownMu.Lock()
+		for _, o := range d.orules {
+			close(o.quit)
+		}
+		d.ownMu.Unlock()
+	}()
+	for {
+		seen := map[string]bool{}
+		for _, r := range d.cfg.Rules() {
+			if r == nil || !r.HasQueue() {
+				continue
+			}
+			seen[r.Name] = true
+			d.ownMu.Lock()
+			o, ok := d.orules[r.Name]
+			if !ok {
+				o = &orule{d: d, name: r.Name, n: d.cfg.OwnPartitions, quit: make(chan struct{}), wake: make(chan struct{}, 1),
+					parts: map[int]*opart{}, keys: map[string]*okey{}, work: make(chan *okey, d.cfg.Workers)}
+				d.orules[r.Name] = o
+			}
+			o.rule.Store(r)
+			d.ownMu.Unlock()
+			if !ok {
+				if err := o.subscribe(); err != nil {
+					d.log.Error("own engine: cannot subscribe to the rule's subjects: new work is found by the repair listing only",
+						"rule", r.Name, "err", err, "repair_every", d.cfg.RepairEvery)
+				}
+				ruleLoops.Add(1)
+				go func() { defer ruleLoops.Done(); o.run() }()
+				d.log.Info("draining rule", "rule", r.Name, "engine", EngineOwn, "partitions", o.n)
+			}
+		}
+		d.ownMu.Lock()
+		for name, o := range d.orules {
+			if !seen[name] {
+				close(o.quit)
+				delete(d.orules, name)
+				d.ownLeaving = append(d.ownLeaving, name)
+				d.m.depth.DeleteLabelValues(name)
+				d.log.Info("rule gone: no longer draining it", "rule", name)
+			}
+		}
+		d.ownMu.Unlock()
+		select {
+		case <-t.C:
+		case <-d.soft:
+			return
+		case <-d.runCtx.Done():
+			return
+		}
+	}
+}
+
+// subscribe listens to the rule's subjects: every publish to a key tells its owner the key
+// has work. A notice that is lost (slow consumer, reconnect) delays the key until the next
+// repair listing (RepairEvery), never strands it.
+func (o *orule) subscribe() error {
+	nc := o.d.cfg.Queues.Conn()
+	if nc == nil {
+		return errors.New("no NATS connection")
+	}
+	sub, err := nc.Subscribe(o.d.cfg.Queues.RuleSubjects(o.name), func(m *nats.Msg) {
+		key, ok := o.d.cfg.Queues.KeyOfSubject(o.name, m.Subject)
+		if !ok {
+			return
+		}
+		o.mu.Lock()
+		o.learn(key, time.Now())
+		o.mu.Unlock()
+		o.poke()
+	})
+	if err != nil {
+		return err
+	}
+	// Notices are small and handled in µs; a deep buffer rides out a burst of admissions.
+	_ = sub.SetPendingLimits(1<<20, 256<<20)
+	o.sub = sub
+	return nil
+}
+
+// run is the rule's pacer: it hands due keys of owned partitions to the workers, no faster
+// than each key's outflow and the rule's total_outflow, while workers are free.
+func (o *orule) run() {
+	d := o.d
+	var workers sync.WaitGroup
+	for range d.cfg.Workers {
+		workers.Add(1)
+		d.inflight.Add(1)
+		go func() { defer d.inflight.Done(); defer workers.Done(); o.worker() }()
+	}
+	defer func() {
+		close(o.work)
+		if o.sub != nil {
+			_ = o.sub.Unsubscribe()
+		}
+	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		select {
+		case <-o.quit:
+			return
+		default:
+		}
+		if d.stopping() {
+			return
+		}
+		r := o.rule.Load()
+		pol := d.cfg.Policy(r)
+		if pol.Outflow.Every > 0 {
+			d.m.outflow.WithLabelValues(r.Name).Set(float64(time.Second) / float64(pol.Outflow.Every))
+		}
+		wait := 200 * time.Millisecond // pause and live tuning are read at least this often
+		if !pol.Paused {
+			wait = min(wait, o.dispatch(r, pol))
+		}
+		if wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-o.wake:
+				if !timer.Stop() {
+					<-timer.C
+				}
+			case <-o.quit:
+				return
+			case <-d.soft:
+				return
+			case <-d.runCtx.Done():
+				return
+			}
+		}
+	}
+}
+
+// dispatch hands every due key to a worker while workers (and the rule's share of
+// sink.max_in_flight) are free, and returns how long to wait for the next one.
+func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
+	d := o.d
+	limit := d.cfg.Workers
+	if r.Sink.MaxInFlight > 0 {
+		limit = min(limit, o.sinkShare(r.Sink.MaxInFlight))
+	}
+	if pol.Outflow.TotalEvery > 0 && o.needSlots(time.Now()) {
+		o.reserve(pol.Outflow.TotalEvery)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for len(o.heap) > 0 {
+		now := time.Now()
+		k := o.heap[0]
+		if w := k.at.Sub(now); w > 0 {
+			return w
+		}
+		if o.busy >= limit {
+			return 200 * time.Millisecond // a worker's return pokes
+		}
+		if k.part.lost || k.part.releasing || !now.Before(k.part.deadline) {
+			heap.Pop(&o.heap)
+			continue // the partition is being lost or given up: its keys go with it
+		}
+		slot := maxTime(k.tat, now)
+		if pol.Outflow.TotalEvery > 0 {
+			o.tot.every = pol.Outflow.TotalEvery
+			if o.tot.n == 0 {
+				return 5 * time.Millisecond // reserving more (next round)
+			}
+			if w := o.tot.first.Sub(now); w > 0 {
+				return w
+			}
+			o.tot.first = o.tot.first.Add(o.tot.every)
+			o.tot.n--
+		}
+		heap.Pop(&o.heap)
+		// GCRA: a key dispatched less than one interval late keeps its grid (a late timer does
+		// not lower its outflow); later than that, its next slot counts from now.
+		if every := pol.Outflow.Every; every > 0 {
+			if now.Sub(k.tat) < every {
+				k.tat = k.tat.Add(every)
+				if k.tat.Before(now) {
+					k.tat = now.Add(every)
+				}
+			} else {
+				k.tat = now.Add(every)
+			}
+		}
+		d.m.lag.WithLabelValues(r.Name).Observe(max(0, now.Sub(slot).Seconds()))
+		k.busy = true
+		k.noticed = false
+		o.busy++
+		o.work <- k // never blocks: at most Workers keys are busy
+	}
+	return time.Hour
+}
+
+// sinkShare is this drainer's part of the rule's sink.max_in_flight: the share of the
+// partitions it owns, at least 1.
+func (o *orule) sinkShare(max int) int {
+	o.mu.Lock()
+	owned := len(o.parts)
+	o.mu.Unlock()
+	if owned == 0 {
+		return 1
+	}
+	return (max*owned + o.n - 1) / o.n
+}
+
+func (o *orule) needSlots(now time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.heap) > 0 && o.tot.n == 0
+}
+
+// reserve takes about 200 ms of total_outflow slots from the rule's meter: one Redis call
+// for many deliveries. Slots a drainer does not use are lost (the meter does not go back),
+// which only lowers the rule's outflow while keys run dry.
+func (o *orule) reserve(every time.Duration) {
+	const ahead = 200 * time.Millisecond
+	count := max(1, min(1000, int(ahead/every)))
+	ctx, cancel := context.WithTimeout(o.d.runCtx, time.Second)
+	defer cancel()
+	sent := time.Now()
+	now, first, n, err := o.d.cfg.Scheduler.Reserve(ctx, o.name, every, count, ahead)
+	if err != nil {
+		o.d.redisFailed(o.name, err)
+		return
+	}
+	o.mu.Lock()
+	o.tot.first = sent.Add(first.Sub(now))
+	o.tot.every = every
+	o.tot.n = n
+	o.mu.Unlock()
+}
+
+// worker delivers the heads of the keys the pacer hands it, one at a time.
+func (o *orule) worker() {
+	for k := range o.work {
+		next, ok := o.deliver(k)
+		o.mu.Lock()
+		k.busy = false
+		o.busy--
+		now := time.Now()
+		switch {
+		case !ok || k.part.lost:
+			if o.keys[k.key] == k && k.part.lost {
+				delete(o.keys, k.key)
+			}
+		case k.part.releasing:
+			// kept out of the heap: the partition is given up at the next renewal
+		case next.IsZero(): // empty
+			switch {
+			case k.noticed: // a message arrived during the pop
+				k.noticed = false
+				o.schedule(k, maxTime(k.tat, now))
+			case now.Sub(k.lastNotice) < recheckWindow && k.rechecks < recheckTimes:
+				// The notice may have come before the stream stored its message.
+				k.rechecks++
+				o.schedule(k, maxTime(k.tat, now.Add(recheckEmpty)))
+			default:
+				delete(o.keys, k.key)
+			}
+		default:
+			o.schedule(k, maxTime(next, k.tat))
+		}
+		o.mu.Unlock()
+		o.poke()
+	}
+}
+
+// deliver pops k's head and delivers it. next is when the key may be dispatched again (zero:
+// the key was empty); ok false when the partition was lost meanwhile.
+func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
+	d := o.d
+	r := o.rule.Load()
+	part := k.part
+	o.mu.Lock()
+	ctx, fence, deadline, lost := part.ctx, part.fence, part.deadline, part.lost
+	o.mu.Unlock()
+	if lost || !time.Now().Before(deadline) || d.stopping() {
+		return time.Time{}, false
+	}
+	now := time.Now()
+	p, err := d.cfg.Queues.Pop(ctx, r.Name, k.key)
+	switch {
+	case errors.Is(err, queue.ErrEmpty):
+		return time.Time{}, true
+	case errors.Is(err, queue.ErrBadMessage):
+		d.log.Error("undecodable message at the head of a key: dead-lettering it", "rule", r.Name, "key", k.key, "seq", p.Seq, "err", err)
+		return o.afterDead(k, d.dead(ctx, r, p, p.Message, "undecodable message: "+err.Error(), now)), true
+	case err != nil:
+		if ctx.Err() != nil {
+			return time.Time{}, false
+		}
+		if d.natsLog.allow() {
+			d.log.Error("pop failed: key retried later", "rule", r.Name, "key", k.key, "err", err)
+		}
+		return now.Add(d.cfg.RedisBackoff), true
+	}
+	m := p.Message
+	o.mu.Lock()
+	rs := k.retry
+	o.mu.Unlock()
+	if rs != nil && rs.MsgID == m.ID {
+		m.Attempt = max(m.Attempt, rs.Attempts)
+		m.LastError = rs.LastError
+	}
+	limit := maxAttempts(r)
+	log := lazyLogger{d: d, rule: r.Name, key: k.key, id: m.ID}
+	if m.Expired(o.toRedis(now)) {
+		d.m.deliveries.WithLabelValues(r.Name, outcomeExpired).Inc()
+		return o.afterDead(k, d.dead(ctx, r, p, m, ReasonExpired, now)), true
+	}
+	if m.Attempt >= limit {
+		return o.afterDead(k, d.dead(ctx, r, p, m, m.LastError, now)), true
+	}
+	attempt := m.Attempt + 1
+	m.Fence = fence
+	d.record(ctx, m.ID, StateDelivering, attempt, "")
+	if attempt == 1 && !m.CreatedAt.IsZero() {
+		d.m.inQueue.WithLabelValues(r.Name).Observe(max(0, now.Sub(m.CreatedAt).Seconds()))
+	}
+	// The partition's ctx is cancelled when its lease is lost or lapses: the delivery stops
+	// before another drainer may own the key. The sink applies sink.timeout itself.
+	dctx := telemetry.Context(ctx, m.TraceParent, m.TraceState)
+	var out Outcome
+	if telemetry.On() {
+		sctx, sp := d.startDelivery(dctx, r, m, attempt, &heldKey{key: k.key, fence: fence})
+		out = d.cfg.Sink.Deliver(sctx, r, m)
+		endDelivery(sp, out)
+	} else {
+		out = d.cfg.Sink.Deliver(dctx, r, m)
+	}
+	if ctx.Err() == nil {
+		d.m.responses.WithLabelValues(r.Name, responseClass(out)).Inc()
+	}
+	if ctx.Err() != nil {
+		// Lost the partition (or hard stop) during the delivery: only an accepted delivery is
+		// acted on (its message deleted), so it is not delivered once more for it.
+		if out.Verdict == Delivered {
+			d.delivered(context.WithoutCancel(ctx), r, p.Seq, m.ID, attempt, log)
+		}
+		return time.Time{}, false
+	}
+	m.Attempt = attempt
+	switch out.Verdict {
+	case Delivered:
+		d.delivered(ctx, r, p.Seq, m.ID, attempt, log)
+		if rs != nil {
+			o.setRetry(k, nil)
+		}
+		if d.log.Enabled(ctx, slog.LevelDebug) {
+			log.get().Debug("delivered", "attempt", attempt, "fence", fence)
+		}
+		return time.Now(), true
+	case Dead:
+		m.LastError = out.Err
+		return o.afterDead(k, d.dead(ctx, r, p, m, out.Err, now)), true
+	}
+	m.LastError = out.Err
+	if attempt >= limit {
+		return o.afterDead(k, d.dead(ctx, r, p, m, fmt.Sprintf("%d attempts, last error: %s", attempt, out.Err), now)), true
+	}
+	delay := out.RetryAfter
+	if delay <= 0 {
+		delay = backoff.Delivery(r, attempt, nil)
+	}
+	at := time.Now().Add(delay)
+	d.m.deliveries.WithLabelValues(r.Name, Retry.String()).Inc()
+	d.record(ctx, m.ID, StateRetrying, attempt, out.Err)
+	log.get().Info("delivery failed: retrying", "attempt", attempt, "status", out.Status, "err", out.Err, "retry_in", delay)
+	if r.Ordering == rules.OrderingRelaxed && d.cfg.Retrier != nil {
+		pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), postTimeout)
+		err := d.cfg.Retrier.ScheduleRetry(pctx, r, m, o.toRedis(at))
+		pcancel()
+		if err == nil {
+			d.deleteAfter(ctx, r, p.Seq, log)
+			if rs != nil {
+				o.setRetry(k, nil)
+			}
+			return time.Now(), true
+		}
+		log.get().Warn("retry stream refused the message: retrying in place", "err", err)
+	}
+	o.setRetry(k, &queue.RetryState{MsgID: m.ID, Attempts: attempt, LastError: out.Err})
+	return at, true
+}
+
+// afterDead maps d.dead's answer: the key goes on at once, or (dead letters refused) its
+// head is offered to them again at rel.At.
+func (o *orule) afterDead(k *okey, rel queue.Release) time.Time {
+	if rel.Mode == queue.Retrying {
+		st := rel.State
+		o.setRetry(k, &st)
+		return rel.At
+	}
+	o.mu.Lock()
+	had := k.retry != nil
+	o.mu.Unlock()
+	if had {
+		o.setRetry(k, nil)
+	}
+	return time.Now()
+}
+
+// setRetry records the head's retry state in memory and in Redis (a new owner reads it on
+// acquisition): Redis is written only on failures and on the success that follows one.
+func (o *orule) setRetry(k *okey, st *queue.RetryState) {
+	o.mu.Lock()
+	k.retry = st
+	o.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(o.d.runCtx), postTimeout)
+	defer cancel()
+	if err := o.d.cfg.Scheduler.SetOwnRetry(ctx, o.name, k.key, st); err != nil && o.d.redisLog.allow() {
+		o.d.log.Warn("retry state not stored: a new owner would count the head's attempts from 0", "rule", o.name, "key", k.key, "err", err)
+	}
+}
+
+func (o *orule) toRedis(t time.Time) time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return t.Add(o.offset)
+}
