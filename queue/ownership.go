@@ -154,16 +154,23 @@ func ownArgs(now time.Time, r OwnRequest) []any {
 	return args
 }
 
-// Paces reads the next allowed times a previous owner of partition p left (OwnRequest.Pace).
-func (s *Scheduler) Paces(ctx context.Context, rule string, p int) (map[string]time.Time, error) {
-	m, err := s.rdb.HGetAll(ctx, s.ownKey(rule, "pace:"+strconv.Itoa(p))).Result()
-	if err != nil {
+// Paces reads the next allowed times previous owners of partitions parts left
+// (OwnRequest.Pace), in one pipelined round trip.
+func (s *Scheduler) Paces(ctx context.Context, rule string, parts []int) (map[string]time.Time, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(parts))
+	for i, p := range parts {
+		cmds[i] = pipe.HGetAll(ctx, s.ownKey(rule, "pace:"+strconv.Itoa(p)))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("queue: paces of rule %q: %w", rule, err)
 	}
-	out := make(map[string]time.Time, len(m))
-	for k, v := range m {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-			out[k] = fromUS(n)
+	out := map[string]time.Time{}
+	for _, c := range cmds {
+		for k, v := range c.Val() {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				out[k] = fromUS(n)
+			}
 		}
 	}
 	return out, nil
@@ -185,15 +192,16 @@ func (s *Scheduler) SetOwnRetry(ctx context.Context, rule, key string, st *Retry
 	return nil
 }
 
-// OwnRetries reads the retry states of the keys of ownership partition p among n.
-func (s *Scheduler) OwnRetries(ctx context.Context, rule string, p, n int) (map[string]RetryState, error) {
+// OwnRetries reads the retry states of the keys of the ownership partitions in parts (among
+// n): one read for any number of partitions.
+func (s *Scheduler) OwnRetries(ctx context.Context, rule string, parts map[int]bool, n int) (map[string]RetryState, error) {
 	m, err := s.rdb.HGetAll(ctx, s.ownKey(rule, "try")).Result()
 	if err != nil {
 		return nil, fmt.Errorf("queue: retry states of rule %q: %w", rule, err)
 	}
 	out := map[string]RetryState{}
 	for k, v := range m {
-		if OwnPartitionOf(k, n) != p {
+		if !parts[OwnPartitionOf(k, n)] {
 			continue
 		}
 		if st, ok := decodeRetryState(v); ok {

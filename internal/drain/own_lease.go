@@ -241,26 +241,23 @@ func (o *orule) acquire(parts []*opart) {
 	d := o.d
 	ctx, cancel := context.WithTimeout(d.runCtx, time.Minute)
 	defer cancel()
-	paces := map[string]time.Time{}
-	retries := map[string]queue.RetryState{}
-	for _, part := range parts {
-		ps, err := d.cfg.Scheduler.Paces(ctx, o.name, part.p)
-		if err != nil {
-			d.log.Warn("own engine: previous owner's pacing unreadable: keys of the partition wait one lease before their first delivery", "rule", o.name, "partition", part.p, "err", err)
-			// Without the pacing, wait a lease: no key can then go faster than its outflow.
-			for _, k := range d.keysOf(o, part) {
-				paces[k] = time.Now().Add(d.cfg.OwnLease).Add(o.offsetNow())
-			}
-		}
-		for k, t := range ps {
-			paces[k] = t
-		}
-		rs, err := d.cfg.Scheduler.OwnRetries(ctx, o.name, part.p, o.n)
-		if err == nil {
-			for k, st := range rs {
-				retries[k] = st
-			}
-		}
+	ps := make([]int, len(parts))
+	set := map[int]bool{}
+	for i, part := range parts {
+		ps[i] = part.p
+		set[part.p] = true
+	}
+	var hold time.Time // local: no key of these partitions before it
+	paces, err := d.cfg.Scheduler.Paces(ctx, o.name, ps)
+	if err != nil {
+		// Without the previous owner's pacing, wait a lease before the first delivery: no
+		// key can then go faster than its outflow.
+		d.log.Warn("own engine: previous owner's pacing unreadable: the partitions' keys wait one lease before their first delivery", "rule", o.name, "partitions", ps, "err", err)
+		hold = time.Now().Add(d.cfg.OwnLease)
+	}
+	retries, err := d.cfg.Scheduler.OwnRetries(ctx, o.name, set, o.n)
+	if err != nil {
+		d.log.Warn("own engine: retry states unreadable: failed heads count their attempts from 0", "rule", o.name, "err", err)
 	}
 	keys, err := d.cfg.Queues.Keys(ctx, o.name)
 	if err != nil && d.natsLog.allow() {
@@ -287,6 +284,7 @@ func (o *orule) acquire(parts []*opart) {
 		if t, ok := paces[k.key]; ok {
 			k.tat = maxTime(k.tat, t.Add(-o.offset))
 		}
+		k.tat = maxTime(k.tat, hold)
 		if st, ok := retries[k.key]; ok {
 			s := st
 			k.retry = &s
@@ -304,18 +302,6 @@ func (o *orule) learnQuiet(key string) {
 		return
 	}
 	o.keys[key] = &okey{key: key, part: part, idx: -1}
-}
-
-func (d *Drainer) keysOf(o *orule, part *opart) []string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	var out []string
-	for k, ok := range o.keys {
-		if ok.part == part {
-			out = append(out, k)
-		}
-	}
-	return out
 }
 
 func (o *orule) offsetNow() time.Duration {
