@@ -11,7 +11,9 @@
 -- ARGV[3] owner  the drainer (no spaces)
 -- ARGV[4] parts  the rule's ownership partition count P
 -- ARGV[5] leave  1: give up everything and withdraw the announcement (soft stop); 0: own
--- ARGV[6] max    the most partitions this drainer may own (0 = its fair share only)
+-- ARGV[6] max    the most partitions this drainer may own (0 = its fair share only; -1 =
+--                none: a starting drainer announces itself first, so drainers started
+--                together split the partitions at once instead of handing them over)
 -- ARGV[7..]      partitions the drainer gives up now: it was told they are surplus (below)
 --                and has stopped delivering them
 --
@@ -75,6 +77,7 @@ for i, m in ipairs(ms) do if m == owner then rank = i end end
 local share = math.floor(P / n)
 if rank <= P % n then share = share + 1 end
 if cap > 0 and share > cap then share = cap end
+if cap < 0 then share = 0 end
 
 table.sort(mine, function(a, b) return a[1] < b[1] end)
 local surplus = {}

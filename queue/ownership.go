@@ -52,7 +52,7 @@ type OwnRequest struct {
 	Partitions int           // the rule's ownership partition count
 	Lease      time.Duration // a lease ends this long after Redis's now
 	Leave      bool          // give up every partition and the announcement (soft stop)
-	Max        int           // the most partitions to own; 0 = the fair share
+	Max        int           // the most partitions to own; 0 = the fair share; -1 = none (announce only)
 	// GiveUp names partitions to give up now: Owned.Surplus said so and the drainer has
 	// stopped delivering them.
 	GiveUp []int

@@ -142,6 +142,8 @@ type Queues struct {
 
 	mu      sync.RWMutex
 	streams map[string]jetstream.Stream // by rule name
+
+	adel asyncDeletes // DeleteAsync's inbox and pending requests
 }
 
 // NewQueues returns Queues on js. cfg is completed with WithDefaults and validated.

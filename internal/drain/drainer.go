@@ -52,9 +52,10 @@ type Drainer struct {
 
 	// The own engine's rules (own.go), and removed rules whose partitions are still to be
 	// given up at the next renewal.
-	ownMu      sync.Mutex
-	orules     map[string]*orule
-	ownLeaving []string
+	ownMu       sync.Mutex
+	orules      map[string]*orule
+	ownLeaving  []string
+	ownAnnounce bool // the first renewal (ownLoop's goroutine only)
 
 	redisDown  atomic.Bool
 	redisLog   throttle

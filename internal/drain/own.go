@@ -59,6 +59,13 @@ type okey struct {
 	lastNotice time.Time
 	rechecks   int
 	retry      *queue.RetryState // head's failures (strict ordering), mirrored in Redis
+	// after is the sequence of the last message of the key this drainer handled: the next
+	// pop reads the first message after it, so a delete still on its way (async) is never
+	// read again. pendingDel counts those deletes; emptied: the last pop found nothing, and
+	// the key stays known only until its deletes are answered.
+	after      uint64
+	pendingDel int
+	emptied    bool
 }
 
 // opart is one ownership partition this drainer holds.
@@ -164,6 +171,7 @@ func (o *orule) learn(key string, now time.Time) {
 	}
 	k.rechecks = 0
 	k.lastNotice = now
+	k.emptied = false
 	if k.busy {
 		k.noticed = true
 		return
@@ -326,8 +334,10 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 	if r.Sink.MaxInFlight > 0 {
 		limit = min(limit, o.sinkShare(r.Sink.MaxInFlight))
 	}
-	if pol.Outflow.TotalEvery > 0 && o.needSlots(time.Now()) {
-		o.reserve(pol.Outflow.TotalEvery)
+	if pol.Outflow.TotalEvery > 0 {
+		if n := o.needSlots(time.Now()); n > 0 {
+			o.reserve(pol.Outflow.TotalEvery, n)
+		}
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -347,6 +357,12 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 		slot := maxTime(k.tat, now)
 		if pol.Outflow.TotalEvery > 0 {
 			o.tot.every = pol.Outflow.TotalEvery
+			// A slot that passed unused (no key was ready) is not used late: late slots taken
+			// back to back would be a burst above total_outflow.
+			for o.tot.n > 0 && now.Sub(o.tot.first) > max(o.tot.every/2, 10*time.Millisecond) {
+				o.tot.first = o.tot.first.Add(o.tot.every)
+				o.tot.n--
+			}
 			if o.tot.n == 0 {
 				return 5 * time.Millisecond // reserving more (next round)
 			}
@@ -390,18 +406,36 @@ func (o *orule) sinkShare(max int) int {
 	return (max*owned + o.n - 1) / o.n
 }
 
-func (o *orule) needSlots(now time.Time) bool {
+// reserveAhead is how far ahead the own engine reserves total_outflow slots.
+const reserveAhead = 200 * time.Millisecond
+
+// needSlots is how many total_outflow slots to reserve: none while some are left, else one
+// per key due within reserveAhead, so drainers share the rule's outflow in proportion to
+// their waiting keys (each key gets its fair share, whichever drainer owns it).
+func (o *orule) needSlots(now time.Time) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return len(o.heap) > 0 && o.tot.n == 0
+	if o.tot.n > 0 {
+		return 0
+	}
+	horizon := now.Add(reserveAhead)
+	n := 0
+	for _, k := range o.heap {
+		if !k.at.After(horizon) {
+			n++
+		}
+	}
+	return n
 }
 
-// reserve takes about 200 ms of total_outflow slots from the rule's meter: one Redis call
-// for many deliveries. Slots a drainer does not use are lost (the meter does not go back),
-// which only lowers the rule's outflow while keys run dry.
-func (o *orule) reserve(every time.Duration) {
-	const ahead = 200 * time.Millisecond
-	count := max(1, min(1000, int(ahead/every)))
+// reserve takes one total_outflow slot per waiting key (want, at most 1000) from the rule's
+// meter: one Redis call for many deliveries. The meter hands out slots in request order
+// without a horizon, so each drainer gets slots in proportion to its waiting keys and every
+// key its fair share, whichever drainer owns it. Slots a drainer does not use are lost (the
+// meter does not go back), which only lowers the rule's outflow while keys run dry.
+func (o *orule) reserve(every time.Duration, want int) {
+	const ahead = -1 // no horizon
+	count := max(1, min(want, 1000))
 	ctx, cancel := context.WithTimeout(o.d.runCtx, time.Second)
 	defer cancel()
 	sent := time.Now()
@@ -441,6 +475,8 @@ func (o *orule) worker() {
 				// The notice may have come before the stream stored its message.
 				k.rechecks++
 				o.schedule(k, maxTime(k.tat, now.Add(recheckEmpty)))
+			case k.pendingDel > 0:
+				k.emptied = true // forgotten once its deletes are answered (deleted)
 			default:
 				delete(o.keys, k.key)
 			}
@@ -459,13 +495,13 @@ func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
 	r := o.rule.Load()
 	part := k.part
 	o.mu.Lock()
-	ctx, fence, deadline, lost := part.ctx, part.fence, part.deadline, part.lost
+	ctx, fence, deadline, lost, after := part.ctx, part.fence, part.deadline, part.lost, k.after
 	o.mu.Unlock()
 	if lost || !time.Now().Before(deadline) || d.stopping() {
 		return time.Time{}, false
 	}
 	now := time.Now()
-	p, err := d.cfg.Queues.Pop(ctx, r.Name, k.key)
+	p, err := d.cfg.Queues.PopAfter(ctx, r.Name, k.key, after)
 	switch {
 	case errors.Is(err, queue.ErrEmpty):
 		return time.Time{}, true
@@ -522,14 +558,14 @@ func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
 		// Lost the partition (or hard stop) during the delivery: only an accepted delivery is
 		// acted on (its message deleted), so it is not delivered once more for it.
 		if out.Verdict == Delivered {
-			d.delivered(context.WithoutCancel(ctx), r, p.Seq, m.ID, attempt, log)
+			o.delivered(context.WithoutCancel(ctx), r, k, p.Seq, m.ID, attempt, log)
 		}
 		return time.Time{}, false
 	}
 	m.Attempt = attempt
 	switch out.Verdict {
 	case Delivered:
-		d.delivered(ctx, r, p.Seq, m.ID, attempt, log)
+		o.delivered(ctx, r, k, p.Seq, m.ID, attempt, log)
 		if rs != nil {
 			o.setRetry(k, nil)
 		}
@@ -568,6 +604,47 @@ func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
 	}
 	o.setRetry(k, &queue.RetryState{MsgID: m.ID, Attempts: attempt, LastError: out.Err})
 	return at, true
+}
+
+// delivered is Drainer.delivered with the delete sent without waiting for its answer: the
+// key's next pop starts after seq. A failed delete makes the key start from its head again
+// (the message is delivered once more: at-least-once).
+func (o *orule) delivered(ctx context.Context, r *rules.Rule, k *okey, seq uint64, id string, attempt int, log lazyLogger) {
+	d := o.d
+	d.record(ctx, id, StateDelivered, attempt, "")
+	o.mu.Lock()
+	k.after = max(k.after, seq)
+	k.pendingDel++
+	o.mu.Unlock()
+	err := d.cfg.Queues.DeleteAsync(r.Name, seq, func(err error) { o.deleted(k, seq, err, log) })
+	if err != nil {
+		d.deleteAfter(ctx, r, seq, log)
+		o.deleted(k, seq, nil, log)
+	}
+	d.observeFinal(r, Delivered.String(), attempt)
+	d.m.deliveries.WithLabelValues(r.Name, Delivered.String()).Inc()
+}
+
+// deleted is the answer to an async delete (NATS's handler goroutine: must not block long).
+func (o *orule) deleted(k *okey, seq uint64, err error, log lazyLogger) {
+	if err != nil && !errors.Is(err, queue.ErrGone) {
+		log.get().Error("delete failed: the message will be delivered again", "seq", seq, "err", err)
+	}
+	o.mu.Lock()
+	k.pendingDel--
+	if err != nil && !errors.Is(err, queue.ErrGone) {
+		k.after = 0 // read the key from its head again: the message is still there
+		if k.emptied && !k.busy && k.idx < 0 && o.keys[k.key] == k && !k.part.lost {
+			k.emptied = false
+			o.schedule(k, maxTime(k.tat, time.Now()))
+		}
+	} else if k.emptied && k.pendingDel == 0 && !k.busy && k.idx < 0 && o.keys[k.key] == k {
+		delete(o.keys, k.key)
+	}
+	o.mu.Unlock()
+	if err != nil {
+		o.poke()
+	}
 }
 
 // afterDead maps d.dead's answer: the key goes on at once, or (dead letters refused) its

@@ -24,7 +24,12 @@ func (d *Drainer) ownMargin() time.Duration { return max(50*time.Millisecond, d.
 func (d *Drainer) ownLoop() {
 	t := time.NewTicker(d.cfg.OwnRenew)
 	defer t.Stop()
+	// The first renewal only announces this drainer: drainers started together then share
+	// the partitions from their second renewal on, instead of the first one taking all and
+	// handing half over (which pauses the moved keys for a renewal).
+	d.ownAnnounce = true
 	d.renewOwn(false)
+	d.ownAnnounce = false
 	for {
 		select {
 		case <-t.C:
@@ -53,6 +58,9 @@ func (d *Drainer) renewOwn(leave bool) {
 			PaceTTL: max(time.Minute, 2*d.cfg.OwnLease)}
 		if !leave {
 			req.Pace, req.GiveUp = o.beforeRenew(now)
+		}
+		if d.ownAnnounce {
+			req.Max = -1
 		}
 		reqs = append(reqs, req)
 	}
