@@ -17,7 +17,8 @@
 -- ARGV[7..]      partitions the drainer gives up now: it was told they are surplus (below)
 --                and has stopped delivering them
 --
--- Returns {now, members, part1, fence1, part2, fence2, ...}: every partition the owner holds
+-- Returns {now, members, rank, part1, fence1, part2, fence2, ...} (rank: this drainer's place,
+-- 0-based, among the live members sorted by name, for splitting a rule-wide cap): every partition the owner holds
 -- after the call, with its lease's fencing token (a token grows on every acquisition, so a
 -- new owner's deliveries carry larger Sluice-Fence values than any earlier owner's). A
 -- negative fence -F: the partition is held under F but is surplus; the drainer stops
@@ -65,7 +66,7 @@ end
 if leave then
   if #drop > 0 then redis.call('HDEL', leases, unpack(drop)) end
   redis.call('ZREM', members, owner)
-  return {now, 0}
+  return {now, 0, 0}
 end
 
 redis.call('ZADD', members, expiry, owner)
@@ -118,7 +119,7 @@ if want > 0 then
 end
 if #hs > 0 then redis.call('HSET', leases, unpack(hs)) end
 
-local out = {now, n}
+local out = {now, n, rank - 1}
 for _, m in ipairs(mine) do
   out[#out + 1] = m[1]
   if surplus[m[1]] then

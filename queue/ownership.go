@@ -69,6 +69,7 @@ type OwnRequest struct {
 type Owned struct {
 	Now     time.Time     // Redis's clock at the renewal
 	Members int           // live drainers of the rule (this one included)
+	Rank    int           // this drainer's place among them (0-based): for splitting a rule-wide cap
 	Fences  map[int]int64 // partition -> fencing token of this drainer's lease on it
 	// Surplus are owned partitions (in Fences) above this drainer's share: stop delivering
 	// them and name them in OwnRequest.GiveUp next time.
@@ -120,12 +121,12 @@ func (s *Scheduler) Own(ctx context.Context, now time.Time, reqs []OwnRequest) [
 			out[i].Err = fmt.Errorf("queue: own partitions of rule %q: %w", r.Rule, err)
 			continue
 		}
-		if len(vals) < 2 || len(vals)%2 != 0 {
+		if len(vals) < 3 || len(vals)%2 != 1 {
 			out[i].Err = fmt.Errorf("queue: own partitions of rule %q: %w", r.Rule, errUnexpected(len(vals)))
 			continue
 		}
-		o := Owned{Now: fromUS(vals[0]), Members: int(vals[1]), Fences: make(map[int]int64, (len(vals)-2)/2), Surplus: map[int]bool{}}
-		for j := 2; j < len(vals); j += 2 {
+		o := Owned{Now: fromUS(vals[0]), Members: int(vals[1]), Rank: int(vals[2]), Fences: make(map[int]int64, (len(vals)-3)/2), Surplus: map[int]bool{}}
+		for j := 3; j < len(vals); j += 2 {
 			f := vals[j+1]
 			if f < 0 {
 				f = -f

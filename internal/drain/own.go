@@ -66,6 +66,7 @@ type okey struct {
 	after      uint64
 	pendingDel int
 	emptied    bool
+	abandoned  bool // its delivery outlived its deadline: its worker was replaced (sweep)
 }
 
 // opart is one ownership partition this drainer holds.
@@ -117,6 +118,9 @@ type orule struct {
 	heap     keyHeap
 	busy     int // keys at workers
 	members  int
+	rank     int
+	inflight map[*okey]time.Time // keys at workers, since when
+	swept    time.Time
 	offset   time.Duration // Redis's clock − local clock at the last renewal
 	emptied  []string      // keys that emptied, to forget in Redis's scheduler state (not yet used)
 	repairAt time.Time
@@ -208,7 +212,7 @@ func (d *Drainer) manageOwn() {
 			o, ok := d.orules[r.Name]
 			if !ok {
 				o = &orule{d: d, name: r.Name, n: d.cfg.OwnPartitions, quit: make(chan struct{}), wake: make(chan struct{}, 1),
-					parts: map[int]*opart{}, keys: map[string]*okey{}, work: make(chan *okey, d.cfg.Workers)}
+					parts: map[int]*opart{}, keys: map[string]*okey{}, work: make(chan *okey, d.cfg.Workers), inflight: map[*okey]time.Time{}}
 				d.orules[r.Name] = o
 			}
 			o.rule.Store(r)
@@ -304,6 +308,7 @@ func (o *orule) run() {
 			d.m.outflow.WithLabelValues(r.Name).Set(float64(time.Second) / float64(pol.Outflow.Every))
 		}
 		wait := 200 * time.Millisecond // pause and live tuning are read at least this often
+		o.sweep(r, time.Now())
 		if !pol.Paused {
 			wait = min(wait, o.dispatch(r, pol))
 		}
@@ -332,7 +337,7 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 	d := o.d
 	limit := d.cfg.Workers
 	if r.Sink.MaxInFlight > 0 {
-		limit = min(limit, o.sinkShare(r.Sink.MaxInFlight))
+		limit = min(limit, max(1, o.sinkShare(r.Sink.MaxInFlight)))
 	}
 	if pol.Outflow.TotalEvery > 0 {
 		if n := o.needSlots(time.Now()); n > 0 {
@@ -389,21 +394,28 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 		k.busy = true
 		k.noticed = false
 		o.busy++
+		o.inflight[k] = now
 		o.work <- k // never blocks: at most Workers keys are busy
 	}
 	return time.Hour
 }
 
-// sinkShare is this drainer's part of the rule's sink.max_in_flight: the share of the
-// partitions it owns, at least 1.
+// sinkShare is this drainer's part of the rule's sink.max_in_flight: the cap split over the
+// live drainers (max/N each, one more for the first max mod N by name), so the parts add up
+// to the cap. With fewer slots than drainers each still delivers one at a time: the cap is
+// then N (docs/design.md).
 func (o *orule) sinkShare(max int) int {
 	o.mu.Lock()
-	owned := len(o.parts)
+	n, rank := o.members, o.rank
 	o.mu.Unlock()
-	if owned == 0 {
-		return 1
+	if n <= 1 {
+		return max
 	}
-	return (max*owned + o.n - 1) / o.n
+	share := max / n
+	if rank < max%n {
+		share++
+	}
+	return share
 }
 
 // reserveAhead is how far ahead the own engine reserves total_outflow slots.
@@ -457,7 +469,12 @@ func (o *orule) worker() {
 		next, ok := o.deliver(k)
 		o.mu.Lock()
 		k.busy = false
-		o.busy--
+		abandoned := k.abandoned
+		k.abandoned = false
+		delete(o.inflight, k)
+		if !abandoned {
+			o.busy--
+		}
 		now := time.Now()
 		switch {
 		case !ok || k.part.lost:
@@ -485,6 +502,36 @@ func (o *orule) worker() {
 		}
 		o.mu.Unlock()
 		o.poke()
+		if abandoned {
+			return // a new worker took this one's place (sweep)
+		}
+	}
+}
+
+// sweep gives up on deliveries that outlived their deadline (sink.timeout + OwnRenew: a sink
+// that ignores its context): a new worker takes the stuck one's place, so the rule's other
+// keys go on; the stuck key stays with its delivery (strict order) until the sink returns.
+// Called from the pacer, at most every 100 ms: one pass over the deliveries in flight, no
+// timer per message.
+func (o *orule) sweep(r *rules.Rule, now time.Time) {
+	limit := sinkTimeout(r) + o.d.cfg.OwnRenew
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if now.Sub(o.swept) < 100*time.Millisecond {
+		return
+	}
+	o.swept = now
+	for k, since := range o.inflight {
+		if k.abandoned || now.Sub(since) < limit {
+			continue
+		}
+		k.abandoned = true
+		o.busy--
+		o.d.m.lost.WithLabelValues(o.name).Inc()
+		o.d.log.Warn("sink ignored the delivery deadline: delivery abandoned, its worker replaced; the key waits for it",
+			"rule", o.name, "key", k.key, "deadline", limit)
+		o.d.inflight.Add(1)
+		go func() { defer o.d.inflight.Done(); o.worker() }()
 	}
 }
 

@@ -146,6 +146,7 @@ func (o *orule) applyOwned(res queue.Owned, sent, got time.Time) {
 	o.mu.Lock()
 	o.offset = res.Now.Sub(got)
 	o.members = res.Members
+	o.rank = res.Rank
 	now := time.Now()
 	for p, fence := range res.Fences {
 		part := o.parts[p]
