@@ -53,8 +53,11 @@ type okey struct {
 	// there, -1 when out of the heap (idle, or at a worker).
 	at  time.Time
 	idx int
-	// busy: a worker has the key. noticed: a notice arrived since the last pop started.
-	busy       bool
+	// running: deliveries of the key at workers (up to delivery.max_in_flight; while it is
+	// below that the key may stay in the heap). noticed: a notice arrived while running.
+	running    int
+	drained    bool       // a pop found the key empty: no more dispatches until running ends
+	popMu      sync.Mutex // serializes the key's pops (several deliveries take distinct messages)
 	noticed    bool
 	lastNotice time.Time
 	rechecks   int
@@ -66,7 +69,6 @@ type okey struct {
 	after      uint64
 	pendingDel int
 	emptied    bool
-	abandoned  bool // its delivery outlived its deadline: its worker was replaced (sweep)
 }
 
 // opart is one ownership partition this drainer holds.
@@ -119,7 +121,7 @@ type orule struct {
 	busy     int // keys at workers
 	members  int
 	rank     int
-	inflight map[*okey]time.Time // keys at workers, since when
+	inflight map[*job]struct{} // deliveries at workers
 	swept    time.Time
 	offset   time.Duration // Redis's clock − local clock at the last renewal
 	emptied  []string      // keys that emptied, to forget in Redis's scheduler state (not yet used)
@@ -132,7 +134,7 @@ type orule struct {
 		n     int
 	}
 
-	work chan *okey
+	work chan *job
 	sub  *nats.Subscription
 }
 
@@ -176,7 +178,7 @@ func (o *orule) learn(key string, now time.Time) {
 	k.rechecks = 0
 	k.lastNotice = now
 	k.emptied = false
-	if k.busy {
+	if k.running > 0 {
 		k.noticed = true
 		return
 	}
@@ -212,7 +214,7 @@ func (d *Drainer) manageOwn() {
 			o, ok := d.orules[r.Name]
 			if !ok {
 				o = &orule{d: d, name: r.Name, n: d.cfg.OwnPartitions, quit: make(chan struct{}), wake: make(chan struct{}, 1),
-					parts: map[int]*opart{}, keys: map[string]*okey{}, work: make(chan *okey, d.cfg.Workers), inflight: map[*okey]time.Time{}}
+					parts: map[int]*opart{}, keys: map[string]*okey{}, work: make(chan *job, d.cfg.Workers), inflight: map[*job]struct{}{}}
 				d.orules[r.Name] = o
 			}
 			o.rule.Store(r)
@@ -391,11 +393,17 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 			}
 		}
 		d.m.lag.WithLabelValues(r.Name).Observe(max(0, now.Sub(slot).Seconds()))
-		k.busy = true
+		k.running++
 		k.noticed = false
 		o.busy++
-		o.inflight[k] = now
-		o.work <- k // never blocks: at most Workers keys are busy
+		j := &job{k: k, since: now}
+		o.inflight[j] = struct{}{}
+		o.work <- j // never blocks: at most Workers deliveries are at workers
+		// Several deliveries of one key at once (relaxed ordering): the key stays in the heap
+		// at its next slot until max_in_flight of them run.
+		if mx := maxInFlight(r); mx > 1 && k.running < mx && !k.drained {
+			o.schedule(k, k.tat)
+		}
 	}
 	return time.Hour
 }
@@ -463,19 +471,47 @@ func (o *orule) reserve(every time.Duration, want int) {
 	o.mu.Unlock()
 }
 
+// job is one delivery handed to a worker.
+type job struct {
+	k         *okey
+	since     time.Time
+	abandoned bool // it outlived its deadline: its worker was replaced (sweep)
+}
+
 // worker delivers the heads of the keys the pacer hands it, one at a time.
 func (o *orule) worker() {
-	for k := range o.work {
+	for j := range o.work {
+		k := j.k
 		next, ok := o.deliver(k)
 		o.mu.Lock()
-		k.busy = false
-		abandoned := k.abandoned
-		k.abandoned = false
-		delete(o.inflight, k)
+		k.running--
+		abandoned := j.abandoned
+		delete(o.inflight, j)
 		if !abandoned {
 			o.busy--
 		}
 		now := time.Now()
+		if ok && !k.part.lost && !k.part.releasing {
+			if next.IsZero() {
+				// Empty: no more dispatches of the key; the last of its deliveries decides.
+				k.drained = true
+				if k.idx >= 0 {
+					heap.Remove(&o.heap, k.idx)
+				}
+			}
+			if k.drained {
+				if k.running > 0 {
+					o.mu.Unlock()
+					o.poke()
+					if abandoned {
+						return
+					}
+					continue
+				}
+				k.drained = false
+				next = time.Time{} // the key emptied: as below
+			}
+		}
 		switch {
 		case !ok || k.part.lost:
 			if o.keys[k.key] == k && k.part.lost {
@@ -496,6 +532,11 @@ func (o *orule) worker() {
 				k.emptied = true // forgotten once its deletes are answered (deleted)
 			default:
 				delete(o.keys, k.key)
+			}
+		case k.idx >= 0:
+			// several in flight: the key is in the heap already
+			if next.After(k.at) {
+				o.schedule(k, maxTime(next, k.tat))
 			}
 		default:
 			o.schedule(k, maxTime(next, k.tat))
@@ -521,11 +562,12 @@ func (o *orule) sweep(r *rules.Rule, now time.Time) {
 		return
 	}
 	o.swept = now
-	for k, since := range o.inflight {
-		if k.abandoned || now.Sub(since) < limit {
+	for j := range o.inflight {
+		if j.abandoned || now.Sub(j.since) < limit {
 			continue
 		}
-		k.abandoned = true
+		k := j.k
+		j.abandoned = true
 		o.busy--
 		o.d.m.lost.WithLabelValues(o.name).Inc()
 		o.d.log.Warn("sink ignored the delivery deadline: delivery abandoned, its worker replaced; the key waits for it",
@@ -541,14 +583,32 @@ func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
 	d := o.d
 	r := o.rule.Load()
 	part := k.part
+	multi := maxInFlight(r) > 1
+	if multi {
+		k.popMu.Lock()
+	}
 	o.mu.Lock()
 	ctx, fence, deadline, lost, after := part.ctx, part.fence, part.deadline, part.lost, k.after
 	o.mu.Unlock()
 	if lost || !time.Now().Before(deadline) || d.stopping() {
+		if multi {
+			k.popMu.Unlock()
+		}
 		return time.Time{}, false
 	}
 	now := time.Now()
 	p, err := d.cfg.Queues.PopAfter(ctx, r.Name, k.key, after)
+	if multi {
+		// The next delivery of the key takes the message after this one. A message left in
+		// the queue (a retry the retry stream refused) is read again once the key has emptied
+		// and is learnt afresh.
+		if err == nil || errors.Is(err, queue.ErrBadMessage) {
+			o.mu.Lock()
+			k.after = max(k.after, p.Seq)
+			o.mu.Unlock()
+		}
+		k.popMu.Unlock()
+	}
 	switch {
 	case errors.Is(err, queue.ErrEmpty):
 		return time.Time{}, true
@@ -681,11 +741,11 @@ func (o *orule) deleted(k *okey, seq uint64, err error, log lazyLogger) {
 	k.pendingDel--
 	if err != nil && !errors.Is(err, queue.ErrGone) {
 		k.after = 0 // read the key from its head again: the message is still there
-		if k.emptied && !k.busy && k.idx < 0 && o.keys[k.key] == k && !k.part.lost {
+		if k.emptied && k.running == 0 && k.idx < 0 && o.keys[k.key] == k && !k.part.lost {
 			k.emptied = false
 			o.schedule(k, maxTime(k.tat, time.Now()))
 		}
-	} else if k.emptied && k.pendingDel == 0 && !k.busy && k.idx < 0 && o.keys[k.key] == k {
+	} else if k.emptied && k.pendingDel == 0 && k.running == 0 && k.idx < 0 && o.keys[k.key] == k {
 		delete(o.keys, k.key)
 	}
 	o.mu.Unlock()

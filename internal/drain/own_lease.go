@@ -99,7 +99,7 @@ func (o *orule) beforeRenew(now time.Time) (map[int]map[string]time.Time, []int)
 	var giveUp []int
 	busy := map[int]bool{}
 	for _, k := range o.keys {
-		if k.busy {
+		if k.running > 0 {
 			busy[k.part.p] = true
 		}
 		if k.tat.After(now) {
@@ -228,7 +228,7 @@ func (o *orule) dropPart(part *opart, why string) {
 		if k.idx >= 0 {
 			heap.Remove(&o.heap, k.idx)
 		}
-		if !k.busy {
+		if k.running == 0 {
 			delete(o.keys, key)
 		}
 	}
@@ -284,7 +284,7 @@ func (o *orule) acquire(parts []*opart) {
 		part.ready = true
 	}
 	for _, k := range o.keys {
-		if !k.part.ready || k.part.lost || k.busy || k.idx >= 0 {
+		if !k.part.ready || k.part.lost || k.running > 0 || k.idx >= 0 {
 			continue
 		}
 		if !slices.Contains(parts, k.part) {
@@ -357,7 +357,7 @@ func (o *orule) repair() {
 		if part == nil || !part.ready {
 			continue
 		}
-		if k := o.keys[key]; k != nil && (k.busy || k.idx >= 0) {
+		if k := o.keys[key]; k != nil && (k.running > 0 || k.idx >= 0) {
 			continue
 		}
 		o.learn(key, now)
