@@ -55,7 +55,8 @@ type Drainer struct {
 	ownMu       sync.Mutex
 	orules      map[string]*orule
 	ownLeaving  []string
-	ownAnnounce bool // the first renewal (ownLoop's goroutine only)
+	ownAnnounce bool        // the first renewal (ownLoop's goroutine only)
+	dropNotices atomic.Bool // tests: every notice is lost (DropNotices)
 
 	redisDown  atomic.Bool
 	redisLog   throttle

@@ -260,7 +260,7 @@ func (o *orule) subscribe() error {
 	}
 	sub, err := nc.Subscribe(o.d.cfg.Queues.RuleSubjects(o.name), func(m *nats.Msg) {
 		key, ok := o.d.cfg.Queues.KeyOfSubject(o.name, m.Subject)
-		if !ok {
+		if !ok || o.d.dropNotices.Load() {
 			return
 		}
 		o.mu.Lock()
