@@ -222,3 +222,24 @@ func (s *Scheduler) Reserve(ctx context.Context, rule string, every time.Duratio
 	}
 	return fromUS(res.now), fromUS(res.first), int(res.n), nil
 }
+
+// ForgetDue removes keys from rule's due set (the ingress's marks, which the own engine does
+// not read): one ZREM per scheduler partition for any number of keys, so the set holds only
+// keys with messages, as under the claim engine. The depth counters are left to their clamp.
+func (s *Scheduler) ForgetDue(ctx context.Context, rule string, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	pipe := s.rdb.Pipeline()
+	for p, ks := range s.byPartition(rule, keys) {
+		members := make([]any, len(ks))
+		for i, k := range ks {
+			members[i] = k
+		}
+		pipe.ZRem(ctx, s.part(rule, p).due, members...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("queue: forget due keys of rule %q: %w", rule, err)
+	}
+	return nil
+}

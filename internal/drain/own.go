@@ -124,7 +124,7 @@ type orule struct {
 	inflight map[*job]struct{} // deliveries at workers
 	swept    time.Time
 	offset   time.Duration // Redis's clock − local clock at the last renewal
-	emptied  []string      // keys that emptied, to forget in Redis's scheduler state (not yet used)
+	emptied  []string      // keys that emptied: their due marks are removed at the next renewal
 	repairAt time.Time
 
 	// total_outflow slots reserved from the rule's meter (local clock): first, first+every, …
@@ -531,7 +531,7 @@ func (o *orule) worker() {
 			case k.pendingDel > 0:
 				k.emptied = true // forgotten once its deletes are answered (deleted)
 			default:
-				delete(o.keys, k.key)
+				o.forget(k)
 			}
 		case k.idx >= 0:
 			// several in flight: the key is in the heap already
@@ -546,6 +546,15 @@ func (o *orule) worker() {
 		if abandoned {
 			return // a new worker took this one's place (sweep)
 		}
+	}
+}
+
+// forget drops an emptied key; its due mark (written by the ingress for the claim engine) is
+// removed with the next renewal, in one call. Caller holds o.mu.
+func (o *orule) forget(k *okey) {
+	delete(o.keys, k.key)
+	if len(o.emptied) < 100_000 {
+		o.emptied = append(o.emptied, k.key)
 	}
 }
 
@@ -746,7 +755,7 @@ func (o *orule) deleted(k *okey, seq uint64, err error, log lazyLogger) {
 			o.schedule(k, maxTime(k.tat, time.Now()))
 		}
 	} else if k.emptied && k.pendingDel == 0 && k.running == 0 && k.idx < 0 && o.keys[k.key] == k {
-		delete(o.keys, k.key)
+		o.forget(k)
 	}
 	o.mu.Unlock()
 	if err != nil {

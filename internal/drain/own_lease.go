@@ -193,6 +193,17 @@ func (o *orule) applyOwned(res queue.Owned, sent, got time.Time) {
 	if o.repairDue(now) {
 		go o.repair()
 	}
+	o.mu.Lock()
+	emptied := o.emptied
+	o.emptied = nil
+	o.mu.Unlock()
+	if len(emptied) > 0 {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), d.cfg.OwnRenew)
+		if err := d.cfg.Scheduler.ForgetDue(ctx, o.name, emptied); err != nil && d.redisLog.allow() {
+			d.log.Warn("own engine: due marks of emptied keys not removed (harmless: only the claim engine reads them)", "rule", o.name, "err", err)
+		}
+		cancel()
+	}
 }
 
 // lapse runs when a partition's deadline passes: unless a renewal extended it meanwhile,
