@@ -484,12 +484,15 @@ func (o *orule) worker() {
 		k := j.k
 		next, ok := o.deliver(k)
 		o.mu.Lock()
-		k.running--
-		abandoned := j.abandoned
 		delete(o.inflight, j)
-		if !abandoned {
-			o.busy--
+		if j.abandoned {
+			// The sweep gave this delivery up and moved the key on: its outcome was acted on
+			// (a message the sink accepted is deleted), nothing else.
+			o.mu.Unlock()
+			return // a new worker took this one's place
 		}
+		k.running--
+		o.busy--
 		now := time.Now()
 		if ok && !k.part.lost && !k.part.releasing {
 			if next.IsZero() {
@@ -503,9 +506,6 @@ func (o *orule) worker() {
 				if k.running > 0 {
 					o.mu.Unlock()
 					o.poke()
-					if abandoned {
-						return
-					}
 					continue
 				}
 				k.drained = false
@@ -543,9 +543,6 @@ func (o *orule) worker() {
 		}
 		o.mu.Unlock()
 		o.poke()
-		if abandoned {
-			return // a new worker took this one's place (sweep)
-		}
 	}
 }
 
@@ -560,7 +557,8 @@ func (o *orule) forget(k *okey) {
 
 // sweep gives up on deliveries that outlived their deadline (sink.timeout + OwnRenew: a sink
 // that ignores its context): a new worker takes the stuck one's place, so the rule's other
-// keys go on; the stuck key stays with its delivery (strict order) until the sink returns.
+// keys go on, and the key goes on too — its head, not deleted, is delivered again (as the
+// claim engine's next claim of the key would).
 // Called from the pacer, at most every 100 ms: one pass over the deliveries in flight, no
 // timer per message.
 func (o *orule) sweep(r *rules.Rule, now time.Time) {
@@ -578,8 +576,13 @@ func (o *orule) sweep(r *rules.Rule, now time.Time) {
 		k := j.k
 		j.abandoned = true
 		o.busy--
+		k.running--
+		if k.running == 0 && k.idx < 0 && !k.part.lost && !k.part.releasing {
+			k.drained = false
+			o.schedule(k, maxTime(k.tat, now))
+		}
 		o.d.m.lost.WithLabelValues(o.name).Inc()
-		o.d.log.Warn("sink ignored the delivery deadline: delivery abandoned, its worker replaced; the key waits for it",
+		o.d.log.Warn("sink ignored the delivery deadline: delivery abandoned, its worker replaced; the key's head is delivered again",
 			"rule", o.name, "key", k.key, "deadline", limit)
 		o.d.inflight.Add(1)
 		go func() { defer o.d.inflight.Done(); o.worker() }()
