@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -382,15 +383,41 @@ func TestEngineDrainReport(t *testing.T) {
 		wg.Wait()
 		return float64(n.Load()) / time.Since(begin).Seconds()
 	}
+	// SLUICE_BENCH_SYSTEMS picks what runs (default all: hand,claim,own,own2).
+	systems := os.Getenv("SLUICE_BENCH_SYSTEMS")
+	if systems == "" {
+		systems = "hand,claim,own,own2"
+	}
+	on := func(name string) bool { return slices.Contains(strings.Split(systems, ","), name) }
 	var hand, claim, own, own2 []float64
 	for i := 0; i < rounds; i++ {
-		hand = append(hand, handRun())
-		claim = append(claim, drainRun(drain.EngineClaim, 1))
-		own = append(own, drainRun(drain.EngineOwn, 1))
-		own2 = append(own2, drainRun(drain.EngineOwn, 2))
+		if on("hand") {
+			hand = append(hand, handRun())
+		}
+		if on("claim") {
+			claim = append(claim, drainRun(drain.EngineClaim, 1))
+		}
+		if on("own") {
+			own = append(own, drainRun(drain.EngineOwn, 1))
+		}
+		if on("own2") {
+			own2 = append(own2, drainRun(drain.EngineOwn, 2))
+		}
 	}
-	med := func(xs []float64) float64 { s := slices.Clone(xs); slices.Sort(s); return s[len(s)/2] }
-	rng := func(xs []float64) string { return fmt.Sprintf("%.0f–%.0f", slices.Min(xs), slices.Max(xs)) }
+	med := func(xs []float64) float64 {
+		if len(xs) == 0 {
+			return math.NaN()
+		}
+		s := slices.Clone(xs)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	rng := func(xs []float64) string {
+		if len(xs) == 0 {
+			return "not run"
+		}
+		return fmt.Sprintf("%.0f–%.0f", slices.Min(xs), slices.Max(xs))
+	}
 	t.Logf("backlog %d messages over %d keys, HTTP sink answering 200, %d workers, %d alternating rounds (shared, loaded machine)", total, nKeys, workers, rounds)
 	t.Logf("by hand (direct get + POST + delete): median %.0f/s (%s)", med(hand), rng(hand))
 	t.Logf("claim engine, 1 drainer:              median %.0f/s (%s) = %.2f× by hand", med(claim), rng(claim), med(claim)/med(hand))
