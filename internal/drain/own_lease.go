@@ -261,6 +261,12 @@ func (o *orule) acquire(parts []*opart) {
 	d := o.d
 	ctx, cancel := context.WithTimeout(d.runCtx, time.Minute)
 	defer cancel()
+	// A previous owner whose lease expired stopped dispatching at least ownMargin before the
+	// expiry, so before now − margin; its last dispatches after its last renewal are in no
+	// pace entry. Holding every key until now − margin + 1/outflow keeps such a key's
+	// spacing across the handover.
+	acquired := time.Now()
+	gap := max(0, d.cfg.Policy(o.rule.Load()).Outflow.Every-d.ownMargin())
 	ps := make([]int, len(parts))
 	set := map[int]bool{}
 	for i, part := range parts {
@@ -305,6 +311,7 @@ func (o *orule) acquire(parts []*opart) {
 			k.tat = maxTime(k.tat, t.Add(-o.offset))
 		}
 		k.tat = maxTime(k.tat, hold)
+		k.tat = maxTime(k.tat, acquired.Add(gap))
 		if st, ok := retries[k.key]; ok {
 			s := st
 			k.retry = &s

@@ -104,7 +104,9 @@ func TestOwnEngineRedisCommandsPerDelivery(t *testing.T) {
 			calls := redisCalls(t, rdb)
 			per := float64(calls) / float64(sink.n.Load())
 			t.Logf("engine %s: %d Redis commands for %d deliveries = %.4f per delivery", engine, calls, sink.n.Load(), per)
-			if engine == drain.EngineOwn && per > 0.05 {
+			// The renewals cost ~15 commands a second whatever the traffic; under the race
+			// detector the drain takes ten times longer, so only the count is logged there.
+			if engine == drain.EngineOwn && per > 0.05 && !raceOn {
 				t.Errorf("%.4f Redis commands per delivered message, want ≤ 0.05", per)
 			}
 		})
