@@ -85,3 +85,61 @@ func TestOwnershipSharesRenewsAndFences(t *testing.T) {
 		t.Fatalf("A after B left: %d partitions, want 8", len(a.Fences))
 	}
 }
+
+// TestOwnershipPacesAndRetries: a renewal writes its keys' next allowed times per partition
+// (a new owner reads them), an empty map clears them; retry states are kept per key and read
+// back for the partitions asked for only; ForgetDue removes keys' due marks.
+func TestOwnershipPacesAndRetries(t *testing.T) {
+	t.Parallel()
+	s := newSchedulers(t, 1)[0]
+	ctx := context.Background()
+	next := t0.Add(time.Second)
+	req := queue.OwnRequest{Rule: "r", Owner: "A", Partitions: 4, Lease: time.Second,
+		Pace: map[int]map[string]time.Time{1: {"a": next, "b": next.Add(time.Second)}}}
+	if o := s.Own(ctx, t0, []queue.OwnRequest{req})[0]; o.Err != nil {
+		t.Fatal(o.Err)
+	}
+	ps, err := s.Paces(ctx, "r", []int{1, 2})
+	if err != nil || len(ps) != 2 || !ps["a"].Equal(next) || !ps["b"].Equal(next.Add(time.Second)) {
+		t.Fatalf("paces: %v, %v", ps, err)
+	}
+	req.Pace = map[int]map[string]time.Time{1: {}}
+	s.Own(ctx, t0.Add(100*time.Millisecond), []queue.OwnRequest{req})
+	if ps, err := s.Paces(ctx, "r", []int{1}); err != nil || len(ps) != 0 {
+		t.Fatalf("paces after clearing: %v, %v", ps, err)
+	}
+	st := &queue.RetryState{MsgID: "m", Attempts: 2, LastError: "503"}
+	keyIn := func(p int) string {
+		for i := 0; ; i++ {
+			if k := "k" + time.Duration(i).String(); queue.OwnPartitionOf(k, 4) == p {
+				return k
+			}
+		}
+	}
+	k1, k2 := keyIn(1), keyIn(2)
+	if err := s.SetOwnRetry(ctx, "r", k1, st); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetOwnRetry(ctx, "r", k2, st); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := s.OwnRetries(ctx, "r", map[int]bool{1: true}, 4)
+	if err != nil || len(rs) != 1 || rs[k1] != *st {
+		t.Fatalf("retries of partition 1: %v, %v", rs, err)
+	}
+	if err := s.SetOwnRetry(ctx, "r", k1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rs, _ := s.OwnRetries(ctx, "r", map[int]bool{1: true, 2: true}, 4); len(rs) != 1 {
+		t.Fatalf("retries after clearing %s: %v", k1, rs)
+	}
+	if _, err := s.MarkDueAt(ctx, "r", t0, "x", "y"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ForgetDue(ctx, "r", []string{"x"}); err != nil {
+		t.Fatal(err)
+	}
+	if due, _, err := s.Counts(ctx, "r"); err != nil || due != 1 {
+		t.Fatalf("due after ForgetDue: %d, %v; want 1", due, err)
+	}
+}
