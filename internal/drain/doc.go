@@ -4,6 +4,15 @@
 // a message is deleted only after delivery, so a crash repeats a delivery — same id, same
 // Idempotency-Key — and never loses one).
 //
+// # Engines
+//
+// Config.Engine picks how drainers share keys. EngineClaim (the default, described below)
+// claims due keys one by one from Redis. EngineOwn (own.go, own_lease.go) owns whole
+// ownership partitions of each rule through leases renewed in one Redis call for every rule,
+// learns of work from a core NATS subscription to the rule's subjects and from the stream's
+// subject list, paces keys in memory and deletes without waiting: Redis is not on the path of
+// each message. docs/design.md "The own engine".
+//
 // # Pacing
 //
 // Per key, deliveries start in admission order and no faster than the rule's outflow; the
