@@ -6,8 +6,10 @@ BENCH_OUT ?= bench-results.txt
 
 ## The Go toolchain every target builds and tests with, taken from the Go module proxy on
 ## first use (~76 MB, seconds): go1.26.8's standard library has called vulnerabilities
-## (make vulncheck), go1.27.3 has none. go.mod still says 1.26, so a plain `go build` with
-## an older Go works too; ship what make builds.
+## (make vulncheck), go1.27.3 has none. go.mod's toolchain line and deploy/Dockerfile's
+## GO_VERSION name the same release (deploy/toolchain_test.go), so a plain `go build` (with
+## GOTOOLCHAIN=auto) and the image use it too; go.mod's go line still says 1.26, so a Go
+## 1.26 with GOTOOLCHAIN=local builds as well. Ship what make builds.
 GOTOOLCHAIN ?= go1.27.3
 export GOTOOLCHAIN
 
@@ -22,12 +24,14 @@ VULNDB_VERSION ?= v0.0.0-20261105234957-e22db6528018
 VULN_VERSION   ?= v1.9.0
 
 ## run: `sluice dev`, the whole system in one process (embedded NATS, in-process store and
-## drainer, demo sink, example rules). Its ports are variables: `make run HTTP_ADDR=:9080`.
+## drainer, demo sink, example rules). Its addresses are variables and listen on 127.0.0.1
+## only, so a laptop on a shared network does not offer the admin API with the token "dev" to
+## its neighbours: `make run HTTP_ADDR=0.0.0.0:8080` (or `:8080`) listens everywhere.
 ## The example rules reach the demo sink wherever SINK_ADDR puts it. The console at /ui/
 ## signs in with SLUICE_ADMIN_TOKEN (default "dev" here).
 SLUICE_ADMIN_TOKEN ?= dev
-HTTP_ADDR ?= :8080
-GRPC_ADDR ?= :8081
+HTTP_ADDR ?= 127.0.0.1:8080
+GRPC_ADDR ?= 127.0.0.1:8081
 NATS_ADDR ?= 127.0.0.1:4222
 SINK_ADDR ?= 127.0.0.1:8090
 RULES     ?= deploy/examples

@@ -2,6 +2,10 @@ module github.com/sluice-io/sluice
 
 go 1.26.0
 
+// The toolchain make builds, tests and ships with (Makefile GOTOOLCHAIN, deploy/Dockerfile's
+// GO_VERSION; deploy/toolchain_test.go keeps the three equal).
+toolchain go1.27.3
+
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/chromedp/cdproto v0.159.0

@@ -312,8 +312,10 @@ func TestAdminSecurity(t *testing.T) {
 		responses := asObj(t, get(op, "responses"), r.Pattern())
 		_, has401 := responses["401"]
 		_, has403 := responses["403"]
-		// Submit and cancel need a token only under -submit-tokens: optional security.
-		submit := strings.Contains(fmt.Sprint(get(op, "security")), "submitToken")
+		// Submit, cancel and the checks need a token only under -submit-tokens: optional
+		// security.
+		sec := fmt.Sprint(get(op, "security"))
+		submit := strings.Contains(sec, "submitToken") || strings.Contains(sec, "checkToken")
 		if (r.Admin || submit) != has401 {
 			t.Errorf("%s: admin %v, submit token %v, but 401 documented %v", r.Pattern(), r.Admin, submit, has401)
 		}

@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -116,8 +116,8 @@ type Patch struct {
 	// IfMatch is the Queue.ETag the change was decided on, sent as If-Match: when someone
 	// else has changed the queue since, the server refuses the patch (412,
 	// ErrPreconditionFailed) rather than silently undo their change. Empty sends none: the
-	// last writer wins. "*" (any revision) and a tag already quoted ("3") or weak (W/"3")
-	// are sent as given (the ingress refuses a weak tag, 400); a bare one (3) is quoted.
+	// last writer wins. "*" means any revision; a tag bare (3), quoted ("3") or weak (W/"3",
+	// as a compressing proxy rewrites an ETag) is sent as the strong tag "3".
 	IfMatch string `json:"-"`
 }
 
@@ -219,33 +219,89 @@ func (a *Admin) HotKeys(ctx context.Context, name string, top int) (keys []Queue
 
 // ReplayReport is what ReplayAll did.
 type ReplayReport struct {
-	Replayed int `json:"replayed"` // back in their key's queue
-	Kept     int `json:"kept"`     // still dead: their key had no room
-	Failed   int `json:"failed"`   // not replayed because of an error
+	Queue    string `json:"queue"`
+	Replayed int    `json:"replayed"` // back in their key's queue
+	Kept     int    `json:"kept"`     // still dead: their key had no room
+	Failed   int    `json:"failed"`   // not replayed because of an error
+	// Next, when set, is the query that continues after the last dead letter handled: the
+	// call stopped before the end (its limit, ten letters kept in a row, or — with an error
+	// matching ErrPartiallyApplied — a store that failed part way, Next then holding the
+	// rest of the limit). Pass it to ReplayDead. Nil when every dead letter was handled.
+	Next *DeadQuery `json:"-"`
 }
 
 // ReplayAll puts the dead messages of one queue back into their keys' queues, oldest
-// first, up to limit (0: the server's default, 1,000). Each keeps its id. It enqueues, so
-// it is retried only when the connection could not be made, or on the ingress's own 503
-// (never on a proxy's 502, 503 or 504, which may have passed it on).
+// first, up to limit (0: the server's default, 1,000): ReplayDead from the oldest.
 func (a *Admin) ReplayAll(ctx context.Context, queue string, limit int) (*ReplayReport, error) {
-	if queue == "" {
-		return nil, invalidf("ReplayAll: empty queue name")
+	return a.ReplayDead(ctx, DeadQuery{Queue: queue, Limit: limit})
+}
+
+// ReplayDead puts the dead messages of q.Queue back into their keys' queues, oldest first,
+// from q.After (a ReplayReport.Next's cursor; "" for the oldest), up to q.Limit. Each keeps
+// its id. The report's Next continues where it stopped.
+//
+// It enqueues, so it is retried only when the connection could not be made, or on the
+// ingress's own 503 (nothing replayed, or an admission that timed out, which the queue
+// recognises when repeated within 2 minutes) — never on a proxy's 502, 503 or 504, nor on a
+// cut connection (ErrOutcomeUnknown), after which some letters may have been replayed:
+// read the dead letters (DeadPage) to see. When the ingress's store fails after some
+// letters were replayed, the error matches ErrPartiallyApplied and the report is returned
+// with it: the counts so far and the Next that replays the rest.
+func (a *Admin) ReplayDead(ctx context.Context, q DeadQuery) (*ReplayReport, error) {
+	if q.Queue == "" {
+		return nil, invalidf("ReplayDead: empty queue name")
 	}
-	q := url.Values{"queue": {queue}}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
+	if q.Limit < 0 {
+		return nil, invalidf("ReplayDead: negative limit %d", q.Limit)
 	}
-	path := "/v1/admin/dead/replay?" + q.Encode()
+	v := url.Values{"queue": {q.Queue}}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.After != "" {
+		v.Set("after", q.After)
+	}
+	path := "/v1/admin/dead/replay?" + v.Encode()
 	resp, err := a.c.do(ctx, a.call(http.MethodPost, path, nil, neverSent))
+	var pe *ProblemError
+	if errors.As(err, &pe) && pe.Type == ProblemPartiallyApplied {
+		r := &ReplayReport{Queue: q.Queue, Next: replayNext(pe.Next)}
+		if b, merr := json.Marshal(pe.Done); merr == nil {
+			json.Unmarshal(b, r)
+		}
+		return r, err
+	}
 	if err != nil {
 		return nil, err
 	}
 	var r ReplayReport
+	var env struct {
+		Next string `json:"next"`
+	}
 	if err := json.Unmarshal(resp.body, &r); err != nil {
 		return nil, fmt.Errorf("sluice: POST %s: %w", path, err)
 	}
+	json.Unmarshal(resp.body, &env)
+	r.Next = replayNext(env.Next)
+	if r.Queue == "" {
+		r.Queue = q.Queue
+	}
 	return &r, nil
+}
+
+// replayNext reads the next URL of a replay's answer as the query that continues; nil
+// when there is none.
+func replayNext(next string) *DeadQuery {
+	if next == "" {
+		return nil
+	}
+	u, err := url.Parse(next)
+	if err != nil {
+		return nil
+	}
+	v := u.Query()
+	n, _ := strconv.Atoi(v.Get("limit"))
+	return &DeadQuery{Queue: v.Get("queue"), Limit: n, After: v.Get("after")}
 }
 
 // Tune changes a queue live and returns it as it is now, with its new ETag.
@@ -260,7 +316,14 @@ func (a *Admin) ReplayAll(ctx context.Context, queue string, limit int) (*Replay
 //
 // Without IfMatch, setting the same patch twice is harmless, so Tune is retried like a
 // GET. With IfMatch, a repeat of a patch that was applied would be refused as someone
-// else's change, so it is retried only when nothing was sent (or on the ingress's 503).
+// else's change, so it is retried only when nothing was sent (or on the ingress's 503,
+// which it answers only when it changed nothing); a request sent without an answer ends
+// in ErrOutcomeUnknown: read the queue (Queue) to see whether the change is there.
+//
+// When the ingress stored the change but could not update the queue's stream (its
+// capacity), the error matches ErrPartiallyApplied and is a *ProblemError whose ETag is
+// the stored revision: the change is in force for outflow and pause, not known to be for
+// capacity. Tune again with the same patch and IfMatch set to that ETag to apply it.
 func (a *Admin) Tune(ctx context.Context, name string, p Patch) (*Queue, error) {
 	if name == "" {
 		return nil, invalidf("Tune: empty queue name")
@@ -283,13 +346,15 @@ func (a *Admin) Tune(ctx context.Context, name string, p Patch) (*Queue, error) 
 	return a.queue(ctx, cl)
 }
 
-// ifMatch is the If-Match header for tag: "*" and a tag already quoted (`"3"`) or weak
-// (`W/"3"`) as given, a bare one (3, as Queue.ETag may be copied) quoted.
+// ifMatch is the If-Match header for tag: "*" as given, any other tag — bare (3, as
+// Queue.ETag holds it), quoted ("3") or weak (W/"3", as a compressing proxy rewrites the
+// ingress's ETag) — as the strong tag of its revision ("3"): the ingress compares
+// revisions and refuses a weak tag (400).
 func ifMatch(tag string) string {
-	if tag == "*" || strings.HasPrefix(tag, `W/"`) || len(tag) >= 2 && strings.HasPrefix(tag, `"`) && strings.HasSuffix(tag, `"`) {
+	if tag == "*" {
 		return tag
 	}
-	return strconv.Quote(tag)
+	return strconv.Quote(etagValue(tag))
 }
 
 // Reset drops every live change of a queue: it is again as the rules file says.
@@ -310,7 +375,8 @@ func (a *Admin) Dead(ctx context.Context, queue string) ([]MessageStatus, error)
 	return p.Messages, nil
 }
 
-// DeadQuery selects a page of dead messages.
+// DeadQuery selects a page of dead messages (DeadPage), or the dead messages to replay
+// (ReplayDead).
 type DeadQuery struct {
 	// Queue restricts the list to one queue rule; "" lists every rule's. An unknown rule
 	// is refused (ErrInvalid).
@@ -428,7 +494,7 @@ func (a *Admin) call(method, path string, body []byte, conn retryTransport) call
 	if conn == neverSent {
 		retry = retryNotDone
 	}
-	return call{method: method, path: path, body: body, admin: true, conn: conn, retry: retry, ok: is2xx}
+	return call{method: method, path: path, body: body, admin: true, conn: conn, retry: retry, ok: is2xx, mutates: method != http.MethodGet}
 }
 
 func (a *Admin) queue(ctx context.Context, cl call) (*Queue, error) {
@@ -440,7 +506,7 @@ func (a *Admin) queue(ctx context.Context, cl call) (*Queue, error) {
 	if err := json.Unmarshal(resp.body, &q); err != nil {
 		return nil, fmt.Errorf("sluice: %s %s: %w", cl.method, cl.path, err)
 	}
-	q.ETag = strings.Trim(resp.header.Get("ETag"), `"`)
+	q.ETag = etagValue(resp.header.Get("ETag"))
 	return &q, nil
 }
 

@@ -35,8 +35,10 @@ type BatchResult struct {
 // JSON array; the server takes at most 500 by default, -max-batch). Each item is answered
 // on its own, in order. Items refused with 429 (when over-limit retries are on, the
 // default) or 503 are sent again, with their idempotency keys, once their own Retry-After
-// has passed — the items of a round that came back together wait for the earliest of
-// them, and each goes again no sooner than its own — until every item has a final answer,
+// has passed: each goes again no sooner than its own, those due at the same time together,
+// and an item never before an earlier item of its queue (same domain and descriptor)
+// still waiting — it goes with it, after it, so a key's messages keep their order —
+// until every item has a final answer,
 // the call's attempts are used up, its waits would pass WithMaxRetryWait, or a
 // Retry-After exceeds WithMaxRetryAfter; items refused with 503 are not sent again later
 // than 100 s after (see Idempotency in the package doc). The bounds are the call's, as for
@@ -81,11 +83,21 @@ func (c *Client) SubmitBatch(ctx context.Context, items []BatchItem) ([]BatchRes
 	for i := range pending {
 		pending[i] = i
 	}
+	// notBefore is when a refused item may go again (its own Retry-After), waiting says it
+	// will; sends counts each item's requests (its back-off and Submission.Attempts).
 	notBefore := make([]time.Time, len(items))
+	waiting := make([]bool, len(items))
+	sends := make([]int, len(items))
+	queueOf := make([]string, len(items))
+	for i, it := range items {
+		queueOf[i] = batchQueue(it)
+	}
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
 	// One budget for every request of the call, its rounds' and their retries': at most
 	// MaxAttempts requests and MaxRetryWait of sleep in all.
 	b := &budget{}
-	for round := 1; len(pending) > 0; round++ {
+	for len(pending) > 0 {
 		sent := c.now()
 		var body bytes.Buffer
 		body.WriteByte('[')
@@ -94,18 +106,20 @@ func (c *Client) SubmitBatch(ctx context.Context, items []BatchItem) ([]BatchRes
 				body.WriteByte(',')
 			}
 			body.Write(bytes.TrimRight(bodies[i], "\n"))
+			sends[i]++
 		}
 		body.WriteByte(']')
 		resp, err := c.do(ctx, call{
-			method: http.MethodPost,
-			path:   "/v1/messages",
-			body:   body.Bytes(),
-			header: http.Header{"Content-Type": {"application/json"}},
-			conn:   anyTransient,
-			retry:  retryUnavailable,
-			ok:     is2xx,
-			resend: true,
-			budget: b,
+			method:  http.MethodPost,
+			path:    "/v1/messages",
+			body:    body.Bytes(),
+			header:  http.Header{"Content-Type": {"application/json"}},
+			conn:    anyTransient,
+			retry:   retryUnavailable,
+			ok:      is2xx,
+			resend:  true,
+			budget:  b,
+			mutates: true,
 		})
 		if err != nil {
 			return results, batchFailed(results, pending, keys, err)
@@ -114,13 +128,13 @@ func (c *Client) SubmitBatch(ctx context.Context, items []BatchItem) ([]BatchRes
 			Items []json.RawMessage `json:"items"`
 		}
 		if err := json.Unmarshal(resp.body, &answer); err != nil || len(answer.Items) != len(pending) {
-			return results, batchFailed(results, pending, keys,
-				fmt.Errorf("sluice: POST /v1/messages (batch of %d): unexpected answer: %v", len(pending), err))
+			// Accepted, refused? Nobody can say which items are stored: resubmitting them with
+			// their keys tells.
+			return results, batchFailed(results, pending, keys, &OutcomeUnknownError{Method: http.MethodPost, Path: "/v1/messages",
+				Attempts: b.attempts, Err: fmt.Errorf("a %d answer to a batch of %d that could not be read: %v", resp.status, len(pending), err)})
 		}
-		var again []int
-		wait := time.Duration(-1)
 		for n, i := range pending {
-			r, retryIn := c.batchItemResult(answer.Items[n], keys[i], round)
+			r, retryIn := c.batchItemResult(answer.Items[n], keys[i], sends[i])
 			results[i] = r
 			if errors.Is(r.Err, ErrUnavailable) && b.landedAt.IsZero() {
 				b.landedAt = sent // a 503 item may have been stored: the duplicate window runs
@@ -128,41 +142,93 @@ func (c *Client) SubmitBatch(ctx context.Context, items []BatchItem) ([]BatchRes
 			if retryIn < 0 || b.attempts >= c.maxAttempts {
 				continue
 			}
-			notBefore[i] = c.now().Add(retryIn)
-			again = append(again, i)
-			if wait < 0 || retryIn < wait {
-				wait = retryIn
-			}
+			notBefore[i], waiting[i] = c.now().Add(retryIn), true
 		}
-		if len(again) == 0 {
+		// The next round: the items whose own Retry-After has passed, none sooner. An item
+		// waits, too, for every earlier item of its queue (same domain and descriptor) still
+		// waiting, and goes with it, in the given order: a key's messages are resent in the
+		// order they were given.
+		wake, ok := batchWake(notBefore, waiting, queueOf)
+		if !ok {
 			break
 		}
+		wait := max(wake.Sub(c.now()), 0)
 		if dl, ok := ctx.Deadline(); ok && c.now().Add(wait).After(dl) || b.waited+wait > c.maxRetryWait ||
 			!b.landedAt.IsZero() && c.now().Add(wait).Sub(b.landedAt) > resendWindow {
 			break // the last answers say more than a deadline error would
 		}
 		if err := c.sleep(ctx, wait); err != nil {
+			var n int
+			for _, w := range waiting {
+				if w {
+					n++
+				}
+			}
 			return results, &BatchError{IdempotencyKeys: append([]string(nil), keys...),
-				Err: fmt.Errorf("sluice: POST /v1/messages (batch): stopped waiting to send %d items again: %w", len(again), err)}
+				Err: fmt.Errorf("sluice: POST /v1/messages (batch): stopped waiting to send %d items again: %w", n, err)}
 		}
 		b.waited += wait
-		// Only the items whose own Retry-After has passed go now; the others wait a round.
-		pending = pending[:0]
-		var later []int
-		for _, i := range again {
-			if !c.now().Before(notBefore[i]) {
-				pending = append(pending, i)
-			} else {
-				later = append(later, i)
-			}
+		// At wake at least: the sleep was that long, even by a clock that lags.
+		now := c.now()
+		if now.Before(wake) {
+			now = wake
 		}
-		if len(pending) == 0 {
-			pending = later
-			continue
-		}
-		pending = append(pending, later...)
+		pending = batchDue(notBefore, waiting, queueOf, now)
 	}
 	return results, nil
+}
+
+// batchQueue names the queue an item lands in as far as the client can tell: its domain
+// and descriptor (the rule decides which entries make the key, so items that differ only
+// in an entry the rule ignores are taken for two queues).
+func batchQueue(it BatchItem) string {
+	b, _ := json.Marshal(struct {
+		D string
+		E []Entry
+	}{it.Domain, it.Descriptor})
+	return string(b)
+}
+
+// batchEffective is when each waiting item may go: its own notBefore, or that of an earlier
+// item of its queue still waiting, whichever is later (zero for items not waiting).
+func batchEffective(notBefore []time.Time, waiting []bool, queueOf []string) []time.Time {
+	eff := make([]time.Time, len(notBefore))
+	last := map[string]time.Time{}
+	for i := range notBefore {
+		if !waiting[i] {
+			continue
+		}
+		t := notBefore[i]
+		if l, ok := last[queueOf[i]]; ok && l.After(t) {
+			t = l
+		}
+		eff[i], last[queueOf[i]] = t, t
+	}
+	return eff
+}
+
+// batchWake is the earliest time a waiting item may go; false when none waits.
+func batchWake(notBefore []time.Time, waiting []bool, queueOf []string) (time.Time, bool) {
+	var wake time.Time
+	found := false
+	for i, t := range batchEffective(notBefore, waiting, queueOf) {
+		if waiting[i] && (!found || t.Before(wake)) {
+			wake, found = t, true
+		}
+	}
+	return wake, found
+}
+
+// batchDue takes the waiting items that may go at now off the wait, in their order.
+func batchDue(notBefore []time.Time, waiting []bool, queueOf []string, now time.Time) []int {
+	var due []int
+	for i, t := range batchEffective(notBefore, waiting, queueOf) {
+		if waiting[i] && !now.Before(t) {
+			waiting[i] = false
+			due = append(due, i)
+		}
+	}
+	return due
 }
 
 // batchFailed records err, the failure of a whole request, on every item still pending
@@ -176,7 +242,7 @@ func batchFailed(results []BatchResult, pending []int, keys []string, err error)
 
 // batchItemResult reads one item's answer; retryIn ≥ 0 when the item is worth sending
 // again after that long (a 429 with over-limit retries on, or a 503), -1 otherwise.
-func (c *Client) batchItemResult(raw json.RawMessage, key string, round int) (BatchResult, time.Duration) {
+func (c *Client) batchItemResult(raw json.RawMessage, key string, sends int) (BatchResult, time.Duration) {
 	var head struct {
 		Status int `json:"status"`
 	}
@@ -190,14 +256,14 @@ func (c *Client) batchItemResult(raw json.RawMessage, key string, round int) (Ba
 		}
 		s.Duplicate = head.Status == http.StatusOK
 		s.IdempotencyKey = key
-		s.Attempts = round
+		s.Attempts = sends
 		if s.ID != "" {
 			s.Location = "/v1/messages/" + s.ID
 		}
 		return BatchResult{Submission: s}, -1
 	}
 	// The item's problem reads as a whole answer's would (errorFor: sentinels, Retry-After).
-	err := c.errorFor(&response{status: head.Status, body: raw, attempts: round,
+	err := c.errorFor(&response{status: head.Status, body: raw, attempts: sends,
 		header: http.Header{"Content-Type": {"application/problem+json"}}})
 	retry := head.Status == http.StatusServiceUnavailable || head.Status == http.StatusTooManyRequests && c.retryOverLim
 	var pe *ProblemError
@@ -205,5 +271,5 @@ func (c *Client) batchItemResult(raw json.RawMessage, key string, round int) (Ba
 		return BatchResult{Err: &SubmitError{IdempotencyKey: key, Err: err}}, -1 // final, or "much later": the caller's decision
 	}
 	ra := pe.RetryAfter
-	return BatchResult{Err: &SubmitError{IdempotencyKey: key, Err: err}}, max(ra, c.backoff(round))
+	return BatchResult{Err: &SubmitError{IdempotencyKey: key, Err: err}}, max(ra, c.backoff(sends))
 }

@@ -69,24 +69,28 @@ func (c *Client) Status(ctx context.Context, id string) (*MessageStatus, error) 
 // Cancel takes back message id if it has not been delivered yet — queued, parked or waiting
 // for a delivery retry — and returns its status as it was. A message being delivered,
 // delivered, dead or moving back into its queue is an error matching ErrNotCancellable
-// (409); one that has left sluice matches ErrNoLongerTracked, as for Status.
+// (409); one that has left sluice matches ErrNoLongerTracked, as for Status. Where the
+// ingress keeps delivered records (-status-keep), a message cancelled before answers with
+// State StateCancelled and no error.
 //
 // A cancel is retried only when it surely did not reach the ingress: a failure to connect,
 // or the ingress's own 503 (it did nothing). After a request that may have been carried
 // out — a connection reset or timed out once sent, an answer cut off, a proxy's 502, 503
 // or 504 — its error is returned at once: a repeat of a cancel that worked would find the
 // message gone (ErrNoLongerTracked), which reads as "delivered". Ask Status what became of
-// the message instead.
+// the message instead. Such an error, and the ingress's own 500 #outcome-unknown (its
+// delete timed out), match ErrOutcomeUnknown.
 func (c *Client) Cancel(ctx context.Context, id string) (*MessageStatus, error) {
 	if id == "" {
 		return nil, invalidf("Cancel: empty message id")
 	}
 	resp, err := c.do(ctx, call{
-		method: http.MethodDelete,
-		path:   "/v1/messages/" + escapeSegment(id),
-		conn:   neverSent,
-		retry:  retryNotDone,
-		ok:     is2xx,
+		method:  http.MethodDelete,
+		path:    "/v1/messages/" + escapeSegment(id),
+		conn:    neverSent,
+		retry:   retryNotDone,
+		ok:      is2xx,
+		mutates: true,
 	})
 	if err != nil {
 		return nil, err
@@ -309,11 +313,12 @@ func (c *Client) CheckDescriptors(ctx context.Context, domain string, descriptor
 		return nil, fmt.Errorf("client: Check: %w", err)
 	}
 	resp, err := c.do(ctx, call{
-		method: http.MethodPost,
-		path:   "/v1/check",
-		body:   body,
-		conn:   neverSent,
-		retry:  retryNotDone,
+		method:  http.MethodPost,
+		path:    "/v1/check",
+		body:    body,
+		conn:    neverSent,
+		retry:   retryNotDone,
+		mutates: true,
 		ok: func(status int) bool {
 			return is2xx(status) || status == http.StatusTooManyRequests
 		},

@@ -3,6 +3,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -35,6 +37,17 @@ const (
 	DefaultMaxRetryWait = 2 * time.Minute
 	// DefaultTimeout is the per-request timeout of the http.Client made when none is given.
 	DefaultTimeout = 30 * time.Second
+	// DefaultMaxCallTime bounds one call from its start to its end, every attempt and wait
+	// included, when the context has no sooner deadline: without it a call could run
+	// MaxAttempts × DefaultTimeout + MaxRetryWait (7 minutes). It leaves room for
+	// DefaultMaxRetryWait of honoured Retry-Afters and a few slow requests.
+	DefaultMaxCallTime = 3 * time.Minute
+	// DefaultConcurrency is the number of idle connections to the ingress the client's own
+	// transport keeps (WithConcurrency): as many as the goroutines expected to call at once,
+	// so that none of them has to open a connection because an idle one was closed.
+	// net/http's default keeps 2, and 32 goroutines then opened 445 connections for 1,229
+	// requests.
+	DefaultConcurrency = 64
 	// DefaultUserAgent is sent unless WithUserAgent says otherwise.
 	DefaultUserAgent = "sluice-go-client/1"
 
@@ -44,10 +57,14 @@ const (
 
 // Client talks to a sluice ingress. It is safe for concurrent use; make one and share it.
 type Client struct {
-	base          *url.URL
-	hc            *http.Client
-	adminToken    string
-	submitToken   string
+	base *url.URL
+	hc   *http.Client
+	// tokens returns the bearer tokens. A closure, because fmt prints a func as an address
+	// whatever the verb, while it prints the strings of a struct or pointer it reaches
+	// through a Client held in an unexported field (String is not called there, and %s
+	// prints pointed-to values). opts holds the tokens only while New applies the options.
+	tokens        func() credentials
+	opts          *credentials
 	userAgent     string
 	maxAttempts   int
 	backoffBase   time.Duration
@@ -55,22 +72,65 @@ type Client struct {
 	maxRetryAfter time.Duration
 	maxRetryWait  time.Duration
 	retryOverLim  bool
+	maxCallTime   time.Duration
+	concurrency   int
+	ownHC         bool // hc was given by WithHTTPClient
 	now           func() time.Time
 	sleep         func(ctx context.Context, d time.Duration) error
 	jitter        func(max time.Duration) time.Duration
+}
+
+// credentials are the bearer tokens of a Client.
+type credentials struct {
+	admin, submit, check string
 }
 
 // Option configures a Client in New.
 type Option func(*Client) error
 
 // WithHTTPClient sets the http.Client used for every request (transport, TLS, proxies,
-// per-request Timeout). Default: a fresh http.Client with DefaultTimeout.
+// per-request Timeout). Default: a fresh http.Client with DefaultTimeout and a transport
+// keeping DefaultConcurrency idle connections (WithConcurrency). Its CheckRedirect is not
+// used: the client never follows a redirect (a copy of hc with that one change is kept;
+// the transport is shared). Size the idle pool of hc's transport yourself
+// (http.Transport.MaxIdleConnsPerHost): WithConcurrency does not change a given client.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *Client) error {
 		if hc == nil {
 			return errors.New("client: WithHTTPClient: nil http.Client")
 		}
-		c.hc = hc
+		c.hc, c.ownHC = hc, true
+		return nil
+	}
+}
+
+// WithConcurrency sizes the pool of idle connections of the client's own transport to n,
+// the number of goroutines expected to call at once (default DefaultConcurrency): a
+// goroutine that finishes a call leaves its connection for the next instead of closing
+// it. More goroutines than n still work; they open connections that are then closed.
+// Ignored with WithHTTPClient, whose transport is the caller's.
+func WithConcurrency(n int) Option {
+	return func(c *Client) error {
+		if n < 1 {
+			return fmt.Errorf("client: WithConcurrency(%d): must be at least 1", n)
+		}
+		c.concurrency = n
+		return nil
+	}
+}
+
+// WithMaxCallTime bounds one call (Submit, SubmitBatch as a whole, an admin call, …) from
+// start to end, attempts and waits included, when its context has no sooner deadline:
+// default DefaultMaxCallTime (3 min); 0 leaves calls bounded only by their context,
+// MaxAttempts × the http.Client's Timeout and MaxRetryWait. A call that reaches it ends
+// with the context's deadline error (an *OutcomeUnknownError if a request that may act
+// was out at that moment).
+func WithMaxCallTime(d time.Duration) Option {
+	return func(c *Client) error {
+		if d < 0 {
+			return fmt.Errorf("client: WithMaxCallTime(%v): negative", d)
+		}
+		c.maxCallTime = d
 		return nil
 	}
 }
@@ -78,14 +138,22 @@ func WithHTTPClient(hc *http.Client) Option {
 // WithAdminToken sets the bearer token sent by the Admin methods ($SLUICE_ADMIN_TOKEN).
 // It is never sent on the public endpoints.
 func WithAdminToken(token string) Option {
-	return func(c *Client) error { c.adminToken = token; return nil }
+	return func(c *Client) error { c.opts.admin = token; return nil }
 }
 
 // WithSubmitToken sets the bearer token sent with Submit, Status and Cancel (the
 // /v1/messages endpoints), for an ingress run with -submit-tokens. Without it, such an
 // ingress answers 401 (ErrUnauthorized); a token for another domain, 403.
 func WithSubmitToken(token string) Option {
-	return func(c *Client) error { c.submitToken = token; return nil }
+	return func(c *Client) error { c.opts.submit = token; return nil }
+}
+
+// WithCheckToken sets the bearer token sent with Check and CheckDescriptors (/v1/check), for
+// an ingress run with -submit-tokens: such an ingress answers checks only with a token of
+// scope check or check:DOMAIN (401 ErrUnauthorized without one, 403 ErrForbidden for a
+// token of another scope or domain). Submit tokens are not sent with checks.
+func WithCheckToken(token string) Option {
+	return func(c *Client) error { c.opts.check = token; return nil }
 }
 
 // WithMaxAttempts bounds the HTTP requests one call makes, the first included; 1 disables
@@ -167,7 +235,8 @@ func WithClock(now func() time.Time, sleep func(ctx context.Context, d time.Dura
 }
 
 // New returns a Client for the ingress at baseURL (e.g. "http://localhost:8080" or
-// "https://gw.example.com/sluice"; a path prefix is kept).
+// "https://gw.example.com/sluice"; a path prefix is kept). A query string or a fragment
+// is refused: it would be dropped, or sent on every call, and neither is meant.
 //
 // User info in baseURL (http://user:password@host) is sent as basic auth and never printed:
 // errors, BaseURL and String show the password as "xxxxx". Nil options are ignored.
@@ -183,11 +252,16 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
 		return nil, fmt.Errorf("client: base URL %q: need http(s)://host[:port][/prefix]", u.Redacted())
 	}
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(baseURL, "#") {
+		return nil, fmt.Errorf("client: base URL %q: a query string or fragment is not allowed (the client sends its own per call)", u.Redacted())
+	}
 	u.Path = strings.TrimRight(u.Path, "/")
 	u.RawPath = strings.TrimRight(u.RawPath, "/")
-	u.RawQuery, u.Fragment = "", ""
 	c := &Client{
 		base:          u,
+		opts:          &credentials{},
+		maxCallTime:   DefaultMaxCallTime,
+		concurrency:   DefaultConcurrency,
 		userAgent:     DefaultUserAgent,
 		maxAttempts:   DefaultMaxAttempts,
 		backoffBase:   DefaultBackoffBase,
@@ -207,9 +281,21 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
+	cred := *c.opts
+	c.opts = nil
+	c.tokens = func() credentials { return cred }
 	if c.hc == nil {
-		c.hc = &http.Client{Timeout: DefaultTimeout}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = c.concurrency
+		tr.MaxIdleConns = max(tr.MaxIdleConns, c.concurrency)
+		c.hc = &http.Client{Timeout: DefaultTimeout, Transport: tr}
 	}
+	// No call follows a redirect: a POST turned into a GET by a 301/302/303 would read as a
+	// Submit accepted that was never made, a 307/308 would send it (and a token, to another
+	// port of the same host) where it was not meant to go. The 3xx is the answer.
+	hc := *c.hc
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.hc = &hc
 	return c, nil
 }
 
@@ -221,7 +307,11 @@ func (c *Client) BaseURL() string { return c.base.Redacted() }
 // (%v, %+v, a log line) never leaks them. (A value receiver, so a Client printed by
 // value is covered too.)
 func (c Client) String() string {
-	return fmt.Sprintf("sluice.Client{%s, admin token set: %t, submit token set: %t}", c.BaseURL(), c.adminToken != "", c.submitToken != "")
+	var t credentials
+	if c.tokens != nil {
+		t = c.tokens()
+	}
+	return fmt.Sprintf("sluice.Client{%s, admin token set: %t, submit token set: %t, check token set: %t}", c.BaseURL(), t.admin != "", t.submit != "", t.check != "")
 }
 
 // GoString is String, for %#v.
@@ -318,6 +408,10 @@ type call struct {
 	// it must come within JetStream's duplicate window (resendWindow).
 	resend bool
 	budget *budget // shared across SubmitBatch's rounds; nil: this call's own
+	// mutates: the call changes something (every call but the GETs), so a request sent
+	// without an answer that says what it did leaves its outcome unknown (ErrOutcomeUnknown).
+	mutates bool
+	idemKey string // a Submit's idempotency key, for its *OutcomeUnknownError
 }
 
 // response is one HTTP answer, body read in full.
@@ -368,15 +462,41 @@ func (e *unavailableError) Error() string {
 func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
 func (e *unavailableError) Unwrap() error        { return e.err }
 
+// bound gives ctx the client's MaxCallTime unless it already ends sooner.
+func (c *Client) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if c.maxCallTime <= 0 {
+		return ctx, func() {}
+	}
+	if dl, ok := ctx.Deadline(); ok && !dl.After(time.Now().Add(c.maxCallTime)) {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.maxCallTime)
+}
+
 // do runs call with the retry policy of doc.go and returns the answer that ended it. A
-// non-nil error is either a transport error, a context error, or the typed error for the
-// last answer (from errorFor); resp is set whenever an answer was received.
+// non-nil error is either a transport error, a context error, the typed error for the
+// last answer (from errorFor), or, for a call that changes something, an
+// *OutcomeUnknownError wrapping one of these when an attempt was sent and nothing says
+// what it did; resp is set whenever an answer was received.
 func (c *Client) do(ctx context.Context, cl call) (*response, error) {
 	b := cl.budget
 	if b == nil {
 		b = &budget{}
+		var cancel context.CancelFunc
+		ctx, cancel = c.bound(ctx)
+		defer cancel()
 	}
 	var last *response
+	// unsure: an attempt of this call was sent and no answer said what it did (a reset
+	// after sending, a cut-off answer, a proxy's 502/504 or 503). Once set, a call that
+	// changes something and fails ends in an *OutcomeUnknownError.
+	unsure := false
+	fail := func(err error) error {
+		if !cl.mutates || !unsure {
+			return err
+		}
+		return &OutcomeUnknownError{Method: cl.method, Path: cl.path, IdempotencyKey: cl.idemKey, Attempts: b.attempts, Err: err}
+	}
 	for {
 		b.attempts++
 		attempt := b.attempts
@@ -390,12 +510,13 @@ func (c *Client) do(ctx context.Context, cl call) (*response, error) {
 		mayHaveStored := false
 		switch {
 		case err != nil:
+			unsure = unsure || maybeSent(err)
 			if ctx.Err() != nil {
-				return last, fmt.Errorf("sluice: %s %s: %w", cl.method, cl.path, ctx.Err())
+				return last, fail(fmt.Errorf("sluice: %s %s: %w", cl.method, cl.path, ctx.Err()))
 			}
 			err = fmt.Errorf("sluice: %s %s: %w", cl.method, cl.path, err)
 			if !c.transientTransport(cl.conn, err) {
-				return last, err
+				return last, fail(err)
 			}
 			mayHaveStored = !c.transientTransport(neverSent, err)
 			err = &unavailableError{attempts: attempt, err: err}
@@ -404,13 +525,21 @@ func (c *Client) do(ctx context.Context, cl call) (*response, error) {
 			return resp, nil
 		default:
 			err = c.errorFor(resp)
+			// A 502 or 504, or a 503 that is not the ingress's own problem, comes from a proxy
+			// that may have passed the request on: done or not, nobody says.
+			if retryUnavailable(resp.status) && !fromSluice(err, ProblemUnavailable) && !fromSluice(err, "https://sluice.dev/problems#store-full") {
+				unsure = true
+			}
 			if !cl.retry(resp.status) || resp.status == http.StatusTooManyRequests && !cl.overLim {
+				if resp.status >= 500 {
+					return resp, fail(err)
+				}
 				return resp, err
 			}
 			if cl.conn == neverSent && !fromSluice(err, ProblemUnavailable) {
 				// A call that is not idempotent is repeated only on the ingress's own "not
 				// done" (its 503 problem); a proxy's 5xx may have been sent on, and done.
-				return resp, err
+				return resp, fail(err)
 			}
 			mayHaveStored = resp.status != http.StatusTooManyRequests
 			ra, has := retryAfter(resp.header, c.now())
@@ -421,7 +550,7 @@ func (c *Client) do(ctx context.Context, cl call) (*response, error) {
 				}
 			}
 			if has && ra > c.maxRetryAfter {
-				return resp, err // the server says "much later": that is the caller's decision
+				return resp, fail(err) // the server says "much later": that is the caller's decision
 			}
 			// Retry-After is a floor; the jittered back-off on top of it only matters once
 			// the retries pile up, and spreads clients that were refused in the same second.
@@ -431,22 +560,41 @@ func (c *Client) do(ctx context.Context, cl call) (*response, error) {
 			b.landedAt = sent
 		}
 		if attempt >= c.maxAttempts || b.waited+wait > c.maxRetryWait {
-			return last, err
+			return last, fail(err)
 		}
 		if cl.resend && !b.landedAt.IsZero() && c.now().Add(wait).Sub(b.landedAt) > resendWindow {
 			// A later repeat might not be recognised as one: JetStream forgets the key
 			// after 2 minutes. The caller must decide, and soon.
-			return last, &resendError{err: err, since: c.now().Sub(b.landedAt)}
+			return last, fail(&resendError{err: err, since: c.now().Sub(b.landedAt)})
 		}
 		if dl, ok := ctx.Deadline(); ok && c.now().Add(wait).After(dl) {
 			// Sleeping would only end in a deadline error; the last answer says more.
-			return last, err
+			return last, fail(err)
 		}
 		if serr := c.sleep(ctx, wait); serr != nil {
-			return last, fmt.Errorf("%w (stopped waiting to retry: %w)", err, serr)
+			return last, fail(fmt.Errorf("%w (stopped waiting to retry: %w)", err, serr))
 		}
 		b.waited += wait
 	}
+}
+
+// maybeSent reports whether a request that failed with err may have reached the server:
+// false only when it surely did not (the name did not resolve, the connection or the TLS
+// handshake failed).
+func maybeSent(err error) bool {
+	var dns *net.DNSError
+	var op *net.OpError
+	var rh tls.RecordHeaderError
+	var cv *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	switch {
+	case errors.As(err, &dns), errors.As(err, &op) && op.Op == "dial", errors.Is(err, syscall.ECONNREFUSED),
+		errors.As(err, &rh), errors.As(err, &cv), errors.As(err, &ua), errors.As(err, &he), errors.As(err, &ci):
+		return false
+	}
+	return true
 }
 
 // resendError is a Submit's retry given up because it would come too late to be
@@ -482,10 +630,12 @@ func (c *Client) once(ctx context.Context, cl call) (*response, error) {
 	if c.userAgent != "" {
 		req.Header.Set("User-Agent", c.userAgent)
 	}
-	if cl.admin && c.adminToken != "" {
-		req.Header.Set("Authorization", "Bearer "+c.adminToken)
-	} else if !cl.admin && c.submitToken != "" && strings.HasPrefix(cl.path, "/v1/messages") {
-		req.Header.Set("Authorization", "Bearer "+c.submitToken)
+	if t := c.tokens(); cl.admin && t.admin != "" {
+		req.Header.Set("Authorization", "Bearer "+t.admin)
+	} else if !cl.admin && t.submit != "" && strings.HasPrefix(cl.path, "/v1/messages") {
+		req.Header.Set("Authorization", "Bearer "+t.submit)
+	} else if !cl.admin && t.check != "" && cl.path == "/v1/check" {
+		req.Header.Set("Authorization", "Bearer "+t.check)
 	}
 	res, err := c.hc.Do(req)
 	if err != nil {
@@ -557,4 +707,13 @@ func escapeSegment(s string) string {
 		return "%2E%2E"
 	}
 	return url.PathEscape(s)
+}
+
+// etagValue is an ETag header's opaque value: the quotes and a weak prefix taken off. A
+// proxy that compresses answers weakens the ingress's strong tags (W/"3"), whose revision
+// is still "3": kept weak, it would be refused as an If-Match (400).
+func etagValue(h string) string {
+	h = strings.TrimSpace(h)
+	h = strings.TrimPrefix(h, "W/")
+	return strings.Trim(h, `"`)
 }

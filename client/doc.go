@@ -16,8 +16,15 @@
 // an admin call — is an *OverLimitError (RetryAfter, Limit, Remaining, Reset, Policy,
 // ViolatedPolicies) that wraps the *ProblemError. Both match the
 // sentinels with errors.Is: ErrOverLimit, ErrNotFound, ErrNoRule, ErrInvalid, ErrTooLarge,
-// ErrUnauthorized, ErrUnavailable, ErrConflict (409), ErrPreconditionFailed (412),
-// ErrIdempotencyKeyReused (422).
+// ErrUnauthorized (401, 403), ErrForbidden (403), ErrUnavailable, ErrConflict (409),
+// ErrPreconditionFailed (412), ErrIdempotencyKeyReused (422), ErrPartiallyApplied (the
+// server's 500 #stored-not-applied and #partially-applied: it changed something, and
+// says what).
+// A request that was sent and whose outcome nothing tells — a connection reset or timed
+// out once sent, an answer cut off, a proxy's 502/504 or own 503, a context that ended
+// while it was out, a Submit's 2xx that cannot be read — is an *OutcomeUnknownError
+// matching ErrOutcomeUnknown, with a Submit's idempotency key: it may have been done.
+// A *SubmitError's and a *BatchError's text names their idempotency keys.
 // Arguments the client refuses before sending (an empty queue name, a payload that is not
 // JSON) match ErrInvalid too. A 429 of Check is not an error but a result whose
 // OverallCode is CodeOverLimit: a check asks a question and "no" is an answer.
@@ -82,15 +89,60 @@
 //     Submit and SubmitBatch (the idempotency key makes a repeat harmless, within the
 //     duplicate window: see Idempotency), Status, the admin GETs, Reset, and Tune without
 //     IfMatch. The other calls (above) retry only failures to connect, when nothing was
-//     sent. A transport error still there after the retries matches ErrUnavailable.
+//     sent. A transport error still there after the retries matches ErrUnavailable; for a
+//     call that changes something and whose request may have been sent, it matches
+//     ErrOutcomeUnknown (and, after retries, ErrUnavailable too).
+//   - Never: a 500 #stored-not-applied or #partially-applied (ErrPartiallyApplied): the
+//     server did part of it, and a repeat would do more, or be refused as someone else's
+//     change.
 //   - Never: 400, 401, 403, 404, 409, 413, 415, 422 or any other 4xx, nor 500: repeating
 //     them cannot succeed.
+//
+// No call follows a redirect: a 3xx is returned as a *ProblemError naming its Location (a
+// POST turned into a GET would read as accepted, and a token must not go elsewhere).
+//
+// One call, every attempt and wait included, lasts at most MaxCallTime (default 3 min,
+// DefaultMaxCallTime, WithMaxCallTime; 0 for none) unless its context ends sooner; without
+// it, MaxAttempts × the per-request timeout (30 s) + MaxRetryWait came to 7 minutes.
 //
 // The wait before retry n (1-based) is max(Retry-After, J) where J is uniform in
 // [0, min(Cap, Base·2^(n-1))] ("full jitter", Base 250 ms and Cap 20 s by default,
 // WithBackoff). Retry-After (seconds or an HTTP-date; X-RateLimit-Retry-After or the
 // problem's retry_after when absent) is a floor; the jitter spreads clients refused in
 // the same second once the retries pile up.
+//
+// # Retries and what they may repeat
+//
+// A retry repeats a request whose first attempt may have been carried out. Per call, what
+// that repeat can do (docs/http-api.md has the same per endpoint):
+//
+//   - Submit, SubmitBatch: nothing twice. Every attempt carries the call's idempotency
+//     key (each item's, for a batch): a message the lost attempt stored is answered 200
+//     (Duplicate) and not enqueued again — within 2 minutes of an attempt that may have
+//     stored it (see Idempotency), which the retries keep to. A batch resends only the
+//     items refused (429, 503), each after its own Retry-After, a queue's items in their
+//     order.
+//   - Status, Admin.Queues, Queue, Key, HotKeys, Dead, DeadPage, Rules: reads; nothing.
+//   - Tune without IfMatch, Reset: the same values written again, as a new revision. If
+//     another operator changed the queue between the two attempts, the repeat overwrites
+//     that change (last writer wins): use IfMatch where that matters.
+//   - Tune with IfMatch: repeated only when nothing was sent or on the ingress's 503 (it
+//     changed nothing), so nothing. After a lost answer: ErrOutcomeUnknown; read the queue.
+//   - Check, Cancel, Admin.Replay, ReplayAll, ReplayDead, PurgeQueue, PurgeKey: repeated
+//     only when nothing was sent or on the ingress's 503, so nothing is counted, cancelled,
+//     replayed or deleted twice. A repeat by hand after ErrOutcomeUnknown would: count the
+//     hits again (Check), answer ErrNoLongerTracked for a cancel that worked (Cancel),
+//     ErrNotFound for a replay that worked (Replay), replay further letters (ReplayAll:
+//     continue with the report's Next instead), delete messages admitted since (purges).
+//   - Healthy, Ready: never retried.
+//
+// # Connections
+//
+// The client's own transport keeps DefaultConcurrency (64) idle connections to the
+// ingress (WithConcurrency): as many as the goroutines expected to call at once, so that
+// a burst does not close and reopen them. net/http's default keeps 2: 32 goroutines
+// opened 445 connections for 1,229 requests; BenchmarkConcurrentSubmit shows both
+// (conns/op). With WithHTTPClient, size your transport's MaxIdleConnsPerHost.
 //
 // # Rate-limit headers
 //

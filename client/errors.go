@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -33,12 +34,18 @@ var (
 	// ErrTooLarge: the body is larger than the ingress accepts (413).
 	ErrTooLarge = errors.New("sluice: payload too large")
 	// ErrUnauthorized: a call without a valid bearer token, or whose token's scope does not
-	// allow it (401, 403): admin calls, and Submit/Status/Cancel under -submit-tokens.
+	// allow it (401, 403): admin calls, and Submit/Status/Cancel under -submit-tokens. A 403
+	// matches ErrForbidden too.
 	ErrUnauthorized = errors.New("sluice: unauthorized")
+	// ErrForbidden: a known token whose scope does not allow the call (403): a read admin
+	// token that changes something, a submit token of another domain. Another token is
+	// needed; the same one will never do. It matches ErrUnauthorized too (as before v0.4.0).
+	ErrForbidden = errors.New("sluice: forbidden")
 	// ErrUnavailable: the ingress cannot store durably now (503, or 502/504 from a proxy),
 	// or could not be reached at all (connection refused or reset, timeouts, an answer cut
 	// off: the transport error is wrapped, and the message says how many attempts were
-	// made), still so after the retries.
+	// made), still so after the retries. A call that changes something and whose request
+	// may have been sent matches ErrOutcomeUnknown as well (only it, when not retried).
 	ErrUnavailable = errors.New("sluice: unavailable")
 	// ErrConflict: the request conflicts with the resource's state (409); ErrNotCancellable
 	// is one such conflict.
@@ -51,7 +58,57 @@ var (
 	// domain, descriptor or payload) used within the key's 24 h (422). Nothing was stored:
 	// new work needs a new key.
 	ErrIdempotencyKeyReused = errors.New("sluice: idempotency key reused for another request")
+	// ErrOutcomeUnknown: the request was sent and no answer says what became of it — the
+	// connection was reset or timed out once the request had left, the answer was cut off,
+	// a proxy answered 502/504 (or a 503 of its own) after passing it on, the context ended
+	// while the request was out, or a Submit's 2xx could not be read — or the ingress says
+	// so itself (500 #outcome-unknown: a cancel whose delete timed out). It may have been
+	// carried out. The error is an *OutcomeUnknownError (or that *ProblemError), with the
+	// idempotency key of a Submit (resubmit with it: a stored message answers 200 with its id). Calls that are
+	// not idempotent (Check, Cancel, Replay, ReplayAll, the purges, Tune with IfMatch) are
+	// not repeated after such a failure: ask what happened (Status, Admin.Queue, …) instead.
+	ErrOutcomeUnknown = errors.New("sluice: outcome unknown")
+	// ErrPartiallyApplied: the server says it carried out part of the request before it
+	// failed (500 #stored-not-applied, #partially-applied): a Tune whose override is stored
+	// and whose capacity is not known to be in force (ProblemError.ETag is the stored
+	// revision: Tune again with it as IfMatch), a ReplayAll that stopped part way (its
+	// *ReplayReport, returned with the error, has the counts and Next). Never retried: a
+	// repeat would do more than asked, or be refused as someone else's change.
+	ErrPartiallyApplied = errors.New("sluice: partially applied")
 )
+
+// OutcomeUnknownError is a request that was sent and whose outcome no answer tells
+// (ErrOutcomeUnknown): it may have been carried out. It wraps the cause (a transport
+// error, a proxy's *ProblemError, a context error, a body that could not be read).
+type OutcomeUnknownError struct {
+	// Method and Path name the request ("POST", "/v1/messages").
+	Method, Path string
+	// IdempotencyKey is the key of a Submit (or a SubmitBatch item): submit again with it
+	// to learn the outcome without enqueueing twice. Empty for the other calls.
+	IdempotencyKey string
+	// Attempts is the number of HTTP requests the call made.
+	Attempts int
+	// Err is the cause.
+	Err error
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "sluice: %s %s: outcome unknown, it may have been carried out: %v", e.Method, e.Path, e.Err)
+	if e.Attempts > 1 {
+		fmt.Fprintf(&b, " (after %d attempts)", e.Attempts)
+	}
+	if e.IdempotencyKey != "" {
+		fmt.Fprintf(&b, " (idempotency key %s: submit again with it to learn the outcome)", e.IdempotencyKey)
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrOutcomeUnknown) hold.
+func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
+
+// Unwrap returns the cause.
+func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
 
 // invalidError is a request refused by the client before anything is sent (an empty
 // name, a negative limit): it matches ErrInvalid, as the server's 400 would.
@@ -80,7 +137,15 @@ type SubmitError struct {
 	Err error
 }
 
-func (e *SubmitError) Error() string { return e.Err.Error() }
+// Error is the cause's text with the key, which a log line of the error alone must carry
+// for the message to be resubmitted safely.
+func (e *SubmitError) Error() string {
+	msg := e.Err.Error()
+	if e.IdempotencyKey == "" || strings.Contains(msg, e.IdempotencyKey) {
+		return msg
+	}
+	return msg + " (idempotency key " + e.IdempotencyKey + ")"
+}
 
 // Unwrap returns the cause.
 func (e *SubmitError) Unwrap() error { return e.Err }
@@ -98,7 +163,12 @@ type BatchError struct {
 }
 
 func (e *BatchError) Error() string {
-	return fmt.Sprintf("%v (batch of %d: resubmit with the same idempotency keys)", e.Err, len(e.IdempotencyKeys))
+	const shown = 5 // a batch of 500 keys would drown the message; the field has them all
+	keys := strings.Join(e.IdempotencyKeys[:min(len(e.IdempotencyKeys), shown)], ", ")
+	if len(e.IdempotencyKeys) > shown {
+		keys += fmt.Sprintf(", … %d more", len(e.IdempotencyKeys)-shown)
+	}
+	return fmt.Sprintf("%v (batch of %d: resubmit with the same idempotency keys: %s)", e.Err, len(e.IdempotencyKeys), keys)
 }
 
 // Unwrap returns the cause.
@@ -111,6 +181,10 @@ func IdempotencyKeyOf(err error) string {
 	var se *SubmitError
 	if errors.As(err, &se) {
 		return se.IdempotencyKey
+	}
+	var ou *OutcomeUnknownError
+	if errors.As(err, &ou) {
+		return ou.IdempotencyKey
 	}
 	return ""
 }
@@ -134,6 +208,17 @@ const (
 	ProblemNotCancellable = ProblemBase + "#not-cancellable"
 	// ProblemIdempotencyKeyReused: a Submit refused (see ErrIdempotencyKeyReused).
 	ProblemIdempotencyKeyReused = ProblemBase + "#idempotency-key-reused"
+	// ProblemForbidden: a known token without the scope (see ErrForbidden).
+	ProblemForbidden = ProblemBase + "#forbidden"
+	// ProblemStoredNotApplied: a change stored and not known to be in force (see
+	// ErrPartiallyApplied).
+	ProblemStoredNotApplied = ProblemBase + "#stored-not-applied"
+	// ProblemPartiallyApplied: a bulk operation that stopped part way (see
+	// ErrPartiallyApplied).
+	ProblemPartiallyApplied = ProblemBase + "#partially-applied"
+	// ProblemOutcomeUnknown: the ingress sent a change to its store and lost the answer
+	// (see ErrOutcomeUnknown).
+	ProblemOutcomeUnknown = ProblemBase + "#outcome-unknown"
 )
 
 // ProblemError is an error answer of the ingress: its RFC 9457 problem details, or, for an
@@ -155,6 +240,14 @@ type ProblemError struct {
 	RateLimit RateLimit `json:"-"`
 	// Attempts is the number of HTTP requests the call made before giving up.
 	Attempts int `json:"-"`
+	// Done says what the request carried out before it failed, on #stored-not-applied and
+	// #partially-applied (ErrPartiallyApplied).
+	Done map[string]any `json:"done,omitempty"`
+	// Next is the URL that continues a bulk operation that stopped part way.
+	Next string `json:"next,omitempty"`
+	// ETag is the answer's ETag header, unquoted: on #stored-not-applied, the revision the
+	// change is stored under (give it to Tune as Patch.IfMatch to apply it again).
+	ETag string `json:"-"`
 }
 
 func (e *ProblemError) Error() string {
@@ -194,6 +287,12 @@ func (e *ProblemError) Is(target error) bool {
 		return e.Status == http.StatusRequestEntityTooLarge
 	case ErrUnauthorized:
 		return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
+	case ErrForbidden:
+		return e.Status == http.StatusForbidden
+	case ErrPartiallyApplied:
+		return e.Type == ProblemStoredNotApplied || e.Type == ProblemPartiallyApplied
+	case ErrOutcomeUnknown:
+		return e.Type == ProblemOutcomeUnknown
 	case ErrUnavailable:
 		return retryUnavailable(e.Status)
 	case ErrConflict:
@@ -280,6 +379,11 @@ func (c *Client) errorFor(r *response) error {
 		pe.Title = http.StatusText(r.status)
 		pe.Detail = snippet(r.body)
 	}
+	if r.status >= 300 && r.status < 400 {
+		// The client follows no redirect (see New): say where it pointed, so the base URL
+		// can be corrected.
+		pe.Detail = "redirect to " + strconv.Quote(r.header.Get("Location")) + " not followed: give the client the ingress's own URL"
+	}
 	if pe.Type == "" {
 		pe.Type = "about:blank"
 	}
@@ -287,6 +391,7 @@ func (c *Client) errorFor(r *response) error {
 		pe.RetryAfter = ra
 	}
 	pe.RateLimit = ParseRateLimit(r.header, now)
+	pe.ETag = etagValue(r.header.Get("ETag"))
 	if r.status != http.StatusTooManyRequests {
 		return pe
 	}

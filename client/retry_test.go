@@ -197,7 +197,7 @@ func TestBadRequestProblem(t *testing.T) {
 		pe.Detail != "must be valid UTF-8 of at most 256 bytes" {
 		t.Fatalf("%+v", pe)
 	}
-	if got := err.Error(); got != "sluice: 400 Invalid request: descriptor[0].value: must be valid UTF-8 of at most 256 bytes" {
+	if got := err.Error(); got != "sluice: 400 Invalid request: descriptor[0].value: must be valid UTF-8 of at most 256 bytes (idempotency key "+client.IdempotencyKeyOf(err)+")" {
 		t.Fatalf("message %q", got)
 	}
 }
@@ -247,7 +247,7 @@ func TestOverLimitNoRetryOption(t *testing.T) {
 		if n := len(s.requests()); n != 1 || len(clk.Sleeps()) != 0 {
 			t.Fatalf("%s: %d requests, sleeps %v", c.name, n, clk.Sleeps())
 		}
-		if got := err.Error(); got != "sluice: over limit (orders-per-merchant); retry after 2s" {
+		if got := err.Error(); got != "sluice: over limit (orders-per-merchant); retry after 2s (idempotency key "+client.IdempotencyKeyOf(err)+")" {
 			t.Fatalf("%s: message %q", c.name, got)
 		}
 	}

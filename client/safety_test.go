@@ -365,7 +365,7 @@ func TestTuneIfMatchHeader(t *testing.T) {
 	c, _ := newClient(t, s.URL)
 	paused := true
 	for i, tc := range []struct{ in, want string }{
-		{"*", "*"}, {"3", `"3"`}, {`"3"`, `"3"`}, {`W/"3"`, `W/"3"`},
+		{"*", "*"}, {"3", `"3"`}, {`"3"`, `"3"`}, {`W/"3"`, `"3"`},
 	} {
 		if _, err := c.Admin().Tune(context.Background(), "orders", client.Patch{Paused: &paused, IfMatch: tc.in}); err != nil {
 			t.Fatal(err)

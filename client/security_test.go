@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/client"
-	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 	"github.com/sluice-io/sluice/internal/redistest"
 )
 
@@ -34,7 +34,8 @@ descriptors:
     sink: {url: "http://127.0.0.1:1/unused"}
 `), 0o644)
 	submit := filepath.Join(dir, "submit")
-	os.WriteFile(submit, []byte("shop submit:orders submit-orders-0123456789\nmkt submit:marketing submit-mkt-0123456789ab\n"), 0o600)
+	os.WriteFile(submit, []byte("shop submit:orders submit-orders-0123456789\nmkt submit:marketing submit-mkt-0123456789ab\n"+
+		"gw check:orders check-orders-0123456789ab\n"), 0o600)
 	admin := filepath.Join(dir, "admin")
 	os.WriteFile(admin, []byte("grafana read read-token-0123456789ab\n"), 0o600)
 	n := natstest.Start(t)
@@ -76,6 +77,21 @@ descriptors:
 	}
 	if _, err := shop.Cancel(ctx, sub.ID); err != nil {
 		t.Fatalf("cancel with the domain's token: %v", err)
+	}
+
+	// Checks need a check token: a submit token is not sent (and would be refused), none is 401.
+	if _, err := shop.Check(ctx, "orders", [][]client.Entry{key}, 1); !errors.Is(err, client.ErrUnauthorized) || !errors.As(err, &pe) || pe.Status != 401 {
+		t.Fatalf("check with only a submit token: %v, want a 401 ErrUnauthorized", err)
+	}
+	gw, _ := client.New(base, client.WithCheckToken("check-orders-0123456789ab"))
+	if _, err := gw.Check(ctx, "orders", [][]client.Entry{key}, 1); err != nil {
+		t.Fatalf("check with the domain's check token: %v", err)
+	}
+	if _, err := gw.Check(ctx, "marketing", [][]client.Entry{{{Key: "user_id", Value: "u-1"}}}, 1); !errors.Is(err, client.ErrForbidden) {
+		t.Fatalf("check of another domain: %v, want ErrForbidden", err)
+	}
+	if _, err := gw.Submit(ctx, "orders", key, 1); !errors.Is(err, client.ErrUnauthorized) {
+		t.Fatalf("a check token submits: %v, want ErrUnauthorized", err)
 	}
 
 	if qs, err := shop.Admin().Queues(ctx); err != nil || len(qs) != 1 {

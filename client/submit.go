@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -28,6 +29,9 @@ const (
 	StateDelivered  = "delivered"
 	StateRetrying   = "retrying"
 	StateDead       = "dead"
+	// StateCancelled: taken back by Cancel; answered only by an ingress that keeps
+	// delivered records (-status-keep), while it keeps them.
+	StateCancelled = "cancelled"
 )
 
 // Submission is the answer to an accepted POST /v1/messages (202), or to a repeat of an
@@ -133,7 +137,9 @@ func (o *submitOptions) check(now time.Time) error {
 // WithHeaders gives the message headers of its own for the sink (HTTP headers, or NATS
 // headers): at most 16, names of at most 64 bytes, values of at most 1024 bytes of visible
 // ASCII, 4 KiB in all; Host, Content-*, Idempotency-Key, hop-by-hop headers and Sluice-* /
-// Nats-* are sluice's and refused (ErrInvalid).
+// Nats-* are sluice's and refused (ErrInvalid), as are credentials and forwarding headers
+// (Authorization, Cookie, Proxy-*, Forwarded, X-Forwarded-*, X-Real-Ip): a sink
+// authenticates sluice by its signature, not by a submitter's header.
 func WithHeaders(h map[string]string) SubmitOption {
 	return func(o *submitOptions) { o.headers = h }
 }
@@ -230,13 +236,21 @@ func (c *Client) Submit(ctx context.Context, domain string, descriptor []Entry, 
 		ok:      is2xx,
 		overLim: overLim,
 		resend:  true,
+		mutates: true,
+		idemKey: o.idemKey,
 	})
 	if err != nil {
 		return nil, &SubmitError{IdempotencyKey: o.idemKey, Err: err}
 	}
 	s := &Submission{}
-	if err := json.Unmarshal(resp.body, s); err != nil {
-		return nil, fmt.Errorf("sluice: POST /v1/messages: %d answer: %w", resp.status, err)
+	if err := json.Unmarshal(resp.body, s); err != nil || s.ID == "" {
+		if err == nil {
+			err = errors.New("no id")
+		}
+		// Accepted, or a duplicate, but of which message? The same key again answers 200
+		// with it.
+		return nil, &SubmitError{IdempotencyKey: o.idemKey, Err: &OutcomeUnknownError{Method: http.MethodPost, Path: "/v1/messages",
+			IdempotencyKey: o.idemKey, Attempts: resp.attempts, Err: fmt.Errorf("a %d answer that could not be read: %w", resp.status, err)}}
 	}
 	s.Location = resp.header.Get("Location")
 	s.RateLimit = ParseRateLimit(resp.header, c.now())

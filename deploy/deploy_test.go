@@ -26,16 +26,19 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// sluiceEnv is every environment variable the binaries read (the README's flag tables of the
-// ingress and drainer). A typo in a manifest would silently fall back to a default.
+// sluiceEnv is every environment variable the binaries read (the flag tables of the ingress
+// and drainer in docs/configuration.md). A typo in a manifest would silently fall back to a
+// default.
 var sluiceEnv = []string{
 	"SLUICE_RULES", "SLUICE_HTTP_ADDR", "SLUICE_NATS_URL", "SLUICE_REDIS_URL",
-	"SLUICE_ADMIN_TOKEN", "SLUICE_REPLICAS", "SLUICE_LOG_FORMAT", "SLUICE_SHUTDOWN_TIMEOUT",
+	"SLUICE_REPLICAS", "SLUICE_LOG_FORMAT", "SLUICE_SHUTDOWN_TIMEOUT",
 }
 
 // ingressEnv is read by the ingress only; its manifests must set it (issue #12: the gRPC
-// port is exposed wherever the ingress runs).
-var ingressEnv = []string{"SLUICE_GRPC_ADDR"}
+// port is exposed wherever the ingress runs; issue #32: the admin token is the ingress's
+// only — a drainer serves no admin API, and a manifest giving it one is refused as an
+// unknown variable).
+var ingressEnv = []string{"SLUICE_GRPC_ADDR", "SLUICE_ADMIN_TOKEN"}
 
 // ingressExtras are metrics the dashboard may show beyond docs/metrics.md's core set.
 var ingressExtras = []string{

@@ -198,7 +198,8 @@ func TestHeaders(t *testing.T) {
 
 	sent := map[string]bool{}
 	for _, h := range []string{sink.HeaderContentType, sink.HeaderIdempotencyKey, sink.HeaderMessageID, sink.HeaderAttempt,
-		sink.HeaderRule, sink.HeaderKey, sink.HeaderEnqueuedAt, sink.HeaderFence, sign.Header} {
+		sink.HeaderRule, sink.HeaderKey, sink.HeaderEnqueuedAt, sink.HeaderFence, sign.Header,
+		sign.HeaderWebhookID, sign.HeaderWebhookTimestamp, sign.HeaderWebhookSignature} {
 		sent[h] = true
 	}
 	table := map[string]bool{}
@@ -265,8 +266,9 @@ func anchors(md string) map[string]bool {
 	return out
 }
 
-// Every relative link of docs/ and the README leads to a file of the repository (and, with
-// a #fragment into a Markdown file, to one of its headings): a clone has no dead links.
+// Every relative link of docs/, the README and the READMEs of deploy/ and examples/ leads to
+// a file of the repository (and, with a #fragment into a Markdown file, to one of its
+// headings): a clone has no dead links.
 func TestLinksStayInTheRepository(t *testing.T) {
 	t.Parallel()
 	root, err := filepath.Abs("..")
@@ -274,8 +276,12 @@ func TestLinksStayInTheRepository(t *testing.T) {
 		t.Fatal(err)
 	}
 	pages, _ := filepath.Glob("*.md")
-	pages = append(pages, "../README.md")
+	if len(pages) < 10 {
+		t.Fatalf("docs/ has only %d pages: %v", len(pages), pages)
+	}
+	pages = append(pages, "../README.md", "../deploy/README.md", "../examples/README.md")
 	for _, page := range pages {
+		name := filepath.ToSlash(filepath.Join("docs", page)) // as the repository names it: docs/README.md, README.md
 		for _, m := range linkRE.FindAllStringSubmatch(read(t, page), -1) {
 			link := m[1]
 			if strings.Contains(link, "://") || strings.HasPrefix(link, "mailto:") {
@@ -288,15 +294,15 @@ func TestLinksStayInTheRepository(t *testing.T) {
 			}
 			abs, err := filepath.Abs(target)
 			if err != nil || !strings.HasPrefix(abs, root+string(filepath.Separator)) {
-				t.Errorf("%s: link %s leaves the repository", page, link)
+				t.Errorf("%s: link %s leaves the repository", name, link)
 				continue
 			}
 			if _, err := os.Stat(target); err != nil {
-				t.Errorf("%s: link %s: %v", page, link, err)
+				t.Errorf("%s: link %s: %v", name, link, err)
 				continue
 			}
 			if frag != "" && strings.HasSuffix(target, ".md") && !anchors(read(t, target))[frag] {
-				t.Errorf("%s: link %s: %s has no heading with anchor #%s", page, link, file, frag)
+				t.Errorf("%s: link %s: %s has no heading with anchor #%s", name, link, file, frag)
 			}
 		}
 	}
@@ -377,5 +383,118 @@ func TestResponseFields(t *testing.T) {
 				t.Errorf("field %s of %s (api/openapi.yaml) is not named in docs/http-api.md", name, schema)
 			}
 		}
+	}
+}
+
+// The README is a tour a newcomer reads first (issue #34): at most 300 lines, opening with
+// the two commands. The reference belongs in docs/.
+func TestREADMEIsATour(t *testing.T) {
+	t.Parallel()
+	readme := read(t, "../README.md")
+	if n := strings.Count(readme, "\n"); n > 300 {
+		t.Errorf("README.md has %d lines; a tour has at most 300: move reference text into docs/", n)
+	}
+	head, _, _ := strings.Cut(readme, "\n```\n")
+	for _, cmd := range []string{"make run", "make test"} {
+		if !strings.Contains(head, "\n"+cmd+" ") {
+			t.Errorf("README.md does not open with %q in its first code block", cmd)
+		}
+	}
+}
+
+// docs/README.md is the table of contents: every page of docs/ is linked from it.
+func TestIndexListsEveryPage(t *testing.T) {
+	t.Parallel()
+	linked := map[string]bool{}
+	for _, m := range linkRE.FindAllStringSubmatch(read(t, "README.md"), -1) {
+		file, _, _ := strings.Cut(m[1], "#")
+		linked[file] = true
+	}
+	pages, _ := filepath.Glob("*.md")
+	for _, page := range pages {
+		if page != "README.md" && !linked[page] {
+			t.Errorf("docs/README.md does not link to %s", page)
+		}
+	}
+}
+
+// fileEntryRE is one entry of a doc.go file map: "//   - name.go: what it holds".
+var fileEntryRE = regexp.MustCompile(`^//   - ([A-Za-z0-9_.]+\.go): `)
+
+// A package's doc.go may map its files under "# Files" (issue #34: a newcomer finds where
+// each part lives); a map lists every non-test .go file of the package, and only those.
+func TestFileMaps(t *testing.T) {
+	t.Parallel()
+	maps := 0
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || d.Name() != "doc.go" {
+			return nil
+		}
+		dir := filepath.Dir(path)
+		lines := strings.Split(read(t, path), "\n")
+		listed := map[string]bool{}
+		inMap := false
+		for _, l := range lines {
+			switch {
+			case l == "// # Files":
+				inMap = true
+			case inMap && strings.HasPrefix(l, "// # "), inMap && !strings.HasPrefix(l, "//"):
+				inMap = false
+			case inMap:
+				if m := fileEntryRE.FindStringSubmatch(l); m != nil {
+					if listed[m[1]] {
+						t.Errorf("%s: %s is listed twice", filepath.ToSlash(path), m[1])
+					}
+					listed[m[1]] = true
+				}
+			}
+		}
+		if len(listed) == 0 {
+			return nil
+		}
+		maps++
+		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		present := map[string]bool{}
+		for _, f := range files {
+			if !strings.HasSuffix(f, "_test.go") {
+				present[filepath.Base(f)] = true
+			}
+		}
+		rel, _ := filepath.Rel("..", dir)
+		rel = filepath.ToSlash(rel)
+		diff(t, "file", present, listed, rel, rel+"/doc.go's # Files")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if maps < 10 {
+		t.Errorf("only %d packages map their files in doc.go", maps)
+	}
+}
+
+// pathRE is a repository path in a code span: `queue/claim.lua`, `internal/admit`,
+// `deploy/examples/`.
+var pathRE = regexp.MustCompile("`((?:api|bucket|client|cmd|deploy|docs|examples|integration|internal|queue|retry)/[A-Za-z0-9_./-]*)`")
+
+// The files and directories the README's tour names (how one message travels, the use
+// cases) are there: when code moves, the tour follows it.
+func TestREADMEPathsExist(t *testing.T) {
+	t.Parallel()
+	n := 0
+	for _, m := range pathRE.FindAllStringSubmatch(read(t, "../README.md"), -1) {
+		n++
+		if _, err := os.Stat(filepath.Join("..", m[1])); err != nil {
+			t.Errorf("README.md names %s, which is not in the repository", m[1])
+		}
+	}
+	if n < 10 {
+		t.Errorf("found only %d paths in README.md", n)
 	}
 }

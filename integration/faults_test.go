@@ -150,7 +150,7 @@ func runFaultTable(t *testing.T, p faultParams, file string, faults []fault) {
 			r.V.Reordered, r.V.Duplicated, r.V.MaxPerSecond, r.Recovery.Seconds(), r.What, r.Note)
 	}
 	t.Log("\n" + b.String())
-	// The table is written to results/ (and so into the README) only when asked for
+	// The table is written to results/ (and so into docs/benchmarks.md) only when asked for
 	// (make faults, make soak), so a plain `make test` leaves the checkout clean.
 	if len(rows) == 0 || os.Getenv("SLUICE_RESULTS") == "" {
 		return

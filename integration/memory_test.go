@@ -17,8 +17,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 	"github.com/sluice-io/sluice/internal/redistest"
 )
 

@@ -71,8 +71,8 @@ descriptors:
 		t.Fatalf("cancel a scheduled message: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	if st := s.get("/v1/messages/"+extra[0], false); st.Code != 404 {
-		t.Fatalf("a cancelled scheduled message: %v", st.Body)
+	if st := s.get("/v1/messages/"+extra[0], false); st.Code != 200 || st.Body["state"] != "cancelled" {
+		t.Fatalf("a cancelled scheduled message (delivered records kept): %d %v, want 200 cancelled", st.Code, st.Body)
 	}
 	if bad := post("u-1", `,"delay":"2s","deliver_at":"2030-01-01T00:00:00Z"`); bad.Code != 400 || bad.Body["field"] != "delay" {
 		t.Fatalf("both delay and deliver_at: %d %v", bad.Code, bad.Body)

@@ -26,7 +26,7 @@ descriptors:
     sink: {url: "SINK"}
 `
 
-// faultStoreFull fills the queue store: a NATS server (R1; see the README for R3, where a
+// faultStoreFull fills the queue store: a NATS server (R1; see docs/operations.md for R3, where a
 // full store leaves the stream without a leader) whose JetStream store holds 48 MiB, the
 // queue streams without a limit of their own (-queue-max-bytes 0), a sink that refuses
 // everything, and a flood of 4 kB orders. Once the store is full every submit is answered

@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/telemetry"
 )

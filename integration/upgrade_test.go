@@ -62,7 +62,7 @@ func TestRollingUpgrade(t *testing.T) {
 	c.sink = sinktest.Start(t)
 	c.rulesPath = filepath.Join(t.TempDir(), "rules.yaml")
 	c.writeRules(faultRules)
-	// As the README's upgrade steps say: new ingresses claim idempotency keys in v0.3's
+	// As the upgrade steps of docs/operations.md say: new ingresses claim idempotency keys in v0.3's
 	// layout too while v0.3 ingresses run.
 	c.procEnv = []string{"SLUICE_LEGACY_IDEMPOTENCY_KEYS=true"}
 	c.replicas = "3"
@@ -127,7 +127,7 @@ func TestRollingUpgrade(t *testing.T) {
 		all := mineOf(c.sink.All(), prefix)
 		// The outflow: never more than 21 of one key within a second fails the test; two
 		// attempts closer than 50 ms less the arrival jitter are counted per drainer version
-		// and reported (v0.3.0 drainers make them after a handover, see README).
+		// and reported (v0.3.0 drainers make them after a handover, see docs/operations.md).
 		for key, ds := range keysOf(all) {
 			n := maxInWindow(ds, time.Second)
 			if n > 21 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,39 @@ func SplitIdempotencyValue(v string) (id, digest string) {
 	return id, digest
 }
 
+// ScopedIdempotencyKey is idempotency key k as caller's own (the submit token's name, with
+// -submit-tokens): two callers' keys never meet, so one can neither take over, learn the
+// message id of, nor be answered with another's message. It is the k a claim and a release
+// are made with:
+//
+//	<prefix>sl:{t}:idem:\xff<len(caller)>:<caller>:<k>
+//
+// A caller's own key is valid UTF-8 (the ingress refuses anything else), so it never
+// begins with the byte 0xff: a scoped key is never a caller's unscoped one, and the length
+// makes (caller, k) readable back whatever the two hold. A scoped claim also reads the
+// unscoped key k (an entry of a version or a mode that did not scope, still in its TTL):
+// see IdempotencyClaim.Result.
+func ScopedIdempotencyKey(caller, k string) string {
+	return scopeMark + strconv.Itoa(len(caller)) + ":" + caller + ":" + k
+}
+
+// scopeMark begins a scoped idempotency key: a byte no UTF-8 string holds.
+const scopeMark = "\xff"
+
+// unscopedKey is the caller's own key k of a scoped key; ok is false for an unscoped one.
+func unscopedKey(scoped string) (k string, ok bool) {
+	rest, ok := strings.CutPrefix(scoped, scopeMark)
+	if !ok {
+		return "", false
+	}
+	n, rest, ok := strings.Cut(rest, ":")
+	l, err := strconv.Atoi(n)
+	if !ok || err != nil || l < 0 || len(rest) < l+1 || rest[l] != ':' {
+		return "", false
+	}
+	return rest[l+1:], true
+}
+
 func (s *Scheduler) idemKey(rule, k string) string {
 	return s.prefix + "sl:{" + RuleToken(rule) + "}:idem:" + k
 }
@@ -53,6 +87,9 @@ func (s *Scheduler) idemKey(rule, k string) string {
 // the key, so it holds every key claimed meanwhile when the option is turned off.
 func (s *Scheduler) ClaimIdempotencyPipe(ctx context.Context, pipe redis.Pipeliner, rule, k, value string, ttl time.Duration) *IdempotencyClaim {
 	c := &IdempotencyClaim{s: s, rule: rule, k: k, value: value, ttl: ttl}
+	if own, ok := unscopedKey(k); ok {
+		c.unscoped = pipe.Get(ctx, s.idemKey(rule, own))
+	}
 	if !s.legacyIdem {
 		c.cur = pipe.SetArgs(ctx, s.idemKey(rule, k), value, redis.SetArgs{Mode: "NX", Get: true, TTL: ttl})
 		return c
@@ -70,10 +107,48 @@ type IdempotencyClaim struct {
 	ttl            time.Duration
 	cur, legacy    *redis.StatusCmd
 	curValue       *redis.StringCmd // legacy mode: the current layout's value, for its digest
+	unscoped       *redis.StringCmd // a scoped claim: the unscoped key's value (ScopedIdempotencyKey)
 }
 
 // Result returns the value that owns the key, or redis.Nil when this claim took it.
+//
+// A scoped claim that took its key (ScopedIdempotencyKey) is answered with the unscoped
+// key's owner instead when that owner's request digest is this claim's: the same domain,
+// descriptor and payload under the same key, sent before the ingress scoped keys (an
+// upgrade, or -submit-tokens turned on) — the caller's retry of a message already
+// accepted, which must not be stored twice. The scoped key is then set to that owner, so
+// later repeats find it there. An unscoped owner of another request (another caller's, or
+// other work) is not looked at: it is neither answered nor named.
 func (c *IdempotencyClaim) Result() (string, error) {
+	owner, err := c.result()
+	if c.unscoped == nil || !errors.Is(err, redis.Nil) {
+		return owner, err
+	}
+	prior, perr := c.unscoped.Result()
+	_, digest := SplitIdempotencyValue(c.value)
+	if _, priorDigest := SplitIdempotencyValue(prior); perr != nil || digest == "" || priorDigest != digest {
+		return owner, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ttl := c.s.rdb.PTTL(ctx, c.s.idemKey(c.rule, c.unscopedK())).Val()
+	if ttl <= 0 {
+		ttl = c.ttl
+	}
+	c.s.rdb.Set(ctx, c.s.idemKey(c.rule, c.k), prior, ttl)
+	if c.s.legacyIdem {
+		id, _ := SplitIdempotencyValue(prior)
+		c.s.rdb.Set(ctx, c.s.legacyIdemKey(c.rule, c.k), id, ttl)
+	}
+	return prior, nil
+}
+
+func (c *IdempotencyClaim) unscopedK() string {
+	k, _ := unscopedKey(c.k)
+	return k
+}
+
+func (c *IdempotencyClaim) result() (string, error) {
 	if c.legacy == nil {
 		return c.cur.Result()
 	}

@@ -120,3 +120,75 @@ func TestLegacyIdempotencyKeys(t *testing.T) {
 		t.Fatal("a plain claim wrote the v0.3 layout")
 	}
 }
+
+// TestScopedIdempotencyKeys: a key scoped by its caller (ScopedIdempotencyKey) is the
+// caller's own — another caller's claim of the same key takes a key of its own, and no
+// caller's key is an unscoped one. A claim of a scoped key finds the unscoped key's owner
+// (an entry made before keys were scoped) only when that owner's request digest is the
+// claim's: the original request repeated is answered with the message already accepted,
+// and from then on found under the scoped key; another request's owner is never answered.
+// In the v0.3 layout too.
+func TestScopedIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	for _, legacy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("legacy=%v", legacy), func(t *testing.T) {
+			rdb := testRedis(t)
+			ctx := context.Background()
+			s, err := queue.NewScheduler(rdb, queue.SchedulerConfig{Prefix: redistest.Prefix(t), LegacyIdempotency: legacy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			claim := func(k, value string) string {
+				t.Helper()
+				owner, err := s.ClaimIdempotency(ctx, "orders", k, value, time.Hour)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return owner
+			}
+			alice := func(k string) string { return queue.ScopedIdempotencyKey("alice", k) }
+			bob := func(k string) string { return queue.ScopedIdempotencyKey("bob", k) }
+			for _, pair := range [][2]string{
+				{alice("k"), bob("k")}, {alice("k"), "k"}, {queue.ScopedIdempotencyKey("a:1", "k"), queue.ScopedIdempotencyKey("a", "1:k")},
+				{queue.ScopedIdempotencyKey("", "k"), "k"},
+			} {
+				if pair[0] == pair[1] {
+					t.Fatalf("two scopes meet: %q", pair[0])
+				}
+			}
+
+			// Two callers' claims of one key are their own.
+			if got := claim(alice("order-1"), "id-a dA"); got != "id-a dA" {
+				t.Fatalf("alice's claim: %q", got)
+			}
+			if got := claim(bob("order-1"), "id-b dA"); got != "id-b dA" {
+				t.Fatalf("bob's claim of alice's key answered %q, want a claim of his own", got)
+			}
+			if got := claim(alice("order-1"), "id-a2 dB"); got != "id-a dA" {
+				t.Fatalf("alice's repeat: %q, want her first claim", got)
+			}
+
+			// An entry from before scoping (unscoped "order-2"): its own request repeated finds
+			// it, now and later; another request under the key does not see it.
+			if got := claim("order-2", "old-id dC"); got != "old-id dC" {
+				t.Fatal(got)
+			}
+			if got := claim(bob("order-2"), "id-b2 dD"); got != "id-b2 dD" {
+				t.Fatalf("another request under an unscoped key answered %q, want its own claim", got)
+			}
+			if got := claim(alice("order-2"), "id-a3 dC"); got != "old-id dC" {
+				t.Fatalf("the original request repeated answered %q, want the message accepted before scoping", got)
+			}
+			if got := claim(alice("order-2"), "id-a4 dC"); got != "old-id dC" {
+				t.Fatalf("a second repeat answered %q, want the message accepted before scoping", got)
+			}
+			// A release names the scoped key: the unscoped entry stays for its TTL.
+			if err := s.ReleaseIdempotency(ctx, "orders", bob("order-2"), "id-b2 dD"); err != nil {
+				t.Fatal(err)
+			}
+			if got := claim("order-2", "probe dX"); got != "old-id dC" {
+				t.Fatalf("the unscoped entry after a scoped release: %q", got)
+			}
+		})
+	}
+}

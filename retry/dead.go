@@ -10,17 +10,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/delivery"
 	"github.com/sluice-io/sluice/queue"
 )
 
-// Dead-letter reasons set by this package (the drainer and the sink give their own).
+// Dead-letter reasons set by this package (the drainer and the sink give their own). Both
+// are internal/delivery's, the reasons every part of a delivery shares.
 const (
-	ReasonRuleRemoved = "rule removed"
+	// ReasonRuleRemoved: the message's rule is gone from the rules.
+	ReasonRuleRemoved = delivery.ReasonRuleRemoved
 	// ReasonExpired: the message was still parked or scheduled past its expiry (ttl,
 	// expires_at, the rule's queue.max_age). Drainers use the same reason for one they
 	// find expired at its key's head.
-	ReasonExpired = drain.ReasonExpired
+	ReasonExpired = delivery.ReasonExpired
 )
 
 // DeadConfig configures the dead letters. The zero value is valid.

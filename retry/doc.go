@@ -36,6 +36,10 @@
 //   - The retry stream must use DiscardOld (DiscardNew is refused with schedules), so a
 //     full stream would silently drop the oldest parked messages. Park refuses with
 //     ErrFull once the stream is FullAt of its limits, so the ingress answers 429 instead.
+//   - One stream serves every rule, so one rule flooding it (a tenant scheduling for ever
+//     more keys) would starve the others: Park and Schedule refuse a rule holding
+//     Config.RuleShare of it with ErrRuleFull (also ErrFull). Its messages are counted on
+//     the server (its subjects); its bytes are estimated at the stream's mean message size.
 //   - Queue streams deduplicate by Nats-Msg-Id for ≥ 2 minutes. A message that was
 //     already queued once (a delivery retry, a replayed dead letter) would be silently
 //     dropped if re-admitted with its own id, so the re-admitter hands Admit a distinct

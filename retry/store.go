@@ -25,7 +25,29 @@ var (
 	ErrNotFound = errors.New("retry: dead letter not found")
 	// ErrRuleNotFound: the dead letter's rule no longer exists, so it cannot be replayed.
 	ErrRuleNotFound = errors.New("retry: rule not found")
+	// ErrRuleFull: the rule already holds its share (Config.RuleShare) of the retry stream.
+	// Nothing was parked or scheduled; other rules still have room. An error that is
+	// ErrRuleFull is also ErrFull, so a caller that handles a full stream handles it too.
+	ErrRuleFull = errors.New("retry: the rule holds its share of the retry stream")
 )
+
+// ruleFullError is ErrRuleFull with the figures, and ErrFull for callers that only know that.
+type ruleFullError struct {
+	rule  string
+	n     uint64
+	limit float64
+	bytes bool
+}
+
+func (e *ruleFullError) Error() string {
+	what := "messages"
+	if e.bytes {
+		what = "messages, about its byte share at the stream's mean message size"
+	}
+	return fmt.Sprintf("%s: rule %q holds %d %s (its share: %.0f messages)", ErrRuleFull, e.rule, e.n, what, e.limit)
+}
+
+func (e *ruleFullError) Is(target error) bool { return target == ErrRuleFull || target == ErrFull }
 
 // Config configures the retry stream (Store). The zero value is valid.
 type Config struct {
@@ -46,7 +68,17 @@ type Config struct {
 	// The stream must discard old messages when full (schedules cannot use DiscardNew), so
 	// the headroom keeps it from ever getting there. Default 0.95.
 	FullAt float64
-	// StateInterval is how old the stream fullness Park relies on may be. Default 1s.
+	// RuleShare is the part of FullAt × MaxMsgs, and of FullAt × MaxBytes, that the messages
+	// of one rule may take (parked, scheduled, fired and not yet handled): Park and Schedule
+	// of a rule that holds it refuse with ErrRuleFull, so one rule (one tenant) flooding the
+	// shared stream leaves room for every other rule. Counted per rule on the server (the
+	// rule's subjects); its bytes are estimated as its messages × the stream's mean message
+	// size, since the server keeps no bytes per subject. Delivery retries and re-parks of
+	// messages already in the stream are not refused (they replace a message, or were
+	// accepted already). Default 0.25; 1 turns the per-rule bound off.
+	RuleShare float64
+	// StateInterval is how old the stream fullness (and a rule's count) that Park and
+	// Schedule rely on may be. Default 1s.
 	StateInterval time.Duration
 	// APIPrefix of the JetStream API (a JetStream domain changes it). Default "$JS.API.".
 	APIPrefix string
@@ -70,6 +102,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.FullAt == 0 {
 		c.FullAt = 0.95
+	}
+	if c.RuleShare == 0 {
+		c.RuleShare = DefaultRuleShare
 	}
 	if c.StateInterval == 0 {
 		c.StateInterval = time.Second
@@ -96,6 +131,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MaxMsgs and MaxBytes must be positive", ErrInvalidConfig)
 	case c.FullAt <= 0 || c.FullAt > 1:
 		return fmt.Errorf("%w: FullAt must be in (0, 1], got %g", ErrInvalidConfig, c.FullAt)
+	case c.RuleShare <= 0 || c.RuleShare > 1:
+		return fmt.Errorf("%w: RuleShare must be in (0, 1], got %g", ErrInvalidConfig, c.RuleShare)
 	}
 	return nil
 }
@@ -121,10 +158,34 @@ type Store struct {
 
 	stream streamHandle
 
-	roomMu    sync.Mutex // one fullness check at a time; guards the fields below
-	checkedAt time.Time
-	full      bool
+	roomMu      sync.Mutex // one fullness check at a time; guards the fields below
+	checkedAt   time.Time
+	full        bool
+	streamMsgs  uint64 // the stream's state at checkedAt, for the rules' byte estimate
+	streamBytes uint64
+
+	ruleMu sync.Mutex            // guards rules
+	rules  map[string]*ruleCount // by rule name: its messages in the stream, as last counted
 }
+
+// ruleCount is a rule's messages in the retry stream: counted on the server at most once per
+// StateInterval, plus what this process added since.
+type ruleCount struct {
+	counting sync.Mutex // held by the one caller counting on the server
+	mu       sync.Mutex // guards the fields below; never held across a request
+	counted  bool       // n has been read from the server once
+	next     time.Time  // when n is due for a recount
+	n        uint64
+}
+
+// recountCost bounds what counting a rule costs the server: the next count of a rule comes
+// no sooner than this many times as long as the last one took (at 50,000 messages of one
+// rule a count took ~0.33 s on a busy 2-core machine, so it is then read every ~7 s
+// instead of every second: ≤ 5% of the server's time per ingress and rule).
+const recountCost = 20
+
+// DefaultRuleShare is Config.RuleShare's default: a quarter of the stream per rule.
+const DefaultRuleShare = 0.25
 
 // NewStore returns the retry stream on js. Call Ensure once (any process may) before use.
 func NewStore(js jetstream.JetStream, cfg Config) (*Store, error) {
@@ -132,7 +193,7 @@ func NewStore(js jetstream.JetStream, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Store{js: js, cfg: cfg}, nil
+	return &Store{js: js, cfg: cfg, rules: map[string]*ruleCount{}}, nil
 }
 
 // Config returns the store's completed configuration.
@@ -182,7 +243,8 @@ func (s *Store) ScheduleSubject(kind, rule, id string) string {
 
 // Schedule keeps m in the retry stream until at (rounded up to the second, never earlier),
 // then the re-admitter puts it into its key's queue — or parks it, if the queue has no room
-// then. It returns the fire time. ErrFull when the retry stream is nearly full.
+// then. It returns the fire time. ErrFull when the retry stream is nearly full, ErrRuleFull
+// (also ErrFull) when the rule holds its share of it (Config.RuleShare).
 //
 // The schedule carries a Nats-Msg-Id of its own (scheduleMsgID), so the same message
 // scheduled again within the stream's duplicate window — an idempotent submission repeated
@@ -192,6 +254,9 @@ func (s *Store) ScheduleSubject(kind, rule, id string) string {
 func (s *Store) Schedule(ctx context.Context, rule string, m queue.Message, at time.Time) (time.Time, error) {
 	if _, ok := queue.ParseID(m.ID); !ok {
 		return time.Time{}, fmt.Errorf("retry: schedule %s: not an id that names its key", m.ID)
+	}
+	if err := s.checkRule(ctx, rule, m); err != nil {
+		return time.Time{}, err
 	}
 	return s.schedule(ctx, KindSchedule, rule, m, at, 0)
 }
@@ -226,7 +291,12 @@ func (s *Store) ReadySubject(rule string) string { return s.subject("ready", tok
 //
 // Parking the same message id again replaces its pending schedule (at most one per id).
 // ErrFull when the retry stream is nearly full; nothing was stored then.
+//
+// A rule that holds its share of the stream (Config.RuleShare) is refused with ErrRuleFull.
 func (s *Store) Park(ctx context.Context, rule string, m queue.Message, at time.Time) (time.Time, error) {
+	if err := s.checkRule(ctx, rule, m); err != nil {
+		return time.Time{}, err
+	}
 	return s.schedule(ctx, KindPark, rule, m, at, 1)
 }
 
@@ -297,6 +367,7 @@ func (s *Store) checkRoom(ctx context.Context) error {
 		lim := s.cfg.FullAt
 		s.full = float64(info.State.Msgs) >= lim*float64(s.cfg.MaxMsgs) ||
 			float64(info.State.Bytes) >= lim*float64(s.cfg.MaxBytes)
+		s.streamMsgs, s.streamBytes = info.State.Msgs, info.State.Bytes
 		s.checkedAt = now
 	}
 	if s.full {
@@ -309,7 +380,13 @@ func (s *Store) checkRoom(ctx context.Context) error {
 // time, plus fired ones (parks and delivery retries) the re-admitter has not handled yet.
 // O(parked messages of the rule) on the server; meant for metrics on an interval.
 func (s *Store) Parked(ctx context.Context, rule string) (uint64, error) {
-	n, err := subjectCount(ctx, s.js, s.cfg.APIPrefix, s.cfg.Stream, s.subject(KindPark, token(rule), "*"))
+	return s.countWithReady(ctx, rule, s.subject(KindPark, token(rule), "*"))
+}
+
+// countWithReady counts the messages on subjects matching filter plus those fired for rule
+// that the re-admitter has not handled yet (its ready subject).
+func (s *Store) countWithReady(ctx context.Context, rule, filter string) (uint64, error) {
+	n, err := subjectCount(ctx, s.js, s.cfg.APIPrefix, s.cfg.Stream, filter)
 	if err != nil {
 		return 0, err
 	}
@@ -324,4 +401,110 @@ func (s *Store) Parked(ctx context.Context, rule string) (uint64, error) {
 		return 0, fmt.Errorf("retry: stream %s info: %w", s.cfg.Stream, err)
 	}
 	return n + info.State.Subjects[ready], nil
+}
+
+// checkRule refuses with ErrRuleFull while rule holds its share of the stream: RuleShare of
+// FullAt × MaxMsgs messages, or of FullAt × MaxBytes bytes by estimate (its messages × the
+// stream's mean message size: the server counts messages per subject but keeps no bytes).
+// It also checks the whole stream (ErrFull). The rule's count is read from the server at
+// most once per StateInterval (less often when counting takes long: recountCost); each
+// message let in meanwhile adds one, so a burst between
+// two counts does not all pass on a stale figure. Other processes' additions show at the
+// next count: across N processes a rule may overshoot by what they admit in one interval.
+// m's size counts into the stream's mean at once, so a flood of big messages right after
+// a count (or into an empty stream) meets the byte share without waiting for the next one.
+func (s *Store) checkRule(ctx context.Context, rule string, m queue.Message) error {
+	if err := s.checkRoom(ctx); err != nil {
+		return err
+	}
+	if s.cfg.RuleShare >= 1 || rule == "" {
+		return nil
+	}
+	size := uint64(len(m.Payload) + len(m.ID) + len(m.Key) + 200) // + headers and subject, roughly
+	for k, v := range m.Headers {
+		size += uint64(len(k) + len(v))
+	}
+	s.roomMu.Lock()
+	msgs, bytes := s.streamMsgs+1, s.streamBytes+size // as if m were in
+	s.roomMu.Unlock()
+
+	s.ruleMu.Lock()
+	rc := s.rules[rule]
+	if rc == nil {
+		rc = &ruleCount{}
+		s.rules[rule] = rc
+	}
+	s.ruleMu.Unlock()
+
+	if err := s.recount(ctx, rule, rc); err != nil {
+		return err
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	share := s.cfg.RuleShare * s.cfg.FullAt
+	maxMsgs := share * float64(s.cfg.MaxMsgs)
+	if float64(rc.n) >= maxMsgs {
+		return &ruleFullError{rule: rule, n: rc.n, limit: maxMsgs}
+	}
+	mean := float64(bytes) / float64(msgs)
+	if maxByMean := share * float64(s.cfg.MaxBytes) / mean; float64(rc.n+1) > maxByMean {
+		return &ruleFullError{rule: rule, n: rc.n, limit: maxByMean, bytes: true}
+	}
+	// Counted now, until the next reads of the server replace both figures.
+	rc.n++
+	s.roomMu.Lock()
+	s.streamMsgs, s.streamBytes = msgs, bytes
+	s.roomMu.Unlock()
+	return nil
+}
+
+// recount reads rc's figure from the server when it is due. One caller counts while the
+// others go on with the figure they have (and their own additions): a Park never waits on
+// another's count, except for the rule's very first figure, which every caller needs.
+func (s *Store) recount(ctx context.Context, rule string, rc *ruleCount) error {
+	now := s.cfg.Now()
+	rc.mu.Lock()
+	counted, due := rc.counted, !rc.counted || !now.Before(rc.next)
+	rc.mu.Unlock()
+	if !due {
+		return nil
+	}
+	if counted {
+		if !rc.counting.TryLock() {
+			return nil // another caller is counting; the current figure serves meanwhile
+		}
+	} else {
+		rc.counting.Lock()
+		rc.mu.Lock()
+		done := rc.counted // another caller counted while this one waited
+		rc.mu.Unlock()
+		if done {
+			rc.counting.Unlock()
+			return nil
+		}
+	}
+	defer rc.counting.Unlock()
+	start := time.Now()
+	n, err := s.RuleMessages(ctx, rule)
+	took := time.Since(start)
+	if err != nil {
+		if counted {
+			return nil // the figure it had stands; the publish that follows meets the same server
+		}
+		return err
+	}
+	rc.mu.Lock()
+	rc.n, rc.counted, rc.next = n, true, now.Add(max(s.cfg.StateInterval, recountCost*took))
+	rc.mu.Unlock()
+	return nil
+}
+
+// RuleMessages counts the messages of rule in the retry stream: parked, scheduled and
+// delivery retries waiting for their time, and fired ones the re-admitter has not handled
+// yet. Two requests to the server, which walks the rule's subjects (O(its messages), no
+// I/O): Park and Schedule read it at most once per StateInterval per rule.
+func (s *Store) RuleMessages(ctx context.Context, rule string) (uint64, error) {
+	// *.<rule>.> is park.<rule>.<id>, retry.<rule>.<id> and schedule.<rule>.<key>.<id>, each
+	// message its own subject; ready.<rule> has one token too few to match.
+	return s.countWithReady(ctx, rule, s.subject("*", token(rule), ">"))
 }

@@ -223,6 +223,7 @@ func TestParkRefusesWhenStreamNearlyFull(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.store.Config()
 	cfg.MaxMsgs, cfg.FullAt, cfg.StateInterval = 10, 0.5, time.Nanosecond
+	cfg.RuleShare = 1 // the whole stream's bound, not a rule's (TestRuleShare)
 	s, err := NewStore(e.js, cfg)
 	if err != nil {
 		t.Fatal(err)

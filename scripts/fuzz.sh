@@ -22,6 +22,7 @@ MINIMIZE=${FUZZ_MINIMIZE:-1000x}
 TARGETS=(
 	"./internal/ingress FuzzSubmitBody       submit body (decode and validate)"
 	"./internal/ingress FuzzSplitBatch       batch body (JSON array, NDJSON)"
+	"./internal/ingress FuzzSubmitBatch      POST /v1/messages with a domain token: media type, batch, every item's authorization"
 	"./internal/ingress FuzzCheckHeaders     a submission's headers"
 	"./internal/ingress FuzzCheckRequest     POST /v1/check and /json body"
 	"./internal/ingress FuzzRLSDescriptors   gRPC RateLimitRequest"

@@ -372,8 +372,13 @@ func validate(req submitRequest, now time.Time, sub *Submission) (o outcome, sch
 		if k == "" || len(k) > 64 || strings.ContainsAny(k, " \t\r\n:()<>@,;\\\"/[]?={}") {
 			return bad("headers", fmt.Sprintf("%q is not a header name (a token of at most 64 bytes)", k))
 		}
-		if deniedHeaders[name] || strings.HasPrefix(name, "Sluice-") || strings.HasPrefix(name, "Nats-") {
-			return bad("headers."+k, "may not be set by a submission (transport, delivery and Sluice-/Nats- headers are sluice's)")
+		if forgeryHeader(name) {
+			return bad("headers."+k, "may not be set by a submission: credentials (Authorization, Cookie, Proxy-*), "+
+				"forwarding (Forwarded, X-Forwarded-*, X-Real-Ip), Host and hop-by-hop headers are refused, "+
+				"so that a delivery cannot be forged to look authenticated or proxied")
+		}
+		if deniedHeaders[name] || strings.HasPrefix(name, "Sluice-") || strings.HasPrefix(name, "Nats-") || strings.HasPrefix(name, "Webhook-") {
+			return bad("headers."+k, "may not be set by a submission (transport, delivery, signature and Sluice-/Nats-/Webhook- headers are sluice's)")
 		}
 		if len(v) > 1024 || strings.IndexFunc(v, func(c rune) bool { return c != ' ' && c != '\t' && (c < 0x21 || c > 0x7e) }) >= 0 {
 			return bad("headers."+k, "must be at most 1024 bytes of visible ASCII, spaces and tabs")
@@ -443,6 +448,18 @@ var deniedHeaders = map[string]bool{
 	"Host": true, "Content-Length": true, "Content-Type": true, "Content-Encoding": true,
 	"Transfer-Encoding": true, "Connection": true, "Keep-Alive": true, "Upgrade": true,
 	"Te": true, "Trailer": true, "Proxy-Connection": true, "Expect": true, "Idempotency-Key": true,
+}
+
+// forgeryHeader reports whether a header (canonical name) is one the ingress refuses so
+// that a delivery cannot pass a submitter's word for sluice's or a proxy's: credentials,
+// forwarding, Host and hop-by-hop headers (docs/http-api.md).
+func forgeryHeader(name string) bool {
+	switch name {
+	case "Authorization", "Cookie", "Forwarded", "X-Real-Ip", "Host",
+		"Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return strings.HasPrefix(name, "Proxy-") || strings.HasPrefix(name, "X-Forwarded-")
 }
 
 // enqueue admits a valid submission: 202 queued or scheduled, 200 for a repeated key, 422
@@ -1060,16 +1077,36 @@ func (i *Ingress) replayAll(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
+	// The cursor is a dead letter's place (1-based) in the fake's list, as a sequence is in
+	// the real stream's: the letters after it are replayed.
+	var after int
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeProb(w, badRequest("after", "must be the cursor of a previous answer's next"))
+			return
+		}
+		after = n
+	}
 	i.mu.Lock()
-	replayed := 0
-	for _, m := range i.stillDead() {
+	replayed, cursor, more := 0, after, false
+	for n, id := range i.dead {
+		if n+1 <= after || i.msgs[id].state != "dead" {
+			continue
+		}
 		if replayed == limit {
+			more = true
 			break
 		}
+		m := i.msgs[id]
 		m.state, m.lastError = "queued", ""
 		i.order = append(i.order, m.id)
-		replayed++
+		replayed, cursor = replayed+1, n+1
 	}
 	i.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"queue": QueueName, "replayed": replayed, "kept": 0, "failed": 0})
+	resp := map[string]any{"queue": QueueName, "replayed": replayed, "kept": 0, "failed": 0}
+	if more {
+		resp["next"] = "/v1/admin/dead/replay?" + url(map[string]string{"queue": QueueName, "after": strconv.Itoa(cursor), "limit": strconv.Itoa(limit)})
+	}
+	writeJSON(w, http.StatusOK, resp)
 }

@@ -69,7 +69,8 @@
 //     queued messages (their status is then #no-longer-tracked). GET /v1/admin/dead lists
 //     three dead letters (limit, after, queue as documented); POST …/dead/{id}/replay puts
 //     one back (202 queued, 404 when it is not dead), POST /v1/admin/dead/replay?queue=
-//     all of them ({"queue","replayed","kept","failed"}). GET /v1/admin/rules answers the
+//     all of them, or limit of them from after ({"queue","replayed","kept","failed"}, and
+//     "next" when the limit stopped it). GET /v1/admin/rules answers the
 //     one queue rule. An unknown queue is 404 #not-found.
 //
 // What it does not model: delivery (nothing leaves a queue; depth, capacity, eta and the

@@ -316,8 +316,11 @@ func TestAdminKeysPurgeReplay(t *testing.T) {
 	if err := a.PurgeQueue(ctx, "nope"); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("%v", err)
 	}
-	rep, err := a.ReplayAll(ctx, clienttest.QueueName, 0)
-	if err != nil || rep.Replayed != 3 {
+	rep, err := a.ReplayAll(ctx, clienttest.QueueName, 2)
+	if err != nil || rep.Replayed != 2 || rep.Next == nil {
+		t.Fatalf("%+v %v", rep, err)
+	}
+	if rep, err = a.ReplayDead(ctx, *rep.Next); err != nil || rep.Replayed != 1 || rep.Next != nil {
 		t.Fatalf("%+v %v", rep, err)
 	}
 	if dead, err := a.Dead(ctx, ""); err != nil || len(dead) != 0 {

@@ -8,8 +8,8 @@ import (
 	"os"
 	_ "time/tzdata" // rules' time_zone works in a container without zoneinfo
 
-	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 )
 
 func main() {

@@ -48,7 +48,7 @@ func TestDevHelpExitsZero(t *testing.T) {
 	}
 }
 
-// The README's "Ctrl-C again stops at once": this test binary runs main as `sluice dev`
+// docs/configuration.md's "Ctrl-C again stops at once" (sluice dev): this test binary runs main as `sluice dev`
 // in a child, with a sink that never answers and a message in delivery, so the soft stop
 // of the first SIGINT waits for it (up to -shutdown-timeout, a minute here). The second
 // SIGINT ends the process at once.

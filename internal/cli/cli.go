@@ -218,7 +218,13 @@ func (m *Main) flags(name string, c *common) *flag.FlagSet {
 func (m *Main) parse(fs *flag.FlagSet, args []string, c *common) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		// A negative number ("-5/s") is an argument, not a flag: parse up to it, then take it
+		// as a positional argument, so that the verb can say what is wrong with it.
+		head, neg := args, negativeAt(fs, args)
+		if neg >= 0 {
+			head = args[:neg]
+		}
+		if err := fs.Parse(head); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				m.verbUsage(m.stdout(), strings.TrimPrefix(fs.Name(), "sluice "))
 				return nil, &exitError{code: ExitOK}
@@ -228,19 +234,52 @@ func (m *Main) parse(fs *flag.FlagSet, args []string, c *common) ([]string, erro
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
-			break
+			if neg < 0 {
+				break
+			}
+			pos = append(pos, args[neg])
+			args = args[neg+1:]
+			continue
 		}
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+		n := len(head) - len(rest)
+		if n > 0 && head[n-1] == "--" { // negativeAt stops at "--": head is every argument
 			pos = append(pos, rest...)
 			break
 		}
 		pos = append(pos, rest[0])
-		args = rest[1:]
+		args = args[n+1:]
 	}
 	if c != nil && c.output != "table" && c.output != "json" {
 		return nil, usageErr("-o %q: want table or json", c.output)
 	}
 	return pos, nil
+}
+
+// negativeAt returns the index of the first argument that is a negative number ("-5",
+// "-5/s") rather than a flag (the flag package reads it as the unknown flag "-5/s"), or -1.
+// The value of a flag that takes one ("--total-outflow -5/s") is the flag's; after "--"
+// everything is an argument anyway.
+func negativeAt(fs *flag.FlagSet, args []string) int {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return -1
+		}
+		if len(a) > 1 && a[0] == '-' && a[1] >= '0' && a[1] <= '9' {
+			return i
+		}
+		if len(a) > 1 && a[0] == '-' && !strings.Contains(a, "=") {
+			if f := fs.Lookup(strings.TrimLeft(a, "-")); f != nil && !isBoolFlag(f) {
+				i++ // its value follows, whatever it looks like
+			}
+		}
+	}
+	return -1
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // connect returns the client of the flags and environment, and the URL it talks to.
@@ -477,7 +516,7 @@ func (m *Main) verbUsage(w io.Writer, name string) bool {
 	return false
 }
 
-// printFlags lists fs's flags as the top-level help and the README spell them: a long
+// printFlags lists fs's flags as the top-level help and docs/cli.md spell them: a long
 // name with two dashes (--delay), a one-letter name with one (-o).
 func printFlags(w io.Writer, fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {

@@ -17,8 +17,8 @@ import (
 
 	"github.com/sluice-io/sluice/client"
 	"github.com/sluice-io/sluice/internal/cli"
-	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/sinktest"
 )
@@ -61,6 +61,12 @@ type system struct {
 
 func start(t *testing.T, extra ...string) *system {
 	t.Helper()
+	return startRules(t, testRules, extra...)
+}
+
+// startRules is start with rules of the test's own (SINK is the recording sink's URL).
+func startRules(t *testing.T, ruleText string, extra ...string) *system {
+	t.Helper()
 	sink := sinktest.Start(t)
 	sink.Answer(func(d sinktest.Delivery) (int, string) {
 		if d.Rule == "fragile" {
@@ -69,7 +75,7 @@ func start(t *testing.T, extra ...string) *system {
 		return http.StatusOK, ""
 	})
 	path := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(path, []byte(strings.ReplaceAll(testRules, "SINK", sink.URL)), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(ruleText, "SINK", sink.URL)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	n := natstest.Start(t)
@@ -206,7 +212,7 @@ func TestOperatorVerbs(t *testing.T) {
 		s.sluice(t, opts{}, "tune", "orders", "--reset").must(t, 0, "overridden     -", "")
 		s.sluice(t, opts{}, "tune", "orders").must(t, 2, "", "nothing to change")
 		s.sluice(t, opts{}, "tune", "orders", "5/fortnight").must(t, 2, "", "not a unit")
-		s.sluice(t, opts{}, "tune", "nope", "5/s").must(t, 1, "", "not found")
+		s.sluice(t, opts{}, "tune", "nope", "5/s").must(t, 1, "", `no queue rule named "nope"; the queue rules are: orders, fragile`)
 	})
 
 	// Two operators: the command reads the queue (its ETag) and someone else changes it
@@ -284,13 +290,10 @@ func TestOperatorVerbs(t *testing.T) {
 		}
 		s.sluice(t, opts{}, "cancel", raw["id"].(string)).must(t, 0, "cancelled", "")
 		s.sluice(t, opts{}, "cancel", later.ID).must(t, 0, "cancelled "+later.ID+" (it was scheduled", "")
-		s.sluice(t, opts{}, "cancel", later.ID).must(t, 1, "", "nothing to cancel")
-		// A cancelled message has left sluice: status names cancelling among the reasons and
-		// does not claim the ingress keeps no delivered records (this one keeps them 1h).
-		r := s.sluice(t, opts{}, "status", later.ID).must(t, 1, "", "cancelled")
-		if strings.Contains(r.stderr, "no delivery record is kept") || strings.Count(r.stderr, "sluice:") != 1 {
-			t.Errorf("status of a cancelled message:\n%s", r.stderr)
-		}
+		// This ingress keeps records (-status-keep 1h): a cancel again says it was done, and
+		// the status says cancelled.
+		s.sluice(t, opts{}, "cancel", later.ID).must(t, 0, later.ID+" was cancelled already (queue orders, key m-3)", "")
+		s.sluice(t, opts{}, "status", later.ID).must(t, 0, "cancelled", "")
 		s.sluice(t, opts{}, "submit", "orders", "merchant_id=m-2", "--payload", `not json`).must(t, 2, "", "not valid JSON")
 		s.sluice(t, opts{}, "submit", "nope", "x=y", "--payload", `1`).must(t, 1, "", "sluice rules")
 
@@ -305,7 +308,7 @@ func TestOperatorVerbs(t *testing.T) {
 			t.Errorf("status -o json:\n%v\nthe API sent:\n%v", viaCLI, viaHTTP)
 		}
 
-		r = s.sluice(t, opts{}, "keys", "orders", "--top", "5").must(t, 0, "m-1", "")
+		r := s.sluice(t, opts{}, "keys", "orders", "--top", "5").must(t, 0, "m-1", "")
 		if !strings.Contains(r.stdout, "m-1  2") && !strings.Contains(r.stdout, "m-1    2") {
 			t.Fatalf("keys:\n%s", r.stdout)
 		}
@@ -449,4 +452,47 @@ func TestSubmitToken(t *testing.T) {
 	s.sluice(t, opts{env: map[string]string{"SLUICE_SUBMIT_TOKEN": submitToken}}, "submit", "orders", "merchant_id=m-1", "--payload", `{}`, "-o", "json").
 		must(t, 0, "", "").json(t, &sub)
 	s.sluice(t, opts{}, "status", sub.ID, "--submit-token", submitToken).must(t, 0, sub.ID, "")
+}
+
+// A queue verb given a name that is no queue rule — a domain, a typo — answers with the
+// rule names there are (and, for a domain, the rules in it), not a bare "not found".
+func TestUnknownQueueNamesTheRules(t *testing.T) {
+	t.Parallel()
+	s := startRules(t, `
+domain: orders
+descriptors:
+  - key: merchant_id
+    name: orders-by-merchant
+    queue: {capacity: 50, outflow: {unit: second, requests_per_unit: 10}}
+    sink: {url: "SINK/orders", timeout: 5s}
+  - key: carrier
+    name: orders-by-carrier
+    queue: {capacity: 50, outflow: {unit: second, requests_per_unit: 10}}
+    sink: {url: "SINK/orders", timeout: 5s}
+---
+domain: mail
+descriptors:
+  - key: user
+    name: mail
+    queue: {capacity: 5, outflow: {unit: second, requests_per_unit: 1}}
+    sink: {url: "SINK/mail", timeout: 5s}
+`)
+	r := s.sluice(t, opts{}, "tune", "orders", "20/s").must(t, cli.ExitRefused, "",
+		`no queue rule named "orders": "orders" is a domain; its queue rules: orders-by-merchant, orders-by-carrier`)
+	if !strings.Contains(r.stderr, "mail") {
+		t.Fatalf("the answer does not list every queue rule:\n%s", r.stderr)
+	}
+	s.sluice(t, opts{}, "tune", "ordrs", "20/s").must(t, cli.ExitRefused, "",
+		`no queue rule named "ordrs"; the queue rules are: orders-by-merchant, orders-by-carrier, mail`)
+	for _, verb := range [][]string{{"queue", "orders"}, {"pause", "orders"}, {"resume", "orders"}, {"keys", "orders"}, {"purge", "orders", "--yes"}} {
+		s.sluice(t, opts{}, verb...).must(t, cli.ExitRefused, "", `"orders" is a domain; its queue rules: orders-by-merchant, orders-by-carrier`)
+	}
+	// A real rule is untouched by the hint.
+	s.sluice(t, opts{}, "tune", "orders-by-merchant", "20/s").must(t, 0, "20/s  (rules file: 10/s)", "")
+	// A negative rate is refused before anything is sent, wherever it stands.
+	s.sluice(t, opts{}, "tune", "orders-by-merchant", "-5/s").must(t, cli.ExitUsage, "", "outflow must be positive: -5/s")
+	s.sluice(t, opts{}, "tune", "--force", "orders-by-merchant", "-5/s").must(t, cli.ExitUsage, "", "outflow must be positive: -5/s")
+	s.sluice(t, opts{}, "tune", "orders-by-merchant", "--total-outflow", "-5/s").must(t, cli.ExitUsage, "", "total-outflow must be positive: -5/s")
+	s.sluice(t, opts{}, "tune", "orders-by-merchant", "-5/s", "--force").must(t, cli.ExitUsage, "", "outflow must be positive: -5/s")
+	s.sluice(t, opts{}, "tune", "orders-by-merchant", "--bogus").must(t, cli.ExitUsage, "", "flag provided but not defined: -bogus")
 }

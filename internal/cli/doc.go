@@ -32,4 +32,14 @@
 //	4  not authorized (401, 403): set SLUICE_ADMIN_TOKEN
 //
 // A Main is not safe for concurrent use; it holds no state between Runs.
+//
+// # Files
+//
+//   - cli.go: Main, the verb table, common flags, help and exit codes
+//   - verbs.go: the verbs, each over client/
+//   - rate.go: rates and ages as people type and read them (5/s, 10/30s)
+//   - terminal_linux.go: whether stdin is a terminal (purge's question), on Linux
+//   - terminal_bsd.go: the same on the BSDs and macOS
+//   - terminal_other.go: the same elsewhere (never a terminal)
+//   - doc.go: this overview
 package cli

@@ -224,7 +224,7 @@ func (m *Main) queue(ctx context.Context, args []string) error {
 	defer cancel()
 	q, err := cl.Admin().Queue(ctx, pos[0])
 	if err != nil {
-		return explain(err, u)
+		return explainQueue(ctx, cl, err, u, pos[0])
 	}
 	return m.printQueue(c, q)
 }
@@ -285,13 +285,13 @@ func (m *Main) tune(ctx context.Context, args []string) error {
 	name := pos[0]
 	var p client.Patch
 	if len(pos) == 2 {
-		if p.Outflow, err = parseRate(pos[1]); err != nil {
+		if p.Outflow, err = parseOutflow("outflow", pos[1]); err != nil {
 			return usageErr("%v", err)
 		}
 	}
 	if o.totalOutflow != "" {
-		if p.TotalOutflow, err = parseRate(o.totalOutflow); err != nil {
-			return usageErr("--total-outflow: %v", err)
+		if p.TotalOutflow, err = parseOutflow("--total-outflow", o.totalOutflow); err != nil {
+			return usageErr("%v", err)
 		}
 	}
 	p.Capacity = o.capacity
@@ -308,6 +308,60 @@ func (m *Main) tune(ctx context.Context, args []string) error {
 	return m.patch(ctx, cl, c, u, name, p, o.reset, o.force)
 }
 
+// parseOutflow reads a rate the operator typed for what (outflow, --total-outflow): a
+// negative one gets its own answer, not parseRate's "not a count".
+func parseOutflow(what, s string) (*client.Rate, error) {
+	if strings.HasPrefix(strings.TrimSpace(s), "-") {
+		return nil, fmt.Errorf("%s must be positive: %s", strings.TrimPrefix(what, "--"), strings.TrimSpace(s))
+	}
+	r, err := parseRate(s)
+	if err != nil && what != "outflow" {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return r, err
+}
+
+// explainQueue is explain for a verb that names a queue: a name that is no queue rule is
+// answered with the queue rules there are — and, when the name is a domain (`tune orders`
+// where orders is the domain and its rules have names of their own), with that domain's
+// rules — because the operator mistyped or confused a domain with a rule.
+func explainQueue(ctx context.Context, cl *client.Client, err error, u, name string) error {
+	if !errors.Is(err, client.ErrNotFound) {
+		return explain(err, u)
+	}
+	qs, lerr := cl.Admin().Queues(ctx)
+	if lerr != nil {
+		return explain(err, u)
+	}
+	if hint := unknownQueue(name, qs); hint != "" {
+		return &exitError{ExitRefused, hint}
+	}
+	return explain(err, u)
+}
+
+// unknownQueue says what name is not, and which names there are; "" when name is one of
+// qs (the 404 was of something else: a key, say).
+func unknownQueue(name string, qs []client.Queue) string {
+	var names, inDomain []string
+	for _, q := range qs {
+		if q.Name == name {
+			return ""
+		}
+		names = append(names, q.Name)
+		if q.Domain == name {
+			inDomain = append(inDomain, q.Name)
+		}
+	}
+	switch {
+	case len(names) == 0:
+		return fmt.Sprintf("no queue rule named %q: the ingress has no queue rules", name)
+	case len(inDomain) > 0:
+		return fmt.Sprintf("no queue rule named %q: %q is a domain; its queue rules: %s (queue verbs take a rule's name; all queue rules: %s)",
+			name, name, strings.Join(inDomain, ", "), strings.Join(names, ", "))
+	}
+	return fmt.Sprintf("no queue rule named %q; the queue rules are: %s (see `sluice queues`)", name, strings.Join(names, ", "))
+}
+
 // patch reads the queue for its ETag, then changes it with If-Match (unless force), so a
 // change made by someone else in between is refused, not overwritten.
 func (m *Main) patch(ctx context.Context, cl *client.Client, c *common, u, name string, p client.Patch, reset, force bool) error {
@@ -315,7 +369,7 @@ func (m *Main) patch(ctx context.Context, cl *client.Client, c *common, u, name 
 	if !force {
 		before, err := a.Queue(ctx, name)
 		if err != nil {
-			return explain(err, u)
+			return explainQueue(ctx, cl, err, u, name)
 		}
 		p.IfMatch = before.ETag
 	}
@@ -330,7 +384,7 @@ func (m *Main) patch(ctx context.Context, cl *client.Client, c *common, u, name 
 		return &exitError{ExitRefused, fmt.Sprintf("queue %s was changed by someone else since you read it; run `sluice queue %s` and retry", name, name)}
 	}
 	if err != nil {
-		return explain(err, u)
+		return explainQueue(ctx, cl, err, u, name)
 	}
 	return m.printQueue(c, q)
 }
@@ -373,7 +427,7 @@ func (m *Main) purge(ctx context.Context, args []string) error {
 		}
 		q, err := cl.Admin().Queue(ctx, name)
 		if err != nil {
-			return explain(err, u)
+			return explainQueue(ctx, cl, err, u, name)
 		}
 		if o.key == "" {
 			what += fmt.Sprintf(" (%d messages in %d key(s))", q.Depth, q.ActiveKeys)
@@ -390,7 +444,7 @@ func (m *Main) purge(ctx context.Context, args []string) error {
 		err = cl.Admin().PurgeQueue(ctx, name)
 	}
 	if err != nil {
-		return explain(err, u)
+		return explainQueue(ctx, cl, err, u, name)
 	}
 	if c.output == "json" {
 		return m.printJSON(map[string]any{"purged": true, "queue": name, "key": o.key})
@@ -412,7 +466,7 @@ func (m *Main) keys(ctx context.Context, args []string) error {
 	defer cancel()
 	keys, complete, err := cl.Admin().HotKeys(ctx, pos[0], o.top)
 	if err != nil {
-		return explain(err, u)
+		return explainQueue(ctx, cl, err, u, pos[0])
 	}
 	if c.output == "json" {
 		return m.printRaw(c.rec.last())
@@ -601,6 +655,10 @@ func (m *Main) cancel(ctx context.Context, args []string) error {
 	}
 	if c.output == "json" {
 		return m.printRaw(c.rec.last())
+	}
+	if s.State == client.StateCancelled { // a repeated cancel, answered from the ingress's record
+		fmt.Fprintf(m.stdout(), "%s was cancelled already (queue %s, key %s)\n", s.ID, s.Rule, s.Key)
+		return nil
 	}
 	fmt.Fprintf(m.stdout(), "cancelled %s (it was %s in queue %s, key %s)\n", s.ID, s.State, s.Rule, s.Key)
 	return nil

@@ -132,13 +132,17 @@ func (r *Redis) Close() {
 
 // Sink is a demo HTTP sink: it answers 200 to every POST /sink/{name} and logs the
 // delivery with its rule, key, message id, attempt and arrival time, so a new user can
-// watch the outflow happen.
+// watch the outflow happen. It can be told to fail a share of them (SetFault, and
+// /_demo/fail while it runs): see Fault.
 type Sink struct {
 	srv      *http.Server
 	ln       net.Listener
+	log      *slog.Logger
 	count    atomic.Int64
+	failed   atomic.Int64
 	mu       sync.Mutex
 	lastByRK map[string]time.Time
+	faults   faults
 }
 
 // StartSink listens on addr ("127.0.0.1:8090") and serves until Close.
@@ -147,13 +151,18 @@ func StartSink(addr string, log *slog.Logger) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devenv: demo sink: %w", err)
 	}
-	s := &Sink{ln: ln, lastByRK: map[string]time.Time{}}
+	s := &Sink{ln: ln, log: log, lastByRK: map[string]time.Time{}}
 	mux := http.NewServeMux()
+	mux.HandleFunc("/_demo/fail", s.serveFail)
 	mux.HandleFunc("POST /sink/{name}", func(w http.ResponseWriter, r *http.Request) {
 		now := time.Now()
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		key, _ := url.PathUnescape(r.Header.Get("Sluice-Key"))
 		rule := r.Header.Get("Sluice-Rule")
+		if f, ok := s.faults.decide(r.URL.Path, rule, key); ok {
+			s.fail(w, r, f, rule, key)
+			return
+		}
 		n := s.count.Add(1)
 		s.mu.Lock()
 		prev, seen := s.lastByRK[rule+"\x00"+key]
@@ -177,6 +186,38 @@ func StartSink(addr string, log *slog.Logger) (*Sink, error) {
 	go s.srv.Serve(ln)
 	return s, nil
 }
+
+// fail answers one delivery as fault f says, and logs it.
+func (s *Sink) fail(w http.ResponseWriter, r *http.Request, f Fault, rule, key string) {
+	if f.Delay > 0 {
+		t := time.NewTimer(f.Delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done(): // the drainer gave up (its sink timeout): that was the point
+			t.Stop()
+		}
+	}
+	n := s.failed.Add(1)
+	s.log.Info("demo sink: failed", "status", f.Status, "fault", f.String(), "rule", rule, "key", key,
+		"id", r.Header.Get("Sluice-Message-Id"), "attempt", r.Header.Get("Sluice-Attempt"), "failed_total", n)
+	if f.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, f.RetryAfter.Round(time.Second)/time.Second))))
+	}
+	w.WriteHeader(f.Status)
+}
+
+// SetFault adds a fault, or replaces the one with the same path, rule and key; a share of
+// 0 removes it.
+func (s *Sink) SetFault(f Fault) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	s.faults.set(f)
+	return nil
+}
+
+// Failed is the number of deliveries answered with a fault.
+func (s *Sink) Failed() int64 { return s.failed.Load() }
 
 // URL is the sink's base URL.
 func (s *Sink) URL() string { return "http://" + s.ln.Addr().String() }

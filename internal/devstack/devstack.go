@@ -14,8 +14,8 @@ import (
 
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/devenv"
-	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 	"github.com/sluice-io/sluice/internal/rules"
 )
 
@@ -24,7 +24,7 @@ import (
 const DefaultSinkAddr = "127.0.0.1:8090"
 
 // Config is what `sluice dev` is told. Every field is a flag with a SLUICE_DEV_*
-// environment variable (the flag wins); defaults in devFlags and the README's table.
+// environment variable (the flag wins); defaults in devFlags and docs/configuration.md's table.
 type Config struct {
 	Rules           []string      // -rules: default "deploy/examples"
 	DataDir         string        // -data: the embedded NATS server's JetStream store; default "./data"
@@ -37,6 +37,10 @@ type Config struct {
 	RulesPoll       time.Duration // -rules-poll: default 1s
 	ShutdownTimeout time.Duration // -shutdown-timeout: default 10s
 	LogLevel        string        // -log-level: default info (text logs)
+	// SinkFail is -sink-fail: faults of the demo sink, "path=/orders,status=503,share=0.3",
+	// several separated by ";"; default none. ParseFlags reads them into SinkFaults.
+	SinkFail   string
+	SinkFaults []devenv.Fault
 }
 
 func devFlags(c *Config, getenv func(string) string, stderr io.Writer) *process.FlagSet {
@@ -52,6 +56,7 @@ func devFlags(c *Config, getenv func(string) string, stderr io.Writer) *process.
 	f.Duration(&c.RulesPoll, "rules-poll", "SLUICE_DEV_RULES_POLL", time.Second, "how often rules files are checked for changes")
 	f.Duration(&c.ShutdownTimeout, "shutdown-timeout", "SLUICE_DEV_SHUTDOWN_TIMEOUT", 10*time.Second, "on Ctrl-C: time to finish in-flight work")
 	f.String(&c.LogLevel, "log-level", "SLUICE_DEV_LOG_LEVEL", "info", "debug, info, warn or error")
+	f.String(&c.SinkFail, "sink-fail", "SLUICE_DEV_SINK_FAIL", "", "make the demo sink fail a share of deliveries: 'path=/orders,status=503,share=0.3' (also rule=, key=, retry_after=, delay=; several separated by ';'); change it at run time with POST /_demo/fail on the sink")
 	return f
 }
 
@@ -77,6 +82,11 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	case c.ShutdownTimeout <= 0:
 		return c, process.UsageError(fmt.Errorf("-shutdown-timeout: want a positive duration, got %s", c.ShutdownTimeout))
 	}
+	faults, err := devenv.ParseFaults(c.SinkFail)
+	if err != nil {
+		return c, process.UsageError(fmt.Errorf("-sink-fail: %w", err))
+	}
+	c.SinkFaults = faults
 	return c, process.UsageError(process.CheckLog("text", c.LogLevel))
 }
 
@@ -144,6 +154,12 @@ func Start(ctx context.Context, c Config, log *slog.Logger) (_ *Stack, err error
 		return nil, fmt.Errorf("-sink-addr %s: %w", c.SinkAddr, err)
 	}
 	s.closers = append(s.closers, func() { sink.Close(context.Background()) })
+	for _, f := range c.SinkFaults {
+		if err := sink.SetFault(f); err != nil {
+			return nil, fmt.Errorf("-sink-fail: %w", err)
+		}
+		log.Info("demo sink: fault set", "fault", f.String())
+	}
 	s.NATSURL, s.SinkURL, s.Sink = ns.URL(), sink.URL(), sink
 
 	s.Ingress = &ingress.Main{
@@ -152,6 +168,7 @@ func Start(ctx context.Context, c Config, log *slog.Logger) (_ *Stack, err error
 			NATSURL: ns.URL(), RedisURL: rs.URL(), AdminToken: c.AdminToken,
 			Drain: true, StatusKeep: c.StatusKeep, RulesPoll: c.RulesPoll, ShutdownTimeout: c.ShutdownTimeout,
 			LogFormat: "text", LogLevel: c.LogLevel,
+			GRPCReflection: true, // grpcurl against a dev stack needs no protos
 		},
 		Logger:   log,
 		Limits:   bucket.NewMemory(bucket.MemoryConfig{}), // one process needs no shared counters
@@ -209,6 +226,14 @@ func (s *Stack) PrintBanner(w io.Writer) {
 		fmt.Fprintf(w, "  envoy RLS: localhost:%d (gRPC, envoy.service.ratelimit.v3.RateLimitService)\n", m.GRPCAddr.(*net.TCPAddr).Port)
 	}
 	fmt.Fprintf(w, "  demo sink: %s (logs every delivery; rules sending to http://%s reach it)\n", s.SinkURL, DefaultSinkAddr)
+	if len(s.Config.SinkFaults) > 0 {
+		var fs []string
+		for _, f := range s.Config.SinkFaults {
+			fs = append(fs, f.String())
+		}
+		fmt.Fprintf(w, "             failing: %s\n", strings.Join(fs, "; "))
+	}
+	fmt.Fprintf(w, "             make it fail: curl -s %s/_demo/fail -d 'path=/orders,status=503,share=0.3'  (curl -X DELETE to stop)\n", s.SinkURL)
 	set := m.Rules()
 	fmt.Fprintf(w, "  rules:     %d from %s\n\n", len(set.Rules()), strings.Join(s.Config.Rules, ","))
 	if _, ok := anyQueueDomain(set, "orders"); ok {

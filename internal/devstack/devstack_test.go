@@ -630,3 +630,79 @@ func TestDataDirInUse(t *testing.T) {
 		t.Fatalf("the sluice dev started after the first stopped is not ready: %d %s", r.code, r.raw)
 	}
 }
+
+// `sluice dev -sink-fail`: the demo sink fails what the flag says, so a laptop shows a
+// sink's refusal end to end — here a 422 for every order, which makes it a dead letter at
+// once — and /_demo/fail on the sink changes it while the stack runs. A bad fault is a
+// usage error naming the flag.
+func TestDevSinkFail(t *testing.T) {
+	t.Parallel()
+	examples, _ := filepath.Abs("../../deploy/examples")
+	if _, err := devstack.ParseFlags([]string{"-rules", examples, "-sink-fail", "path=/orders,status=99"}, func(string) string { return "" }, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "-sink-fail") || !strings.Contains(err.Error(), "status=99") {
+		t.Fatalf("a bad -sink-fail: %v, want a usage error naming it", err)
+	}
+	cfg, err := devstack.ParseFlags([]string{"-rules", examples, "-data", t.TempDir(),
+		"-http", "127.0.0.1:0", "-grpc", "", "-nats-addr", "127.0.0.1:0", "-sink-addr", "127.0.0.1:0", "-shutdown-timeout", "2s"},
+		func(k string) string {
+			if k == "SLUICE_DEV_SINK_FAIL" {
+				return "path=/orders,status=422,share=1"
+			}
+			return ""
+		}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dev, err := devstack.Start(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	var banner strings.Builder
+	dev.PrintBanner(&banner)
+	if !strings.Contains(banner.String(), "failing: path=/orders,status=422,share=1") || !strings.Contains(banner.String(), "/_demo/fail") {
+		t.Fatalf("the banner does not say the sink fails, nor how to change it:\n%s", banner.String())
+	}
+	c := &devClient{t: t, base: "http://" + dev.Ingress.Addr.String()}
+	state := func(id string) string {
+		r := c.do("GET", "/v1/messages/"+id, "")
+		var st struct {
+			State     string `json:"state"`
+			LastError string `json:"last_error"`
+		}
+		json.Unmarshal([]byte(r.raw), &st)
+		return st.State + " " + st.LastError
+	}
+	submitOne := func(merchant string) string {
+		r := c.do("POST", "/v1/messages", devSubmit("orders", [][2]string{{"merchant_id", merchant}}, `{}`))
+		var v struct{ ID string }
+		if json.Unmarshal([]byte(r.raw), &v); r.code != http.StatusAccepted || v.ID == "" {
+			t.Fatalf("submit: %d %s", r.code, r.raw)
+		}
+		return v.ID
+	}
+	id := submitOne("m-fail")
+	var got string
+	waittest.Eventually(t, 10*time.Second, "the order dead after the sink's 422", func() bool {
+		got = state(id)
+		return strings.HasPrefix(got, "dead ")
+	})
+	if !strings.Contains(got, "422") {
+		t.Fatalf("dead with %q, want the sink's 422 named", got)
+	}
+	if dev.Sink.Failed() != 1 || dev.Sink.Count() != 0 {
+		t.Fatalf("sink: %d failed, %d delivered; want 1 and 0", dev.Sink.Failed(), dev.Sink.Count())
+	}
+
+	// Healed at run time: the next order is delivered.
+	req, _ := http.NewRequest("DELETE", dev.SinkURL+"/_demo/fail", nil)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("DELETE /_demo/fail: %v %v", resp, err)
+	}
+	id = submitOne("m-heal")
+	waittest.Eventually(t, 10*time.Second, "the order delivered once the fault is cleared", func() bool {
+		return strings.HasPrefix(state(id), "delivered")
+	})
+}

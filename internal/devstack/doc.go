@@ -13,4 +13,12 @@
 // each holds an exclusive lock (flock) on <data>/.lock while it runs, so two embedded NATS
 // servers never share one JetStream store (not guarded where there is no flock: Windows). Production binaries never link this package (nor devenv):
 // cmd/sluice does.
+//
+// # Files
+//
+//   - devstack.go: Config, flags, Run and Start: the dev stack and its banner
+//   - lock.go: the data directory's lock, so two sluice dev never share a store
+//   - lock_flock.go: the lock as a flock, where there is one
+//   - lock_other.go: no lock elsewhere
+//   - doc.go: this overview
 package devstack

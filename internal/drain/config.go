@@ -10,27 +10,17 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-io/sluice/internal/delivery"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/queue"
 )
 
-// Policy is how a rule is drained right now: the rules file's values, or a live override.
-type Policy struct {
-	Outflow queue.Outflow
-	Paused  bool // claim nothing; queued messages wait
-}
+// Policy is how a rule is drained right now: the rules file's values, or a live override
+// (delivery.Policy).
+type Policy = delivery.Policy
 
 // RulePolicy is the default Config.Policy: the rule's own outflow and total_outflow.
-func RulePolicy(r *rules.Rule) Policy {
-	if r.Queue == nil {
-		return Policy{Paused: true}
-	}
-	p := Policy{Outflow: queue.Outflow{Every: r.Queue.Outflow.Every()}}
-	if !r.Queue.TotalOutflow.Zero() {
-		p.Outflow.TotalEvery = r.Queue.TotalOutflow.Every()
-	}
-	return p
-}
+func RulePolicy(r *rules.Rule) Policy { return delivery.RulePolicy(r) }
 
 // Config configures a Drainer. Queues, Scheduler, Rules and Sink are required; every other
 // field has the default documented on it (WithDefaults fills them in).

@@ -68,4 +68,26 @@
 // sluice_outflow_rate{rule} (configured, per key), sluice_dispatch_lag_seconds{rule}
 // (dispatch time − due time, 1 ms … 10 s buckets), sluice_claims_lost_total{rule}. Labels
 // never carry a key.
+//
+// # Files
+//
+//   - drainer.go: the Drainer: New, Start, Stop, and the loop that claims per rule
+//   - config.go: Config and its defaults; Policy, a rule's outflow now (file or live override)
+//   - claim.go: claimers: take due keys within a rule's share of workers, hold and renew their
+//     leases
+//   - deliver.go: one claimed key's head to the sink, then release (next slot, backoff) or dead
+//     letter
+//   - flight.go: several deliveries of one key at once (delivery.max_in_flight > 1)
+//   - own.go: the own engine (Config.Engine "own"): per rule a pacer (GCRA heap) and a worker
+//     pool over the keys of owned partitions, NATS notices, async deletes
+//   - own_lease.go: the own engine's ownership: one renewal for every rule, acquiring and
+//     giving up partitions, deadlines before lease expiry, the repair listing
+//   - sinkslots.go: the rule-wide cap on deliveries at the sink (sink.max_in_flight), as Redis
+//     slots
+//   - maintain.go: the periodic loop: depth samples and reconciling schedules with streams
+//   - sink.go: the narrow interfaces the drainer needs (Sink, dead letters, statuses) and Outcome
+//   - metrics.go: the drainer's Prometheus metrics
+//   - signals.go: the on-call signals (time in queue, oldest age, sink answers, store use)
+//   - trace.go: claim and delivery spans (internal/telemetry)
+//   - doc.go: this overview
 package drain

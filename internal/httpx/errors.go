@@ -116,6 +116,29 @@ func Internal() Problem {
 	return Problem{Type: TypeInternal, Status: http.StatusInternalServerError, Detail: "internal error"}
 }
 
+// StoredNotApplied is a 500 #stored-not-applied: the change is stored (done says what)
+// but putting it in force failed, or may have (detail says what is unknown). Not a 503:
+// a 503 says "nothing was done, try again", and a client that believes it would report
+// its own stored change as someone else's (a repeat under If-Match is refused with 412).
+func StoredNotApplied(detail string, done map[string]any) Problem {
+	return Problem{Type: TypeStoredNotApplied, Status: http.StatusInternalServerError, Title: "Stored, not applied",
+		Detail: detail, Done: done}
+}
+
+// PartiallyApplied is a 500 #partially-applied: a bulk operation did what done says and
+// then failed; next is the URL that continues from the last item it handled ("" when
+// there is nothing left to do).
+func PartiallyApplied(detail string, done map[string]any, next string) Problem {
+	return Problem{Type: TypePartiallyApplied, Status: http.StatusInternalServerError, Title: "Partially applied",
+		Detail: detail, Done: done, Next: next}
+}
+
+// OutcomeUnknown is a 500 #outcome-unknown: the change was sent to the store and its
+// answer was lost, so it may have been made. Not a 503, which says it was not.
+func OutcomeUnknown(detail string) Problem {
+	return Problem{Type: TypeOutcomeUnknown, Status: http.StatusInternalServerError, Title: "Outcome unknown", Detail: detail}
+}
+
 // Error makes a Problem an error, so a function deep in a handler can return the verdict
 // it reached and the handler answers it with FromError.
 func (p Problem) Error() string {

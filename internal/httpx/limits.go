@@ -2,8 +2,8 @@ package httpx
 
 import "time"
 
-// Limits of sluice's HTTP listeners (the ingress's and the drainer's; README "Hostile
-// input"): what a slow or hostile client can hold of a connection.
+// Limits of sluice's HTTP listeners (the ingress's and the drainer's; docs/security.md,
+// "Hostile input"): what a slow or hostile client can hold of a connection.
 const (
 	ReadHeaderTimeout = 5 * time.Second   // headers of a request, from its first byte or the end of the previous one (the ingress's -read-header-timeout)
 	ReadTimeout       = 30 * time.Second  // a whole request, body included

@@ -1,6 +1,3 @@
-// Package httpx holds the HTTP plumbing shared by the ingress and drainer servers:
-// RFC 9457 problem details and the rate-limit headers (docs/http-api.md "Problem types",
-// "Rate-limit headers").
 package httpx
 
 import (
@@ -33,6 +30,12 @@ type Problem struct {
 	IssuedAt string  `json:"issued_at,omitempty"`
 	// State is a message's state, for a cancel refused with 409.
 	State string `json:"state,omitempty"`
+	// Done says what a request had carried out when it failed, for #stored-not-applied and
+	// #partially-applied: such an answer never means "nothing happened".
+	Done map[string]any `json:"done,omitempty"`
+	// Next is the URL that continues a bulk operation that stopped part way, for
+	// #partially-applied.
+	Next string `json:"next,omitempty"`
 }
 
 // Problem types (the fragment after ProblemBase).
@@ -58,6 +61,17 @@ const (
 	TypeForbidden = ProblemBase + "#forbidden"
 	// An idempotency key already used for another request (422).
 	TypeIdempotencyKeyReused = ProblemBase + "#idempotency-key-reused"
+
+	// A change that is stored but could not be (or may not have been) put in force (500):
+	// a Tune whose override is written and whose stream update failed. Done and the ETag
+	// header say what is stored.
+	TypeStoredNotApplied = ProblemBase + "#stored-not-applied"
+	// A bulk operation that did part of its work and then failed (500): Done holds its
+	// progress, Next the URL that continues after the last item it handled.
+	TypePartiallyApplied = ProblemBase + "#partially-applied"
+	// A change sent to the store whose answer was lost (500): it may have been made (a
+	// cancel or a purge whose request timed out, and that could not be checked).
+	TypeOutcomeUnknown = ProblemBase + "#outcome-unknown"
 )
 
 // WriteProblem writes p with its status code and Content-Type application/problem+json.

@@ -3,6 +3,7 @@ package ingress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,6 +22,7 @@ import (
 	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/retryrules"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/status"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
 )
@@ -44,6 +47,7 @@ type Admin struct {
 	mux     *http.ServeMux
 	once    sync.Once
 	drained drainedMeter
+	hooks   adminHooks
 }
 
 func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -210,7 +214,16 @@ type ruleView struct {
 	Replaces       []string       `json:"replaces,omitempty"`
 	Queue          *ruleQueueView `json:"queue,omitempty"` // as the rules file says; live values in GET /v1/admin/queues
 	Overflow       string         `json:"overflow,omitempty"`
-	Source         string         `json:"source"` // file:line
+	// Checks is a queue rule's `checks`: "own" (checks count apart) or "share".
+	Checks string `json:"checks,omitempty"`
+	// LimitOverride is the rule's limit_override when it sets one.
+	LimitOverride *limitOverrideView `json:"limit_override,omitempty"`
+	Source        string             `json:"source"` // file:line
+}
+
+type limitOverrideView struct {
+	MaxFactor *int64 `json:"max_factor,omitempty"` // 0: no override taken; absent: the ingress's -override-max-factor
+	MaxWindow string `json:"max_window,omitempty"` // absent: the ingress's -override-max-window
 }
 
 type rateLimitView struct {
@@ -230,6 +243,22 @@ func (a *Admin) listRules(w http.ResponseWriter, r *http.Request) {
 			Unlimited: rule.Unlimited, ShadowMode: rule.ShadowMode, Replaces: rule.Replaces,
 			QuotaMode: rule.QuotaMode, AllOrNothing: rule.AllOrNothing, DetailedMetric: rule.DetailedMetric, Metadata: rule.Metadata,
 			Source: rule.File + ":" + strconv.Itoa(rule.Line)}
+		if rule.HasQueue() {
+			v.Checks = string(rules.ChecksOwn)
+			if rule.Checks == rules.ChecksShare {
+				v.Checks = string(rules.ChecksShare)
+			}
+		}
+		if lo := rule.LimitOverride; lo.Refused || lo.MaxFactor > 0 || lo.MaxWindow > 0 {
+			v.LimitOverride = &limitOverrideView{}
+			if lo.Refused || lo.MaxFactor > 0 {
+				f := lo.MaxFactor
+				v.LimitOverride.MaxFactor = &f
+			}
+			if lo.MaxWindow > 0 {
+				v.LimitOverride.MaxWindow = lo.MaxWindow.String()
+			}
+		}
 		for _, e := range rule.Path {
 			v.Descriptor = append(v.Descriptor, rules.Entry{Key: e.Key, Value: e.Value})
 		}
@@ -322,11 +351,24 @@ func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
 		writePatchError(w, err)
 		return
 	}
+	a.hooks.run(&a.hooks.afterStore)
 	// A capacity change is a stream update, effective at once for every ingress.
 	eff, _ := overrides.Effective(rule, o)
 	if err := a.Queues.EnsureLimits(ctx, rule.Name, queue.Limits{Capacity: eff.Queue.Capacity, MaxBytes: eff.Queue.MaxBytes}); err != nil {
-		a.Logger.Error("admin: capacity not applied to the stream", "rule", rule.Name, "err", err)
-		httpx.WriteProblem(w, httpx.Unavailable("", "the override is stored but the stream could not be updated: "+err.Error(), time.Second))
+		// The override is stored and the watchers put its outflow and pause in force: this
+		// answer must not say "nothing happened" (a 503), or a client retrying under
+		// If-Match is refused for its own change. It says what is stored, under which
+		// revision, and what is unknown; the same PATCH with If-Match of that revision
+		// tries the stream again.
+		a.Logger.Error("admin: override stored, capacity not applied to the stream", "rule", rule.Name, "revision", o.Revision, "err", err)
+		a.record(r, audit.Record{Action: patchAction(patch), Queue: rule.Name, Before: overrideView(before), After: overrideView(o),
+			Result: "stored; the stream update failed: " + err.Error()})
+		etag := httpx.RevisionETag(o.Revision)
+		w.Header().Set("ETag", etag)
+		httpx.WriteProblem(w, httpx.StoredNotApplied(fmt.Sprintf("the override is stored (revision %s, the ETag) and its outflow and pause reach the drainers, "+
+			"but updating the queue's stream to capacity %d failed, so whether the stream enforces it is unknown (%v); "+
+			"send the same PATCH with If-Match: %s to try the stream again", etag, eff.Queue.Capacity, err, etag),
+			map[string]any{"override": overrideView(o), "etag": etag, "capacity_applied": "unknown"}))
 		return
 	}
 	a.record(r, audit.Record{Action: patchAction(patch), Queue: rule.Name, Before: overrideView(before), After: overrideView(o), Result: "ok"})
@@ -368,6 +410,9 @@ func writePatchError(w http.ResponseWriter, err error) {
 		httpx.WriteProblem(w, httpx.BadRequest("", err.Error()))
 	case errors.Is(err, overrides.ErrConflict):
 		httpx.WriteProblem(w, httpx.PreconditionFailed(err.Error()))
+	case errors.Is(err, overrides.ErrOutcomeUnknown):
+		httpx.WriteProblem(w, httpx.OutcomeUnknown("the override was sent to the store (NATS KV) and its answer was lost, so it may be stored ("+
+			err.Error()+"): GET the queue, whose ETag and overridden fields say"))
 	default:
 		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
 	}
@@ -404,7 +449,7 @@ func (a *Admin) purgeKey(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	beforeDepth, _ := a.Queues.Depth(r.Context(), rule.Name, key)
 	if err := a.Queues.PurgeKey(r.Context(), rule.Name, key); err != nil {
-		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
+		writeChangeError(w, err)
 		return
 	}
 	a.Scheduler.SetDepth(r.Context(), rule.Name, key, 0)
@@ -425,7 +470,7 @@ func (a *Admin) purgeQueue(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err := a.Queues.Purge(r.Context(), rule.Name); err != nil {
-		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
+		writeChangeError(w, err)
 		return
 	}
 	a.Scheduler.ResetDepths(r.Context(), rule.Name)
@@ -509,13 +554,39 @@ func (a *Admin) readmitKeeping(kept *admit.Result) retry.AdmitFunc {
 		})
 }
 
+// noteAdmitted is admit that also sets *admitted when the letter went back into its queue,
+// whatever error Replay then returns (its zero result reads as Admitted, so the result
+// alone cannot tell), and then runs the afterAdmit test seam.
+func (a *Admin) noteAdmitted(admit retry.AdmitFunc, admitted *bool) retry.AdmitFunc {
+	return func(ctx context.Context, rule retry.Rule, m queue.Message, msgID string) (retry.AdmitResult, error) {
+		res, err := admit(ctx, rule, m, msgID)
+		*admitted = err == nil && res.Outcome == retry.Admitted
+		if *admitted {
+			a.hooks.run(&a.hooks.afterAdmit)
+		}
+		return res, err
+	}
+}
+
 func (a *Admin) replayDead(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var adm admit.Result
-	res, err := a.Dead.Replay(r.Context(), id, a.readmitKeeping(&adm))
+	admitted := false
+	res, err := a.Dead.Replay(r.Context(), id, a.noteAdmitted(a.readmitKeeping(&adm), &admitted))
 	switch {
 	case errors.Is(err, retry.ErrNotFound):
 		httpx.WriteProblem(w, httpx.NotFound("", "no dead letter with id "+strconv.Quote(id)))
+		return
+	case err != nil && admitted:
+		// Back in its queue, which is what was asked; only its dead letter could not be
+		// removed. Not a 503: a retry would find the letter and replay it again (the
+		// queue recognises that repeat within its 2-minute duplicate window, not after).
+		a.Logger.Warn("admin: dead letter replayed but still listed", "id", id, "err", err)
+		a.record(r, audit.Record{Action: audit.ActionReplay, Queue: a.ruleOfID(id), Target: id,
+			Before: map[string]any{"state": "dead"}, After: map[string]any{"state": "queued"}, Result: "queued; the dead letter is still listed: " + err.Error()})
+		w.Header().Set("Location", "/v1/messages/"+id)
+		httpx.WriteJSON(w, http.StatusAccepted, map[string]any{"id": id, "state": "queued", "dead_letter_removed": false,
+			"detail": "the message is back in its queue; its dead letter could not be removed (" + err.Error() + ") and is still listed: do not replay it again"})
 		return
 	case err != nil:
 		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
@@ -568,8 +639,15 @@ func (a *Admin) hotKeys(w http.ResponseWriter, r *http.Request) {
 }
 
 // replayAllDead re-admits the dead letters of one queue (?queue=NAME, required), oldest
-// first, up to ?limit (default 1000, at most 10000). A letter whose key has no room is kept
-// and counted as kept; the call stops early once that happens ten times in a row.
+// first, up to ?limit (default 1000, at most 10000), from ?after (the cursor of an earlier
+// answer's next; the oldest when absent). A letter whose key has no room is kept and
+// counted as kept; the call stops early once that happens ten times in a row. An answer
+// that stopped before the end carries next, the URL that continues after the last letter
+// handled.
+//
+// A store failure before any letter was handled is a 503 (nothing was done: retrying is
+// safe). After some were, it is a 500 #partially-applied with the counts so far and next:
+// a 503 would invite a retry that replays more than the caller asked for.
 func (a *Admin) replayAllDead(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	name := q.Get("queue")
@@ -581,20 +659,48 @@ func (a *Admin) replayAllDead(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx := r.Context()
-	var replayed, kept, failed, keptInRow int
-	var after uint64
-	for replayed+kept+failed < limit && keptInRow < 10 {
-		page, next, err := a.Dead.List(ctx, name, min(100, limit-replayed-kept-failed), after)
+	var cursor uint64
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
+			httpx.WriteProblem(w, httpx.BadRequest("after", "must be the cursor of a previous answer's next"))
 			return
 		}
+		cursor = n
+	}
+	ctx := r.Context()
+	var replayed, kept, failed, keptInRow int
+	handled := func() int { return replayed + kept + failed }
+	var stopErr error
+	exhausted := false
+pages:
+	for handled() < limit && keptInRow < 10 {
+		page, next, err := a.Dead.List(ctx, name, min(100, limit-handled()), cursor)
+		if err != nil {
+			stopErr = err
+			break
+		}
 		for _, d := range page {
-			res, err := a.Dead.Replay(ctx, d.Message.ID, a.readmit())
+			if keptInRow >= 10 {
+				break pages
+			}
+			admitted := false
+			res, err := a.Dead.Replay(ctx, d.Message.ID, a.noteAdmitted(a.readmit(), &admitted))
 			switch {
+			case errors.Is(err, retry.ErrNotFound):
+				// Replayed (or gone) meanwhile, by someone else: nothing done here.
+			case errors.Is(err, retry.ErrRuleNotFound):
+				failed++ // this letter cannot be replayed; the next ones may
+			case err != nil && admitted:
+				// Back in its queue; only its dead letter is still listed (a replay of it
+				// within JetStream's duplicate window is deduplicated).
+				a.Logger.Warn("admin: dead letter replayed but still listed", "id", d.Message.ID, "err", err)
+				replayed++
+				keptInRow = 0
 			case err != nil:
-				failed++
+				// A store failing: stop here, before this letter, so that next retries it.
+				stopErr = err
+				break pages
 			case res.Outcome != retry.Admitted:
 				kept++
 				keptInRow++
@@ -602,15 +708,67 @@ func (a *Admin) replayAllDead(w http.ResponseWriter, r *http.Request) {
 				replayed++
 				keptInRow = 0
 			}
+			cursor = d.Seq
+			a.hooks.runN(&a.hooks.afterReplay, handled())
 		}
 		if len(page) == 0 || next == 0 {
+			exhausted = true
 			break
 		}
-		after = next
+	}
+	counts := map[string]any{"queue": name, "replayed": replayed, "kept": kept, "failed": failed}
+	nextURL := func(limit int) string {
+		return "/v1/admin/dead/replay?" + url.Values{"queue": {name}, "after": {strconv.FormatUint(cursor, 10)}, "limit": {strconv.Itoa(limit)}}.Encode()
+	}
+	if stopErr != nil {
+		if handled() == 0 {
+			httpx.WriteProblem(w, httpx.Unavailable("", "no dead letter was replayed: "+stopErr.Error(), time.Second))
+			return
+		}
+		a.Logger.Error("admin: replay of dead letters stopped part way", "queue", name, "replayed", replayed, "kept", kept, "failed", failed, "err", stopErr)
+		a.record(r, audit.Record{Action: audit.ActionReplayAll, Queue: name,
+			After: map[string]any{"replayed": replayed, "kept": kept, "failed": failed}, Result: "partial: " + stopErr.Error()})
+		httpx.WriteProblem(w, httpx.PartiallyApplied(fmt.Sprintf("%d dead letters replayed, %d kept, %d failed, then the store failed (%v): "+
+			"the letters after the cursor of next are untouched; POST next to continue", replayed, kept, failed, stopErr),
+			counts, nextURL(limit-handled())))
+		return
 	}
 	a.record(r, audit.Record{Action: audit.ActionReplayAll, Queue: name,
 		After: map[string]any{"replayed": replayed, "kept": kept, "failed": failed}, Result: "ok"})
-	httpx.WriteJSON(w, http.StatusOK, map[string]any{"queue": name, "replayed": replayed, "kept": kept, "failed": failed})
+	if !exhausted {
+		counts["next"] = nextURL(limit)
+	}
+	httpx.WriteJSON(w, http.StatusOK, counts)
+}
+
+// writeChangeError answers a change (a purge) the queue store failed: a 503 ("nothing
+// done, try again") when the store refused it or it was never sent; a request that timed
+// out once sent may have been carried out, so that is a 500 #outcome-unknown.
+func writeChangeError(w http.ResponseWriter, err error) {
+	if !status.MayHaveActed(err) {
+		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
+		return
+	}
+	httpx.WriteProblem(w, httpx.OutcomeUnknown("the change was sent to the queue store (NATS JetStream) and its answer was lost ("+err.Error()+
+		"): it may have been made. Read the queue or key to see"))
+}
+
+// adminHooks are test seams: each, when set, runs at its point of a handler, so that a
+// test can make a store fail for real (stop NATS) right after a change was made — the
+// moment the #stored-not-applied and #partially-applied answers exist for. Unset in
+// production; atomic so that a test may set them while the server runs.
+type adminHooks struct {
+	afterStore  atomic.Pointer[func(int)] // patchQueue: the override is stored, the stream not yet updated
+	afterReplay atomic.Pointer[func(int)] // replayAllDead: after the n-th letter handled (n ≥ 1)
+	afterAdmit  atomic.Pointer[func(int)] // a replay: the letter is back in its queue, its dead letter not yet removed
+}
+
+func (h *adminHooks) run(p *atomic.Pointer[func(int)]) { h.runN(p, 0) }
+
+func (h *adminHooks) runN(p *atomic.Pointer[func(int)], n int) {
+	if f := p.Load(); f != nil {
+		(*f)(n)
+	}
 }
 
 // queryInt reads the query parameter name as a whole number from 1 to most (def when

@@ -6,13 +6,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,19 +25,23 @@ const (
 	ScopeRead    = "read"    // GET of the admin API: the console's views
 	ScopeOperate = "operate" // every admin call: tune, reset, pause, purge, replay, key delete
 	ScopeSubmit  = "submit"  // POST /v1/messages and DELETE /v1/messages/{id} (-submit-tokens)
+	// ScopeCheck is the scope of the check API (POST /v1/check, POST /json and the envoy
+	// RLS over gRPC) once -submit-tokens is set: "check" or "check:DOMAIN" lines of that
+	// file. A submit token does not check, nor a check token submit.
+	ScopeCheck = "check"
 )
 
 // Token is a named, scoped bearer token. Only a SHA-256 digest of its secret is kept.
 type Token struct {
 	Name   string
 	Scope  string
-	Domain string // submit tokens: the one domain it may submit to; empty = any
+	Domain string // submit and check tokens: the one domain it may submit to or check; empty = any
 	digest [32]byte
 }
 
 // TokenFile is a file of tokens, one per line: "name scope secret" ("#" comments and blank
 // lines are skipped). Admin scopes are read and operate; submit tokens are "submit" or
-// "submit:DOMAIN". The file is re-read when its modification time or size changes (checked
+// "submit:DOMAIN", check tokens "check" or "check:DOMAIN". The file is re-read when its modification time or size changes (checked
 // at most once per second); a file that no longer parses keeps the last good tokens and is
 // logged (never the secrets).
 type TokenFile struct {
@@ -149,10 +151,10 @@ func ParseTokens(data []byte, admin bool) ([]Token, error) {
 			}
 		} else {
 			scope, domain, hasDomain := strings.Cut(t.Scope, ":")
-			if scope != ScopeSubmit || (hasDomain && domain == "") {
-				return nil, fmt.Errorf("%d: scope %q: want submit or submit:DOMAIN", n, t.Scope)
+			if (scope != ScopeSubmit && scope != ScopeCheck) || (hasDomain && domain == "") {
+				return nil, fmt.Errorf("%d: scope %q: want submit, submit:DOMAIN, check or check:DOMAIN", n, t.Scope)
 			}
-			t.Scope, t.Domain = ScopeSubmit, domain
+			t.Scope, t.Domain = scope, domain
 		}
 		if len(fields[2]) < 16 {
 			return nil, fmt.Errorf("%d: token of %q: at least 16 characters (e.g. openssl rand -hex 32)", n, t.Name)
@@ -280,8 +282,11 @@ func (s *Server) authenticate(h http.Handler) http.Handler {
 }
 
 // submitAuth guards POST /v1/messages and DELETE /v1/messages/{id} when -submit-tokens is
-// set: a submit token is needed, and a token for one domain submits to that domain only
-// (the body's "domain"; for a cancel, the domain of the id's rule).
+// set: a submit token is needed, and a token for one domain submits to that domain only.
+// A cancel's domain (that of the id's rule) is checked here; a submission's domains are
+// checked by the handler once the body is decoded (submitRefused), for a single
+// submission and for every item of a batch alike — a check here that read one object's
+// "domain" saw nothing in a JSON array or NDJSON and let a batch through to any domain.
 func (s *Server) submitAuth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Auth == nil || s.cfg.Auth.Submit == nil {
@@ -298,10 +303,14 @@ func (s *Server) submitAuth(h http.HandlerFunc) http.HandlerFunc {
 			s.unauthorized(w, r, "unknown submit token")
 			return
 		}
-		if t.Domain != "" {
-			domain, err := s.requestDomain(r)
-			if err != nil {
-				h(w, r) // the handler answers the malformed request as it always does
+		if t.Scope != ScopeSubmit {
+			forbidden(w, fmt.Sprintf("token %q has scope %s; submitting needs scope submit", t.Name, t.Scope))
+			return
+		}
+		if t.Domain != "" && r.Method == http.MethodDelete {
+			domain, ok := s.cancelDomain(r)
+			if !ok {
+				h(w, r) // the handler answers the unknown id as it always does
 				return
 			}
 			if domain != t.Domain {
@@ -313,35 +322,38 @@ func (s *Server) submitAuth(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-var errNoDomain = errors.New("no domain")
+// submitRefused is the 403 of a submission to domain when the request's submit token (ctx)
+// may submit to another domain only; nil when it may (or no token is configured). item is
+// the submission's index in a batch, or -1 for a single one: the problem then names the
+// item ("[3].domain"), and says the whole batch was refused.
+func submitRefused(ctx context.Context, domain string, item int) *httpx.Problem {
+	t, ok := TokenOf(ctx)
+	if !ok || t.Domain == "" || domain == t.Domain {
+		return nil
+	}
+	p := httpx.Forbidden(fmt.Sprintf("token %q may submit to domain %q only", t.Name, t.Domain))
+	p.Field = "domain"
+	if item >= 0 {
+		p.Field = "[" + strconv.Itoa(item) + "].domain"
+		p.Detail = fmt.Sprintf("item %d is for domain %q: token %q may submit to domain %q only; "+
+			"the batch is refused whole and none of its items was stored", item, domain, t.Name, t.Domain)
+	}
+	return &p
+}
 
-// requestDomain reads the domain a submit or cancel is for, leaving r's body readable.
-func (s *Server) requestDomain(r *http.Request) (string, error) {
-	if r.Method == http.MethodDelete {
-		ref, ok := queue.ParseID(r.PathValue("id"))
-		if !ok {
-			return "", errNoDomain
+// cancelDomain is the domain of the rule of a cancel's message id; false when the id names
+// no rule in force.
+func (s *Server) cancelDomain(r *http.Request) (string, bool) {
+	ref, ok := queue.ParseID(r.PathValue("id"))
+	if !ok {
+		return "", false
+	}
+	for _, rule := range s.cfg.Rules().Rules() {
+		if queue.RuleToken(rule.Name) == ref.RuleToken {
+			return rule.Domain, true
 		}
-		for _, rule := range s.cfg.Rules().Rules() {
-			if queue.RuleToken(rule.Name) == ref.RuleToken {
-				return rule.Domain, nil
-			}
-		}
-		return "", errNoDomain
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, s.cfg.MaxBody+1))
-	r.Body.Close()
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	if err != nil {
-		return "", err
-	}
-	var v struct {
-		Domain string `json:"domain"`
-	}
-	if err := json.Unmarshal(body, &v); err != nil {
-		return "", err
-	}
-	return v.Domain, nil
+	return "", false
 }
 
 // AuthFiles says where the ingress's tokens come from: -admin-token, -admin-token-file,

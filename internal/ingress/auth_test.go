@@ -192,9 +192,13 @@ func TestSubmitTokens(t *testing.T) {
 	if a := call(t, "DELETE", base+"/v1/messages/"+id, submitAll, ""); a.status != 200 && a.status != 409 {
 		t.Errorf("cancel with the submit token: %d %v", a.status, a.body)
 	}
-	// Checks stay open (Envoy does not send tokens).
-	if a := call(t, "POST", base+"/v1/check", "", `{"domain":"auth","descriptors":[{"entries":[{"key":"auth_type","value":"login"}]}]}`); a.status != 200 {
-		t.Errorf("check without a token: %d", a.status)
+	// Checks need a check token now (TestCheckTokens); a submit token does not check.
+	check := `{"domain":"auth","descriptors":[{"entries":[{"key":"auth_type","value":"login"}]}]}`
+	if a := call(t, "POST", base+"/v1/check", "", check); a.status != 401 {
+		t.Errorf("check without a token: %d, want 401", a.status)
+	}
+	if a := call(t, "POST", base+"/v1/check", submitAll, check); a.status != 403 {
+		t.Errorf("check with a submit token: %d, want 403", a.status)
 	}
 }
 

@@ -33,9 +33,9 @@ var (
 // (scheduled items, repeats of an idempotency key) at once.
 const batchConcurrency = 64
 
-// isBatch reports whether a submission body is a batch: a JSON array, or NDJSON.
-func isBatch(r *http.Request, body []byte) bool {
-	if ct := r.Header.Get("Content-Type"); len(ct) >= 20 && (ct[:20] == "application/x-ndjson" || ct[:20] == "application/jsonl") {
+// isBatch reports whether a submission body is a batch: NDJSON, or a JSON array.
+func isBatch(media submitMedia, body []byte) bool {
+	if media == mediaNDJSON {
 		return true
 	}
 	for _, c := range body {
@@ -82,7 +82,9 @@ func splitBatch(body []byte) ([]json.RawMessage, *httpx.Problem) {
 // Redis counts, every message published asynchronously, every PubAck waited for); the items
 // of one key enter its queue in the order given. The answer is 200 once every item has its
 // answer: an item answered 202 is stored, and a client that lost the answer retries the
-// batch with the same idempotency keys to learn which (repeats answer 200).
+// batch with the same idempotency keys to learn which (repeats answer 200). Authorization
+// is the exception: with -submit-tokens, an item the token may not submit (another domain)
+// refuses the whole batch, 403 naming the item, before anything is admitted.
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte) {
 	if len(r.Header.Values("Idempotency-Key")) > 0 { // even empty
 		httpx.WriteProblem(w, httpx.BadRequest("Idempotency-Key", "a batch takes an idempotency_key per item, not the header"))
@@ -95,6 +97,19 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte
 	}
 	defer requestPool.Put(reqs)
 	ctx := r.Context()
+	// Every item passes the authorization of a single submission, before any is admitted:
+	// one item a token may not submit refuses the whole batch (403 naming the item), so
+	// nothing of a batch that was not authorized whole is stored. An item that does not
+	// decode is not looked at: it is answered 400 and stored neither way.
+	for i := range reqs {
+		if problems[i] != nil {
+			continue
+		}
+		if p := submitRefused(ctx, reqs[i].Domain, i); p != nil {
+			httpx.WriteProblem(w, *p)
+			return
+		}
+	}
 	items := outcomePool.Get(len(reqs))
 	defer outcomePool.Put(items)
 	subs := submissionPool.Get(len(reqs))
@@ -132,7 +147,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte
 		sub := &subs[i]
 		items[i] = batchOutcome(s.schedule(ctx, sub.rule, sub.msg, sub.req, sub.at), i)
 	})
-	s.cfg.Admitter.AdmitBatch(ctx, adms)
+	if len(adms) > 0 { // none when every item was answered already (refused, scheduled)
+		s.cfg.Admitter.AdmitBatch(ctx, adms)
+	}
 	var repeats []int // repeats of an idempotency key: their owner is looked up
 	for i := range subs {
 		if subs[i].req == nil || !subs[i].at.IsZero() {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-io/sluice/internal/ingress"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 )
 
 type batchAnswer struct {

@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/rules"
 )
@@ -104,9 +106,22 @@ func overrideLimit(field string, requests uint64, unit string, multiplier uint64
 	case multiplier > 1<<20:
 		p := httpx.BadRequest(field+".unit_multiplier", "must be at most 1048576")
 		return nil, &p
+	case max(multiplier, 1) > uint64(rules.MaxOverrideWindow/d):
+		// Compared before multiplying: YEAR × 1048576 does not fit a time.Duration (it
+		// wrapped around and answered 500), DAY × 106000 made counters that lived for
+		// centuries. The rule (or -override-max-window) bounds it further in decide.
+		p := httpx.BadRequest(field+".unit_multiplier", fmt.Sprintf("%d × %s is longer than a limit override's longest window, %s", max(multiplier, 1), unit, rules.MaxOverrideWindow))
+		return nil, &p
 	}
-	return &rules.RateLimit{Rate: rules.Rate{Requests: int64(requests), Interval: d * time.Duration(max(multiplier, 1))},
-		Algorithm: rules.FixedWindow}, nil
+	l := &rules.RateLimit{Rate: rules.Rate{Requests: int64(requests), Interval: d * time.Duration(max(multiplier, 1))},
+		Algorithm: rules.FixedWindow}
+	if err := (bucket.Limit{Algorithm: bucket.FixedWindow, Rate: l.Rate.Requests, Interval: l.Rate.Interval}).Validate(); err != nil {
+		// 4294967295 a day is more than the limiter counts exactly (requests × window in
+		// milliseconds must stay under 2^53): refused here, not a 500 from the store.
+		p := httpx.BadRequest(field+".requests_per_unit", fmt.Sprintf("%d per %s is more than the limiter can count (requests × window in milliseconds must stay below 2^53)", requests, l.Rate.Interval))
+		return nil, &p
+	}
+	return l, nil
 }
 
 // protoDuration renders d like protobuf's JSON Duration ("43s", "3.353s"): whole seconds,
@@ -196,6 +211,10 @@ func decodeCheck(r *http.Request, body []byte) (domain string, reqHits uint64, d
 }
 
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	allowed, ok := s.httpCheckCaller(w, r)
+	if !ok {
+		return
+	}
 	body, bp, prob := s.readBody(w, r)
 	defer s.releaseBody(bp)
 	if prob != nil {
@@ -207,8 +226,17 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, *p)
 		return
 	}
+	if d := checkDomain(allowed, domain); d != nil {
+		s.writeCheckDenied(w, r, d)
+		return
+	}
 	v, err := s.decide(r.Context(), transportHTTP, domain, reqHits, descs)
+	var refused *overrideRefused
 	switch {
+	case errors.As(err, &refused):
+		s.metrics.checkRefused.WithLabelValues("limit_override", transportHTTP).Inc()
+		httpx.WriteProblem(w, refused.problem)
+		return
 	case errors.Is(err, errLimitsInvalid):
 		s.internalError(w, "", err)
 		return

@@ -277,6 +277,7 @@ descriptors:
 	b.shot("queues")
 	b.wait("two samples in the sparklines", `document.querySelector('tr[data-queue="orders"] td[data-field="depth"] polyline') !== null`)
 	b.noOverflow("the queues page at 1280 px")
+	b.noMidWordBreaks("the queues page at 1280 px")
 	b.sparkScales("the queues page")
 
 	// One queue: pause, and nothing leaves; resume, and deliveries go on.
@@ -343,6 +344,7 @@ descriptors:
 	}
 	b.shot("dead")
 	b.noOverflow("the dead letters page at 1280 px")
+	b.noMidWordBreaks("the dead letters page at 1280 px")
 	b.do("replay", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-id="%s"] button`, deadID))))
 	b.wait("replayed", `document.getElementById("status").textContent.includes("is queued again")`)
 	waittest.Eventually(t, 20*time.Second, "the replayed dead letter delivered", func() bool {
@@ -366,20 +368,28 @@ descriptors:
 	}
 
 	// The audit trail shows what was done above, newest first: the purge, the replay, the
-	// pause and the outflow tune, each with who did it.
+	// pause and the outflow tune, each with who did it. Changes of the longest-named rule,
+	// made first, make its table as wide as it gets: it still fits 1280 px.
+	const long = "notifications-per-tenant-transactional-email"
+	for _, patch := range []string{`{"paused":true}`, `{"outflow":{"unit":"second","requests_per_unit":20},"total_outflow":{"unit":"second","requests_per_unit":4000}}`, `{"reset":true}`} {
+		if rep := e.admin("PATCH", "/v1/admin/queues/"+long, patch); rep.code != 200 {
+			t.Fatalf("PATCH %s %s: %d %s", long, patch, rep.code, rep.raw)
+		}
+	}
 	b.do("audit", chromedp.Navigate(e.base+"/ui/#/audit"))
-	b.wait("the audit trail", `document.querySelectorAll('#audit tbody tr').length >= 4`)
+	b.wait("the audit trail", `document.querySelectorAll('#audit tbody tr').length >= 7`)
 	trail := b.eval(`document.getElementById("audit").tBodies[0].textContent`)
 	for _, want := range []string{"purge", "replay", "pause", "tune", "orders"} {
 		if !strings.Contains(trail, want) {
 			t.Fatalf("the audit page does not show %q: %q", want, trail)
 		}
 	}
-	if first := b.eval(`document.querySelector('#audit tbody tr').textContent`); !strings.Contains(first, "purge") {
-		t.Fatalf("the newest change (the purge) is not first: %q", first)
+	if first := b.eval(`document.querySelector('#audit tbody tr').textContent`); !strings.Contains(first, long) {
+		t.Fatalf("the newest change (of %s) is not first: %q", long, first)
 	}
 	b.shot("audit")
 	b.noOverflow("the audit page at 1280 px")
+	b.noMidWordBreaks("the audit page at 1280 px")
 
 	// Readable in both colour schemes: text, muted text, links and buttons at least 4.5:1.
 	for _, scheme := range []string{"light", "dark"} {
@@ -398,16 +408,39 @@ descriptors:
 		b.shot("queues-" + scheme)
 	}
 
-	// 390 px wide: nothing wider than the screen but the tables, which scroll in place.
+	// 390 px wide: nothing wider than the screen but the tables, which scroll in place; the
+	// queue list shows every queue's depth and state without scrolling sideways.
 	b.do("narrow", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)))
-	for _, page := range []string{"queues", "queue/orders", "dead?queue=orders"} {
+	for _, page := range []string{"queues", "queue/orders", "dead?queue=orders", "audit"} {
 		b.do("open "+page, chromedp.Navigate(e.base+"/ui/#/"+page))
 		b.wait(page, `document.querySelector("main section:not([hidden])") !== null`)
 		time.Sleep(300 * time.Millisecond)
 		if w := b.eval(`String(document.documentElement.scrollWidth)`); w != "390" {
 			t.Errorf("%s at 390 px: the page is %s px wide", page, w)
 		}
+		b.noMidWordBreaks(page + " at 390 px")
 		b.shot("narrow-" + strings.NewReplacer("/", "-", "?", "-", "=", "-").Replace(page))
+		if page != "queues" {
+			continue
+		}
+		b.wait("the queues", `document.querySelectorAll("#queues tbody tr").length === 3`)
+		raw := b.eval(`JSON.stringify([...document.querySelectorAll("#queues tbody tr")].map((tr) => {
+			const box = tr.closest(".scroll").getBoundingClientRect(), out = [tr.dataset.queue];
+			for (const f of ["depth", "state"]) {
+				const r = tr.querySelector('td[data-field="' + f + '"]').getBoundingClientRect();
+				out.push(f + (r.width > 0 && r.left >= box.left && r.right <= Math.min(box.right, 390) + 0.5 ? " shown" : " off screen at " + Math.round(r.left) + "–" + Math.round(r.right)));
+			}
+			return out.join(": ");
+		}))`)
+		var rows []string
+		if err := jsonUnmarshal(raw, &rows); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			if strings.Contains(r, "off screen") {
+				t.Errorf("the queues page at 390 px: %s", r)
+			}
+		}
 	}
 
 	if errs := b.errors("401", "412"); len(errs) > 0 {
@@ -444,6 +477,39 @@ func (b *browser) noOverflow(what string) {
 	}
 	if len(bad) > 0 {
 		b.t.Errorf("%s overflows:\n%s", what, strings.Join(bad, "\n"))
+	}
+}
+
+// noMidWordBreaks fails the test when a table cell on the page wraps inside a word: a
+// run of characters between spaces and the separators a name may wrap after
+// (- _ . = , : / @), as rule, domain and queue names, ids, keys and descriptors are
+// written. Each such word must lie on one line.
+func (b *browser) noMidWordBreaks(what string) {
+	b.t.Helper()
+	raw := b.eval(`JSON.stringify((() => {
+		const bad = [];
+		for (const cell of document.querySelectorAll("main section:not([hidden]) td")) {
+			if (cell.getClientRects().length === 0) continue; // not displayed
+			const walk = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+			for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+				for (const m of n.textContent.matchAll(/[^\s\-_.=,:\/@]*[\-_.=,:\/@]?/g)) {
+					if (m[0] === "") continue;
+					const range = document.createRange();
+					range.setStart(n, m.index);
+					range.setEnd(n, m.index + m[0].length);
+					const tops = new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top)));
+					if (tops.size > 1) bad.push(JSON.stringify(m[0]) + " of " + JSON.stringify(cell.textContent.slice(0, 60)) + " is broken over " + tops.size + " lines");
+				}
+			}
+		}
+		return bad;
+	})())`)
+	var bad []string
+	if err := jsonUnmarshal(raw, &bad); err != nil {
+		b.t.Fatalf("%s: %v", raw, err)
+	}
+	if len(bad) > 0 {
+		b.t.Errorf("%s breaks words:\n%s", what, strings.Join(bad, "\n"))
 	}
 }
 

@@ -3,7 +3,9 @@ package ingress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"math/big"
 	"strconv"
 	"time"
 
@@ -45,6 +47,10 @@ type checkDescriptor struct {
 // sluice_checks_total; the key never reaches a label).
 const overrideRule = "override"
 
+// overrideCounters names the limiter keys of limit overrides: '~' is in no rule's name, so
+// no rule's counters (a rule may be named "override") can share one.
+const overrideCounters = "~" + overrideRule
+
 // overrideKey is the limiter key of a descriptor with a limit override: the domain and
 // every entry, each length-prefixed so no two descriptors share one.
 func overrideKey(domain string, es []rules.Entry) string {
@@ -55,7 +61,7 @@ func overrideKey(domain string, es []rules.Entry) string {
 		app(e.Key)
 		app(e.Value)
 	}
-	return admit.LimitKey(overrideRule, string(b))
+	return admit.LimitKey(overrideCounters, string(b))
 }
 
 // descriptorVerdict is the answer for one descriptor.
@@ -104,8 +110,9 @@ var (
 
 // countsOver reports whether rule counts hits as envoy counts a hits_addend — whatever
 // the answer — in its fixed_window limits: every check rule (no queue) that does not ask
-// for all_or_nothing, and every limit override. Queue rules share their counter with
-// admissions, which are all-or-nothing, so they stay all-or-nothing.
+// for all_or_nothing, and every limit override. Queue rules count all-or-nothing as their
+// admissions do, whether their checks share the admissions' counters (`checks: share`)
+// or have their own: a check answers what a submission of as many messages would.
 func countsOver(rule *rules.Rule) bool { return !rule.HasQueue() && !rule.AllOrNothing }
 
 // decide checks every descriptor against the rules in force and counts the hits of those
@@ -113,8 +120,8 @@ func countsOver(rule *rules.Rule) bool { return !rule.HasQueue() && !rule.AllOrN
 // (a refusal of one does not undo the count of another), the overall code is the worst
 // (see checkVerdict.Over for quota and shadow mode). A check rule's fixed windows count
 // the hits even when refused (see countsOver). A rule that queues (POST /v1/messages) is
-// checked by its admission limit alone, the same counter its admissions use; nothing is
-// queued or parked. An unknown domain or a descriptor no rule matches is OK with no
+// checked by its admission limit alone, on counters of the checks' own unless the rule
+// says `checks: share` (checkCounters); nothing is queued or parked. An unknown domain or a descriptor no rule matches is OK with no
 // limit. reqHits is the request's own hits_addend (for dynamic metadata).
 func (s *Server) decide(ctx context.Context, transport, domain string, reqHits uint64, descs []checkDescriptor) (checkVerdict, error) {
 	now := s.cfg.Now()
@@ -124,7 +131,19 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 	}
 	env := s.envoyState()
 	v := checkVerdict{Statuses: make([]descriptorVerdict, len(descs))}
-	for i, cr := range s.cfg.Rules().Check(domain, entries) {
+	checked := s.cfg.Rules().Check(domain, entries)
+	if s.cfg.Limits != nil {
+		// Every override is weighed before anything is counted: a refused one refuses the
+		// whole request, as a malformed one does.
+		for i := range descs {
+			if o := descs[i].Override; o != nil {
+				if p := s.overrideAllowed(i, o, checked[i].Rule); p != nil {
+					return v, &overrideRefused{problem: *p}
+				}
+			}
+		}
+	}
+	for i, cr := range checked {
 		rule, key := cr.Rule, ""
 		switch {
 		case descs[i].Override != nil && s.cfg.Limits != nil:
@@ -145,6 +164,9 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 			s.metrics.checks.WithLabelValues(name, codeOK, transport).Inc()
 			continue
 		}
+		// The limiter's name for the counters: a queue rule's checks count on counters of
+		// their own unless it says `checks: share` (checkCounters).
+		counters := checkCounters(rule)
 		res, blocked := blockedResult(rule, descs[i].Hits, now)
 		var err error
 		cached := false
@@ -156,7 +178,7 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 				// looked up without building the key's string: a cached answer allocates
 				// nothing here
 				var buf [128]byte
-				hit, cached = cacheGet(env.cache, appendLimitKey(buf[:0], rule.Name, cr.Key), now)
+				hit, cached = cacheGet(env.cache, appendLimitKey(buf[:0], counters, cr.Key), now)
 			}
 			cached = cached && hit.limit < len(rule.RateLimits) && rule.RateLimits[hit.limit].Rate.Interval == hit.ivl
 			if cached {
@@ -167,7 +189,7 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 			}
 		}
 		if key == "" && !cached {
-			key = admit.LimitKey(rule.Name, cr.Key)
+			key = admit.LimitKey(counters, cr.Key)
 		}
 		if !blocked && !cached {
 			lims := admit.Limits(rule)
@@ -264,6 +286,80 @@ func (s *Server) decide(ctx context.Context, transport, domain string, reqHits u
 		v.DynamicMetadata = dynamicMetadata(domain, reqHits, descs, &v)
 	}
 	return v, nil
+}
+
+// checkSuffix ends the limiter name of a queue rule's check counters ("marketing~check"):
+// rule names are [A-Za-z0-9_-], so it is no rule's name, and no admission key starts so.
+const checkSuffix = "~check"
+
+// checkCounters is the limiter name a check of rule counts under: the rule's own name for
+// a check-only rule (whose counters are the checks') and for a queue rule with
+// `checks: share` (its admissions' counters); else the rule's name with checkSuffix,
+// counters that no submission spends and no check can spend for submissions.
+func checkCounters(rule *rules.Rule) string {
+	if rule.HasQueue() && rule.Checks != rules.ChecksShare {
+		return rule.Name + checkSuffix
+	}
+	return rule.Name
+}
+
+// overrideRefused is decide's answer to a limit override beyond its bounds: a 400 problem
+// naming the descriptor's limit (gRPC: InvalidArgument), nothing counted.
+type overrideRefused struct{ problem httpx.Problem }
+
+func (e *overrideRefused) Error() string { return "ingress: " + problemText(&e.problem) }
+
+// DefaultOverrideMaxFactor and DefaultOverrideMaxWindow are the defaults of
+// -override-max-factor and -override-max-window.
+const (
+	DefaultOverrideMaxFactor = 10
+	DefaultOverrideMaxWindow = 24 * time.Hour
+)
+
+// overrideAllowed weighs descriptor i's limit override o against rule (nil: no rule
+// matched): the rule's limit_override, else -override-max-factor and
+// -override-max-window. Its window may be no longer than the bound (so its counter lives
+// no longer), and its rate (requests per window) no more than max_factor times the rate
+// of each of the rule's limits, compared exactly in integers. A descriptor without a
+// rule, or whose rule is unlimited or has no limits, has no rate to compare with: only
+// the window is bounded. nil when allowed.
+func (s *Server) overrideAllowed(i int, o *rules.RateLimit, rule *rules.Rule) *httpx.Problem {
+	field := descriptorFields[i].at + ".limit"
+	factor, window := s.cfg.OverrideMaxFactor, s.cfg.OverrideMaxWindow
+	factorFrom, windowFrom := "-override-max-factor", "-override-max-window"
+	if rule != nil {
+		lo := rule.LimitOverride
+		if lo.Refused {
+			p := httpx.BadRequest(field, fmt.Sprintf("rule %q takes no limit override (its limit_override.max_factor is 0)", rule.Name))
+			return &p
+		}
+		if lo.MaxFactor > 0 {
+			factor, factorFrom = lo.MaxFactor, fmt.Sprintf("rule %q's limit_override.max_factor", rule.Name)
+		}
+		if lo.MaxWindow > 0 {
+			window, windowFrom = lo.MaxWindow, fmt.Sprintf("rule %q's limit_override.max_window", rule.Name)
+		}
+	}
+	if o.Rate.Interval > window {
+		p := httpx.BadRequest(field, fmt.Sprintf("a window of %s is longer than %s allows (%s)", o.Rate.Interval, windowFrom, window))
+		return &p
+	}
+	if rule == nil || rule.Unlimited {
+		return nil
+	}
+	var lhs, rhs big.Int
+	for _, l := range rule.RateLimits {
+		// o.Requests / o.Interval ≤ factor × l.Requests / l.Interval, without division
+		lhs.Mul(big.NewInt(o.Rate.Requests), big.NewInt(int64(l.Rate.Interval)))
+		rhs.Mul(big.NewInt(factor), big.NewInt(l.Rate.Requests))
+		rhs.Mul(&rhs, big.NewInt(int64(o.Rate.Interval)))
+		if lhs.Cmp(&rhs) > 0 {
+			p := httpx.BadRequest(field, fmt.Sprintf("%d per %s is more than %d × rule %q's %d per %s (%s)",
+				o.Rate.Requests, o.Rate.Interval, factor, rule.Name, l.Rate.Requests, l.Rate.Interval, factorFrom))
+			return &p
+		}
+	}
+	return nil
 }
 
 // appendLimitKey appends admit.LimitKey(rule, key) to b (TestAppendLimitKey keeps the two

@@ -300,6 +300,10 @@ func wholeSeconds(d time.Duration) time.Duration {
 // protojson (camelCase, durations "40s"), 429 when OVER_LIMIT. Bad input is a 400 problem
 // naming the field; the limiter store unreachable is a 503 (envoy answers 400 to both).
 func (s *Server) handleEnvoyJSON(w http.ResponseWriter, r *http.Request) {
+	allowed, ok := s.httpCheckCaller(w, r)
+	if !ok {
+		return
+	}
 	body, bp, prob := s.readBody(w, r)
 	defer s.releaseBody(bp)
 	if prob != nil {
@@ -316,8 +320,17 @@ func (s *Server) handleEnvoyJSON(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, *p)
 		return
 	}
+	if d := checkDomain(allowed, req.GetDomain()); d != nil {
+		s.writeCheckDenied(w, r, d)
+		return
+	}
 	v, err := s.decide(r.Context(), transportHTTP, req.GetDomain(), uint64(req.GetHitsAddend()), descs)
+	var refused *overrideRefused
 	switch {
+	case errors.As(err, &refused):
+		s.metrics.checkRefused.WithLabelValues("limit_override", transportHTTP).Inc()
+		httpx.WriteProblem(w, refused.problem)
+		return
 	case errors.Is(err, errLimitsInvalid):
 		s.internalError(w, "", err)
 		return

@@ -6,14 +6,15 @@ import (
 	"testing"
 
 	"github.com/sluice-io/sluice/internal/ingress"
+	ingressproc "github.com/sluice-io/sluice/internal/process/ingress"
 )
 
 // The envoy parity flags: defaults as envoy's (all off), each flag and its SLUICE_*
 // variable, a bad value refused naming the flag, and -check-config taking -rules' list.
 func TestEnvoyParityFlags(t *testing.T) {
 	t.Parallel()
-	parse := func(env map[string]string, args ...string) (ingress.Config, error) {
-		return ingress.ParseFlags(append([]string{"-rules", "r.yaml"}, args...), func(k string) string { return env[k] }, io.Discard)
+	parse := func(env map[string]string, args ...string) (ingressproc.Config, error) {
+		return ingressproc.ParseFlags(append([]string{"-rules", "r.yaml"}, args...), func(k string) string { return env[k] }, io.Discard)
 	}
 	c, err := parse(nil)
 	if err != nil {
@@ -54,7 +55,7 @@ func TestEnvoyParityFlags(t *testing.T) {
 			t.Errorf("%s=%s: %v, want an error naming %s", name, v, err, name)
 		}
 	}
-	c, err = ingress.ParseFlags([]string{"-check-config", "a.yaml, dir/ ,b.yml"}, func(string) string { return "" }, io.Discard)
+	c, err = ingressproc.ParseFlags([]string{"-check-config", "a.yaml, dir/ ,b.yml"}, func(string) string { return "" }, io.Discard)
 	if err != nil || strings.Join(c.CheckConfig, "|") != "a.yaml|dir/|b.yml" {
 		t.Fatalf("-check-config list: %q %v", c.CheckConfig, err)
 	}

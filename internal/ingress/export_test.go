@@ -14,3 +14,24 @@ func ScanSubmission(body []byte) (key string, payload []byte, ok bool) {
 // WriteQueued writes the 202 body of a queued message as the ingress does, for the floor
 // handlers.
 var WriteQueued = writeQueued
+
+// SetAdminHooks sets the test seams of s's admin handler (see adminHooks): afterStore runs
+// once a PATCH's override is stored, afterReplay after each dead letter a replay-all
+// handled (with their count). nil leaves a hook unset.
+func SetAdminHooks(s *Server, afterStore func(), afterReplay func(n int)) {
+	a := s.cfg.Admin.(*Admin)
+	if afterStore != nil {
+		f := func(int) { afterStore() }
+		a.hooks.afterStore.Store(&f)
+	}
+	if afterReplay != nil {
+		a.hooks.afterReplay.Store(&afterReplay)
+	}
+}
+
+// SetAdminAfterAdmit sets the seam that runs once a replayed dead letter is back in its
+// queue, before its dead letter is removed.
+func SetAdminAfterAdmit(s *Server, f func()) {
+	g := func(int) { f() }
+	s.cfg.Admin.(*Admin).hooks.afterAdmit.Store(&g)
+}

@@ -49,12 +49,23 @@ type rlsService struct {
 // failure_mode_deny), DeadlineExceeded (or Canceled) when the call's own deadline passed
 // meanwhile.
 func (g *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	allowed, err := g.s.grpcCheckCaller(ctx)
+	if err != nil {
+		return nil, err
+	}
 	descs, p := rlsDescriptors(req)
 	if p != nil {
 		return nil, status.Error(codes.InvalidArgument, problemText(p))
 	}
+	if err := g.s.grpcDenied(checkDomain(allowed, req.GetDomain())); err != nil {
+		return nil, err
+	}
 	v, err := g.s.decide(ctx, transportGRPC, req.GetDomain(), uint64(req.GetHitsAddend()), descs)
+	var refused *overrideRefused
 	switch {
+	case errors.As(err, &refused):
+		g.s.metrics.checkRefused.WithLabelValues("limit_override", transportGRPC).Inc()
+		return nil, status.Error(codes.InvalidArgument, problemText(&refused.problem))
 	case errors.Is(err, errLimitsInvalid):
 		g.s.cfg.Logger.Error("ingress: a rule's limits were refused by the limiter", "err", err)
 		return nil, status.Error(codes.Internal, "the rule's limits could not be evaluated")
@@ -251,6 +262,9 @@ type GRPCConfig struct {
 	Logger        *slog.Logger
 	// TLS serves over TLS with this configuration (tlsx.Server.Config); nil = plain text.
 	TLS *tls.Config
+	// Reflection registers gRPC server reflection (-grpc-reflection; `sluice dev` on).
+	// Default off: a production listener does not list its services to whoever asks.
+	Reflection bool
 }
 
 func (c GRPCConfig) withDefaults() GRPCConfig {
@@ -278,8 +292,8 @@ func (c GRPCConfig) withDefaults() GRPCConfig {
 	return c
 }
 
-// GRPCServer is the ingress's gRPC server: the envoy RLS v3 service, grpc.health.v1 and
-// server reflection.
+// GRPCServer is the ingress's gRPC server: the envoy RLS v3 service, grpc.health.v1 and,
+// with GRPCConfig.Reflection, server reflection.
 type GRPCServer struct {
 	*grpc.Server
 	Health *health.Server
@@ -299,7 +313,9 @@ func (s *Server) NewGRPCServer(c GRPCConfig) *GRPCServer {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
-	reflection.Register(gs)
+	if c.Reflection {
+		reflection.Register(gs)
+	}
 	return &GRPCServer{Server: gs, Health: hs}
 }
 

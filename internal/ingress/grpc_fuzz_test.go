@@ -8,6 +8,9 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-io/sluice/bucket"
+	"github.com/sluice-io/sluice/internal/rules"
 )
 
 // FuzzRLSDescriptors feeds arbitrary wire bytes, decoded as a RateLimitRequest, to the
@@ -21,6 +24,11 @@ func FuzzRLSDescriptors(f *testing.F) {
 			{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "x", Value: "y"}}, Limit: &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_DAY, UnitMultiplier: wrapperspb.UInt32(2)}},
 			{IsNegativeHits: true},
 		}},
+		// the reproductions: YEAR × 1048576 (500 before) and DAY × 106000
+		{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "x", Value: "y"}},
+			Limit: &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 50, Unit: typev3.RateLimitUnit_YEAR, UnitMultiplier: wrapperspb.UInt32(1 << 20)}}}},
+		{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "x", Value: "y"}},
+			Limit: &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 4294967295, Unit: typev3.RateLimitUnit_DAY, UnitMultiplier: wrapperspb.UInt32(106000)}}}},
 		{},
 	}
 	for _, s := range seeds {
@@ -64,6 +72,17 @@ func FuzzRLSDescriptors(f *testing.F) {
 			}
 			if o := d.Override; o != nil && (o.Rate.Requests < 1 || o.Rate.Interval <= 0) {
 				t.Fatalf("descriptor %d: override %+v", i, o)
+			}
+			// An accepted override is one the limiter counts (YEAR × 1048576 wrapped
+			// around and answered 500) and never outlives a limit override's longest
+			// window.
+			if o := d.Override; o != nil {
+				if o.Rate.Interval > rules.MaxOverrideWindow {
+					t.Fatalf("descriptor %d: override window %v", i, o.Rate.Interval)
+				}
+				if err := (bucket.Limit{Algorithm: bucket.FixedWindow, Rate: o.Rate.Requests, Interval: o.Rate.Interval}).Validate(); err != nil {
+					t.Fatalf("descriptor %d: override %+v the limiter refuses: %v", i, o, err)
+				}
 			}
 		}
 		if err := req.ValidateAll(); err != nil {

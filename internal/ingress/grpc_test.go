@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/devstack"
 	"github.com/sluice-io/sluice/internal/ingress"
+	ingressproc "github.com/sluice-io/sluice/internal/process/ingress"
 )
 
 // Rules of the gRPC tests: one rule per algorithm and feature, a queue-only rule and a
@@ -79,6 +80,16 @@ descriptors:
     descriptors:
       - key: user_id
         name: marketing
+        rate_limit: {unit: minute, requests_per_unit: 2}
+        overflow: park
+        queue: {capacity: 50, outflow: {unit: second, requests_per_unit: 1}}
+        sink: {url: "http://127.0.0.1:1/unused"}
+  - key: message_type
+    value: promo
+    descriptors:
+      - key: user_id
+        name: promo
+        checks: share
         rate_limit: {unit: minute, requests_per_unit: 2}
         overflow: park
         queue: {capacity: 50, outflow: {unit: second, requests_per_unit: 1}}
@@ -305,21 +316,34 @@ func TestGRPCShouldRateLimit(t *testing.T) {
 				t.Fatalf("queue-only rule: %s %v", codesOf(r), r.Statuses[0])
 			}
 		}
-		// Queue with an admission limit: the check counts on the admission limit...
+		// Queue with an admission limit: the check is decided by the admission limit, on
+		// counters of its own (checks: own, the default)...
 		for i, want := range []string{ok1, ok1, over1} {
 			if got := codesOf(g.call(t, "messaging", 1, desc("message_type", "marketing", "user_id", "u-7"))); got != want {
 				t.Fatalf("marketing check %d: %s, want %s", i+1, got, want)
 			}
 		}
-		// ...that admissions share: this user's next message is parked for the window.
+		// ...so this user's next message is still admitted.
 		rep := g.do("POST", "/v1/messages", submit("messaging", [][2]string{{"message_type", "marketing"}, {"user_id", "u-7"}}, `{"n":1}`))
-		if rep.code != 202 || rep.body["state"] != "parked" {
+		if rep.code != 202 || rep.body["state"] != "queued" {
 			t.Fatalf("submit after the checks: %d %s", rep.code, rep.raw)
 		}
-		for _, q := range []string{"orders", "marketing"} {
+		// checks: share counts on the admission counters: the next message is parked for
+		// the window.
+		for i, want := range []string{ok1, ok1, over1} {
+			if got := codesOf(g.call(t, "messaging", 1, desc("message_type", "promo", "user_id", "u-7"))); got != want {
+				t.Fatalf("promo check %d: %s, want %s", i+1, got, want)
+			}
+		}
+		rep = g.do("POST", "/v1/messages", submit("messaging", [][2]string{{"message_type", "promo"}, {"user_id", "u-7"}}, `{"n":1}`))
+		if rep.code != 202 || rep.body["state"] != "parked" {
+			t.Fatalf("promo submit after the checks: %d %s", rep.code, rep.raw)
+		}
+		// Nothing was queued by a check: only the one marketing submission waits.
+		for q, depth := range map[string]float64{"orders": 0, "marketing": 1, "promo": 0} {
 			rep := g.do("GET", "/v1/admin/queues/"+q, "", "Authorization", "Bearer s3cret")
-			if rep.code != 200 || rep.body["depth"] != float64(0) {
-				t.Fatalf("queue %s after gRPC checks: %d %s", q, rep.code, rep.raw)
+			if rep.code != 200 || rep.body["depth"] != depth {
+				t.Fatalf("queue %s after gRPC checks: %d %s, want depth %v", q, rep.code, rep.raw, depth)
 			}
 		}
 	})
@@ -421,7 +445,7 @@ func TestGRPCBadInput(t *testing.T) {
 
 func TestGRPCHealthReflectionAndStop(t *testing.T) {
 	t.Parallel()
-	g := startGRPC(t, nil)
+	g := startGRPC(t, nil, "-grpc-reflection")
 	ctx := context.Background()
 	hc := healthpb.NewHealthClient(g.conn)
 	for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
@@ -640,6 +664,9 @@ func TestGRPCDev(t *testing.T) {
 	if got := codesOf(g.call(t, "auth", 1, desc("auth_type", "login"))); got != over1 {
 		t.Fatalf("sixth login: %s", got)
 	}
+	if err := listServices(conn); err != nil {
+		t.Fatalf("server reflection on sluice dev: %v", err)
+	}
 	// envoy-compat.yaml: an internal address is unlimited, a banned client refused outright.
 	r := g.call(t, "edge_proxy", 1, desc("remote_address", "10.0.0.1"), desc("client_id", "scraper-9", "banned", "true"))
 	if codesOf(r) != "OVER_LIMIT: OK OVER_LIMIT" || r.Statuses[0].LimitRemaining != math.MaxUint32 {
@@ -650,7 +677,7 @@ func TestGRPCDev(t *testing.T) {
 // TestDebugAddr: -debug-addr serves pprof on its own listener, and only there.
 func TestDebugAddr(t *testing.T) {
 	t.Parallel()
-	e := start(t, func(c *ingress.Config) { c.DebugAddr = "127.0.0.1:0" })
+	e := start(t, func(c *ingressproc.Config) { c.DebugAddr = "127.0.0.1:0" })
 	resp, err := http.Get("http://" + e.main.DebugAddr.String() + "/debug/pprof/cmdline")
 	if err != nil {
 		t.Fatal(err)

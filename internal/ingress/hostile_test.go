@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluice-io/sluice/internal/ingress"
+	ingressproc "github.com/sluice-io/sluice/internal/process/ingress"
 )
 
 // A client that sends its headers one byte at a time (slowloris) is disconnected once
@@ -221,8 +222,8 @@ func TestHostileCountsRefused(t *testing.T) {
 // timeout that is no timeout is refused.
 func TestReadHeaderTimeoutFlag(t *testing.T) {
 	t.Parallel()
-	parse := func(env string, args ...string) (ingress.Config, error) {
-		return ingress.ParseFlags(append([]string{"-rules", "x"}, args...), func(k string) string {
+	parse := func(env string, args ...string) (ingressproc.Config, error) {
+		return ingressproc.ParseFlags(append([]string{"-rules", "x"}, args...), func(k string) string {
 			if k == "SLUICE_READ_HEADER_TIMEOUT" {
 				return env
 			}

@@ -8,6 +8,7 @@ import (
 type metrics struct {
 	admissions   *prometheus.CounterVec   // sluice_admissions_total{rule,decision}
 	checks       *prometheus.CounterVec   // sluice_checks_total{rule,code,transport}
+	checkRefused *prometheus.CounterVec   // sluice_checks_refused_total{reason,transport}
 	httpDuration *prometheus.HistogramVec // sluice_http_request_duration_seconds{route,code}
 	grpcDuration *prometheus.HistogramVec // sluice_grpc_request_duration_seconds{method,code}
 	degraded     prometheus.Gauge         // sluice_limiter_degraded
@@ -35,6 +36,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_checks_total",
 			Help: "Descriptors decided by POST /v1/check (transport http) and the envoy RLS gRPC ShouldRateLimit (transport grpc) by rule and code (OK, OVER_LIMIT, SHADOW_OVER_LIMIT).",
 		}, []string{"rule", "code", "transport"}),
+		checkRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_checks_refused_total",
+			Help: "Check requests refused before any descriptor was decided, by reason (unauthenticated, forbidden: -submit-tokens' check scope; limit_override: beyond its bounds) and transport.",
+		}, []string{"reason", "transport"}),
 		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_http_request_duration_seconds",
 			Help:    "HTTP request durations by route pattern and status code.",
@@ -58,6 +63,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Number of rules in force.",
 		}),
 	}
-	reg.MustRegister(m.admissions, m.checks, m.httpDuration, m.grpcDuration, m.degraded, m.rulesReload, m.rulesLoaded)
+	reg.MustRegister(m.admissions, m.checks, m.checkRefused, m.httpDuration, m.grpcDuration, m.degraded, m.rulesReload, m.rulesLoaded)
 	return m
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-io/sluice/internal/ingress"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 )
 
 // -redis takes every form app.ParseRedisURL does, from the flag or SLUICE_REDIS_URL, and

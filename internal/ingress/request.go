@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/textproto"
 	"reflect"
@@ -217,21 +218,18 @@ func (u *jsonUint) check(field string) *httpx.Problem {
 	return &p
 }
 
-// decodeJSON reads a JSON body into v, refusing unknown fields and trailing data, and maps
-// every failure to a problem naming the field when it can. A Content-Type that is set and
-// not JSON is a 415 worded for POST /v1/messages (decodeSubmit's twin).
+// decodeJSON decodes one submission as serveSubmit does, its media type checked
+// (submitMediaType), with encoding/json alone: what decodeSubmit's scanner is held to
+// (TestScanOneDecodesAsTheDecoder, FuzzSubmitBody).
 func decodeJSON(r *http.Request, body []byte, v any) *httpx.Problem {
-	if p := checkJSONType(r, submitTypes); p != nil {
+	if _, p := submitMediaType(r); p != nil {
 		return p
 	}
 	return decodeJSONBytes(body, v)
 }
 
-// The 415's detail: what each endpoint takes.
-const (
-	submitTypes = "Content-Type must be application/json (application/x-ndjson for a batch)"
-	checkTypes  = "Content-Type must be application/json"
-)
+// The 415's detail of a check.
+const checkTypes = "Content-Type must be application/json"
 
 // checkJSONType refuses a request whose Content-Type is set and not JSON, with detail.
 func checkJSONType(r *http.Request, detail string) *httpx.Problem {
@@ -240,6 +238,54 @@ func checkJSONType(r *http.Request, detail string) *httpx.Problem {
 		return &p
 	}
 	return nil
+}
+
+// submitMedia is what a submission's Content-Type says its body is.
+type submitMedia uint8
+
+const (
+	mediaJSON   submitMedia = iota + 1 // application/json: one submission, or a JSON array of them
+	mediaNDJSON                        // application/x-ndjson or application/jsonl: a batch, one per line
+)
+
+// submitMediaType reads the Content-Type of POST /v1/messages: application/json,
+// application/x-ndjson or application/jsonl (parameters allowed; a charset, if any, utf-8).
+// Anything else, and no Content-Type at all, is a 415 naming the header. A browser sends a
+// cross-site POST without asking the server first (no CORS preflight) only with a form's
+// types or text/plain — or, from a Blob without a type, with none — so refusing every type
+// but these (and the missing one) keeps another origin's page from submitting with a
+// visitor's network position, whatever the body holds.
+func submitMediaType(r *http.Request) (submitMedia, *httpx.Problem) {
+	vs := r.Header.Values("Content-Type")
+	if len(vs) == 1 && vs[0] == "application/json" { // what nearly every client sends
+		return mediaJSON, nil
+	}
+	refuse := func(detail string) (submitMedia, *httpx.Problem) {
+		p := httpx.UnsupportedMediaType("Content-Type " + detail + ": give application/json (one submission or a JSON array), " +
+			"or application/x-ndjson (a batch, one submission per line)")
+		p.Field = "Content-Type"
+		return 0, &p
+	}
+	switch {
+	case len(vs) == 0 || (len(vs) == 1 && strings.TrimSpace(vs[0]) == ""):
+		return refuse("is required")
+	case len(vs) > 1:
+		return refuse("is given more than once")
+	}
+	mt, params, err := mime.ParseMediaType(vs[0])
+	if err != nil {
+		return refuse(strconv.Quote(vs[0]) + " does not parse")
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return refuse("charset " + strconv.Quote(cs) + " is not utf-8 (JSON is UTF-8, RFC 8259)")
+	}
+	switch mt {
+	case "application/json":
+		return mediaJSON, nil
+	case "application/x-ndjson", "application/jsonl":
+		return mediaNDJSON, nil
+	}
+	return refuse(strconv.Quote(mt) + " is not taken")
 }
 
 // decodeSubmit decodes the body of one submission into req: a plain one (string fields, a
@@ -254,9 +300,6 @@ func checkJSONType(r *http.Request, detail string) *httpx.Problem {
 // An Idempotency-Key header is checked here too, and named when at fault: present, it is
 // 1–256 bytes of UTF-8, once (serveSubmit then takes it when the body has no key).
 func decodeSubmit(r *http.Request, body []byte, req *submitRequest) *httpx.Problem {
-	if p := checkJSONType(r, submitTypes); p != nil {
-		return p
-	}
 	if p := checkIdempotencyHeader(r); p != nil {
 		return p
 	}
@@ -810,11 +853,29 @@ const (
 )
 
 // deniedHeaders are names a submission may not set: the transport's, the delivery's own
-// (Content-Type, Idempotency-Key) and anything starting Sluice- or Nats- (checked apart).
+// (Content-Type, Idempotency-Key) and anything starting Sluice- or Nats- (checked apart);
+// and those that would let a submitter forge who a delivery comes from or how it travelled
+// (securityHeader).
 var deniedHeaders = map[string]bool{
 	"Host": true, "Content-Length": true, "Content-Type": true, "Content-Encoding": true,
 	"Transfer-Encoding": true, "Connection": true, "Keep-Alive": true, "Upgrade": true,
 	"Te": true, "Trailer": true, "Proxy-Connection": true, "Expect": true, "Idempotency-Key": true,
+}
+
+// securityHeader reports whether a submission's header (canonical name) is one a sink may
+// trust as the sender's or a proxy's, not the submitter's: credentials (Authorization,
+// Cookie, anything Proxy-: Proxy-Authorization and the hop-by-hop Proxy-Connection),
+// forwarding (Forwarded, X-Forwarded-*, X-Real-Ip: the client address a proxy vouches
+// for) and the hop-by-hop headers (RFC 9110 7.6.1) that only a connection's own ends set.
+// A sink behind a proxy that authenticates or allow-lists on these would take a
+// submitter's forgery for sluice's word; refused at submit, so no stored message holds one.
+func securityHeader(name string) bool {
+	switch name {
+	case "Authorization", "Cookie", "Forwarded", "X-Real-Ip", "Host",
+		"Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return strings.HasPrefix(name, "Proxy-") || strings.HasPrefix(name, "X-Forwarded-")
 }
 
 // checkHeaders validates a submission's headers and returns them with canonical names.
@@ -834,8 +895,13 @@ func checkHeaders(in map[string]string) (map[string]string, *httpx.Problem) {
 			return bad("headers", fmt.Sprintf("%q is not a header name (a token of at most %d bytes)", k, MaxHeaderNameBytes))
 		}
 		name := textproto.CanonicalMIMEHeaderKey(k)
-		if deniedHeaders[name] || strings.HasPrefix(name, "Sluice-") || strings.HasPrefix(name, "Nats-") {
-			return bad(field, "may not be set by a submission (transport, delivery and Sluice-/Nats- headers are sluice's)")
+		if securityHeader(name) {
+			return bad(field, "may not be set by a submission: credentials (Authorization, Cookie, Proxy-*), "+
+				"forwarding (Forwarded, X-Forwarded-*, X-Real-Ip), Host and hop-by-hop headers are refused, "+
+				"so that a delivery cannot be forged to look authenticated or proxied")
+		}
+		if deniedHeaders[name] || strings.HasPrefix(name, "Sluice-") || strings.HasPrefix(name, "Nats-") || strings.HasPrefix(name, "Webhook-") {
+			return bad(field, "may not be set by a submission (transport, delivery, signature and Sluice-/Nats-/Webhook- headers are sluice's)")
 		}
 		// Leading and trailing spaces and tabs are no part of an HTTP field value (RFC 9110
 		// 5.5): every receiver drops them, so they are dropped here, where the message is

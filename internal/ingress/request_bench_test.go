@@ -62,7 +62,10 @@ func FuzzSubmitBody(f *testing.F) {
 		r := httptest.NewRequest(http.MethodPost, "/v1/messages", nil)
 		r.Header.Set("Content-Type", contentType)
 		var req submitRequest
-		p := decodeSubmit(r, body, &req)
+		_, p := submitMediaType(r) // as serveSubmit checks it first
+		if p == nil {
+			p = decodeSubmit(r, body, &req)
+		}
 		var want submitRequest
 		if wantP := decodeJSON(r, body, &want); !reflect.DeepEqual(req, want) || !reflect.DeepEqual(p, wantP) {
 			t.Fatalf("decodeSubmit %+v %v, encoding/json %+v %v", req, p, want, wantP)

@@ -22,8 +22,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluice-io/sluice/api"
-	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 	"github.com/sluice-io/sluice/internal/redistest"
 )
 

@@ -1,5 +1,7 @@
 // Package ingress is sluice's front door: the HTTP API of docs/http-api.md (submit, status, check,
-// health, metrics, admin) and the ingress process that serves it (Main).
+// health, metrics, admin) and envoy's gRPC rate limit service. The ingress process that serves
+// them (flags, connections, listeners, the optional in-process drainer) is assembled in
+// internal/process/ingress; this package imports neither it nor the drainer.
 package ingress
 
 import (
@@ -113,8 +115,17 @@ type ServerConfig struct {
 	Unavailable time.Duration
 
 	// Auth holds the admin tokens (scopes read and operate) and the submit tokens; nil or
-	// without admin tokens, the admin API answers 401 to everyone.
+	// without admin tokens, the admin API answers 401 to everyone. With submit tokens, the
+	// check API needs a check token (checkauth.go).
 	Auth *Auth
+	// CheckClientNames are the client certificate identities (tlsx.NameAllowed) that may
+	// use the check API without a token once submit tokens are on. -check-client-names.
+	CheckClientNames []string
+	// OverrideMaxFactor and OverrideMaxWindow bound a check's limit override where its
+	// rule's limit_override does not say (-override-max-factor, default 10;
+	// -override-max-window, default 24h).
+	OverrideMaxFactor int64
+	OverrideMaxWindow time.Duration
 }
 
 // NewServer builds the server and registers its metrics on cfg.Registry.
@@ -133,6 +144,12 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.OverrideMaxFactor <= 0 {
+		cfg.OverrideMaxFactor = DefaultOverrideMaxFactor
+	}
+	if cfg.OverrideMaxWindow <= 0 {
+		cfg.OverrideMaxWindow = DefaultOverrideMaxWindow
 	}
 	if cfg.Unavailable <= 0 {
 		cfg.Unavailable = 2 * time.Second
@@ -329,6 +346,13 @@ type submitResponse struct {
 }
 
 func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
+	// The media type first: a body that is not declared JSON (a cross-site form, text/plain)
+	// is not even read.
+	media, prob := submitMediaType(r)
+	if prob != nil {
+		httpx.WriteProblem(w, *prob)
+		return
+	}
 	body, bp, prob := s.readBody(w, r)
 	defer s.releaseBody(bp)
 	if prob != nil {
@@ -336,12 +360,16 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, *prob)
 		return
 	}
-	if isBatch(r, body) {
+	if isBatch(media, body) {
 		s.handleBatch(w, r, body)
 		return
 	}
 	var req submitRequest
 	if p := decodeSubmit(r, body, &req); p != nil {
+		httpx.WriteProblem(w, *p)
+		return
+	}
+	if p := submitRefused(r.Context(), req.Domain, -1); p != nil {
 		httpx.WriteProblem(w, *p)
 		return
 	}
@@ -470,6 +498,11 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	case errors.As(err, &nc):
 		httpx.WriteProblem(w, httpx.NotCancellable("the message is "+nc.Status.State+
 			": only a message that is queued, parked or waiting for a delivery retry can be cancelled", nc.Status.State))
+		return
+	case errors.Is(err, status.ErrOutcomeUnknown):
+		s.cfg.Logger.Warn("ingress: cancel sent, outcome unknown", "id", id, "err", err)
+		httpx.WriteProblem(w, httpx.OutcomeUnknown("the delete was sent to the queue store (NATS JetStream) and its answer was lost: "+
+			"the message may be cancelled. GET it to see; a cancel again answers 404 #no-longer-tracked if this one went through"))
 		return
 	case err != nil:
 		s.writeLocateError(w, id, err)

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"

@@ -64,11 +64,27 @@ type submission struct {
 	msg    queue.Message
 	at     time.Time // when it asks to be delivered, if later than now (scheduled); else zero
 	digest string    // req.digest(), for an admission now
+	idem   string    // req.IdempotencyKey as claimed: idempotencyKey's
 }
 
 // options are the submission's admission options.
 func (sub *submission) options() admit.Options {
-	return admit.Options{Park: true, IdempotencyKey: sub.req.IdempotencyKey, RequestDigest: sub.digest}
+	return admit.Options{Park: true, IdempotencyKey: sub.idem, RequestDigest: sub.digest}
+}
+
+// idempotencyKey is the idempotency key k as it is claimed in Redis: with -submit-tokens,
+// the caller's own (queue.ScopedIdempotencyKey under the submit token's name), so that two
+// callers' keys never meet — one cannot be answered with, told the id of, or go on to
+// cancel another's message by guessing its key; without tokens (open mode), k as given,
+// shared by every caller of the rule as before.
+func idempotencyKey(ctx context.Context, k string) string {
+	if k == "" {
+		return ""
+	}
+	if t, ok := TokenOf(ctx); ok && t.Scope == ScopeSubmit {
+		return queue.ScopedIdempotencyKey(t.Name, k)
+	}
+	return k
 }
 
 // submit admits one decoded, validated submission.
@@ -118,7 +134,7 @@ func (s *Server) prepare(ctx context.Context, req *submitRequest) (sub submissio
 		}
 		return sub, problemOutcome(httpx.BadRequest(field, "the message would expire (its ttl or expires_at, or its rule's queue.max_age) before it could be delivered")), false
 	}
-	sub = submission{req: req, rule: rule, msg: msg}
+	sub = submission{req: req, rule: rule, msg: msg, idem: idempotencyKey(ctx, req.IdempotencyKey)}
 	if at.After(now) {
 		sub.at = at
 	} else {
@@ -165,7 +181,7 @@ func (s *Server) conclude(ctx context.Context, sub *submission, res admit.Result
 	switch {
 	case res.Decision == admit.Rejected:
 		if res.Claimed {
-			s.cfg.Admitter.Scheduler.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, req.IdempotencyKey, queue.IdempotencyValue(msg.ID, digest))
+			s.cfg.Admitter.Scheduler.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, sub.idem, queue.IdempotencyValue(msg.ID, digest))
 		}
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
 		s.refused.add(rule.Name)
@@ -238,8 +254,9 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 	}
 	digest := req.digest()
 	claim := queue.IdempotencyValue(msg.ID, digest)
-	if req.IdempotencyKey != "" {
-		owner, err := s.cfg.Admitter.Redis.ClaimNow(ctx, rule.Name, req.IdempotencyKey, claim)
+	idem := idempotencyKey(ctx, req.IdempotencyKey)
+	if idem != "" {
+		owner, err := s.cfg.Admitter.Redis.ClaimNow(ctx, rule.Name, idem, claim)
 		switch {
 		case err != nil:
 			s.cfg.Logger.Warn("ingress: idempotency key not checked (Redis unreachable)", "rule", rule.Name, "err", err)
@@ -255,8 +272,8 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 		}
 	}
 	release := func() {
-		if req.IdempotencyKey != "" {
-			s.cfg.Admitter.Scheduler.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, req.IdempotencyKey, claim)
+		if idem != "" {
+			s.cfg.Admitter.Scheduler.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, idem, claim)
 		}
 	}
 	n, err := park.ScheduledCount(ctx, rule.Name, msg.Key)
@@ -274,6 +291,14 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 	if errors.Is(err, retry.ErrScheduledAlready) { // a repeat, under the owner's id (replayOwner)
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
 		return s.duplicateOutcome(ctx, msg.ID)
+	}
+	if errors.Is(err, retry.ErrRuleFull) { // this rule's share of the retry stream (-retry-rule-share)
+		release()
+		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
+		s.refused.add(rule.Name)
+		return problemOutcome(httpx.QuotaExceeded("this rule holds its share of the retry stream (-retry-rule-share) with its "+
+			"parked and scheduled messages; other rules are not held back. Retry-After is the time until this message's "+
+			"own delivery time, when it is queued at once", max(at.Sub(now), time.Second), rule.Name))
 	}
 	if err != nil {
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionError).Inc()

@@ -20,8 +20,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/tlsx/tlstest"
@@ -277,6 +277,12 @@ func TestTLSFlagErrors(t *testing.T) {
 		{[]string{"-tls-client-ca", "ca.crt"}, "-tls-client-ca"},
 		{[]string{"-nats-cert", "a.crt"}, "-nats-cert and -nats-key"},
 		{[]string{"-audit-keep", "0s"}, "-audit-keep"},
+		{[]string{"-tls-client-names", "envoy"}, "-tls-client-names: needs -tls-client-ca"},
+		{[]string{"-check-client-names", "envoy"}, "-check-client-names: needs -tls-client-ca"},
+		{[]string{"-override-max-factor", "0"}, "-override-max-factor: want 1 to 1000000"},
+		{[]string{"-override-max-window", "9000h"}, "-override-max-window: want a positive duration up to 8760h"},
+		{[]string{"-redis-ca", "ca.pem"}, "-redis-ca: needs a TLS -redis URL"},
+		{[]string{"-redis", "rediss://r:6380", "-redis-cert", "c.pem"}, "-redis-cert and -redis-key"},
 	} {
 		_, err := ingress.ParseFlags(append([]string{"-rules", "x.yaml"}, c.args...), func(string) string { return "" }, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -299,6 +305,9 @@ func TestSecurityFlagsFromEnv(t *testing.T) {
 		"SLUICE_NATS_CA": "nca.pem", "SLUICE_NATS_CERT": "nc.pem", "SLUICE_NATS_KEY": "nk.pem", "SLUICE_SINK_CA": "sca.pem",
 		"SLUICE_SIGN_KEYS": "a.key, b.key", "SLUICE_ADMIN_TOKENS": "tokens", "SLUICE_SUBMIT_TOKENS": "submit",
 		"SLUICE_ADMIN_TOKEN_FILE": "admin", "SLUICE_AUDIT_KEEP": "720h", "SLUICE_AUDIT_MAX": "5000",
+		"SLUICE_TLS_CLIENT_NAMES": "envoy, spiffe://td/ns/edge/*", "SLUICE_CHECK_CLIENT_NAMES": "envoy",
+		"SLUICE_REDIS_URL": "rediss://r:6380", "SLUICE_REDIS_CA": "rca.pem", "SLUICE_REDIS_CERT": "rc.pem", "SLUICE_REDIS_KEY": "rk.pem",
+		"SLUICE_GRPC_REFLECTION": "true", "SLUICE_OVERRIDE_MAX_FACTOR": "3", "SLUICE_OVERRIDE_MAX_WINDOW": "1h",
 	}
 	c, err := ingress.ParseFlags([]string{"-sink-ca", "flag.pem"}, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
@@ -307,14 +316,18 @@ func TestSecurityFlagsFromEnv(t *testing.T) {
 	if c.TLSCert != "c.pem" || c.TLSKey != "k.pem" || c.TLSClientCA != "ca.pem" || c.NATSCA != "nca.pem" || c.NATSCert != "nc.pem" ||
 		c.NATSKey != "nk.pem" || c.SinkCA != "flag.pem" || len(c.SignKeys) != 2 || c.SignKeys[1] != "b.key" ||
 		c.AdminTokensFile != "tokens" || c.SubmitTokensFile != "submit" || c.AdminTokenFile != "admin" ||
-		c.AuditKeep != 720*time.Hour || c.AuditMax != 5000 {
+		c.AuditKeep != 720*time.Hour || c.AuditMax != 5000 ||
+		strings.Join(c.TLSClientNames, "|") != "envoy|spiffe://td/ns/edge/*" || strings.Join(c.CheckClientNames, "|") != "envoy" ||
+		c.RedisCA != "rca.pem" || c.RedisCert != "rc.pem" || c.RedisKey != "rk.pem" ||
+		!c.GRPCReflection || c.OverrideMaxFactor != 3 || c.OverrideMaxWindow != time.Hour {
 		t.Fatalf("config from the environment: %+v", c)
 	}
 	d, err := ingress.ParseFlags([]string{"-rules", "r.yaml"}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.TLSCert != "" || d.SinkCA != "" || d.SignKeys != nil || d.AuditKeep != 90*24*time.Hour || d.AuditMax != 100_000 {
+	if d.TLSCert != "" || d.SinkCA != "" || d.SignKeys != nil || d.AuditKeep != 90*24*time.Hour || d.AuditMax != 100_000 ||
+		d.GRPCReflection || d.OverrideMaxFactor != 10 || d.OverrideMaxWindow != 24*time.Hour || d.TLSClientNames != nil || d.RedisCA != "" {
 		t.Fatalf("defaults: %+v", d)
 	}
 	if _, err := ingress.ParseFlags([]string{"-rules", "r", "-admin-token", "x", "-admin-token-file", "f"}, func(string) string { return "" }, io.Discard); err == nil ||
@@ -343,7 +356,7 @@ func TestInProcessDrainerSignsOverHTTPS(t *testing.T) {
 	got := make(chan string, 4)
 	sink := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		if sign.Verify(r.Header.Get(sign.Header), body, [][]byte{[]byte(key)}, time.Now(), time.Minute) != nil {
+		if sign.Verify(r.Header.Get(sign.Header), r.Header.Get("Sluice-Message-Id"), body, [][]byte{[]byte(key)}, time.Now(), time.Minute) != nil {
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			got <- "refused"
 			return

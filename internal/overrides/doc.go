@@ -56,4 +56,12 @@
 // Config: Bucket "sluice_overrides" · Replicas 1 (3 on a production cluster) · History 5 ·
 // Clock time.Now · Logger discard. WatcherConfig: Backoff 100ms doubling to 5s ·
 // ReconnectCheck 250ms · Resync 5m · Logger discard.
+//
+// # Files
+//
+//   - override.go: Override, what an operator changed on a rule, and Effective
+//   - patch.go: Patch: the admin PATCH body, parsed and checked against its rule
+//   - store.go: Store: the overrides in the NATS KV bucket, written with compare-and-set
+//   - watcher.go: Watcher: every override in memory, kept current by a KV watch
+//   - doc.go: this overview
 package overrides

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-io/sluice/internal/rules"
@@ -23,6 +24,11 @@ var ErrConflict = errors.New("overrides: override changed concurrently")
 // ErrInvalidName is returned for a rule name that cannot be a key (rule names are
 // [A-Za-z0-9_-], see package rules).
 var ErrInvalidName = errors.New("overrides: invalid rule name")
+
+// ErrOutcomeUnknown is wrapped by Apply's error when the write was sent and its answer
+// timed out: the override may be stored (read it to see). Never answer it as "nothing
+// happened": a caller retrying under If-Match would be refused for its own change.
+var ErrOutcomeUnknown = errors.New("overrides: write sent, outcome unknown")
 
 // DefaultBucket is the KV bucket Config.Bucket defaults to.
 const DefaultBucket = "sluice_overrides"
@@ -210,6 +216,9 @@ func (s *Store) Apply(ctx context.Context, r *rules.Rule, p Patch) (Override, er
 			continue
 		}
 		if err != nil {
+			if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return Override{}, fmt.Errorf("%w: write %s: %w", ErrOutcomeUnknown, name, err)
+			}
 			return Override{}, fmt.Errorf("overrides: write %s: %w", name, err)
 		}
 		if next.IsZero() {

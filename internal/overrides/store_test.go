@@ -279,3 +279,38 @@ func TestStoreAll(t *testing.T) {
 		t.Fatalf("All = %v", all)
 	}
 }
+
+// A write whose answer is lost (the server's replies dropped by a relay, for real, from
+// the moment Apply stamps the override, just before it writes) is ErrOutcomeUnknown, not
+// a plain error read as "nothing stored" — and the override is in fact stored.
+func TestStoreApplyAnswerLostIsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	node := natstest.Start(t)
+	relay := natstest.StartRelay(t, node.URL())
+	_, js := natstest.Connect(t, relay.URL())
+	bucket := bucketName(t)
+	s, err := overrides.Open(ctxFor(t), js, overrides.Config{Bucket: bucket, Clock: func() time.Time {
+		relay.DropReplies(true) // Clock is called once the override is decided, right before the write
+		return time.Now()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := overrides.ParsePatch([]byte(`{"paused":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := s.Apply(ctx, testRule(t), p); !errors.Is(err, overrides.ErrOutcomeUnknown) {
+		t.Fatalf("Apply with the answer lost: %v, want ErrOutcomeUnknown", err)
+	}
+	_, direct := natstest.Connect(t, node.URL())
+	kv, err := direct.KeyValue(ctxFor(t), bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := kv.Get(ctxFor(t), testRule(t).Name); err != nil || e.Revision() == 0 {
+		t.Fatalf("the override after the lost answer: %v, want it stored", err)
+	}
+}

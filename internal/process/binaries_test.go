@@ -26,7 +26,7 @@ func TestProductionBinariesWithoutDevWorld(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list -deps ./cmd/drainer: %v\n%s", err, deps)
 	}
-	for _, pkg := range []string{"github.com/sluice-io/sluice/internal/ingress", "github.com/sluice-io/sluice/internal/devstack", "github.com/sluice-io/sluice/internal/devenv"} {
+	for _, pkg := range []string{"github.com/sluice-io/sluice/internal/ingress", "github.com/sluice-io/sluice/internal/process/ingress", "github.com/sluice-io/sluice/internal/devstack", "github.com/sluice-io/sluice/internal/devenv"} {
 		if strings.Contains(string(deps), pkg+"\n") {
 			t.Errorf("cmd/drainer depends on %s", pkg)
 		}

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/delivery"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/queue"
 )
@@ -15,14 +15,14 @@ import (
 // cluster-wide counts in Redis once a second (queue.Scheduler.AddDelivered), which the
 // admin API's drained_per_second reads — the same figure whichever ingress is asked.
 type countingSink struct {
-	drain.Sink
+	delivery.Sink
 	mu     sync.Mutex
 	counts map[string]int64
 }
 
-func (c *countingSink) Deliver(ctx context.Context, r *rules.Rule, m queue.Message) drain.Outcome {
+func (c *countingSink) Deliver(ctx context.Context, r *rules.Rule, m queue.Message) delivery.Outcome {
 	out := c.Sink.Deliver(ctx, r, m)
-	if out.Verdict == drain.Delivered {
+	if out.Verdict == delivery.Delivered {
 		c.mu.Lock()
 		if c.counts == nil {
 			c.counts = map[string]int64{}

@@ -75,9 +75,12 @@ type DrainerConfig struct {
 	ReadmitMaxBackoff time.Duration // -readmit-max-backoff: longest wait between re-admission attempts of a parked message; default 5m
 
 	TLSCert, TLSKey, TLSClientCA string   // -tls-cert, -tls-key, -tls-client-ca: TLS (and mTLS) on -http; default off
+	TLSClientNames               []string // -tls-client-names: client certificates must name one of these; default any the CA signed
+	RedisCA, RedisCert, RedisKey string   // -redis-ca, -redis-cert, -redis-key: TLS to a rediss:// Redis; default system roots, no client certificate
 	NATSCA, NATSCert, NATSKey    string   // -nats-ca, -nats-cert, -nats-key: NATS TLS; default system roots, no client certificate
 	SinkCA                       string   // -sink-ca: CA bundle of https:// sinks; default system roots
 	SignKeys                     []string // -sign-keys: HMAC key files; default none (unsigned)
+	SignScheme                   string   // -sign-scheme: sluice (default) or standard-webhooks
 
 	Version bool // -version: print the version and exit
 }
@@ -110,11 +113,16 @@ func drainerFlags(c *DrainerConfig, getenv func(string) string, stderr io.Writer
 	f.String(&c.TLSCert, "tls-cert", "SLUICE_TLS_CERT", "", "PEM certificate of the -http listener; reloaded when it changes")
 	f.String(&c.TLSKey, "tls-key", "SLUICE_TLS_KEY", "", "PEM private key of -tls-cert")
 	f.String(&c.TLSClientCA, "tls-client-ca", "SLUICE_TLS_CLIENT_CA", "", "PEM CA bundle: require client certificates it signed")
+	f.List(&c.TLSClientNames, "tls-client-names", "SLUICE_TLS_CLIENT_NAMES", "", "with -tls-client-ca: client certificates must name one of these identities, comma-separated")
+	f.String(&c.RedisCA, "redis-ca", "SLUICE_REDIS_CA", "", "PEM CA bundle of the Redis servers' certificates (rediss:// URLs)")
+	f.String(&c.RedisCert, "redis-cert", "SLUICE_REDIS_CERT", "", "PEM client certificate for Redis (rediss:// URLs)")
+	f.String(&c.RedisKey, "redis-key", "SLUICE_REDIS_KEY", "", "PEM private key of -redis-cert")
 	f.String(&c.NATSCA, "nats-ca", "SLUICE_NATS_CA", "", "PEM CA bundle of the NATS servers")
 	f.String(&c.NATSCert, "nats-cert", "SLUICE_NATS_CERT", "", "PEM client certificate for NATS")
 	f.String(&c.NATSKey, "nats-key", "SLUICE_NATS_KEY", "", "PEM private key of -nats-cert")
 	f.String(&c.SinkCA, "sink-ca", "SLUICE_SINK_CA", "", "PEM CA bundle trusted for https:// sinks")
-	f.List(&c.SignKeys, "sign-keys", "SLUICE_SIGN_KEYS", "", "HMAC key files, comma-separated: HTTP deliveries are signed with the first")
+	f.List(&c.SignKeys, "sign-keys", "SLUICE_SIGN_KEYS", "", "HMAC key files, comma-separated: each signs HTTP deliveries (two during a key rotation)")
+	f.String(&c.SignScheme, "sign-scheme", "SLUICE_SIGN_SCHEME", string(sign.SchemeSluice), "signature headers of HTTP deliveries: sluice (Sluice-Signature) or standard-webhooks (webhook-id, webhook-timestamp, webhook-signature)")
 	f.BoolAction(&c.Version, "version", "print the version and exit")
 	return f
 }
@@ -151,6 +159,8 @@ func (c *DrainerConfig) Validate() error {
 		return fmt.Errorf("-tls-client-ca: needs -tls-cert and -tls-key")
 	case (c.NATSCert == "") != (c.NATSKey == ""):
 		return fmt.Errorf("-nats-cert and -nats-key: give both or neither")
+	case len(c.TLSClientNames) > 0 && c.TLSClientCA == "":
+		return fmt.Errorf("-tls-client-names: needs -tls-client-ca (names are read from verified client certificates)")
 	case c.Workers < 1:
 		return fmt.Errorf("-workers: want a positive number, got %d", c.Workers)
 	case c.Replicas != 1 && c.Replicas != 3:
@@ -181,11 +191,16 @@ func (c *DrainerConfig) Validate() error {
 	if err := CheckStreamBytes(c.RetryMaxBytes, c.DeadMaxBytes); err != nil {
 		return err
 	}
+	if _, err := sign.ParseScheme(c.SignScheme); err != nil {
+		return fmt.Errorf("-sign-scheme: %w", err)
+	}
 	if err := CheckLog(c.LogFormat, c.LogLevel); err != nil {
 		return err
 	}
-	_, err := ParseRedisURL(c.RedisURL, 0)
-	return err
+	if _, err := ParseRedisURL(c.RedisURL, 0); err != nil {
+		return err
+	}
+	return CheckRedisTLS(c.RedisURL, c.RedisCA, c.RedisCert, c.RedisKey)
 }
 
 // Drainer is the drainer process. The same Drainer runs in cmd/drainer and, whole, in tests.
@@ -225,7 +240,7 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 
 	var tlsSrv *tlsx.Server
 	if c.TLSCert != "" {
-		if tlsSrv, err = tlsx.NewServer(tlsx.ServerFiles{CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA, Logger: log}); err != nil {
+		if tlsSrv, err = tlsx.NewServer(tlsx.ServerFiles{CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA, ClientNames: c.TLSClientNames, Logger: log}); err != nil {
 			return fmt.Errorf("drainer: %w", err)
 		}
 		reg.MustRegister(tlsSrv.NotAfterCollector())
@@ -254,6 +269,7 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 	st, err := Open(ctx, StackConfig{
 		Name: "drainer", NATSURL: c.NATSURL, RedisURL: c.RedisURL, Replicas: c.Replicas,
 		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey,
+		RedisTLS:   RedisTLS{CA: c.RedisCA, Cert: c.RedisCert, Key: c.RedisKey},
 		StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
 		RetryMaxBytes: c.RetryMaxBytes, DeadMaxBytes: c.DeadMaxBytes, DeadDropOldest: c.DeadDropOldest, Registry: reg,
 		Rules: watcher.Current, Logger: log, RedisPoolSize: 2*c.Workers + 16,
@@ -265,7 +281,7 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 	m.closers = append(m.closers, st.Close)
 	proc, err := StartDraining(bg, DrainDeps{
 		Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
-		SinkTLS: sinkTLS, Signer: signer,
+		SinkTLS: sinkTLS, Signer: signer, SignScheme: sign.Scheme(c.SignScheme),
 		Drain: drain.Config{Workers: c.Workers, StopTimeout: c.ShutdownTimeout, Lease: c.Lease, LeaseRenew: c.LeaseRenew,
 			Engine: c.Engine, OwnPartitions: c.OwnPartitions, OwnLease: c.OwnLease, RepairEvery: c.RepairEvery},
 		Readmit: retry.ReadmitterConfig{MaxBackoff: c.ReadmitMaxBackoff},

@@ -42,10 +42,10 @@ func TestDrainerSecure(t *testing.T) {
 	got := make(chan string, 10)
 	sinkSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		ts, sig, _ := strings.Cut(r.Header.Get("Sluice-Signature"), ",v1=")
+		ts, sig, _ := strings.Cut(r.Header.Get("Sluice-Signature"), ",v2=")
 		ts = strings.TrimPrefix(ts, "t=")
 		mac := hmac.New(sha256.New, []byte(key))
-		mac.Write([]byte(ts + "." + string(body)))
+		mac.Write([]byte(r.Header.Get("Sluice-Message-Id") + "." + ts + "." + string(body)))
 		if !hmac.Equal([]byte(sig), []byte(hex.EncodeToString(mac.Sum(nil)))) {
 			http.Error(w, "bad signature", 401)
 			got <- "refused"

@@ -40,6 +40,8 @@ type DrainDeps struct {
 	SinkTLS *tlsx.Client
 	// Signer signs HTTP deliveries (-sign-keys); nil = unsigned.
 	Signer *sign.Signer
+	// SignScheme lays out the signature headers (-sign-scheme); "" = sign.SchemeSluice.
+	SignScheme sign.Scheme
 	// SinkDial dials HTTP sinks' connections; nil = the network.
 	SinkDial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
@@ -55,7 +57,7 @@ type Draining struct {
 // StartDraining builds and starts a drainer's parts on d.Stack.
 func StartDraining(ctx context.Context, d DrainDeps) (*Draining, error) {
 	st := d.Stack
-	hc := sink.HTTPConfig{Signer: d.Signer}
+	hc := sink.HTTPConfig{Signer: d.Signer, SignScheme: d.SignScheme}
 	if d.SinkTLS != nil || d.SinkDial != nil {
 		t := sink.NewTransport(256)
 		if d.SinkTLS != nil {

@@ -7,17 +7,18 @@ import (
 	"testing"
 
 	"github.com/sluice-io/sluice/internal/devstack"
-	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 )
 
-// TestREADMEFlagTables holds the README's flag tables ("### ingress", "### drainer",
-// "### sluice dev") to the real flag sets: every flag has its row, every row is a real
+// TestREADMEFlagTables holds the flag tables of docs/configuration.md ("## ingress",
+// "## drainer", "## sluice dev"; they were the README's until it became a tour) to the real
+// flag sets: every flag has its row, every row is a real
 // flag (or one of the actions -check-config and -version), and each row's variable and
 // default are the flag's. The tables cannot drift from the code.
 func TestREADMEFlagTables(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,9 +28,9 @@ func TestREADMEFlagTables(t *testing.T) {
 		flags   []process.Flag
 		actions []string
 	}{
-		{"### ingress", ingress.Flags(), []string{"check-config", "version"}},
-		{"### drainer", process.DrainerFlags(), []string{"version"}},
-		{"### sluice dev", devstack.Flags(), nil},
+		{"## ingress", ingress.Flags(), []string{"check-config", "version"}},
+		{"## drainer", process.DrainerFlags(), []string{"version"}},
+		{"## sluice dev", devstack.Flags(), nil},
 	} {
 		rows := flagTable(t, readme, tc.heading)
 		seen := map[string]bool{}
@@ -75,7 +76,7 @@ func flagTable(t *testing.T, readme, heading string) map[string]flagRow {
 	t.Helper()
 	i := strings.Index(readme, "\n"+heading+"\n")
 	if i < 0 {
-		t.Fatalf("README has no %q section", heading)
+		t.Fatalf("docs/configuration.md has no %q section", heading)
 	}
 	rows := map[string]flagRow{}
 	inTable := false
@@ -104,7 +105,7 @@ func flagTable(t *testing.T, readme, heading string) map[string]flagRow {
 		rows[m[1]] = flagRow{env: strings.TrimSpace(m[2]), def: strings.TrimSpace(m[3])}
 	}
 	if len(rows) == 0 {
-		t.Fatalf("README %q has no flag table", heading)
+		t.Fatalf("docs/configuration.md %q has no flag table", heading)
 	}
 	return rows
 }

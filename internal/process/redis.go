@@ -2,6 +2,7 @@ package process
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-io/sluice/internal/tlsx"
 )
 
 // RedisKind is the deployment a -redis URL names.
@@ -217,9 +220,62 @@ func nodeFailed(err error) bool {
 // OpenRedis parses a -redis URL and returns its client (see ParseRedisURL). It does not
 // connect: the first command does.
 func OpenRedis(raw string, pool int) (redis.UniversalClient, error) {
+	return OpenRedisTLS(raw, pool, RedisTLS{})
+}
+
+// RedisTLS names the files of TLS to Redis: -redis-ca (a PEM CA bundle trusted instead of
+// the system roots) and -redis-cert with -redis-key (a client certificate, for servers
+// with tls-auth-clients). go-redis's URLs say only whether to use TLS (rediss://) and
+// skip_verify; these fill in its TLSConfig. Empty fields are off.
+type RedisTLS struct {
+	CA, Cert, Key string
+}
+
+// CheckRedisTLS validates the TLS flags of a -redis URL: -redis-cert and -redis-key come
+// together, and any of them needs a TLS URL (rediss://, rediss+cluster://,
+// rediss+sentinel://) — a file given for a plain-text connection would be silently unused.
+func CheckRedisTLS(raw, ca, cert, key string) error {
+	switch {
+	case (cert == "") != (key == ""):
+		return errors.New("-redis-cert and -redis-key: give both or neither")
+	case ca == "" && cert == "":
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil || !strings.HasPrefix(u.Scheme, "rediss") {
+		flag := "-redis-ca"
+		if ca == "" {
+			flag = "-redis-cert"
+		}
+		return fmt.Errorf("%s: needs a TLS -redis URL (rediss://…), got %s", flag, redactURL(raw))
+	}
+	return nil
+}
+
+// OpenRedisTLS is OpenRedis with the TLS files t applied to the URL's TLS configuration
+// (every node's, for a cluster; the sentinels' and the master's, for Sentinel). Errors
+// name the flag of the file at fault.
+func OpenRedisTLS(raw string, pool int, t RedisTLS) (redis.UniversalClient, error) {
 	c, err := ParseRedisURL(raw, pool)
 	if err != nil {
 		return nil, err
+	}
+	if err := CheckRedisTLS(raw, t.CA, t.Cert, t.Key); err != nil {
+		return nil, err
+	}
+	var cfg *tls.Config
+	switch c.Kind {
+	case RedisCluster:
+		cfg = c.Cluster.TLSConfig
+	case RedisSentinel:
+		cfg = c.Failover.TLSConfig
+	default:
+		cfg = c.Single.TLSConfig
+	}
+	if cfg != nil { // rediss: go-redis made it with the host as ServerName
+		if err := (tlsx.ClientFiles{Flag: "-redis", CAFile: t.CA, CertFile: t.Cert, KeyFile: t.Key}).Configure(cfg); err != nil {
+			return nil, err
+		}
 	}
 	return c.NewClient(), nil
 }

@@ -54,6 +54,9 @@ type StackConfig struct {
 	// RetryMaxBytes and DeadMaxBytes bound the retry and dead-letter streams' storage
 	// (-retry-max-bytes, -dead-max-bytes; 0: retry's own defaults).
 	RetryMaxBytes, DeadMaxBytes int64
+	// RetryRuleShare is the percentage of the retry stream one rule's messages may take
+	// (-retry-rule-share, retry.Config.RuleShare); 0: retry's default (25).
+	RetryRuleShare int
 	// DeadDropOldest deletes the oldest dead letters (counted) when the dead-letter stream is
 	// full, instead of refusing the new one (-dead-drop-oldest; default false).
 	DeadDropOldest bool
@@ -71,6 +74,9 @@ type StackConfig struct {
 	// servers that require TLS); NATSCert and NATSKey are a client certificate for NATS.
 	// Files are re-read on every (re)connect. Empty: system roots, no client certificate.
 	NATSCA, NATSCert, NATSKey string
+	// RedisTLS: a CA bundle and client certificate for a rediss:// -redis URL
+	// (-redis-ca, -redis-cert, -redis-key). Zero: system roots, no client certificate.
+	RedisTLS RedisTLS
 }
 
 // Stack is the opened machinery. Close releases it.
@@ -133,7 +139,7 @@ func Open(ctx context.Context, c StackConfig) (s *Stack, err error) {
 		return s, fmt.Errorf("%s: JetStream: %w", c.Name, err)
 	}
 
-	if s.Redis, err = OpenRedis(c.RedisURL, c.RedisPoolSize); err != nil {
+	if s.Redis, err = OpenRedisTLS(c.RedisURL, c.RedisPoolSize, c.RedisTLS); err != nil {
 		return s, err
 	}
 	s.closers = append(s.closers, func() { s.Redis.Close() })
@@ -151,7 +157,7 @@ func Open(ctx context.Context, c StackConfig) (s *Stack, err error) {
 		}}); err != nil {
 		return s, err
 	}
-	if s.Parking, err = retry.NewStore(s.JS, retry.Config{Replicas: c.Replicas, MaxBytes: c.RetryMaxBytes}); err != nil {
+	if s.Parking, err = retry.NewStore(s.JS, retry.Config{Replicas: c.Replicas, MaxBytes: c.RetryMaxBytes, RuleShare: float64(c.RetryRuleShare) / 100}); err != nil {
 		return s, err
 	}
 	if s.Dead, err = retry.NewDeadLetters(s.JS, retry.DeadConfig{Replicas: c.Replicas, MaxBytes: c.DeadMaxBytes,
@@ -298,6 +304,18 @@ const (
 	DefaultRetryMaxBytes = 1 << 30
 	DefaultDeadMaxBytes  = 1 << 30
 )
+
+// CheckRuleShare checks -retry-rule-share: a percentage, 1 to 100.
+func CheckRuleShare(pct int) error {
+	if pct < 1 || pct > 100 {
+		return fmt.Errorf("-retry-rule-share: want a percentage from 1 to 100, got %d", pct)
+	}
+	return nil
+}
+
+// DefaultRetryRuleShare is -retry-rule-share's default: one rule may take a quarter of the
+// retry stream (retry.DefaultRuleShare).
+const DefaultRetryRuleShare = 25
 
 // CheckStreamBytes checks -retry-max-bytes and -dead-max-bytes.
 func CheckStreamBytes(retry, dead int64) error {

@@ -46,6 +46,9 @@ type Options struct {
 	TCP bool
 	// AppendOnly turns on AOF persistence (fsync every second), so a Restart keeps data. Default false.
 	AppendOnly bool
+	// Extra are more redis-server arguments, e.g. a --tls-port with its certificate files
+	// (the server still answers the readiness probe on its plain socket). Default none.
+	Extra []string
 
 	// args are extra redis-server arguments (cluster mode, replicaof); sentinelConf makes
 	// the process a sentinel with that configuration file (see cluster.go, sentinel.go).
@@ -180,6 +183,7 @@ func (s *Server) launch() error {
 		args = append(args, "--bind", host, "--port", port)
 	}
 	args = append(args, s.opts.args...)
+	args = append(args, s.opts.Extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

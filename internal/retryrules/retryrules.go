@@ -1,7 +1,7 @@
 // Package retryrules connects the public retry package to sluice's own rules and drainer:
 // retry speaks in its own types (retry.Rule, rule names) so that a program outside this
 // module can use it; sluice's processes hold *rules.Rule values and a drain.Drainer that
-// wants drain.Retrier and drain.DeadLetters. These adapters are the only place the two
+// wants delivery.Retrier and delivery.DeadLetters. These adapters are the only place the two
 // meet, so neither package imports the other's model.
 package retryrules
 
@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/delivery"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/queue"
 	"github.com/sluice-io/sluice/retry"
@@ -46,8 +46,8 @@ func Admit(rule func(name string) *rules.Rule, admit func(ctx context.Context, r
 	}
 }
 
-// Retrier is s as the drainer's drain.Retrier; nil for a nil s (no retry stream).
-func Retrier(s *retry.Store) drain.Retrier {
+// Retrier is s as the drainer's delivery.Retrier; nil for a nil s (no retry stream).
+func Retrier(s *retry.Store) delivery.Retrier {
 	if s == nil {
 		return nil
 	}
@@ -60,8 +60,8 @@ func (r retrier) ScheduleRetry(ctx context.Context, rule *rules.Rule, m queue.Me
 	return r.s.ScheduleRetry(ctx, name(rule), m, at)
 }
 
-// DeadLetters is d as the drainer's drain.DeadLetters; nil for a nil d.
-func DeadLetters(d *retry.DeadLetters) drain.DeadLetters {
+// DeadLetters is d as the drainer's delivery.DeadLetters; nil for a nil d.
+func DeadLetters(d *retry.DeadLetters) delivery.DeadLetters {
 	if d == nil {
 		return nil
 	}

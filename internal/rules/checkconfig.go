@@ -87,6 +87,14 @@ func describeRule(r *Rule) string {
 	if r.AllOrNothing {
 		parts = append(parts, "all_or_nothing")
 	}
+	if r.Checks == ChecksShare {
+		parts = append(parts, "checks=share")
+	}
+	if lo := r.LimitOverride; lo.Refused {
+		parts = append(parts, "limit_override=refused")
+	} else if lo.MaxFactor != 0 || lo.MaxWindow != 0 {
+		parts = append(parts, fmt.Sprintf("limit_override max_factor=%d max_window=%s", lo.MaxFactor, lo.MaxWindow))
+	}
 	if r.Overflow == OverflowPark {
 		parts = append(parts, "overflow=park")
 	}

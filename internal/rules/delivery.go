@@ -58,6 +58,19 @@ func (p *fileParser) sink(n *yaml.Node, field string, s *Sink) {
 	if v, has := m["sign_keys"]; has {
 		s.SignKeys = strings.Join(p.signKeys(v, joinField(field, "sign_keys"), hasSubject), ",")
 	}
+	if v, has := m["sign_scheme"]; has {
+		f := joinField(field, "sign_scheme")
+		if scheme, ok := p.str(v, f); ok {
+			switch {
+			case hasSubject:
+				p.errorf(v, f, "lays out the signature of HTTP deliveries; a nats_subject sink has none")
+			case scheme != "sluice" && scheme != "standard-webhooks":
+				p.errorf(v, f, "must be sluice or standard-webhooks (got %q)", scheme)
+			default:
+				s.SignScheme = scheme
+			}
+		}
+	}
 	if v, has := m["max_in_flight"]; has {
 		if a, ok := p.intIn(v, joinField(field, "max_in_flight"), 1, 100_000); ok {
 			s.MaxInFlight = a

@@ -107,6 +107,27 @@ func (p *fileParser) descriptor(itemNode *yaml.Node, field, domain string, paren
 			}
 		}
 	}
+	if n, has := m["checks"]; has {
+		s, ok := p.str(n, f("checks"))
+		switch {
+		case !ok:
+		case rule.Queue == nil:
+			// A check-only rule's counters are the checks' own: there is nothing to share.
+			p.errorf(n, f("checks"), "only applies to a rule with a queue (a check-only rule's counters are its checks')")
+		case Checks(s) == ChecksOwn:
+			// the default, kept as "" so a rule written either way is the same rule
+		case Checks(s) == ChecksShare:
+			rule.Checks = ChecksShare
+		default:
+			p.errorf(n, f("checks"), "must be own or share (got %q)", s)
+		}
+	}
+	if n, has := m["limit_override"]; has {
+		p.limitOverride(n, f("limit_override"), &rule.LimitOverride)
+		if !hasLimit && rule.Queue == nil {
+			p.errorf(n, f("limit_override"), "only applies to a descriptor with rate_limit or queue")
+		}
+	}
 	if n, has := m["response_headers"]; has {
 		if on, ok := p.bool(n, f("response_headers")); ok && on && !hasLimit {
 			p.errorf(n, f("response_headers"), "only applies to a descriptor with rate_limit")
@@ -148,4 +169,26 @@ func describeEntry(e PathEntry) string {
 		return fmt.Sprintf("key=%q", e.Key)
 	}
 	return fmt.Sprintf("key=%q value=%q", e.Key, e.Value)
+}
+
+// limitOverride parses `limit_override: {max_factor, max_window}`.
+func (p *fileParser) limitOverride(n *yaml.Node, field string, lo *LimitOverride) {
+	m, ok := p.mapping(n, field, overrideFields)
+	if !ok {
+		return
+	}
+	if v, has := m["max_factor"]; has {
+		if f, ok := p.intIn(v, joinField(field, "max_factor"), 0, MaxOverrideFactor); ok {
+			lo.MaxFactor, lo.Refused = int64(f), f == 0
+		}
+	}
+	if v, has := m["max_window"]; has {
+		if d, ok := p.duration(v, joinField(field, "max_window")); ok {
+			if d > MaxOverrideWindow {
+				p.errorf(v, joinField(field, "max_window"), "must be at most %s (a year; got %s)", MaxOverrideWindow, d)
+			} else {
+				lo.MaxWindow = d
+			}
+		}
+	}
 }

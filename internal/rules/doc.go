@@ -51,4 +51,28 @@
 // for concurrent use. A Watcher holds the current Set in an atomic pointer, polls the
 // files and swaps in a new Set when they change, keeping the last good one (and
 // counting the failure) when a change does not load.
+//
+// # Files
+//
+//   - model.go: the model: Rule, Rate, Queue, Sink, Delivery, Algorithm, Overflow
+//   - load.go: Parse, Load, LoadWith: files and directories into a Set
+//   - parse.go: the file parser: documents, defaults, building and naming rules
+//   - descriptor.go: descriptors and their nesting
+//   - limit.go: rate_limit, lists of limits, replaces
+//   - queue.go: queue
+//   - delivery.go: sink, sign_keys and delivery
+//   - behaviour.go: overflow, ordering, park, and where sink and delivery may appear
+//   - metadata.go: metadata
+//   - timezone.go: time_zone
+//   - bytesize.go: sizes (1MiB, 512KiB)
+//   - units.go: rate units (second … year)
+//   - yamlnode.go: typed reads of YAML nodes, each naming file, line and field when it fails
+//   - errors.go: ValidationError(s)
+//   - validate.go: Rule.Validate: the invariants of every loaded rule, for rules derived in code
+//   - match.go: Set and matching a descriptor to its rule
+//   - shapes.go: the descriptor shapes of a domain, for the 404 that names them
+//   - signkeys.go: a sink's key files
+//   - checkconfig.go: CheckConfig: validate files offline (-check-config, sluice check)
+//   - watch.go: Watcher: reload on change, keep the last good rules
+//   - doc.go: this overview
 package rules

@@ -67,6 +67,7 @@ func TestDocsListEveryField(t *testing.T) {
 		{"## park", parkFields},
 		{"## sink", sinkFields},
 		{"## delivery", deliveryFields},
+		{"## limit_override", overrideFields},
 	} {
 		rows := docRows(docSection(t, md, c.heading))
 		for _, f := range c.fields {

@@ -15,7 +15,7 @@ import (
 // our own (testdata/envoyparity). A case loads files and either expects a refusal that
 // names the problem, or expects the limit each descriptor gets. The decision half
 // (sequences of checks over gRPC, POST /v1/check and POST /json) is in
-// internal/ingress/envoy_parity_test.go. README "Envoy / Istio" lists what differs on
+// internal/ingress/envoy_parity_test.go. docs/envoy.md lists what differs on
 // purpose.
 
 // parityLookup is one descriptor of domain and the limit envoy gives it: "none", or
@@ -32,7 +32,7 @@ type parityConfigCase struct {
 	files   []string
 	merge   bool
 	refused string // a substring of the refusal; "" when the files must load
-	differs string // why sluice answers otherwise than envoy on purpose (README); "" when alike
+	differs string // why sluice answers otherwise than envoy on purpose (docs/envoy.md); "" when alike
 	field   string // the field the refusal names ("" when it names none)
 	lookups []parityLookup
 }

@@ -2,9 +2,13 @@ package rules
 
 import (
 	"fmt"
+	"math"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluice-io/sluice/bucket"
 )
 
 var algorithms = map[Algorithm]bool{
@@ -145,6 +149,16 @@ func (p *fileParser) limit(m map[string]*yaml.Node, field string, at *yaml.Node)
 		ok = ok && zok
 		l.TimeZone = loc
 	}
+	if ok && l.Rate.Requests > 0 {
+		// What the limiter cannot count is refused here, naming the field, rather than
+		// answering every admission and check of the rule with a 500: an interval that is
+		// no whole number of milliseconds, or requests (burst) × interval in milliseconds
+		// beyond 2^53.
+		if err := (bucket.Limit{Algorithm: bucket.Algorithm(l.Algorithm), Rate: l.Rate.Requests, Interval: l.Rate.Interval, Burst: l.Burst}).Validate(); err != nil {
+			p.errorf(at, field, "the limiter cannot count this limit: %s", strings.TrimPrefix(err.Error(), bucket.ErrInvalid.Error()+": "))
+			ok = false
+		}
+	}
 	return l, ok
 }
 
@@ -187,6 +201,11 @@ func (p *fileParser) rate(m map[string]*yaml.Node, field string, at *yaml.Node, 
 			ok = false
 		case mult < 1 || mult > 1<<20:
 			p.errorf(mn, joinField(field, "unit_multiplier"), "must be 1 to %d (got %d)", 1<<20, mult)
+			ok = false
+		case r.Interval > 0 && mult > int64(math.MaxInt64/r.Interval):
+			// year × 1048576 is longer than a time.Duration holds: it would wrap around
+			// to a negative window.
+			p.errorf(mn, joinField(field, "unit_multiplier"), "makes a window longer than %d years (got %d)", int64(math.MaxInt64/time.Duration(365*24*time.Hour)), mult)
 			ok = false
 		default:
 			r.Interval *= time.Duration(mult)

@@ -85,7 +85,7 @@ type Queue struct {
 	// own hash slot, so one busy rule spreads over every master of a Redis Cluster
 	// (queue.partitions). 0: the scheduler's default (queue.DefaultPartitions: 1 on a single
 	// Redis or Sentinel, 8 on a Redis Cluster). Changing it on a live rule loses nothing
-	// (see the README's Redis Cluster section).
+	// (see docs/operations.md, "Redis Cluster: one rule over every master").
 	Partitions int
 }
 
@@ -97,10 +97,14 @@ type Sink struct {
 	URL         string
 	NATSSubject string
 	Timeout     time.Duration // default 10s
-	// SignKeys are the files of HMAC keys signing this rule's HTTP deliveries (the first
-	// signs), comma-separated, instead of the drainer's -sign-keys; empty = -sign-keys.
+	// SignKeys are the files of HMAC keys signing this rule's HTTP deliveries (each signs:
+	// two during a key rotation), comma-separated, instead of the drainer's -sign-keys; empty = -sign-keys.
 	// Read by the drainer, not when the rules load. A string, so Sink stays comparable.
 	SignKeys string
+	// SignScheme lays out the signature headers: "sluice" (Sluice-Signature) or
+	// "standard-webhooks" (webhook-id, webhook-timestamp, webhook-signature); "" = the
+	// drainer's -sign-scheme. HTTP sinks only.
+	SignScheme string
 	// MaxInFlight caps the rule's deliveries at the sink at once, over all its keys and
 	// every drainer (a slot in Redis per delivery); 0 = no cap but each drainer's -workers.
 	MaxInFlight int
@@ -166,6 +170,14 @@ type Rule struct {
 	// Metadata is envoy's descriptor `metadata` (JSON-compatible values), sent back in
 	// a passing answer's dynamic metadata when -response-dynamic-metadata is on.
 	Metadata map[string]any
+	// Checks says how POST /v1/check, /json and the envoy RLS count against a queue rule:
+	// "" (`checks: own`, the default) on counters of their own, ChecksShare on the
+	// counters its admissions spend (so a check can use up the quota of submissions).
+	// Check-only rules have no other counters: always "".
+	Checks Checks
+	// LimitOverride bounds what a check's descriptor `limit` (envoy's RateLimitOverride)
+	// may ask under this rule. The zero value is the ingress's defaults.
+	LimitOverride LimitOverride
 
 	Queue    *Queue // nil for check-only rules
 	Overflow Overflow
@@ -182,6 +194,34 @@ type Rule struct {
 	// levels with no configured value or a wildcard value. Set by the loader.
 	varying []int
 }
+
+// Checks is a queue rule's `checks`.
+type Checks string
+
+const (
+	ChecksOwn   Checks = "own"   // default (held as ""): checks count on counters of their own
+	ChecksShare Checks = "share" // checks spend the admission counters of submissions
+)
+
+// LimitOverride is a rule's `limit_override`: the most a check's limit override may ask.
+// Zero fields take the ingress's defaults (-override-max-factor, -override-max-window).
+type LimitOverride struct {
+	// MaxFactor: an override's rate (requests per window) is at most this many times the
+	// rate of each of the rule's limits. 0: the default.
+	MaxFactor int64
+	// Refused: `max_factor: 0`, the rule takes no overrides at all.
+	Refused bool
+	// MaxWindow is the longest window (unit × unit_multiplier) an override may ask; its
+	// counter lives no longer. 0: the default.
+	MaxWindow time.Duration
+}
+
+// MaxOverrideFactor and MaxOverrideWindow bound limit_override's fields (and the flags
+// that default them): a window of a year at most, so no counter outlives it.
+const (
+	MaxOverrideFactor = 1_000_000
+	MaxOverrideWindow = 365 * 24 * time.Hour
+)
 
 // PathEntry is one level of a descriptor path.
 type PathEntry struct {

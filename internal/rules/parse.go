@@ -46,6 +46,7 @@ var (
 		"key", "value", "descriptors", "rate_limit", "shadow_mode", "detailed_metric",
 		"value_to_metric", "share_threshold", "name", "queue", "overflow", "park", "sink",
 		"delivery", "ordering", "response_headers", "metadata", "quota_mode", "all_or_nothing",
+		"checks", "limit_override",
 	}
 	envoyLimitFields = []string{
 		"unit", "interval", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "unit_multiplier", "time_zone",
@@ -54,9 +55,10 @@ var (
 	rateFields      = []string{"unit", "interval", "requests_per_unit"}
 	queueFields     = []string{"capacity", "outflow", "total_outflow", "max_scheduled", "max_age", "max_bytes", "partitions"}
 	parkFields      = []string{"max_age"}
-	sinkFields      = []string{"url", "nats_subject", "timeout", "sign_keys", "max_in_flight"}
+	sinkFields      = []string{"url", "nats_subject", "timeout", "sign_keys", "sign_scheme", "max_in_flight"}
 	deliveryFields  = []string{"max_attempts", "min_backoff", "max_backoff", "max_in_flight"}
 	replacesFields  = []string{"name"}
+	overrideFields  = []string{"max_factor", "max_window"}
 )
 
 // builder turns YAML sources into a Set, collecting every problem on the way.

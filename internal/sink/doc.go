@@ -1,6 +1,6 @@
 // Package sink delivers messages to where a rule says they go: an HTTP endpoint
 // (rules.Sink.URL) or a NATS subject (rules.Sink.NATSSubject). Every sink implements
-// drain.Sink and reports a drain.Outcome value; a failed delivery is an expected result,
+// delivery.Sink and reports a delivery.Outcome value; a failed delivery is an expected result,
 // never an error.
 //
 // # What the sink sees (docs/delivery.md "The request")
@@ -15,7 +15,9 @@
 //	Sluice-Key: <key, url.PathEscape'd>  any UTF-8 key survives as ASCII
 //	Sluice-Enqueued-At: <RFC 3339, ms>   first admission
 //	Sluice-Fence: <fencing token>        the drainer's claim on the key (see HeaderFence)
-//	Sluice-Signature: t=…,v1=…           HTTP only, when a signing key is configured
+//	Sluice-Signature: t=…,v2=…           HTTP only, when signing keys are configured (or, with
+//	                                     the standard-webhooks scheme, webhook-id,
+//	                                     webhook-timestamp, webhook-signature)
 //
 // # Outcomes
 //
@@ -34,4 +36,13 @@
 // idle connections per host). Configs document their defaults and are completed by
 // WithDefaults. Backoff is a pure function of (policy, attempt, random source) so tests
 // are deterministic.
+//
+// # Files
+//
+//   - http.go: the HTTP sink: request, answer classes, Retry-After, its tuned transport
+//   - nats.go: the NATS sink: publish to the rule's subject with the same headers
+//   - multi.go: Multi: the sink a rule names (HTTP or NATS)
+//   - headers.go: the header names a sink sees (docs/delivery.md "The request")
+//   - signers.go: per-rule signing keys (sink.sign_keys) beside the drainer's -sign-keys
+//   - doc.go: this overview
 package sink

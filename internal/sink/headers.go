@@ -1,11 +1,13 @@
 package sink
 
 import (
+	"net/textproto"
 	"net/url"
 	"strconv"
 	"time"
 
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -27,6 +29,16 @@ const (
 	HeaderFence = "Sluice-Fence"
 )
 
+// signatureHeaders are the names of both signature schemes (internal/sign), canonical. A
+// submission stored before the ingress refused them, or by a client of the queue package,
+// may hold one; it is dropped, whether or not the rule signs.
+var signatureHeaders = map[string]bool{
+	textproto.CanonicalMIMEHeaderKey(sign.Header):                 true,
+	textproto.CanonicalMIMEHeaderKey(sign.HeaderWebhookID):        true,
+	textproto.CanonicalMIMEHeaderKey(sign.HeaderWebhookTimestamp): true,
+	textproto.CanonicalMIMEHeaderKey(sign.HeaderWebhookSignature): true,
+}
+
 // EnqueuedAtLayout is RFC 3339 with milliseconds: precise enough to order messages and
 // parseable by every RFC 3339 parser (some choke on nanoseconds).
 const EnqueuedAtLayout = "2006-01-02T15:04:05.000Z07:00"
@@ -35,6 +47,9 @@ const EnqueuedAtLayout = "2006-01-02T15:04:05.000Z07:00"
 // both sinks so HTTP and NATS consumers see identical values.
 func deliveryHeaders(rule *rules.Rule, m queue.Message, set func(k, v string)) {
 	for k, v := range m.Headers { // the submission's own, first: none can be one of ours (checked at submit)
+		if signatureHeaders[textproto.CanonicalMIMEHeaderKey(k)] {
+			continue // never a submitter's: a sink would take it for sluice's signature
+		}
 		set(k, v)
 	}
 	set(HeaderContentType, "application/json")

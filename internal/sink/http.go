@@ -13,7 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/delivery"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/telemetry"
@@ -58,9 +58,13 @@ type HTTPConfig struct {
 	// UserAgent sent with every request. Default "sluice".
 	UserAgent string
 
-	// Signer adds a Sluice-Signature header to every delivery (internal/sign) of a rule
-	// without its own sink.sign_keys; nil = none.
+	// Signer signs every delivery (internal/sign) of a rule without its own sink.sign_keys;
+	// nil = none.
 	Signer *sign.Signer
+
+	// SignScheme lays out the signature headers of a rule without its own
+	// sink.sign_scheme (-sign-scheme). Default sign.SchemeSluice (Sluice-Signature).
+	SignScheme sign.Scheme
 }
 
 // WithDefaults returns a copy of c with every unset field set to its default.
@@ -82,6 +86,9 @@ func (c HTTPConfig) WithDefaults() HTTPConfig {
 	}
 	if c.UserAgent == "" {
 		c.UserAgent = "sluice"
+	}
+	if c.SignScheme == "" {
+		c.SignScheme = sign.SchemeSluice
 	}
 	if c.Client == nil {
 		c.Client = &http.Client{
@@ -133,15 +140,15 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	return &HTTP{cfg: cfg}, nil
 }
 
-var _ drain.Sink = (*HTTP)(nil)
+var _ delivery.Sink = (*HTTP)(nil)
 
 // Deliver makes one delivery attempt of m (attempt m.Attempt+1) and classifies the
 // result; see the package doc for the outcome table. It returns when the sink answered,
 // the rule's timeout passed, or ctx was cancelled (reported as Retry: the message stays
 // queued).
-func (h *HTTP) Deliver(ctx context.Context, rule *rules.Rule, m queue.Message) drain.Outcome {
+func (h *HTTP) Deliver(ctx context.Context, rule *rules.Rule, m queue.Message) delivery.Outcome {
 	if rule == nil || rule.Sink.URL == "" {
-		return drain.OutcomeDead("sink: rule has no sink url")
+		return delivery.OutcomeDead("sink: rule has no sink url")
 	}
 	timeout := timeoutFor(rule, h.cfg.DefaultTimeout)
 	actx, cancel := context.WithTimeout(ctx, timeout)
@@ -152,28 +159,30 @@ func (h *HTTP) Deliver(ctx context.Context, rule *rules.Rule, m queue.Message) d
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, rule.Sink.URL, bytes.NewReader(m.Payload))
 	if err != nil {
 		// A URL that does not parse will never work: say so rather than retry forever.
-		return drain.OutcomeDead(fmt.Sprintf("sink: bad url: %v", err))
+		return delivery.OutcomeDead(fmt.Sprintf("sink: bad url: %v", err))
 	}
 	deliveryHeaders(rule, m, req.Header.Set)
 	telemetry.Inject(ctx, req.Header.Set) // the delivery span's traceparent: the sink's span joins the trace
 	req.Header.Set("User-Agent", h.cfg.UserAgent)
-	if signer, err := h.signers.signerFor(rule, h.cfg.Signer); err != nil {
-		return drain.OutcomeRetry(0, "sink: "+err.Error())
+	if signer, scheme, err := h.signers.signerFor(rule, h.cfg.Signer, h.cfg.SignScheme); err != nil {
+		return delivery.OutcomeRetry(0, "sink: "+err.Error())
 	} else if signer != nil {
-		req.Header.Set(sign.Header, signer.Sign(time.Now(), m.Payload))
+		// The message id is signed with the body (id.timestamp.body): a captured delivery
+		// replayed as another message is refused by a sink that checks it.
+		signer.Sign(scheme, m.ID, time.Now(), m.Payload, req.Header.Set)
 	}
 
 	resp, err := h.cfg.Client.Do(req)
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
-			return drain.OutcomeRetry(0, "sink: delivery cancelled: "+context.Cause(ctx).Error())
+			return delivery.OutcomeRetry(0, "sink: delivery cancelled: "+context.Cause(ctx).Error())
 		case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
-			o := drain.OutcomeRetry(0, fmt.Sprintf("sink: timeout after %s", timeout))
+			o := delivery.OutcomeRetry(0, fmt.Sprintf("sink: timeout after %s", timeout))
 			o.Timeout = true
 			return o
 		default:
-			return drain.OutcomeRetry(0, "sink: "+err.Error())
+			return delivery.OutcomeRetry(0, "sink: "+err.Error())
 		}
 	}
 	defer h.discard(resp.Body)
@@ -181,21 +190,21 @@ func (h *HTTP) Deliver(ctx context.Context, rule *rules.Rule, m queue.Message) d
 	code := resp.StatusCode
 	switch {
 	case code >= 200 && code < 300:
-		o := drain.OutcomeDelivered()
+		o := delivery.OutcomeDelivered()
 		o.Status = code
 		return o
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		o := drain.OutcomeRetry(
+		o := delivery.OutcomeRetry(
 			ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now(), h.cfg.MaxRetryAfter),
 			statusText(code, h.snippet(resp.Body)))
 		o.Status = code
 		return o
 	case code >= 500:
-		o := drain.OutcomeRetry(0, statusText(code, h.snippet(resp.Body)))
+		o := delivery.OutcomeRetry(0, statusText(code, h.snippet(resp.Body)))
 		o.Status = code
 		return o
 	case code >= 400:
-		o := drain.OutcomeDead(statusText(code, h.snippet(resp.Body)))
+		o := delivery.OutcomeDead(statusText(code, h.snippet(resp.Body)))
 		o.Status = code
 		return o
 	default:
@@ -204,7 +213,7 @@ func (h *HTTP) Deliver(ctx context.Context, rule *rules.Rule, m queue.Message) d
 		if loc := resp.Header.Get("Location"); loc != "" {
 			reason += " to " + truncate(loc, h.cfg.BodySnippet)
 		}
-		o := drain.OutcomeDead(reason + " (redirects are not followed)")
+		o := delivery.OutcomeDead(reason + " (redirects are not followed)")
 		o.Status = code
 		return o
 	}

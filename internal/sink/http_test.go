@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/delivery"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/queue"
 )
@@ -81,7 +81,7 @@ func TestHTTPHeadersAndPayload(t *testing.T) {
 	m := testMessage()
 
 	o := h.Deliver(context.Background(), testRule(srv.URL+"/submit"), m)
-	if o.Verdict != drain.Delivered || o.Status != http.StatusAccepted {
+	if o.Verdict != delivery.Delivered || o.Status != http.StatusAccepted {
 		t.Fatalf("outcome = %+v, want delivered 202", o)
 	}
 	reqs := got()
@@ -127,36 +127,36 @@ func TestHTTPOutcomes(t *testing.T) {
 	tests := []struct {
 		name        string
 		handler     http.HandlerFunc
-		verdict     drain.Verdict
+		verdict     delivery.Verdict
 		status      int
 		retryMin    time.Duration // RetryAfter bounds (Retry only)
 		retryMax    time.Duration
 		errContains []string
 		errMaxLen   int
 	}{
-		{name: "200", handler: status(200, nil, ""), verdict: drain.Delivered, status: 200},
-		{name: "204", handler: status(204, nil, ""), verdict: drain.Delivered, status: 204},
+		{name: "200", handler: status(200, nil, ""), verdict: delivery.Delivered, status: 200},
+		{name: "204", handler: status(204, nil, ""), verdict: delivery.Delivered, status: 204},
 		{name: "429 retry-after seconds", handler: status(429, map[string]string{"Retry-After": "7"}, "slow down"),
-			verdict: drain.Retry, status: 429, retryMin: 7 * time.Second, retryMax: 7 * time.Second, errContains: []string{"429", "slow down"}},
+			verdict: delivery.Retry, status: 429, retryMin: 7 * time.Second, retryMax: 7 * time.Second, errContains: []string{"429", "slow down"}},
 		{name: "429 retry-after http-date", handler: status(429, map[string]string{"Retry-After": httpDate}, ""),
-			verdict: drain.Retry, status: 429, retryMin: 60 * time.Second, retryMax: 91 * time.Second},
+			verdict: delivery.Retry, status: 429, retryMin: 60 * time.Second, retryMax: 91 * time.Second},
 		{name: "429 retry-after too large is capped", handler: status(429, map[string]string{"Retry-After": "31536000"}, ""),
-			verdict: drain.Retry, status: 429, retryMin: time.Hour, retryMax: time.Hour},
+			verdict: delivery.Retry, status: 429, retryMin: time.Hour, retryMax: time.Hour},
 		{name: "503 without retry-after uses backoff", handler: status(503, nil, "maintenance"),
-			verdict: drain.Retry, status: 503, errContains: []string{"503", "maintenance"}},
+			verdict: delivery.Retry, status: 503, errContains: []string{"503", "maintenance"}},
 		{name: "503 garbage retry-after uses backoff", handler: status(503, map[string]string{"Retry-After": "soon"}, ""),
-			verdict: drain.Retry, status: 503},
+			verdict: delivery.Retry, status: 503},
 		{name: "400 dead with body", handler: status(400, nil, "{\"error\":\"bad\norder\"}"),
-			verdict: drain.Dead, status: 400, errContains: []string{"400", `{"error":"bad order"}`}},
+			verdict: delivery.Dead, status: 400, errContains: []string{"400", `{"error":"bad order"}`}},
 		{name: "404 dead", handler: status(404, nil, "no such route"),
-			verdict: drain.Dead, status: 404, errContains: []string{"404", "no such route"}},
+			verdict: delivery.Dead, status: 404, errContains: []string{"404", "no such route"}},
 		{name: "409 dead, long body bounded", handler: status(409, nil, longBody),
-			verdict: drain.Dead, status: 409, errContains: []string{"409"}, errMaxLen: 400},
+			verdict: delivery.Dead, status: 409, errContains: []string{"409"}, errMaxLen: 400},
 		{name: "500 retry", handler: status(500, nil, "boom"),
-			verdict: drain.Retry, status: 500, errContains: []string{"500", "boom"}},
-		{name: "502 retry", handler: status(502, nil, ""), verdict: drain.Retry, status: 502},
+			verdict: delivery.Retry, status: 500, errContains: []string{"500", "boom"}},
+		{name: "502 retry", handler: status(502, nil, ""), verdict: delivery.Retry, status: 502},
 		{name: "302 dead, not followed", handler: status(302, map[string]string{"Location": "/elsewhere"}, ""),
-			verdict: drain.Dead, status: 302, errContains: []string{"302", "/elsewhere"}},
+			verdict: delivery.Dead, status: 302, errContains: []string{"302", "/elsewhere"}},
 	}
 	h := newHTTP(t)
 	for _, tc := range tests {
@@ -175,7 +175,7 @@ func TestHTTPOutcomes(t *testing.T) {
 					t.Errorf("Err = %q, want it to contain %q", o.Err, s)
 				}
 			}
-			if tc.verdict != drain.Delivered && o.Err == "" {
+			if tc.verdict != delivery.Delivered && o.Err == "" {
 				t.Error("Err is empty for a failed delivery")
 			}
 			if tc.errMaxLen > 0 && len(o.Err) > tc.errMaxLen {
@@ -209,7 +209,7 @@ func TestHTTPTimeout(t *testing.T) {
 	rule.Sink.Timeout = 150 * time.Millisecond
 	start := time.Now()
 	o := newHTTP(t).Deliver(context.Background(), rule, testMessage())
-	if o.Verdict != drain.Retry || !strings.Contains(o.Err, "timeout") || !o.Timeout {
+	if o.Verdict != delivery.Retry || !strings.Contains(o.Err, "timeout") || !o.Timeout {
 		t.Fatalf("outcome = %+v, want retry with a timeout", o)
 	}
 	if el := time.Since(start); el > 10*time.Second {
@@ -223,7 +223,7 @@ func TestHTTPCancelledIsRetry(t *testing.T) {
 	// Cancelled while the request is at the sink.
 	srv, _ := recordingServer(t, func(w http.ResponseWriter, r *http.Request) { cancel(); <-r.Context().Done() })
 	o := newHTTP(t).Deliver(ctx, testRule(srv.URL), testMessage())
-	if o.Verdict != drain.Retry || !strings.Contains(o.Err, "cancel") {
+	if o.Verdict != delivery.Retry || !strings.Contains(o.Err, "cancel") {
 		t.Fatalf("outcome = %+v, want retry (cancelled)", o)
 	}
 }
@@ -237,7 +237,7 @@ func TestHTTPConnectionRefused(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	o := newHTTP(t).Deliver(context.Background(), testRule("http://"+addr+"/x"), testMessage())
-	if o.Verdict != drain.Retry || o.Err == "" || o.Timeout {
+	if o.Verdict != delivery.Retry || o.Err == "" || o.Timeout {
 		t.Fatalf("outcome = %+v, want retry with an error (not a timeout)", o)
 	}
 }
@@ -246,7 +246,7 @@ func TestHTTPBadConfigIsDead(t *testing.T) {
 	t.Parallel()
 	h := newHTTP(t)
 	for _, u := range []string{"", "http://[::1"} {
-		if o := h.Deliver(context.Background(), testRule(u), testMessage()); o.Verdict != drain.Dead {
+		if o := h.Deliver(context.Background(), testRule(u), testMessage()); o.Verdict != delivery.Dead {
 			t.Errorf("url %q: outcome = %+v, want dead", u, o)
 		}
 	}
@@ -268,7 +268,7 @@ func TestHTTPReusesConnections(t *testing.T) {
 	t.Cleanup(srv.Close)
 	h := newHTTP(t)
 	for range 50 {
-		if o := h.Deliver(context.Background(), testRule(srv.URL), testMessage()); o.Verdict != drain.Retry {
+		if o := h.Deliver(context.Background(), testRule(srv.URL), testMessage()); o.Verdict != delivery.Retry {
 			t.Fatalf("outcome = %+v", o)
 		}
 	}

@@ -3,7 +3,7 @@ package sink
 import (
 	"context"
 
-	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/delivery"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/queue"
 )
@@ -16,28 +16,28 @@ import (
 // Multi is a plain struct: fill the sinks this process can use. Safe for concurrent use
 // when its sinks are.
 type Multi struct {
-	HTTP drain.Sink // usually *HTTP
-	NATS drain.Sink // usually *NATS
+	HTTP delivery.Sink // usually *HTTP
+	NATS delivery.Sink // usually *NATS
 }
 
-var _ drain.Sink = Multi{}
+var _ delivery.Sink = Multi{}
 
 // Deliver delegates to the sink the rule names.
-func (mu Multi) Deliver(ctx context.Context, rule *rules.Rule, m queue.Message) drain.Outcome {
+func (mu Multi) Deliver(ctx context.Context, rule *rules.Rule, m queue.Message) delivery.Outcome {
 	switch {
 	case rule == nil:
-		return drain.OutcomeDead("sink: no rule")
+		return delivery.OutcomeDead("sink: no rule")
 	case rule.Sink.URL != "":
 		if mu.HTTP == nil {
-			return drain.OutcomeDead("sink: http sinks are not configured in this drainer")
+			return delivery.OutcomeDead("sink: http sinks are not configured in this drainer")
 		}
 		return mu.HTTP.Deliver(ctx, rule, m)
 	case rule.Sink.NATSSubject != "":
 		if mu.NATS == nil {
-			return drain.OutcomeDead("sink: nats sinks are not configured in this drainer")
+			return delivery.OutcomeDead("sink: nats sinks are not configured in this drainer")
 		}
 		return mu.NATS.Deliver(ctx, rule, m)
 	default:
-		return drain.OutcomeDead("sink: rule " + rule.Name + " has no sink")
+		return delivery.OutcomeDead("sink: rule " + rule.Name + " has no sink")
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/delivery"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/queue"
@@ -91,12 +91,12 @@ func NewNATS(nc *nats.Conn, cfg NATSConfig) (*NATS, error) {
 	return &NATS{nc: nc, js: js, cfg: cfg, modes: make(map[string]natsMode)}, nil
 }
 
-var _ drain.Sink = (*NATS)(nil)
+var _ delivery.Sink = (*NATS)(nil)
 
 // Deliver publishes m once and classifies the result (see NATS).
-func (n *NATS) Deliver(ctx context.Context, rule *rules.Rule, m queue.Message) drain.Outcome {
+func (n *NATS) Deliver(ctx context.Context, rule *rules.Rule, m queue.Message) delivery.Outcome {
 	if rule == nil || rule.Sink.NATSSubject == "" {
-		return drain.OutcomeDead("sink: rule has no sink nats_subject")
+		return delivery.OutcomeDead("sink: rule has no sink nats_subject")
 	}
 	subject := rule.Sink.NATSSubject
 	timeout := timeoutFor(rule, n.cfg.DefaultTimeout)
@@ -117,7 +117,7 @@ func (n *NATS) Deliver(ctx context.Context, rule *rules.Rule, m queue.Message) d
 		if _, err := n.js.PublishMsg(actx, msg, jetstream.WithMsgID(m.ID)); err != nil {
 			return n.failure(ctx, err, timeout)
 		}
-		return drain.OutcomeDelivered()
+		return delivery.OutcomeDelivered()
 	}
 	if err := n.nc.PublishMsg(msg); err != nil {
 		return n.failure(ctx, err, timeout)
@@ -125,7 +125,7 @@ func (n *NATS) Deliver(ctx context.Context, rule *rules.Rule, m queue.Message) d
 	if err := n.nc.FlushWithContext(actx); err != nil {
 		return n.failure(ctx, err, timeout)
 	}
-	return drain.OutcomeDelivered()
+	return delivery.OutcomeDelivered()
 }
 
 // boundToStream reports whether subject is captured by a JetStream stream, cached for ModeTTL.
@@ -157,21 +157,21 @@ func (n *NATS) boundToStream(ctx context.Context, subject string) (bool, error) 
 
 // failure classifies a publish error. Everything is transient except a subject the server
 // refuses outright.
-func (n *NATS) failure(ctx context.Context, err error, timeout time.Duration) drain.Outcome {
+func (n *NATS) failure(ctx context.Context, err error, timeout time.Duration) delivery.Outcome {
 	var apiErr *jetstream.APIError
 	switch {
 	case ctx.Err() != nil:
-		return drain.OutcomeRetry(0, "sink: delivery cancelled: "+context.Cause(ctx).Error())
+		return delivery.OutcomeRetry(0, "sink: delivery cancelled: "+context.Cause(ctx).Error())
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
-		o := drain.OutcomeRetry(0, fmt.Sprintf("sink: nats timeout after %s", timeout))
+		o := delivery.OutcomeRetry(0, fmt.Sprintf("sink: nats timeout after %s", timeout))
 		o.Timeout = true
 		return o
 	case errors.Is(err, nats.ErrBadSubject):
-		return drain.OutcomeDead("sink: " + err.Error())
+		return delivery.OutcomeDead("sink: " + err.Error())
 	case errors.As(err, &apiErr):
 		// Stream full, no leader, storage errors: the stream's operator can fix these, so retry.
-		return drain.OutcomeRetry(0, fmt.Sprintf("sink: nats: %s (code %d)", apiErr.Description, apiErr.ErrorCode))
+		return delivery.OutcomeRetry(0, fmt.Sprintf("sink: nats: %s (code %d)", apiErr.Description, apiErr.ErrorCode))
 	default:
-		return drain.OutcomeRetry(0, "sink: nats: "+err.Error())
+		return delivery.OutcomeRetry(0, "sink: nats: "+err.Error())
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/delivery"
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/rules"
 )
@@ -34,7 +34,7 @@ func TestNATSCoreSubject(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := testMessage()
-	if o := s.Deliver(context.Background(), natsRule("orders.accepted"), m); o.Verdict != drain.Delivered {
+	if o := s.Deliver(context.Background(), natsRule("orders.accepted"), m); o.Verdict != delivery.Delivered {
 		t.Fatalf("outcome = %+v, want delivered", o)
 	}
 	got, err := sub.NextMsg(5 * time.Second)
@@ -75,7 +75,7 @@ func TestNATSStreamSubjectDedups(t *testing.T) {
 	}
 	m := testMessage()
 	for range 2 { // a redelivery after a crash: same id
-		if o := s.Deliver(ctx, natsRule("accepted.orders"), m); o.Verdict != drain.Delivered {
+		if o := s.Deliver(ctx, natsRule("accepted.orders"), m); o.Verdict != delivery.Delivered {
 			t.Fatalf("outcome = %+v, want delivered", o)
 		}
 	}
@@ -105,11 +105,11 @@ func TestNATSStreamFullIsRetry(t *testing.T) {
 	}
 	s, _ := NewNATS(nc, NATSConfig{})
 	m := testMessage()
-	if o := s.Deliver(ctx, natsRule("tiny"), m); o.Verdict != drain.Delivered {
+	if o := s.Deliver(ctx, natsRule("tiny"), m); o.Verdict != delivery.Delivered {
 		t.Fatalf("first: %+v", o)
 	}
 	m.ID = "another-id"
-	if o := s.Deliver(ctx, natsRule("tiny"), m); o.Verdict != drain.Retry || o.Err == "" {
+	if o := s.Deliver(ctx, natsRule("tiny"), m); o.Verdict != delivery.Retry || o.Err == "" {
 		t.Fatalf("full stream: %+v, want retry", o)
 	}
 }
@@ -123,16 +123,16 @@ func TestMultiPicksByRule(t *testing.T) {
 	mu := Multi{HTTP: newHTTP(t), NATS: ns}
 	ctx := context.Background()
 
-	if o := mu.Deliver(ctx, testRule(srv.URL), testMessage()); o.Verdict != drain.Delivered || len(got()) != 1 {
+	if o := mu.Deliver(ctx, testRule(srv.URL), testMessage()); o.Verdict != delivery.Delivered || len(got()) != 1 {
 		t.Errorf("http rule: %+v, %d requests", o, len(got()))
 	}
-	if o := mu.Deliver(ctx, natsRule("somewhere"), testMessage()); o.Verdict != drain.Delivered {
+	if o := mu.Deliver(ctx, natsRule("somewhere"), testMessage()); o.Verdict != delivery.Delivered {
 		t.Errorf("nats rule: %+v", o)
 	}
-	if o := mu.Deliver(ctx, &rules.Rule{Name: "x"}, testMessage()); o.Verdict != drain.Dead {
+	if o := mu.Deliver(ctx, &rules.Rule{Name: "x"}, testMessage()); o.Verdict != delivery.Dead {
 		t.Errorf("no sink: %+v", o)
 	}
-	if o := (Multi{HTTP: mu.HTTP}).Deliver(ctx, natsRule("somewhere"), testMessage()); o.Verdict != drain.Dead {
+	if o := (Multi{HTTP: mu.HTTP}).Deliver(ctx, natsRule("somewhere"), testMessage()); o.Verdict != delivery.Dead {
 		t.Errorf("nats not configured: %+v", o)
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/delivery"
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/telemetry"
 )
@@ -24,10 +24,10 @@ func TestHTTPSendsTraceContext(t *testing.T) {
 	srv, got := recordingServer(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	h := newHTTP(t)
 	ctx := telemetry.Context(context.Background(), testTraceParent, testTraceState)
-	if o := h.Deliver(ctx, testRule(srv.URL), testMessage()); o.Verdict != drain.Delivered {
+	if o := h.Deliver(ctx, testRule(srv.URL), testMessage()); o.Verdict != delivery.Delivered {
 		t.Fatalf("outcome %+v", o)
 	}
-	if o := h.Deliver(context.Background(), testRule(srv.URL), testMessage()); o.Verdict != drain.Delivered {
+	if o := h.Deliver(context.Background(), testRule(srv.URL), testMessage()); o.Verdict != delivery.Delivered {
 		t.Fatalf("outcome %+v", o)
 	}
 	reqs := got()
@@ -58,7 +58,7 @@ func TestNATSSendsTraceContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := telemetry.Context(context.Background(), testTraceParent, testTraceState)
-	if o := s.Deliver(ctx, natsRule("traced.out"), testMessage()); o.Verdict != drain.Delivered {
+	if o := s.Deliver(ctx, natsRule("traced.out"), testMessage()); o.Verdict != delivery.Delivered {
 		t.Fatalf("outcome %+v", o)
 	}
 	got, err := sub.NextMsg(5 * time.Second)

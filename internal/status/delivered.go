@@ -172,40 +172,88 @@ func (d *DeliveredRecords) Info(ctx context.Context) (*jetstream.StreamInfo, err
 // Dropped counts the records that could not be written.
 func (d *DeliveredRecords) Dropped() int64 { return d.dropped.Load() }
 
-// Get returns the record of id: its attempts and when it was delivered. ok is false when
-// there is none (never recorded, or aged out).
-func (d *DeliveredRecords) Get(ctx context.Context, id string) (attempts int, at time.Time, ok bool, err error) {
+// headerState names the state of a record that is not a delivery (a cancel); a record
+// without it — every record of an earlier version — is a delivery.
+const headerState = "Sluice-State"
+
+// RecordCancelled files the record of a message taken back by a cancel (DELETE
+// /v1/messages/{id}), so that its status says "cancelled" rather than "no longer tracked"
+// for as long as a delivered record would be kept. Unlike Record it waits for the publish:
+// a cancel is rare, answered right after, and the status asked next must find it.
+func (d *DeliveredRecords) RecordCancelled(ctx context.Context, id string, attempts int) error {
 	subj, ok := d.subject(id)
 	if !ok {
-		return 0, time.Time{}, false, nil
+		return nil
 	}
+	msg := &nats.Msg{Subject: subj, Header: nats.Header{
+		queue.HeaderID:      []string{id},
+		queue.HeaderAttempt: []string{strconv.Itoa(attempts)},
+		headerState:         []string{Cancelled},
+	}}
+	if _, err := d.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("status: cancelled record of %s: %w", id, err)
+	}
+	return nil
+}
+
+// Get returns the record of id: its attempts and when it was delivered. ok is false when
+// there is none (never recorded, or aged out), or when the record is not a delivery's.
+func (d *DeliveredRecords) Get(ctx context.Context, id string) (attempts int, at time.Time, ok bool, err error) {
+	r, ok, err := d.record(ctx, id)
+	if !ok || err != nil || r.state != Delivered {
+		return 0, time.Time{}, false, err
+	}
+	return r.attempts, r.at, true, nil
+}
+
+// record is one record as read: its state (delivered or cancelled), attempts and time.
+type record struct {
+	state    string
+	attempts int
+	at       time.Time
+}
+
+func (d *DeliveredRecords) record(ctx context.Context, id string) (r record, ok bool, err error) {
+	r, ok, err = d.read(ctx, id)
+	if ok && r.state == "" {
+		r.state = Delivered
+	}
+	return r, ok, err
+}
+
+func (d *DeliveredRecords) read(ctx context.Context, id string) (record, bool, error) {
+	subj, ok := d.subject(id)
+	if !ok {
+		return record{}, false, nil
+	}
+	var err error
 	var s jetstream.Stream
 	if p := d.stream.Load(); p != nil {
 		s = *p
 	} else {
 		s, err = d.js.Stream(ctx, d.cfg.Stream)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return 0, time.Time{}, false, nil
+			return record{}, false, nil
 		}
 		if err != nil {
-			return 0, time.Time{}, false, fmt.Errorf("status: delivered records: %w", err)
+			return record{}, false, fmt.Errorf("status: delivered records: %w", err)
 		}
 		d.stream.Store(&s)
 	}
 	raw, err := s.GetLastMsgForSubject(ctx, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, time.Time{}, false, nil
+		return record{}, false, nil
 	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		d.stream.Store(nil) // deleted since: found again (or not) next time
-		return 0, time.Time{}, false, nil
+		return record{}, false, nil
 	}
 	if err != nil {
-		return 0, time.Time{}, false, fmt.Errorf("status: delivered record of %s: %w", id, err)
+		return record{}, false, fmt.Errorf("status: delivered record of %s: %w", id, err)
 	}
 	if raw.Header.Get(queue.HeaderID) != id {
-		return 0, time.Time{}, false, nil
+		return record{}, false, nil
 	}
-	attempts, _ = strconv.Atoi(raw.Header.Get(queue.HeaderAttempt))
-	return attempts, raw.Time, true, nil
+	attempts, _ := strconv.Atoi(raw.Header.Get(queue.HeaderAttempt))
+	return record{state: raw.Header.Get(headerState), attempts: attempts, at: raw.Time}, true, nil
 }

@@ -1,28 +1,3 @@
-// Package status answers GET /v1/messages/{id} from where the message is, not from a record
-// of its own: Redis holds per-key state only, so nothing of a message is kept anywhere once
-// it has left sluice.
-//
-// A message id names its rule and key (queue.NewID), which is enough to look in the three
-// places a message can be:
-//
-//   - its key's queue (queue.Queues.Find — the key's subject, at most capacity messages):
-//     queued; or delivering when it is the head of a key a drainer holds; or retrying when it
-//     is a head that failed before (strict ordering keeps it at the head), with the
-//     scheduler's per-key retry state giving attempts and last error;
-//   - the retry stream (retry.Store.Find): scheduled (a later delivery time), parked (no
-//     room, or the admission limit), or retrying (a delivery retry of a relaxed rule), each
-//     with the time it goes back to its queue;
-//   - the dead letters (retry.DeadLetters.Get): dead, with the reason and when.
-//
-// A message in none of them has left: it was delivered, or removed by a purge. Those two
-// cannot be told apart without a per-message record. Such records are opt-in and bounded
-// (Delivered: by age and count, in JetStream); without one the answer is ErrNotTracked —
-// an honest "no longer tracked" — with what the id itself says (rule, key, when it was
-// issued). An id that is not sluice's, or names a rule that does not exist, is ErrNeverSeen.
-//
-// A message moving between places (re-admitted from the retry stream, replayed from the
-// dead letters) is in both for a moment, and its queue is looked at again last, so a
-// lookup never misses a message that is moving into its queue.
 package status
 
 import (
@@ -47,6 +22,9 @@ const (
 	Delivered  = "delivered"
 	Retrying   = "retrying"
 	Dead       = "dead"
+	// Cancelled: taken back by a cancel. Known only with delivered records on (-status-keep),
+	// for as long as they are kept; without them a cancelled message is "no longer tracked".
+	Cancelled = "cancelled"
 )
 
 // ErrNeverSeen: the id is not one sluice issued (or its rule does not exist).
@@ -97,6 +75,8 @@ type Locator struct {
 	Dead      *retry.DeadLetters
 	// Delivered, when set, holds the opt-in records of delivered messages.
 	Delivered *DeliveredRecords
+
+	beforeDelete func() // a test seam: runs just before Cancel deletes a queued message
 }
 
 // Get returns where message id is: ErrNeverSeen for an id that is not sluice's, a *Gone
@@ -154,13 +134,13 @@ func (l *Locator) get(ctx context.Context, id string, grace time.Duration) (Stat
 		return st, err
 	}
 	if l.Delivered != nil {
-		attempts, at, ok, err := l.deliveredRecord(ctx, id, grace)
+		rec, ok, err := l.deliveredRecord(ctx, id, grace)
 		if err != nil {
 			return Status{}, err
 		}
-		if ok {
-			return Status{ID: id, Domain: r.Domain, Rule: r.Name, Key: ref.Key, State: Delivered, Attempts: attempts,
-				CreatedAt: issued, UpdatedAt: at}, nil
+		if ok { // delivered, or cancelled
+			return Status{ID: id, Domain: r.Domain, Rule: r.Name, Key: ref.Key, State: rec.state, Attempts: rec.attempts,
+				CreatedAt: issued, UpdatedAt: rec.at}, nil
 		}
 	}
 	return Status{}, &Gone{ID: id, Rule: r.Name, Key: ref.Key, IssuedAt: issued}
@@ -176,18 +156,18 @@ const RecordGrace = 100 * time.Millisecond
 // deliveredRecord reads id's delivered record, and reads it again every 20 ms for up to
 // grace while there is none. A caller gone during the wait gets the first read's answer
 // (none), not an error: the wait is a courtesy.
-func (l *Locator) deliveredRecord(ctx context.Context, id string, grace time.Duration) (attempts int, at time.Time, ok bool, err error) {
+func (l *Locator) deliveredRecord(ctx context.Context, id string, grace time.Duration) (rec record, ok bool, err error) {
 	deadline := time.Now().Add(grace)
 	for {
-		attempts, at, ok, err = l.Delivered.Get(ctx, id)
+		rec, ok, err = l.Delivered.record(ctx, id)
 		if ok || err != nil || !time.Now().Before(deadline) {
-			return attempts, at, ok, err
+			return rec, ok, err
 		}
 		t := time.NewTimer(min(20*time.Millisecond, time.Until(deadline)))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return 0, time.Time{}, false, nil
+			return record{}, false, nil
 		case <-t.C:
 		}
 	}

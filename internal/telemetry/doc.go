@@ -39,4 +39,10 @@
 // it (otel.SetTracerProvider) so libraries find it too, and Install is how tests put an
 // in-memory exporter in its place. Everything else in sluice reads the provider through
 // this package (On, Start).
+//
+// # Files
+//
+//   - telemetry.go: tracing on or off from the OTEL_* variables, the exporter and sampler
+//   - propagate.go: W3C trace context through HTTP and NATS headers (Sluice-Traceparent)
+//   - doc.go: this overview
 package telemetry

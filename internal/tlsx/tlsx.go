@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,8 +29,12 @@ import (
 type ServerFiles struct {
 	CertFile, KeyFile string
 	ClientCAFile      string
-	Interval          time.Duration // how often files are checked for changes; default 1s
-	Logger            *slog.Logger
+	// ClientNames, when set (with ClientCAFile), also requires the client certificate to
+	// name one of these identities (NameAllowed): -tls-client-names. A certificate the CA
+	// signed for someone else fails the handshake.
+	ClientNames []string
+	Interval    time.Duration // how often files are checked for changes; default 1s
+	Logger      *slog.Logger
 }
 
 // fileStamp identifies one version of a file.
@@ -110,12 +115,22 @@ func (s *Server) load() error {
 	}
 	cfg := &tls.Config{
 		MinVersion:   tls.VersionTLS12,
+		CipherSuites: CipherSuites,
 		Certificates: []tls.Certificate{cert},
 		NextProtos:   []string{"h2", "http/1.1"},
 	}
 	if pool != nil {
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		if names := s.files.ClientNames; len(names) > 0 {
+			cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+				// Runs after the chain was verified against the client CAs.
+				if len(cs.PeerCertificates) == 0 || !NameAllowed(cs.PeerCertificates[0], names) {
+					return errClientNotAllowed
+				}
+				return nil
+			}
+		}
 	}
 	s.stamps, s.cert, s.clientCAs, s.cfg = st, &cert, pool, cfg
 	s.reloads++
@@ -155,13 +170,14 @@ func (s *Server) maybeReload() *tls.Config {
 	return s.cfg
 }
 
-// Config returns the TLS configuration to serve with: TLS 1.2 or newer with Go's default
-// cipher suites, h2 and http/1.1, and per connection the certificate (and client CAs) of
+// Config returns the TLS configuration to serve with: TLS 1.2 or newer (TLS 1.2 with the
+// AEAD suites of CipherSuites only), h2 and http/1.1, and per connection the certificate (and client CAs) of
 // the files as they are now.
 func (s *Server) Config() *tls.Config {
 	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		NextProtos: []string{"h2", "http/1.1"},
+		MinVersion:   tls.VersionTLS12,
+		CipherSuites: CipherSuites,
+		NextProtos:   []string{"h2", "http/1.1"},
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			return s.maybeReload(), nil
 		},
@@ -170,6 +186,57 @@ func (s *Server) Config() *tls.Config {
 			return &s.maybeReload().Certificates[0], nil
 		},
 	}
+}
+
+// CipherSuites are the TLS 1.2 suites sluice offers and accepts, servers and clients
+// alike: ECDHE key exchange with an AEAD cipher only (AES-GCM, ChaCha20-Poly1305). Go's
+// defaults also offer CBC suites with SHA-1 MACs (Lucky13-style padding oracles) for old
+// clients; nothing sluice talks to needs them. TLS 1.3's suites are all AEAD and not
+// configurable.
+var CipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
+var errClientNotAllowed = errors.New("tls: the client certificate names no identity of -tls-client-names")
+
+// CertNames lists the identities a certificate names: its URI SANs (SPIFFE IDs, as Istio
+// issues), DNS SANs, e-mail SANs, IP SANs and the subject's common name.
+func CertNames(c *x509.Certificate) []string {
+	out := make([]string, 0, len(c.URIs)+len(c.DNSNames)+len(c.EmailAddresses)+len(c.IPAddresses)+1)
+	for _, u := range c.URIs {
+		out = append(out, u.String())
+	}
+	out = append(out, c.DNSNames...)
+	out = append(out, c.EmailAddresses...)
+	for _, ip := range c.IPAddresses {
+		out = append(out, ip.String())
+	}
+	if c.Subject.CommonName != "" {
+		out = append(out, c.Subject.CommonName)
+	}
+	return out
+}
+
+// NameAllowed reports whether c names one of allowed: an exact, case-sensitive match of
+// one of CertNames, or, for an entry ending in "*", a name starting with the rest
+// ("spiffe://cluster.local/ns/edge/*"). A lone "*" allows any certificate.
+func NameAllowed(c *x509.Certificate, allowed []string) bool {
+	if c == nil {
+		return false
+	}
+	for _, n := range CertNames(c) {
+		for _, a := range allowed {
+			if prefix, wild := strings.CutSuffix(a, "*"); (wild && strings.HasPrefix(n, prefix)) || (!wild && n == a) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Certificate returns the certificate in use now.
@@ -217,7 +284,7 @@ func NewClient(flag, caFile string) (*Client, error) {
 // Config is the configuration of one connection to serverName (a host name or an IP).
 func (c *Client) Config(serverName string) *tls.Config {
 	pool, _ := c.pool.get() // after NewClient, get always has a pool (the last good one)
-	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: serverName}
+	return &tls.Config{MinVersion: tls.VersionTLS12, CipherSuites: CipherSuites, RootCAs: pool, ServerName: serverName}
 }
 
 // Apply makes t dial TLS with Config: its DialContext (or a plain dialer) connects, then
@@ -299,4 +366,76 @@ func (s *Server) NotAfterCollector() prometheus.Collector {
 		s.maybeReload()
 		return float64(s.Certificate().Leaf.NotAfter.Unix())
 	})
+}
+
+// ClientFiles names the PEM files of an outbound TLS connection whose library takes a
+// *tls.Config (go-redis): a CA bundle to trust instead of the system roots, and a client
+// certificate to present. Flag prefixes the flag names in errors ("-redis" gives
+// -redis-ca, -redis-cert, -redis-key).
+type ClientFiles struct {
+	Flag                      string
+	CAFile, CertFile, KeyFile string
+}
+
+// Configure sets cfg up from f, keeping what the library already put there (its
+// ServerName): TLS 1.2 or newer with CipherSuites, RootCAs from CAFile (read now; a new
+// bundle takes a restart), and a client certificate read now and again on the first
+// handshake after its files changed (checked at most once a second), so a rotated
+// certificate is presented without a restart — a half-written one keeps the last good.
+func (f ClientFiles) Configure(cfg *tls.Config) error {
+	cfg.MinVersion = max(cfg.MinVersion, tls.VersionTLS12)
+	cfg.CipherSuites = CipherSuites
+	if f.CAFile != "" {
+		pool, err := LoadPool(f.CAFile)
+		if err != nil {
+			return fmt.Errorf("%s-ca: %w", f.Flag, err)
+		}
+		cfg.RootCAs = pool
+	}
+	if f.CertFile != "" {
+		kp := &keyPairReloader{flag: f.Flag, cert: f.CertFile, key: f.KeyFile}
+		if _, err := kp.get(); err != nil {
+			return err
+		}
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return kp.get() }
+	}
+	return nil
+}
+
+// keyPairReloader holds a client certificate, re-read when its files change.
+type keyPairReloader struct {
+	flag, cert, key string
+	mu              sync.Mutex
+	checked         time.Time
+	st              [2]fileStamp
+	pair            *tls.Certificate
+}
+
+func (r *keyPairReloader) get() (*tls.Certificate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pair != nil && time.Since(r.checked) < time.Second {
+		return r.pair, nil
+	}
+	r.checked = time.Now()
+	var st [2]fileStamp
+	var err error
+	if st[0], err = stamp(r.cert); err == nil {
+		st[1], err = stamp(r.key)
+	}
+	if err == nil && r.pair != nil && st == r.st {
+		return r.pair, nil
+	}
+	var pair tls.Certificate
+	if err == nil {
+		pair, err = tls.LoadX509KeyPair(r.cert, r.key)
+	}
+	if err != nil {
+		if r.pair != nil {
+			return r.pair, nil // mid-rotation: keep presenting the last good certificate
+		}
+		return nil, fmt.Errorf("%s-cert/%s-key: %w", r.flag, r.flag, err)
+	}
+	r.pair, r.st = &pair, st
+	return r.pair, nil
 }

@@ -44,6 +44,23 @@
     if (cls) e.className = cls;
     return e;
   }
+  // words writes a name — a rule, domain or queue name, a key, an id, a descriptor — so that
+  // it wraps only after its separators (- _ . = , : / @), never inside a word: a <wbr>
+  // after each, and CSS that breaks nowhere else (.name). Text nodes only: keys are data.
+  function words(text) {
+    const f = document.createDocumentFragment();
+    for (const part of String(text === undefined || text === null ? "" : text).split(/(?<=[-_.=,:/@])/)) {
+      if (part === "") continue;
+      if (f.lastChild) f.appendChild(document.createElement("wbr"));
+      f.appendChild(document.createTextNode(part));
+    }
+    return f;
+  }
+  function named(tag, text, cls) {
+    const e = el(tag, null, cls ? cls + " name" : "name");
+    e.appendChild(words(text));
+    return e;
+  }
   let said = 0; // how many times say was called: a page's first load clears only its own status
   function say(msg, bad) {
     said++;
@@ -149,29 +166,29 @@
     for (const q of queues) {
       const tr = el("tr");
       tr.dataset.queue = q.name;
-      const name = el("td"); const a = el("a", q.name); a.href = "#/queue/" + encodeURIComponent(q.name); name.appendChild(a); tr.appendChild(name);
-      tr.appendChild(el("td", q.domain));
-      const of = el("td");
+      const name = el("td", null, "name"); const a = named("a", q.name); a.href = "#/queue/" + encodeURIComponent(q.name); name.appendChild(a); tr.appendChild(name);
+      tr.appendChild(named("td", q.domain, "opt"));
+      const of = el("td", null, "opt");
       const eff = el("span", rate(q.outflow), (q.overridden || []).includes("outflow") ? "overridden" : "");
       of.appendChild(eff);
       if ((q.overridden || []).includes("outflow")) of.appendChild(el("span", " (file " + rate(q.rules_file.outflow) + ")"));
       tr.appendChild(of);
-      tr.appendChild(el("td", num(q.capacity), "num"));
-      tr.appendChild(el("td", num(q.active_keys), "num"));
+      tr.appendChild(el("td", num(q.capacity), "num opt"));
+      tr.appendChild(el("td", num(q.active_keys), "num opt"));
       // Depth and delivered/s: the number now, and under it the last 10 minutes.
       const depth = el("td", null, "num trend"); depth.dataset.field = "depth";
       depth.appendChild(el("span", num(q.depth), "now"));
       depth.appendChild(spark(series(q.name, "depth"), "", "Depth of " + q.name + " over the last 10 minutes, now " + q.depth));
       tr.appendChild(depth);
-      tr.appendChild(el("td", age(q.oldest_age_seconds), "num"));
-      const delivered = el("td", null, "num trend");
+      tr.appendChild(el("td", age(q.oldest_age_seconds), "num opt"));
+      const delivered = el("td", null, "num trend opt");
       delivered.appendChild(el("span", num(q.drained_per_second, 1), "now"));
       delivered.appendChild(spark(series(q.name, "rate"), "rate", "Delivered per second of " + q.name + " over the last 10 minutes, now " + num(q.drained_per_second, 1), false, 1));
       tr.appendChild(delivered);
-      tr.appendChild(el("td", num(q.refused_per_second, 1), "num"));
-      tr.appendChild(el("td", num(q.parked), "num"));
-      tr.appendChild(el("td", num(q.dead), "num"));
-      const st = el("td"); st.appendChild(el("span", q.paused ? "Paused" : "Running", "badge " + (q.paused ? "paused" : "running"))); tr.appendChild(st);
+      tr.appendChild(el("td", num(q.refused_per_second, 1), "num opt"));
+      tr.appendChild(el("td", num(q.parked), "num opt"));
+      tr.appendChild(el("td", num(q.dead), "num opt"));
+      const st = el("td"); st.dataset.field = "state"; st.appendChild(el("span", q.paused ? "Paused" : "Running", "badge " + (q.paused ? "paused" : "running"))); tr.appendChild(st);
       rows.push(tr);
     }
     body.replaceChildren(...rows);
@@ -186,12 +203,12 @@
     const rows = (data.rules || []).map((r) => {
       const tr = el("tr");
       tr.dataset.rule = r.name;
-      const name = el("td");
-      if (r.kind === "queue") { const a = el("a", r.name); a.href = "#/queue/" + encodeURIComponent(r.name); name.appendChild(a); }
-      else name.textContent = r.name;
+      const name = el("td", null, "name");
+      if (r.kind === "queue") { const a = named("a", r.name); a.href = "#/queue/" + encodeURIComponent(r.name); name.appendChild(a); }
+      else name.appendChild(words(r.name));
       tr.appendChild(name);
-      tr.appendChild(el("td", r.domain));
-      tr.appendChild(el("td", (r.descriptor || []).map((e) => e.key + "=" + (e.value === "" ? "(each value)" : e.value)).join(", "), "wrap"));
+      tr.appendChild(named("td", r.domain));
+      tr.appendChild(named("td", (r.descriptor || []).map((e) => e.key + "=" + (e.value === "" ? "(each value)" : e.value)).join(", "), "wrap"));
       tr.appendChild(el("td", r.kind));
       let limits = (r.rate_limits || []).map((l) => rate(l) + " " + l.algorithm.replace(/_/g, " ") + (l.burst ? ", burst " + l.burst : "") + (l.name ? " (" + l.name + ")" : "")).join("; ");
       if (r.unlimited) limits = "unlimited";
@@ -257,7 +274,7 @@
     const { data: k } = await api("GET", "/v1/admin/queues/" + encodeURIComponent(name) + "/keys?top=20");
     const rows = (k.keys || []).map((key) => {
       const tr = el("tr");
-      tr.appendChild(el("td", key.key));
+      tr.appendChild(named("td", key.key));
       tr.appendChild(el("td", num(key.depth), "num"));
       tr.appendChild(el("td", key.next_dispatch_at ? when(key.next_dispatch_at) : "—"));
       return tr;
@@ -282,9 +299,9 @@
     const rows = (data.messages || []).map((m) => {
       const tr = el("tr");
       tr.dataset.id = m.id;
-      tr.appendChild(el("td", m.id));
-      tr.appendChild(el("td", m.rule));
-      tr.appendChild(el("td", m.key));
+      tr.appendChild(named("td", m.id));
+      tr.appendChild(named("td", m.rule));
+      tr.appendChild(named("td", m.key));
       tr.appendChild(el("td", m.reason, "wrap"));
       tr.appendChild(el("td", num(m.attempts), "num"));
       tr.appendChild(el("td", m.last_error || "—", "wrap"));
@@ -328,10 +345,10 @@
       tr.appendChild(el("td", when(r.at)));
       tr.appendChild(el("td", r.actor || ""));
       tr.appendChild(el("td", r.action));
-      tr.appendChild(el("td", r.queue || ""));
-      tr.appendChild(el("td", r.target || ""));
+      tr.appendChild(named("td", r.queue || ""));
+      tr.appendChild(named("td", r.target || ""));
       const ba = [brief(r.before), brief(r.after)].filter((x) => x !== "").join(" → ");
-      tr.appendChild(el("td", ba, "wrap"));
+      tr.appendChild(named("td", ba, "wrap"));
       tr.appendChild(el("td", r.result || ""));
       return tr;
     }));

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
+	"github.com/sluice-io/sluice/internal/process/ingress"
 )
 
 // TestCheckConfigPrintsOnce: `ingress -check-config` with a bad file writes each problem

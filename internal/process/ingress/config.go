@@ -7,7 +7,10 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/internal/httpx"
+	svc "github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -26,6 +29,15 @@ type Config struct {
 	// GRPCResponseHeaders adds the rate-limit headers to every gRPC answer, not only for
 	// rules with response_headers: true. -grpc-response-headers; default false.
 	GRPCResponseHeaders bool
+	// GRPCReflection serves gRPC server reflection on -grpc (grpcurl can list and call
+	// the services without their protos). -grpc-reflection; default false (`sluice dev`
+	// turns it on): a production listener does not describe itself to strangers.
+	GRPCReflection bool
+	// OverrideMaxFactor and OverrideMaxWindow bound a check's limit override wherever its
+	// rule's limit_override does not (docs/rules.md "limit_override").
+	// -override-max-factor, default 10; -override-max-window, default 24h.
+	OverrideMaxFactor int64
+	OverrideMaxWindow time.Duration
 	// DebugAddr serves Go's pprof profiles (/debug/pprof/) on a listener of its own; keep
 	// it off public networks. -debug-addr; default empty (off).
 	DebugAddr string
@@ -86,6 +98,9 @@ type Config struct {
 	// dead-letter streams (file storage is reserved up front: a NATS whose store is
 	// smaller refuses them). -retry-max-bytes, -dead-max-bytes; default 1GiB each.
 	RetryMaxBytes, DeadMaxBytes int64
+	// RetryRuleShare is the percentage of the retry stream one rule's messages may take
+	// (-retry-rule-share, default 25; 0 in a config built in code: the same).
+	RetryRuleShare int
 	// DeadDropOldest: a full dead-letter stream deletes its oldest dead letters (counted)
 	// instead of refusing new ones. -dead-drop-oldest; default false.
 	DeadDropOldest bool
@@ -101,9 +116,20 @@ type Config struct {
 	// in-process drainer's deliveries; -admin-tokens, -admin-token-file, -submit-tokens.
 	// All default empty (off).
 	TLSCert, TLSKey, TLSClientCA string
+	// TLSClientNames: with -tls-client-ca, a client certificate must also name one of
+	// these identities (-tls-client-names; default empty: any the CA signed).
+	TLSClientNames []string
+	// CheckClientNames: client certificate identities that may use the check API without
+	// a check token once -submit-tokens is set (-check-client-names; default empty).
+	CheckClientNames []string
+	// RedisCA, RedisCert, RedisKey: TLS to Redis (rediss:// URLs) trusting this CA
+	// bundle and presenting this client certificate (-redis-ca, -redis-cert, -redis-key;
+	// default empty: system roots, no client certificate).
+	RedisCA, RedisCert, RedisKey string
 	NATSCA, NATSCert, NATSKey    string
 	SinkCA                       string
 	SignKeys                     []string
+	SignScheme                   string // -sign-scheme: sluice (default) or standard-webhooks
 	AdminTokensFile              string
 	AdminTokenFile               string
 	SubmitTokensFile             string
@@ -131,13 +157,14 @@ func declareFlags(c *Config, getenv func(string) string, stderr io.Writer) *proc
 	f.Int(&c.DrainWorkers, "drain-workers", "SLUICE_DRAIN_WORKERS", 32, "deliveries in flight at once per queue rule of the in-process drainer")
 	f.Duration(&c.ReadmitMaxBackoff, "readmit-max-backoff", "SLUICE_READMIT_MAX_BACKOFF", 5*time.Minute, "longest wait between re-admission attempts of a parked message (with -drain)")
 	f.Bytes(&c.MaxBody, "max-body", "SLUICE_MAX_BODY", 1<<20, "largest request body, a whole batch too (a byte size: 1048576, 512KiB, 1MiB)")
-	f.Int(&c.MaxBatch, "max-batch", "SLUICE_MAX_BATCH", DefaultMaxBatch, "most messages in one batch submission; more is 413")
-	f.Duration(&c.MaxDelay, "max-delay", "SLUICE_MAX_DELAY", DefaultMaxDelay, "how far ahead a submission's deliver_at or delay may be")
+	f.Int(&c.MaxBatch, "max-batch", "SLUICE_MAX_BATCH", svc.DefaultMaxBatch, "most messages in one batch submission; more is 413")
+	f.Duration(&c.MaxDelay, "max-delay", "SLUICE_MAX_DELAY", svc.DefaultMaxDelay, "how far ahead a submission's deliver_at or delay may be")
 	f.Duration(&c.IdempotencyTTL, "idempotency-ttl", "SLUICE_IDEMPOTENCY_TTL", 24*time.Hour, "how long an idempotency key maps to its first message")
 	f.Bool(&c.LegacyIdempotencyKeys, "legacy-idempotency-keys", "SLUICE_LEGACY_IDEMPOTENCY_KEYS", false, "claim idempotency keys where v0.3 does, so a repeat is recognised whichever version took it (during a rolling upgrade from v0.3, and for -idempotency-ttl after it)")
 	f.Duration(&c.ReadHeaderTimeout, "read-header-timeout", "SLUICE_READ_HEADER_TIMEOUT", httpx.ReadHeaderTimeout, "how long a client has to send a request's headers; slower ones are disconnected")
 	f.Int(&c.Replicas, "replicas", "SLUICE_REPLICAS", 1, "replicas of the streams, 1 or 3")
 	f.Bytes(&c.RetryMaxBytes, "retry-max-bytes", "SLUICE_RETRY_MAX_BYTES", process.DefaultRetryMaxBytes, "JetStream storage of the retry stream (parked messages)")
+	f.Int(&c.RetryRuleShare, "retry-rule-share", "SLUICE_RETRY_RULE_SHARE", process.DefaultRetryRuleShare, "percent of the retry stream one rule's parked and scheduled messages may take (1-100)")
 	f.Bytes(&c.DeadMaxBytes, "dead-max-bytes", "SLUICE_DEAD_MAX_BYTES", process.DefaultDeadMaxBytes, "JetStream storage of the dead-letter stream")
 	f.Bool(&c.DeadDropOldest, "dead-drop-oldest", "SLUICE_DEAD_DROP_OLDEST", false, "when the dead letters are full, delete the oldest (counted) instead of keeping the failed message in its queue")
 	f.Bytes(&c.QueueMaxBytes, "queue-max-bytes", "SLUICE_QUEUE_MAX_BYTES", queue.DefaultMaxBytes, "JetStream storage of each queue rule's stream, unless the rule sets queue.max_bytes; 0: no limit of its own (only the store's)")
@@ -153,18 +180,27 @@ func declareFlags(c *Config, getenv func(string) string, stderr io.Writer) *proc
 	f.String(&c.TLSCert, "tls-cert", "SLUICE_TLS_CERT", "", "PEM certificate (chain) of the HTTP and gRPC listeners; reloaded when it changes")
 	f.String(&c.TLSKey, "tls-key", "SLUICE_TLS_KEY", "", "PEM private key of -tls-cert")
 	f.String(&c.TLSClientCA, "tls-client-ca", "SLUICE_TLS_CLIENT_CA", "", "PEM CA bundle: require client certificates it signed (mutual TLS)")
+	f.List(&c.TLSClientNames, "tls-client-names", "SLUICE_TLS_CLIENT_NAMES", "", "with -tls-client-ca: client certificates must name one of these identities (URI, DNS, e-mail or IP SAN, or subject CN; a trailing * matches a prefix), comma-separated")
+	f.List(&c.CheckClientNames, "check-client-names", "SLUICE_CHECK_CLIENT_NAMES", "", "client certificate identities that may check without a check token once -submit-tokens is set, comma-separated")
+	f.String(&c.RedisCA, "redis-ca", "SLUICE_REDIS_CA", "", "PEM CA bundle of the Redis servers' certificates (rediss:// URLs)")
+	f.String(&c.RedisCert, "redis-cert", "SLUICE_REDIS_CERT", "", "PEM client certificate for Redis (rediss:// URLs)")
+	f.String(&c.RedisKey, "redis-key", "SLUICE_REDIS_KEY", "", "PEM private key of -redis-cert")
 	f.String(&c.NATSCA, "nats-ca", "SLUICE_NATS_CA", "", "PEM CA bundle of the NATS servers' certificates")
 	f.String(&c.NATSCert, "nats-cert", "SLUICE_NATS_CERT", "", "PEM client certificate for NATS")
 	f.String(&c.NATSKey, "nats-key", "SLUICE_NATS_KEY", "", "PEM private key of -nats-cert")
 	f.String(&c.SinkCA, "sink-ca", "SLUICE_SINK_CA", "", "PEM CA bundle trusted for https:// sinks of the in-process drainer")
-	f.List(&c.SignKeys, "sign-keys", "SLUICE_SIGN_KEYS", "", "HMAC key files, comma-separated: HTTP deliveries are signed with the first")
+	f.List(&c.SignKeys, "sign-keys", "SLUICE_SIGN_KEYS", "", "HMAC key files, comma-separated: each signs HTTP deliveries (two during a key rotation)")
+	f.String(&c.SignScheme, "sign-scheme", "SLUICE_SIGN_SCHEME", string(sign.SchemeSluice), "signature headers of HTTP deliveries: sluice (Sluice-Signature) or standard-webhooks (webhook-id, webhook-timestamp, webhook-signature)")
 	f.Bool(&c.MergeDomainConfig, "merge-domain-config", "SLUICE_MERGE_DOMAIN_CONFIG", false, "merge rules documents of one domain, as envoy's MERGE_DOMAIN_CONFIG")
 	f.Bool(&c.ShadowMode, "shadow-mode", "SLUICE_SHADOW_MODE", false, "answer every check OK overall, as envoy's SHADOW_MODE")
 	f.Bool(&c.QuotaMode, "quota-mode", "SLUICE_QUOTA_MODE", false, "every descriptor in quota mode, as envoy's QUOTA_MODE")
 	f.Bool(&c.ResponseDynamicMetadata, "response-dynamic-metadata", "SLUICE_RESPONSE_DYNAMIC_METADATA", false, "add envoy's dynamic_metadata to answers, as envoy's RESPONSE_DYNAMIC_METADATA")
+	f.Bool(&c.GRPCReflection, "grpc-reflection", "SLUICE_GRPC_REFLECTION", false, "serve gRPC server reflection on -grpc")
+	f.Int64(&c.OverrideMaxFactor, "override-max-factor", "SLUICE_OVERRIDE_MAX_FACTOR", svc.DefaultOverrideMaxFactor, "a check's limit override may ask at most this many times its rule's rate, unless the rule's limit_override says")
+	f.Duration(&c.OverrideMaxWindow, "override-max-window", "SLUICE_OVERRIDE_MAX_WINDOW", svc.DefaultOverrideMaxWindow, "the longest window a check's limit override may ask, unless its rule's limit_override says")
 	f.Bool(&c.GRPCResponseHeaders, "grpc-response-headers", "SLUICE_GRPC_RESPONSE_HEADERS", false, "add rate-limit headers to every gRPC answer, not only for rules with response_headers")
 	f.Bytes(&c.LocalCacheBytes, "local-cache-bytes", "SLUICE_LOCAL_CACHE_SIZE_IN_BYTES", 0, "size of the local over-limit cache, as envoy's LOCAL_CACHE_SIZE_IN_BYTES; 0 disables")
-	f.Int(&c.DetailedMetricValues, "detailed-metric-values", "SLUICE_DETAILED_METRIC_VALUES", DefaultDetailedMetricValues, "distinct values per detailed_metric rule in sluice_checks_detailed_total, the rest counted as _other")
+	f.Int(&c.DetailedMetricValues, "detailed-metric-values", "SLUICE_DETAILED_METRIC_VALUES", svc.DefaultDetailedMetricValues, "distinct values per detailed_metric rule in sluice_checks_detailed_total, the rest counted as _other")
 	// Actions, not settings: no environment variable.
 	f.ListAction(&c.CheckConfig, "check-config", "validate these rules files or directories (comma-separated, as -rules) and exit")
 	f.BoolAction(&c.Version, "version", "print the version and exit")
@@ -203,6 +239,14 @@ func (c *Config) Validate() error {
 		return errors.New("-tls-client-ca: needs -tls-cert and -tls-key (client certificates are only asked for over TLS)")
 	case (c.NATSCert == "") != (c.NATSKey == ""):
 		return errors.New("-nats-cert and -nats-key: give both or neither")
+	case len(c.TLSClientNames) > 0 && c.TLSClientCA == "":
+		return errors.New("-tls-client-names: needs -tls-client-ca (names are read from verified client certificates)")
+	case len(c.CheckClientNames) > 0 && c.TLSClientCA == "":
+		return errors.New("-check-client-names: needs -tls-client-ca (names are read from verified client certificates)")
+	case c.OverrideMaxFactor < 1 || c.OverrideMaxFactor > rules.MaxOverrideFactor:
+		return fmt.Errorf("-override-max-factor: want 1 to %d, got %d", rules.MaxOverrideFactor, c.OverrideMaxFactor)
+	case c.OverrideMaxWindow <= 0 || c.OverrideMaxWindow > rules.MaxOverrideWindow:
+		return fmt.Errorf("-override-max-window: want a positive duration up to %s, got %s", rules.MaxOverrideWindow, c.OverrideMaxWindow)
 	case c.AdminToken != "" && c.AdminTokenFile != "":
 		return errors.New("-admin-token-file: give it or -admin-token, not both")
 	case c.AuditKeep <= 0:
@@ -241,11 +285,22 @@ func (c *Config) Validate() error {
 	if err := process.CheckStreamBytes(c.RetryMaxBytes, c.DeadMaxBytes); err != nil {
 		return err
 	}
+	if _, err := sign.ParseScheme(c.SignScheme); err != nil {
+		return fmt.Errorf("-sign-scheme: %w", err)
+	}
+	if c.RetryRuleShare != 0 { // 0: a config built in code, retry's default
+		if err := process.CheckRuleShare(c.RetryRuleShare); err != nil {
+			return err
+		}
+	}
 	if err := process.CheckLog(c.LogFormat, c.LogLevel); err != nil {
 		return err
 	}
 	if len(c.CheckConfig) == 0 {
 		if _, err := process.ParseRedisURL(c.RedisURL, 0); err != nil {
+			return err
+		}
+		if err := process.CheckRedisTLS(c.RedisURL, c.RedisCA, c.RedisCert, c.RedisKey); err != nil {
 			return err
 		}
 	}

@@ -17,7 +17,9 @@ import (
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/audit"
 	"github.com/sluice-io/sluice/internal/drain"
+	svc "github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
+	"github.com/sluice-io/sluice/internal/retire"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/telemetry"
@@ -72,7 +74,7 @@ type Main struct {
 	SinkDial func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	// Set by Run.
-	Server    *Server
+	Server    *svc.Server
 	Addr      net.Addr          // the HTTP listener's address (useful with -http :0)
 	GRPCAddr  net.Addr          // the gRPC listener's address; nil when -grpc is empty
 	DebugAddr net.Addr          // the pprof listener's address; nil without -debug-addr
@@ -85,7 +87,7 @@ type Main struct {
 
 	closers []func()
 	httpSrv *http.Server
-	grpcSrv *GRPCServer
+	grpcSrv *svc.GRPCServer
 	once    sync.Once
 }
 
@@ -143,7 +145,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	// Certificates and secrets first: a process that cannot serve as configured must not
 	// start.
 	if c.TLSCert != "" {
-		if m.TLS, err = tlsx.NewServer(tlsx.ServerFiles{CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA, Logger: log}); err != nil {
+		if m.TLS, err = tlsx.NewServer(tlsx.ServerFiles{CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA, ClientNames: c.TLSClientNames, Logger: log}); err != nil {
 			return fmt.Errorf("ingress: %w", err)
 		}
 		reg.MustRegister(m.TLS.NotAfterCollector())
@@ -156,14 +158,14 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
-	auth, err := OpenAuth(AuthFiles{AdminToken: c.AdminToken, AdminTokenFile: c.AdminTokenFile,
+	auth, err := svc.OpenAuth(svc.AuthFiles{AdminToken: c.AdminToken, AdminTokenFile: c.AdminTokenFile,
 		AdminTokensFile: c.AdminTokensFile, SubmitTokensFile: c.SubmitTokensFile}, log)
 	if err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
 
 	// Rules next: a process with bad rules must not start.
-	var srv *Server
+	var srv *svc.Server
 	watcher, err := rules.NewWatcher(rules.WatcherConfig{
 		Paths: c.Rules, Interval: c.RulesPoll, Logger: log, Options: rules.Options{MergeDomains: c.MergeDomainConfig},
 		OnReload: func(set *rules.Set, err error) {
@@ -181,9 +183,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	st, err := process.Open(ctx, process.StackConfig{
 		Name: "ingress", NATSURL: c.NATSURL, RedisURL: c.RedisURL, Replicas: c.Replicas,
 		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey,
-		Rules: watcher.Current, Limits: m.Limits, Logger: log,
+		RedisTLS: process.RedisTLS{CA: c.RedisCA, Cert: c.RedisCert, Key: c.RedisKey},
+		Rules:    watcher.Current, Limits: m.Limits, Logger: log,
 		IdempotencyTTL: c.IdempotencyTTL, LegacyIdempotency: c.LegacyIdempotencyKeys, StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
-		RetryMaxBytes: c.RetryMaxBytes, DeadMaxBytes: c.DeadMaxBytes, DeadDropOldest: c.DeadDropOldest,
+		RetryMaxBytes: c.RetryMaxBytes, RetryRuleShare: c.RetryRuleShare, DeadMaxBytes: c.DeadMaxBytes, DeadDropOldest: c.DeadDropOldest,
 		QueueMaxBytes: queueMaxBytes(c.QueueMaxBytes), PublishWait: c.PublishWait, Registry: reg,
 		OnDegraded: func(on bool) {
 			if srv != nil {
@@ -220,13 +223,14 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := process.Retry(actx, auditLog.Ensure); err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
-	admin := &Admin{Audit: auditLog, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
+	admin := &svc.Admin{Audit: auditLog, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
 		JS: st.JS, Parking: st.Parking, Dead: st.Dead, Admitter: st.Admitter, Logger: log}
-	srv = NewServer(ServerConfig{
+	srv = svc.NewServer(svc.ServerConfig{
 		Rules: watcher.Current, Admitter: st.Admitter, Status: st.Status, Limits: st.Limits,
 		Admin: admin, Auth: auth, MaxBody: c.MaxBody, MaxBatch: c.MaxBatch, MaxDelay: c.MaxDelay, Registry: reg, Logger: log,
 		Ready: st.Ready, GRPCResponseHeaders: c.GRPCResponseHeaders, Now: m.Now,
-		Envoy: EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,
+		CheckClientNames: c.CheckClientNames, OverrideMaxFactor: c.OverrideMaxFactor, OverrideMaxWindow: c.OverrideMaxWindow,
+		Envoy: svc.EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,
 			LocalCacheBytes: c.LocalCacheBytes, DetailedMetricValues: c.DetailedMetricValues},
 	})
 	m.Server = srv
@@ -235,7 +239,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if c.Drain {
 		proc, err := process.StartDraining(context.WithoutCancel(ctx), process.DrainDeps{
 			Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
-			SinkTLS: sinkTLS, Signer: signer, SinkDial: m.SinkDial,
+			SinkTLS: sinkTLS, Signer: signer, SignScheme: sign.Scheme(c.SignScheme), SinkDial: m.SinkDial,
 			Drain:   drain.Config{Workers: c.DrainWorkers, StopTimeout: c.ShutdownTimeout},
 			Readmit: retry.ReadmitterConfig{MaxBackoff: c.ReadmitMaxBackoff},
 		})
@@ -252,10 +256,13 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := watcher.Start(wctx); err != nil {
 		return err
 	}
-	go m.followRules(wctx, watcher.Current, capacityChanged)
+	retirer := &retire.Retirer{Queues: st.Queues, Parking: st.Parking, Dead: st.Dead, Overrides: st.Overrides, Scheduler: st.Scheduler, Logger: log}
+	retirer.Register(reg)
+	m.reportOrphans(startCtx, watcher.Current())
+	go m.followRules(wctx, watcher.Current, capacityChanged, retirer)
 	go srv.FlushRefusals(wctx, st.Scheduler, time.Second)
 	if st.Degraded != nil {
-		if err := CountPeers(wctx, st.NATS, log, st.Degraded.SetProcesses); err != nil {
+		if err := svc.CountPeers(wctx, st.NATS, log, st.Degraded.SetProcesses); err != nil {
 			log.Warn("ingress: live ingress count unavailable; degraded limits assume 1 process", "err", err)
 		}
 	}
@@ -273,7 +280,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("ingress: %w", err)
 		}
 		m.GRPCAddr = gln.Addr()
-		gc := GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log}
+		gc := svc.GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log, Reflection: c.GRPCReflection}
 		if m.TLS != nil {
 			gc.TLS = m.TLS.Config()
 		}
@@ -299,9 +306,13 @@ func (m *Main) Run(ctx context.Context) (err error) {
 }
 
 // followRules keeps the queue streams in step with the rules and the overrides until ctx
-// ends: a new queue rule gets its stream, a capacity change reaches its stream.
-func (m *Main) followRules(ctx context.Context, current func() *rules.Set, capacityChanged <-chan struct{}) {
+// ends: a new queue rule gets its stream, a capacity change reaches its stream, and a
+// removed queue rule is retired (its waiting messages become dead letters, its override
+// and stream are deleted; see package retire).
+func (m *Main) followRules(ctx context.Context, current func() *rules.Set, capacityChanged <-chan struct{}, retirer *retire.Retirer) {
 	last := current()
+	seen := last         // the rules whose removed queue rules were retired
+	var pending []string // removed rules whose retirement failed: tried again each tick
 	t := time.NewTicker(m.Config.RulesPoll)
 	defer t.Stop()
 	for {
@@ -312,7 +323,8 @@ func (m *Main) followRules(ctx context.Context, current func() *rules.Set, capac
 		case <-capacityChanged:
 			last = nil // an override changed: re-apply effective capacities
 		}
-		if cur := current(); cur != last {
+		cur := current()
+		if cur != last {
 			ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			if err := ensureStreams(ectx, m.Stack.Queues, cur, m.Stack.Effective); err != nil {
 				m.Logger.Error("ingress: streams not updated after a rules or override change", "err", err)
@@ -320,6 +332,50 @@ func (m *Main) followRules(ctx context.Context, current func() *rules.Set, capac
 				last = cur
 			}
 			cancel()
+		}
+		if cur != seen {
+			pending = append(pending, retire.Removed(seen, cur)...)
+			seen = cur
+		}
+		var failed []string
+		for _, name := range pending {
+			if cur.Rule(name) != nil && cur.Rule(name).HasQueue() {
+				continue // added back before it could be retired: nothing to do
+			}
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			if _, err := retirer.Rule(rctx, name); err != nil {
+				m.Logger.Error("ingress: a removed rule's messages not all made dead letters yet; trying again", "rule", name, "err", err)
+				failed = append(failed, name)
+			}
+			cancel()
+		}
+		pending = failed
+	}
+}
+
+// reportOrphans logs, at start, the queue streams and overrides that belong to no queue
+// rule: rules removed while no ingress ran, whose messages nobody delivers. They are left as they are
+// (a process started with the wrong rules file must not dead-letter every queue): add the
+// rule back to deliver them, or add it back and remove it again to make them dead letters.
+func (m *Main) reportOrphans(ctx context.Context, set *rules.Set) {
+	orphans, err := retire.Orphans(ctx, m.Stack.JS, m.Stack.Queues, set)
+	if err != nil {
+		m.Logger.Warn("ingress: could not look for queue streams of removed rules", "err", err)
+		return
+	}
+	for stream, msgs := range orphans {
+		m.Logger.Warn("ingress: a queue stream belongs to no queue rule (its rule was removed while no ingress ran); its messages wait undelivered: add the rule back to deliver them, or add it back and remove it to make them dead letters",
+			"stream", stream, "messages", msgs)
+	}
+	all, err := m.Stack.Overrides.All(ctx)
+	if err != nil {
+		m.Logger.Warn("ingress: could not look for overrides of removed rules", "err", err)
+		return
+	}
+	for name, o := range all {
+		if r := set.Rule(name); r == nil || !r.HasQueue() {
+			m.Logger.Warn("ingress: a live override belongs to no queue rule (its rule was removed while no ingress ran); it applies again if the rule comes back: add it back and remove it, or reset it (sluice tune NAME --reset) once it is back",
+				"rule", name, "override", o)
 		}
 	}
 }

@@ -1,0 +1,103 @@
+package arch
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/sluice-io/sluice/"
+
+// wrongWay lists the arrows that must not exist: from (a package) must not depend, directly
+// or through another package, on to or on any package under it. Each names why.
+var wrongWay = []struct{ from, to, why string }{
+	{"retry", "internal/drain", "the public retry library must not link the drainer runtime for its types (internal/delivery holds them)"},
+	{"internal/retryrules", "internal/drain", "the adapters speak internal/delivery's interfaces"},
+	{"internal/sink", "internal/drain", "sinks report a delivery.Outcome; the drainer imports them, not the reverse"},
+	{"internal/delivery", "internal/drain", "the model is below the runtime"},
+	{"internal/ingress", "internal/drain", "a handler package never builds or reads the drainer"},
+	{"internal/ingress", "internal/process", "processes are assembled in internal/process/…, which imports the handlers"},
+	{"internal/drain", "internal/ingress", "the drainer never links the HTTP and gRPC serving"},
+	{"internal/process", "internal/ingress", "the drainer binary (cmd/drainer, on internal/process) must not link the ingress's server"},
+}
+
+// TestNoWrongWayArrows: none of wrongWay's arrows is in `go list -deps` (tests' own imports
+// aside: an external test package may reach up to build a whole process).
+func TestNoWrongWayArrows(t *testing.T) {
+	deps, imports := list(t)
+	for _, a := range wrongWay {
+		ds, ok := deps[module+a.from]
+		if !ok {
+			t.Errorf("%s: not in the module (the test's list is out of date)", a.from)
+			continue
+		}
+		for _, d := range ds {
+			if d == module+a.to || strings.HasPrefix(d, module+a.to+"/") {
+				t.Errorf("%s depends on %s (%s): %s", a.from, strings.TrimPrefix(d, module), chain(imports, module+a.from, d), a.why)
+			}
+		}
+	}
+}
+
+// list is every module package's transitive imports (deps) and direct ones (imports), by
+// import path.
+func list(t *testing.T) (deps, imports map[string][]string) {
+	t.Helper()
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	cmd := exec.Command(goBin, "list", "-json=ImportPath,Imports,Deps", module+"...")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatalf("go list: %v", err)
+	}
+	deps, imports = map[string][]string{}, map[string][]string{}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p struct {
+			ImportPath    string
+			Imports, Deps []string
+		}
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		deps[p.ImportPath] = p.Deps
+		imports[p.ImportPath] = p.Imports
+	}
+	return deps, imports
+}
+
+// chain is a shortest chain of direct imports from → … → to, so a failure names the arrow
+// to remove.
+func chain(imports map[string][]string, from, to string) string {
+	prev := map[string]string{from: ""}
+	queue := []string{from}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		if p == to {
+			var c []string
+			for q := to; q != ""; q = prev[q] {
+				c = append([]string{strings.TrimPrefix(q, module)}, c...)
+			}
+			return strings.Join(c, " → ")
+		}
+		for _, i := range imports[p] {
+			if _, seen := prev[i]; !seen {
+				prev[i] = p
+				queue = append(queue, i)
+			}
+		}
+	}
+	return "?"
+}
