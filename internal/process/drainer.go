@@ -59,6 +59,10 @@ type DrainerConfig struct {
 	Workers           int           // -workers: deliveries in flight per queue rule; default 32
 	Lease             time.Duration // -lease: default 2.5s, at least 500ms
 	LeaseRenew        time.Duration // -lease-renew: default 0s = Lease/3; at most Lease/2
+	Engine            string        // -engine: claim (default) or own
+	OwnPartitions     int           // -own-partitions: ownership partitions per rule (engine own); default 16
+	OwnLease          time.Duration // -own-lease: ownership lease (engine own); default 1.5s
+	RepairEvery       time.Duration // -repair-every: stream listing for unnoticed keys (engine own); default 30s
 	Replicas          int           // -replicas: 1 or 3, default 1
 	RetryMaxBytes     int64         // -retry-max-bytes: default 1GiB (as the ingress's)
 	DeadMaxBytes      int64         // -dead-max-bytes: default 1GiB (as the ingress's)
@@ -93,6 +97,10 @@ func drainerFlags(c *DrainerConfig, getenv func(string) string, stderr io.Writer
 	f.Int(&c.Workers, "workers", "SLUICE_WORKERS", 32, "deliveries in flight at once per queue rule; each rule has its own")
 	f.Duration(&c.Lease, "lease", "SLUICE_LEASE", 2500*time.Millisecond, "claim lease: a dead drainer's keys are claimed again within it")
 	f.Duration(&c.LeaseRenew, "lease-renew", "SLUICE_LEASE_RENEW", 0, "renewal period of held leases, at most lease/2; 0s = lease/3")
+	f.String(&c.Engine, "engine", "SLUICE_ENGINE", "claim", "how drainers share keys: claim (each key claimed in Redis) or own (whole partitions owned, keys paced in memory); every drainer must run the same")
+	f.Int(&c.OwnPartitions, "own-partitions", "SLUICE_OWN_PARTITIONS", 16, "engine own: ownership partitions per rule, the unit drainers share")
+	f.Duration(&c.OwnLease, "own-lease", "SLUICE_OWN_LEASE", 1500*time.Millisecond, "engine own: ownership lease, renewed every third of it; a dead drainer's partitions are owned again within lease + lease/3")
+	f.Duration(&c.RepairEvery, "repair-every", "SLUICE_REPAIR_EVERY", 30*time.Second, "engine own: how often each rule's stream is listed for keys with messages no notice announced (the longest such a key waits)")
 	f.Int(&c.Replicas, "replicas", "SLUICE_REPLICAS", 1, "replicas of the retry and dead-letter streams, 1 or 3")
 	f.Bytes(&c.RetryMaxBytes, "retry-max-bytes", "SLUICE_RETRY_MAX_BYTES", DefaultRetryMaxBytes, "JetStream storage of the retry stream (parked messages)")
 	f.Bytes(&c.DeadMaxBytes, "dead-max-bytes", "SLUICE_DEAD_MAX_BYTES", DefaultDeadMaxBytes, "JetStream storage of the dead-letter stream")
@@ -167,6 +175,14 @@ func (c *DrainerConfig) Validate() error {
 		return fmt.Errorf("-lease: want a duration of at least 500ms, got %s", c.Lease)
 	case c.LeaseRenew < 0 || c.LeaseRenew > c.Lease/2:
 		return fmt.Errorf("-lease-renew: want 0s (lease/3) or a positive duration of at most -lease/2 (%s), got %s", c.Lease/2, c.LeaseRenew)
+	case c.Engine != drain.EngineClaim && c.Engine != drain.EngineOwn:
+		return fmt.Errorf("-engine: want claim or own, got %q", c.Engine)
+	case c.OwnPartitions < 1 || c.OwnPartitions > 256:
+		return fmt.Errorf("-own-partitions: want a number in [1, 256], got %d", c.OwnPartitions)
+	case c.OwnLease < 300*time.Millisecond:
+		return fmt.Errorf("-own-lease: want a duration of at least 300ms, got %s", c.OwnLease)
+	case c.RepairEvery <= 0:
+		return fmt.Errorf("-repair-every: want a positive duration, got %s", c.RepairEvery)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("-shutdown-timeout: want a positive duration, got %s", c.ShutdownTimeout)
 	case c.RulesPoll <= 0:
@@ -272,7 +288,8 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 	proc, err := StartDraining(bg, DrainDeps{
 		Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
 		SinkTLS: sinkTLS, Signer: signer, SignScheme: sign.Scheme(c.SignScheme),
-		Drain:   drain.Config{Workers: c.Workers, StopTimeout: c.ShutdownTimeout, Lease: c.Lease, LeaseRenew: c.LeaseRenew},
+		Drain: drain.Config{Workers: c.Workers, StopTimeout: c.ShutdownTimeout, Lease: c.Lease, LeaseRenew: c.LeaseRenew,
+			Engine: c.Engine, OwnPartitions: c.OwnPartitions, OwnLease: c.OwnLease, RepairEvery: c.RepairEvery},
 		Readmit: retry.ReadmitterConfig{MaxBackoff: c.ReadmitMaxBackoff},
 	})
 	if err != nil {
