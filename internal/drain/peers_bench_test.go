@@ -108,16 +108,18 @@ func TestDrainPeersReport(t *testing.T) {
 						d.Stop()
 					}
 				}
-			}, func() string { return depthNote(e, r) })
+			}, func() string { return depthNote(e, r) }, func() error { return emptied(e, r) })
 		}
 		systems := []peerSystem{
 			{name: "hand", label: "by hand: get + POST + delete (ceiling)", run: func(int) peerRun {
 				fill(false)
-				return ps.measure(t, e, redisPID, 0, n, func(ctx context.Context) func() {
+				return ps.measure(t, e, redisPID, 0, n, func(context.Context) func() {
+					// Not the round's ctx: the last deletes come after the sink counted the
+					// last delivery, and the loops end by themselves once every key is empty.
 					done := make(chan struct{})
-					go func() { defer close(done); handDrain(ctx, t, e.q, hs, r, keys, workers) }()
+					go func() { defer close(done); handDrain(context.Background(), t, e.q, hs, r, keys, workers) }()
 					return func() { <-done }
-				}, func() string { return depthNote(e, r) })
+				}, func() string { return depthNote(e, r) }, func() error { return emptied(e, r) })
 			}},
 			{name: "own", label: "sluice, engine own, 1 drainer", run: func(int) peerRun { return sluiceRun(drain.EngineOwn, 1) }},
 			{name: "own2", label: "sluice, engine own, 2 drainers", run: func(int) peerRun { return sluiceRun(drain.EngineOwn, 2) }},
@@ -404,7 +406,7 @@ func asynqRun(t *testing.T, e *env, rsrv *redistest.Server, ps *peerSink, redisP
 	}, func() string {
 		size, err := cl.LLen(ctx, "asynq:{"+name+"}:pending").Result()
 		return fmt.Sprintf("asynq pending %d (err %v)", size, err)
-	})
+	}, nil)
 }
 
 // The BullMQ release the study installs (npm, in the user's cache), pinned so runs compare;
@@ -506,7 +508,7 @@ func bullRun(t *testing.T, dir string, rsrv *redistest.Server, ps *peerSink, e *
 	return ps.measure(t, e, redisPID, cmd.Process.Pid, int64(n), func(context.Context) func() {
 		io.WriteString(stdin, "go\n")
 		return func() {}
-	}, func() string { return "node stderr: " + strings.TrimSpace(stderr.String()) })
+	}, func() string { return "node stderr: " + strings.TrimSpace(stderr.String()) }, nil)
 }
 
 // peerSink is the one HTTP sink of the study: it answers 200 and counts deliveries, noting
@@ -571,7 +573,7 @@ type peerSystem struct {
 // stop), waits until the sink has counted n deliveries — or until none has come for 30 s,
 // a stall, reported with what state says — stops it and returns the round's figures.
 // Deliveries beyond n are reported: each message must be delivered once.
-func (s *peerSink) measure(t *testing.T, e *env, redisPID, nodePID int, n int64, start func(context.Context) func(), state func() string) peerRun {
+func (s *peerSink) measure(t *testing.T, e *env, redisPID, nodePID int, n int64, start func(context.Context) func(), state func() string, left func() error) peerRun {
 	t.Helper()
 	s.reset(false)
 	if err := e.rdb.ConfigResetStat(context.Background()).Err(); err != nil {
@@ -595,8 +597,8 @@ func (s *peerSink) measure(t *testing.T, e *env, redisPID, nodePID int, n int64,
 	}
 	self1, redis1, node1 := selfCPU(), procStatCPU(redisPID), procStatCPU(nodePID)
 	cmds := redisCalls(t, e.rdb)
+	stop() // a drainer's Stop finishes its deletes; only then its ctx ends
 	cancel()
-	stop()
 	if stalled != nil {
 		t.Errorf("%v", stalled)
 		return peerRun{err: stalled}
@@ -604,6 +606,11 @@ func (s *peerSink) measure(t *testing.T, e *env, redisPID, nodePID int, n int64,
 	got := s.n.Load()
 	if got > n {
 		t.Errorf("%d deliveries of %d messages: %d more than once", got, n, got-n)
+	}
+	if left != nil {
+		if err := left(); err != nil {
+			t.Error(err)
+		}
 	}
 	first, last := time.Unix(0, s.first.Load()), time.Unix(0, s.last.Load())
 	per := func(d time.Duration) time.Duration { return d / time.Duration(n) }
@@ -629,6 +636,24 @@ func peerEnv(t *testing.T, srv *redistest.Server) *env {
 		t.Fatal(err)
 	}
 	return &env{t: t, js: js, q: q, s: s, prefix: prefix, rdb: rdb}
+}
+
+// emptied waits up to 5 s for the rule's stream to be empty once its messages were all
+// delivered (the own engine's deletes are asynchronous), and otherwise purges it, so the next
+// round starts from the same backlog, and says how many messages were left.
+func emptied(e *env, r *rules.Rule) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := e.q.Stats(context.Background(), r.Name)
+		if err == nil && st.Msgs == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			_ = e.q.Purge(context.Background(), r.Name)
+			return fmt.Errorf("%d messages left in %s after every message was delivered (err %v): deletes lost", st.Msgs, e.q.StreamName(r.Name), err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the stream's count
+	}
 }
 
 func depthNote(e *env, r *rules.Rule) string {
