@@ -140,7 +140,14 @@ func TestDrainPeersReport(t *testing.T) {
 		// elsewhere does not land on one side only.
 		for round := 0; round < rounds; round++ {
 			for i, s := range systems {
-				res[i] = append(res[i], s.run(round))
+				x := s.run(round)
+				res[i] = append(res[i], x)
+				// Each round as it ends: a long study on a loaded machine shows what it has.
+				if x.err != nil {
+					t.Logf("  %d keys, round %d, %s: %v", nKeys, round+1, s.name, x.err)
+				} else {
+					t.Logf("  %d keys, round %d, %-6s %6.0f/s  CPU/delivery %s | redis %s | node %s  (load %s)", nKeys, round+1, s.name, x.rate, us(x.self), us(x.redis), us(x.node), loadAvg())
+				}
 			}
 		}
 		t.Logf("drain: backlog %d messages (~%d B) over %d keys, one HTTP sink answering 200, %d delivery workers each, %d alternating rounds; load average at start %s",
