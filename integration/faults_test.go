@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,6 +52,8 @@ type faultParams struct {
 	jitter time.Duration
 	// verify bounds the wait for every acknowledged message to arrive.
 	verify time.Duration
+	// engine is the drainers' -engine (SLUICE_ENGINE); "" is their default (claim).
+	engine string
 }
 
 var (
@@ -136,6 +139,14 @@ func runFaultTable(t *testing.T, p faultParams, file string, faults []fault) {
 	fmt.Fprintf(&b, "# sluice fault table (%s run)\n\n", p.name)
 	fmt.Fprintf(&b, "Produced by `go test ./integration -run %s` on %s: 2 ingress + 2 drainer processes, 3-node JetStream cluster (R3), Redis, recording HTTP sink; load of %d keys × %.0f msg/s with Idempotency-Keys, outflow 20/s per key. \"lost\" = acknowledged (202) but never accepted by the sink; \"duplicated\" = extra deliveries under the same Idempotency-Key (at-least-once). Every row also passed the outflow check: per key no two deliveries closer than 50 ms less %v of arrival jitter, never more than 21 within one second (the Redis failover rows count the keys that breach it in their notes instead: a lease write lost with the old master).\n\n",
 		t.Name(), time.Now().UTC().Format("2006-01-02 15:04 MST"), p.keys, float64(time.Second)/float64(p.interval), p.jitter)
+	if p.engine != "" {
+		fmt.Fprintf(&b, "Drainers run `-engine %s`.", p.engine)
+		// The figures move with the shared machine's load: say what it was.
+		if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+			fmt.Fprintf(&b, " Machine: %d cores, load average (1, 5, 15 min) at the end %s.", runtime.NumCPU(), strings.Join(strings.Fields(string(la))[:3], ", "))
+		}
+		b.WriteString("\n\n")
+	}
 	b.WriteString("| fault | acknowledged | delivered | lost | reordered | duplicated | most of one key in 1 s (20/s) | recovery | recovery measures | notes |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
 	names := make([]string, 0, len(rows))
@@ -169,6 +180,9 @@ func faultSetup(t *testing.T, p faultParams) (*cluster, *loadGen) {
 }
 
 func faultSetupWith(t *testing.T, p faultParams, o clusterOptions) (*cluster, *loadGen) {
+	if p.engine != "" {
+		o.procEnv = append(o.procEnv, "SLUICE_ENGINE="+p.engine)
+	}
 	c := startCluster(t, o)
 	l := newLoad(c, "faults", "account_id", "a-", p.keys, p.interval)
 	l.start()
