@@ -101,6 +101,20 @@ func longestKeyGap(all []sinktest.Delivery, from, to time.Time) (gap time.Durati
 func faultOwnerKilled(t *testing.T, p faultParams) faultRow {
 	c, l := faultSetup(t, p)
 	owned := waitOwnership(t, c)
+	// The load's keys (5/s) never meet their outflow (20/s): burst keys with a backlog of 3 s
+	// at the outflow are delivered at exactly 20/s when the owner dies, so the handover must
+	// carry their pacing (at most rate + 1 in any second, checked by faultFinish on every key).
+	bk := submitBurst(t, c, "burst-", 8, 60)
+	if !waittest.Within(30*time.Second, func() bool {
+		for _, k := range bk.keys {
+			if len(deliveriesOf(c.sink.All(), "faults", k)) < 5 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("burst keys not flowing")
+	}
 	killed := time.Now()
 	c.drainers[0].Kill() // no lease given up: its partitions wait for their leases to run out
 	if !waittest.Within(30*time.Second, func() bool { return partitionsOwned(c, c.drainers[1]) == 16 }) {
@@ -120,6 +134,11 @@ func faultOwnerKilled(t *testing.T, p faultParams) faultRow {
 	all := c.sink.All()
 	gapKill, keyKill := longestKeyGap(all, killed.Add(-time.Second), rejoined)
 	gapJoin, keyJoin := longestKeyGap(all, rejoined, halted)
+	bk.check(t, c)
+	burstMost := 0
+	for _, k := range bk.keys {
+		burstMost = max(burstMost, maxInWindow(deliveriesOf(all, "faults", k), time.Second))
+	}
 	if gapKill > 3*time.Second {
 		t.Errorf("key %s waited %v for its next delivery across the kill (want ≤ 3 s)", keyKill, gapKill)
 	}
@@ -128,8 +147,8 @@ func faultOwnerKilled(t *testing.T, p faultParams) faultRow {
 	}
 	return faultRow{Fault: "own engine: drainer owning partitions SIGKILLed", V: v, Recovery: gapKill,
 		What: "longest per-key gap at the sink across the kill (≤ 3 s asserted)",
-		Note: fmt.Sprintf("partitions owned before %v; the survivor owned all 16 by %.1f s after the kill (polled); killed one restarted after %v, longest per-key gap across its rejoin %.1f s",
-			owned, reowned.Seconds(), p.downtime, gapJoin.Seconds())}
+		Note: fmt.Sprintf("partitions owned before %v; the survivor owned all 16 by %.1f s after the kill (polled); killed one restarted after %v, longest per-key gap across its rejoin %.1f s; plus %d burst keys × %d messages (outflow-bound across the kill): all delivered in order, most of one in 1 s %d (want ≤ 21)",
+			owned, reowned.Seconds(), p.downtime, gapJoin.Seconds(), len(bk.keys), bk.per, burstMost)}
 }
 
 // span is one delivery as the sink held it: from its arrival to its answer.
@@ -204,7 +223,19 @@ func faultOwnerCutOff(t *testing.T, p faultParams) faultRow {
 	}})
 	rec := recordSpans(c.sink, 30*time.Millisecond)
 	owned := waitOwnership(t, c)
-	time.Sleep(time.Second) // spans recorded before the cut on every key
+	// Burst keys delivered back to back at the outflow (every 50 ms, each held 30 ms by the
+	// sink) when the cut comes: a second owner delivering them too would overlap at once.
+	bk := submitBurst(t, c, "burst-", 8, 80)
+	if !waittest.Within(30*time.Second, func() bool {
+		for _, k := range bk.keys {
+			if len(deliveriesOf(c.sink.All(), "faults", k)) < 5 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("burst keys not flowing")
+	}
 	cut := time.Now()
 	proxy.Cut()
 	if !waittest.Within(30*time.Second, func() bool { return partitionsOwned(c, c.drainers[0]) == 16 }) {
@@ -219,6 +250,7 @@ func faultOwnerCutOff(t *testing.T, p faultParams) faultRow {
 	}
 	time.Sleep(p.after) // the scenario: the load runs on for p.after
 	v := faultFinish(t, p, c, l, "own engine: owner cut off from Redis")
+	bk.check(t, c)
 
 	// Per key: the fence never goes backwards, no two deliveries overlap; for the keys that
 	// moved during the cut, the old owner's last delivery ended before the new one's first.
@@ -275,8 +307,8 @@ func faultOwnerCutOff(t *testing.T, p faultParams) faultRow {
 	}
 	return faultRow{Fault: "own engine: drainer cut off from Redis but alive (proxy stops forwarding)", V: v, Recovery: firstNew,
 		What: "cut → first delivery of a moved key by the other drainer",
-		Note: fmt.Sprintf("partitions owned before %v; %d keys moved; cut-off owner's last delivery ended %.2f s after the cut, the new owner's first began %.2f s after it (closest %.2f s apart on one key); the other owned all 16 by %.1f s (polled); %d consecutive deliveries checked: Sluice-Fence backwards %d, overlapping %d; cut lasted %.1f s",
-			owned, moved, lastOld.Seconds(), firstNew.Seconds(), margin.Seconds(), took.Seconds(), checked, backwards, overlaps, resumed.Sub(cut).Seconds())}
+		Note: fmt.Sprintf("partitions owned before %v; %d keys moved; cut-off owner's last delivery ended %.2f s after the cut, the new owner's first began %.2f s after it (closest %.2f s apart on one key); the other owned all 16 by %.1f s (polled); %d consecutive deliveries checked: Sluice-Fence backwards %d, overlapping %d; cut lasted %.1f s; includes %d burst keys × %d messages delivered at the outflow across the cut, all delivered in order",
+			owned, moved, lastOld.Seconds(), firstNew.Seconds(), margin.Seconds(), took.Seconds(), checked, backwards, overlaps, resumed.Sub(cut).Seconds(), len(bk.keys), bk.per)}
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -364,4 +396,66 @@ func faultLostNotice(t *testing.T, p faultParams) faultRow {
 		What: fmt.Sprintf("connection back → first delivery of the key (bound -repair-every %v + lease/3 + 1 s = %v)", repairEvery, bound),
 		Note: fmt.Sprintf("one drainer, -repair-every %v; %d messages of the key admitted during a %.1f s freeze, all delivered; drainer log names the repair: %v",
 			repairEvery, n, resumed.Sub(cut).Seconds(), repaired)}
+}
+
+// burstKeys are keys given a backlog at once (outside the load generator).
+type burstKeys struct {
+	keys []string
+	per  int
+	ids  map[string][]string // per key, in admission order
+}
+
+// submitBurst admits per messages to each of n keys, each key's in order, the keys in parallel.
+func submitBurst(t *testing.T, c *cluster, prefix string, n, per int) *burstKeys {
+	t.Helper()
+	b := &burstKeys{per: per, ids: map[string][]string{}}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for k := range n {
+		key := fmt.Sprintf("%s%02d", prefix, k)
+		b.keys = append(b.keys, key)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var ids []string
+			for i := range per {
+				r := c.submit(i%len(c.ingress), "faults", []kv{{"account_id", key}}, fmt.Sprintf(`{"n":%d}`, i), "")
+				if r.Code != 202 {
+					t.Errorf("burst %s #%d: %d %v %v", key, i, r.Code, r.Body, r.Err)
+					return
+				}
+				ids = append(ids, r.str("id"))
+			}
+			mu.Lock()
+			b.ids[key] = ids
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return b
+}
+
+// check waits for every burst message and asserts each key's first deliveries came in
+// admission order.
+func (b *burstKeys) check(t *testing.T, c *cluster) {
+	t.Helper()
+	var all []string
+	for _, ids := range b.ids {
+		all = append(all, ids...)
+	}
+	c.waitIDs(all, 2*time.Minute)
+	acc := c.sink.Accepted()
+	for key, ids := range b.ids {
+		var order []string
+		seen := map[string]bool{}
+		for _, d := range deliveriesOf(acc, "faults", key) {
+			if !seen[d.ID] {
+				seen[d.ID] = true
+				order = append(order, d.ID)
+			}
+		}
+		if !slices.Equal(order, ids) {
+			t.Errorf("burst key %s: delivered %d of %d, or out of admission order", key, len(order), len(ids))
+		}
+	}
 }
