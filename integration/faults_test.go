@@ -218,6 +218,15 @@ func faultFinishCounted(t *testing.T, p faultParams, c *cluster, l *loadGen, nam
 	for _, ds := range keysOf(deliveriesOf(c.sink.All(), "faults", "")) {
 		if closestGap(ds) < interval-p.jitter {
 			closeKeys++
+			// Which deliveries, under which fences: tells a lease handed to two drainers
+			// (two fences) from one drainer's pacing restarting (one fence).
+			for i := 1; i < len(ds); i++ {
+				if ds[i].At.Sub(ds[i-1].At) < interval-p.jitter {
+					t.Logf("%s: close deliveries of key %s %v apart at %s: %s (fence %s, attempt %d) then %s (fence %s, attempt %d)", name, ds[i].Key,
+						ds[i].At.Sub(ds[i-1].At), ds[i].At.UTC().Format("15:04:05.000"), ds[i-1].ID, ds[i-1].Header.Get("Sluice-Fence"), ds[i-1].Attempt,
+						ds[i].ID, ds[i].Header.Get("Sluice-Fence"), ds[i].Attempt)
+				}
+			}
 		}
 		v.MaxPerSecond = max(v.MaxPerSecond, maxInWindow(ds, time.Second))
 	}
