@@ -211,7 +211,7 @@ func faultFinish(t *testing.T, p faultParams, c *cluster, l *loadGen, name strin
 // a Redis failover that loses the last lease writes (replication is asynchronous), so a
 // key is handed to a second drainer while the first still delivers it: the breaches are
 // counted (keys with two deliveries closer than the interval), not failed on.
-func faultFinishCounted(t *testing.T, p faultParams, c *cluster, l *loadGen, name string) (v verdict, closeKeys int) {
+func faultFinishCounted(t *testing.T, p faultParams, c *cluster, l *loadGen, name string) (v verdict, closeKeys, twoFences int) {
 	l.halt()
 	v = l.verify(p.verify)
 	interval := time.Second / 20
@@ -219,18 +219,23 @@ func faultFinishCounted(t *testing.T, p faultParams, c *cluster, l *loadGen, nam
 		if closestGap(ds) < interval-p.jitter {
 			closeKeys++
 			// Which deliveries, under which fences: tells a lease handed to two drainers
-			// (two fences) from one drainer's pacing restarting (one fence).
+			// (two fences) from one drainer's pacing (one fence).
+			two := false
 			for i := 1; i < len(ds); i++ {
 				if ds[i].At.Sub(ds[i-1].At) < interval-p.jitter {
+					two = two || ds[i].Header.Get("Sluice-Fence") != ds[i-1].Header.Get("Sluice-Fence")
 					t.Logf("%s: close deliveries of key %s %v apart at %s: %s (fence %s, attempt %d) then %s (fence %s, attempt %d)", name, ds[i].Key,
 						ds[i].At.Sub(ds[i-1].At), ds[i].At.UTC().Format("15:04:05.000"), ds[i-1].ID, ds[i-1].Header.Get("Sluice-Fence"), ds[i-1].Attempt,
 						ds[i].ID, ds[i].Header.Get("Sluice-Fence"), ds[i].Attempt)
 				}
 			}
+			if two {
+				twoFences++
+			}
 		}
 		v.MaxPerSecond = max(v.MaxPerSecond, maxInWindow(ds, time.Second))
 	}
-	return faultReport(t, v, l, name), closeKeys
+	return faultReport(t, v, l, name), closeKeys, twoFences
 }
 
 func faultReport(t *testing.T, v verdict, l *loadGen, name string) verdict {
@@ -257,17 +262,30 @@ func checkOutflow(t *testing.T, all []sinktest.Delivery, rule string, perSecond 
 			// The gap before the close pair tells a late arrival (before + gap ≈ two
 			// intervals: the sends kept their slots) from an extra send.
 			before := time.Duration(-1)
+			var at time.Time
+			var fences [2]string
 			for i := 2; i < len(ds); i++ {
 				if ds[i].At.Sub(ds[i-1].At) == g {
 					before = ds[i-1].At.Sub(ds[i-2].At)
+					at, fences = ds[i].At, [2]string{ds[i-1].Header.Get("Sluice-Fence"), ds[i].Header.Get("Sluice-Fence")}
 					break
 				}
 			}
-			t.Errorf("outflow: two deliveries of %s %v apart at %d/s (the one before them %v earlier)", key, g, perSecond, before)
+			t.Errorf("outflow: two deliveries of %s %v apart at %d/s (the one before them %v earlier) at %s, fences %v", key, g, perSecond, before, at.UTC().Format("15:04:05.000"), fences)
 		}
 		n := maxInWindow(ds, time.Second)
 		if n > perSecond+1 {
-			t.Errorf("outflow: %d deliveries of %s within one second at %d/s", n, key, perSecond)
+			var from time.Time
+			for i, j := 0, 0; i < len(ds); i++ {
+				for ds[i].At.Sub(ds[j].At) >= time.Second {
+					j++
+				}
+				if i-j+1 == n {
+					from = ds[j].At
+					break
+				}
+			}
+			t.Errorf("outflow: %d deliveries of %s within one second at %d/s (from %s)", n, key, perSecond, from.UTC().Format("15:04:05.000"))
 		}
 		most = max(most, n)
 	}
