@@ -30,14 +30,12 @@ var ownFaults = func() faultParams { p := fastFaults; p.engine = "own"; return p
 // (5/s) never meet their outflow, so only burst keys show whether a handover keeps it. They
 // have their own rule because at the outflow the sink's arrival jitter matters (see
 // burstKeys.checkOutflow), where faultFinish counts arrivals exactly.
-const ownFaultRules = faultRules + `---
-domain: faults
-descriptors:
-  - key: burst_id
+var ownFaultRules = strings.Replace(faultRules, "---\ndomain: auth", `  - key: burst_id
     name: faults-burst
     queue: {capacity: 1000, outflow: {unit: second, requests_per_unit: 20}}
     sink: {url: "SINK/faults-burst", timeout: 5s}
-`
+---
+domain: auth`, 1)
 
 func TestFaultsOwnEngine(t *testing.T) {
 	if os.Getenv("SLUICE_RESULTS") == "" {

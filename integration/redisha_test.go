@@ -131,7 +131,6 @@ func redisFailover(t *testing.T, p faultParams, c *cluster, l *loadGen, name str
 	// a key can be claimed again while its first drainer still delivers it. That is the
 	// failover's cost, counted here (the sink can refuse the stale call by its Sluice-Fence).
 	t.Logf("%s: killed at %s, promoted at %s", name, killed.UTC().Format("15:04:05.000"), promotedAt.UTC().Format("15:04:05.000"))
-	t.Logf("%s: killed at %s, promoted at %s", name, killed.UTC().Format("15:04:05.000"), promotedAt.UTC().Format("15:04:05.000"))
 	v, closeKeys, twoFences := faultFinishCounted(t, p, c, l, name)
 	return faultRow{Fault: name, V: v, Recovery: gap,
 		What: "longest time without any delivery across the failover",
