@@ -149,7 +149,7 @@ func faultOwnerKilled(t *testing.T, p faultParams) faultRow {
 	gapKill, keyKill := longestKeyGap(all, killed.Add(-time.Second), rejoined)
 	gapJoin, keyJoin := longestKeyGap(all, rejoined, halted)
 	bk.check(t, c)
-	burstMost, burstMostJ, burstAtKill := bk.checkOutflow(t, c, killed, killed.Add(3*time.Second))
+	burstMost, burstMostJ, burstAtKill, burstClose := bk.checkOutflow(t, c, killed, killed.Add(3*time.Second))
 	if gapKill > 3*time.Second {
 		t.Errorf("key %s waited %v for its next delivery across the kill (want ≤ 3 s)", keyKill, gapKill)
 	}
@@ -158,8 +158,8 @@ func faultOwnerKilled(t *testing.T, p faultParams) faultRow {
 	}
 	return faultRow{Fault: "own engine: drainer owning partitions SIGKILLed", V: v, Recovery: gapKill,
 		What: "longest per-key gap at the sink across the kill (≤ 3 s asserted)",
-		Note: fmt.Sprintf("partitions owned before %v; the survivor owned all 16 by %.1f s after the kill (polled); killed one restarted after %v, longest per-key gap across its rejoin %.1f s; plus %d burst keys × %d messages (delivered at the outflow across the kill): all in order, most of one in any 1 s window %d by arrival at the sink (%d in windows of 1 s − %v arrival jitter, asserted ≤ 21), most in a 1 s window starting within 3 s of the kill %d",
-			owned, reowned.Seconds(), p.downtime, gapJoin.Seconds(), len(bk.keys), bk.per, burstMost, burstMostJ, arrivalJitter, burstAtKill)}
+		Note: fmt.Sprintf("partitions owned before %v; the survivor owned all 16 by %.1f s after the kill (polled); killed one restarted after %v, longest per-key gap across its rejoin %.1f s; plus %d burst keys × %d messages (delivered at the outflow across the kill): all in order, most of one in any 1 s window %d by arrival at the sink (%d in windows of 1 s − %v arrival jitter, asserted ≤ 21), most in a 1 s window starting within 3 s of the kill %d; %d pairs of one key's deliveries arrived less than 10 ms apart",
+			owned, reowned.Seconds(), p.downtime, gapJoin.Seconds(), len(bk.keys), bk.per, burstMost, burstMostJ, arrivalJitter, burstAtKill, burstClose)}
 }
 
 // span is one delivery as the sink held it: from its arrival to its answer.
@@ -264,7 +264,7 @@ func faultOwnerCutOff(t *testing.T, p faultParams) faultRow {
 	time.Sleep(p.after) // the scenario: the load runs on for p.after
 	v := faultFinish(t, p, c, l, "own engine: owner cut off from Redis")
 	bk.check(t, c)
-	burstMost, burstMostJ, burstAtCut := bk.checkOutflow(t, c, cut, resumed)
+	burstMost, burstMostJ, burstAtCut, burstClose := bk.checkOutflow(t, c, cut, resumed)
 
 	// Per key: the fence never goes backwards, no two deliveries overlap; for the keys that
 	// moved during the cut, the old owner's last delivery ended before the new one's first.
@@ -321,8 +321,8 @@ func faultOwnerCutOff(t *testing.T, p faultParams) faultRow {
 	}
 	return faultRow{Fault: "own engine: drainer cut off from Redis but alive (proxy stops forwarding)", V: v, Recovery: firstNew,
 		What: "cut → first delivery of a moved key by the other drainer",
-		Note: fmt.Sprintf("partitions owned before %v; %d keys moved; cut-off owner's last delivery ended %.2f s after the cut, the new owner's first began %.2f s after it (closest %.2f s apart on one key); the other owned all 16 by %.1f s (polled); %d consecutive deliveries checked: Sluice-Fence backwards %d, overlapping %d; cut lasted %.1f s; includes %d burst keys × %d messages delivered at the outflow across the cut, all in order, most of one in any 1 s window %d by arrival (%d in windows of 1 s − %v, asserted ≤ 21; %d in a window starting during the cut)",
-			owned, moved, lastOld.Seconds(), firstNew.Seconds(), margin.Seconds(), took.Seconds(), checked, backwards, overlaps, resumed.Sub(cut).Seconds(), len(bk.keys), bk.per, burstMost, burstMostJ, arrivalJitter, burstAtCut)}
+		Note: fmt.Sprintf("partitions owned before %v; %d keys moved; cut-off owner's last delivery ended %.2f s after the cut, the new owner's first began %.2f s after it (closest %.2f s apart on one key); the other owned all 16 by %.1f s (polled); %d consecutive deliveries checked: Sluice-Fence backwards %d, overlapping %d; cut lasted %.1f s; includes %d burst keys × %d messages delivered at the outflow across the cut, all in order, most of one in any 1 s window %d by arrival (%d in windows of 1 s − %v, asserted ≤ 21; %d in a window starting during the cut; %d pairs of one key's deliveries arrived less than 10 ms apart)",
+			owned, moved, lastOld.Seconds(), firstNew.Seconds(), margin.Seconds(), took.Seconds(), checked, backwards, overlaps, resumed.Sub(cut).Seconds(), len(bk.keys), bk.per, burstMost, burstMostJ, arrivalJitter, burstAtCut, burstClose)}
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -479,11 +479,16 @@ func (b *burstKeys) check(t *testing.T, c *cluster) {
 // ≤ rate + 1: at the outflow every delivery is due 50 ms after the one before, so one that
 // reaches the sink a few ms late makes a strict 1 s window count one more without any extra
 // send), and the strict count over windows starting in [from, to] (across the fault).
-func (b *burstKeys) checkOutflow(t *testing.T, c *cluster, from, to time.Time) (most, mostJ, mostIn int) {
+func (b *burstKeys) checkOutflow(t *testing.T, c *cluster, from, to time.Time) (most, mostJ, mostIn, close int) {
 	t.Helper()
 	all := c.sink.All()
 	for _, k := range b.keys {
 		ds := deliveriesOf(all, "faults-burst", k)
+		for i := 1; i < len(ds); i++ {
+			if ds[i].At.Sub(ds[i-1].At) < time.Second/20-arrivalJitter {
+				close++ // reported: see the own engine's pacing note in the report
+			}
+		}
 		most = max(most, maxInWindow(ds, time.Second))
 		n := maxInWindow(ds, time.Second-arrivalJitter)
 		if n > 21 {
@@ -501,5 +506,5 @@ func (b *burstKeys) checkOutflow(t *testing.T, c *cluster, from, to time.Time) (
 			mostIn = max(mostIn, m)
 		}
 	}
-	return most, mostJ, mostIn
+	return most, mostJ, mostIn, close
 }
