@@ -70,7 +70,7 @@ bench: redis
 	SLUICE_BENCH=1 SLUICE_BENCH_FLOOR=1 $(GO) test -count=1 -p 1 -timeout 30m -run 'Study|Report|TestRedisMemoryPerDeliveredMessage' -v $(PKGS) | grep -v -E '^(=== (PAUSE|CONT)|ok .*no tests to run)' | tee -a $(BENCH_OUT)
 
 ## faults: the fast fault suites and the rolling upgrade from the last tag, writing their tables to
-## integration/results/faults.md, faults-redis-ha.md and upgrade.md
+## integration/results/faults.md, faults-redis-ha.md, upgrade.md and the own engine's faults-own.md, faults-redis-ha-own.md
 faults: redis
 	SLUICE_RESULTS=1 SLUICE_UPGRADE=1 $(GO) test -count=1 -run 'TestFaults|TestRedisFailover|TestRollingUpgrade' -v ./integration/
 

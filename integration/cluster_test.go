@@ -74,6 +74,9 @@ type clusterOptions struct {
 	procEnv      []string
 	// natsSingle runs one embedded NATS server instead of a cluster, and R1 streams.
 	natsSingle bool
+	// drainerVia, when set, gives drainer i (from 0) the -nats and -redis it connects to
+	// (for instance a tcpProxy in front of the cluster's), from the cluster's own URLs.
+	drainerVia func(i int, natsURL, redisURL string) (string, string)
 }
 
 // cluster is one whole sluice deployment owned by one test.
@@ -89,8 +92,9 @@ type cluster struct {
 	redisURL  string               // the -redis of every process
 	sink      *sinktest.Sink
 	procEnv   []string // clusterOptions.procEnv
-	debugAddr string   // clusterOptions.debugAddr
-	replicas  string   // the processes' -replicas: "3", or "1" with clusterOptions.natsSingle
+	via       func(i int, natsURL, redisURL string) (string, string)
+	debugAddr string // clusterOptions.debugAddr
+	replicas  string // the processes' -replicas: "3", or "1" with clusterOptions.natsSingle
 	rulesPath string
 	ingress   []*proctest.Proc
 	drainers  []*proctest.Proc
@@ -108,7 +112,7 @@ func startCluster(t *testing.T, o clusterOptions) *cluster {
 	if o.drainerWorkers == 0 {
 		o.drainerWorkers = 16
 	}
-	c := &cluster{t: t, procEnv: o.procEnv, debugAddr: o.debugAddr, http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+	c := &cluster{t: t, procEnv: o.procEnv, via: o.drainerVia, debugAddr: o.debugAddr, http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
 	c.replicas = "3"
 	switch {
 	case o.natsSingle:
@@ -174,7 +178,11 @@ func startCluster(t *testing.T, o clusterOptions) *cluster {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.drainers[i] = c.newDrainer(fmt.Sprintf("drainer-%d", i+1), o.drainerWorkers)
+			natsURL, redisURL := c.natsURL, c.redisURL
+			if c.via != nil {
+				natsURL, redisURL = c.via(i, natsURL, redisURL)
+			}
+			c.drainers[i] = c.newDrainerVia(fmt.Sprintf("drainer-%d", i+1), o.drainerWorkers, natsURL, redisURL)
 		}()
 	}
 	wg.Wait()
@@ -227,8 +235,13 @@ func (c *cluster) newIngress(name string) *proctest.Proc {
 }
 
 func (c *cluster) newDrainer(name string, workers int) *proctest.Proc {
+	return c.newDrainerVia(name, workers, c.natsURL, c.redisURL)
+}
+
+// newDrainerVia is newDrainer connecting to natsURL and redisURL (clusterOptions.drainerVia).
+func (c *cluster) newDrainerVia(name string, workers int, natsURL, redisURL string) *proctest.Proc {
 	return c.startProc(proctest.Spec{Name: name, Bin: bins.drainer, ReadyMsg: "drainer: running", Env: c.procEnv, Args: []string{
-		"-rules", c.rulesPath, "-http", "127.0.0.1:0", "-nats", c.natsURL, "-redis", c.redisURL,
+		"-rules", c.rulesPath, "-http", "127.0.0.1:0", "-nats", natsURL, "-redis", redisURL,
 		"-workers", fmt.Sprint(workers), "-status-keep", "1h", "-replicas", c.replicas, "-shutdown-timeout", "3s", "-log-format", "json",
 		"-rules-poll", "250ms",
 	}})

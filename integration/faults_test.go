@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,6 +52,8 @@ type faultParams struct {
 	jitter time.Duration
 	// verify bounds the wait for every acknowledged message to arrive.
 	verify time.Duration
+	// engine is the drainers' -engine (SLUICE_ENGINE); "" is their default (claim).
+	engine string
 }
 
 var (
@@ -136,6 +139,14 @@ func runFaultTable(t *testing.T, p faultParams, file string, faults []fault) {
 	fmt.Fprintf(&b, "# sluice fault table (%s run)\n\n", p.name)
 	fmt.Fprintf(&b, "Produced by `go test ./integration -run %s` on %s: 2 ingress + 2 drainer processes, 3-node JetStream cluster (R3), Redis, recording HTTP sink; load of %d keys × %.0f msg/s with Idempotency-Keys, outflow 20/s per key. \"lost\" = acknowledged (202) but never accepted by the sink; \"duplicated\" = extra deliveries under the same Idempotency-Key (at-least-once). Every row also passed the outflow check: per key no two deliveries closer than 50 ms less %v of arrival jitter, never more than 21 within one second (the Redis failover rows count the keys that breach it in their notes instead: a lease write lost with the old master).\n\n",
 		t.Name(), time.Now().UTC().Format("2006-01-02 15:04 MST"), p.keys, float64(time.Second)/float64(p.interval), p.jitter)
+	if p.engine != "" {
+		fmt.Fprintf(&b, "Drainers run `-engine %s`.", p.engine)
+		// The figures move with the shared machine's load: say what it was.
+		if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+			fmt.Fprintf(&b, " Machine: %d cores, load average (1, 5, 15 min) at the end %s.", runtime.NumCPU(), strings.Join(strings.Fields(string(la))[:3], ", "))
+		}
+		b.WriteString("\n\n")
+	}
 	b.WriteString("| fault | acknowledged | delivered | lost | reordered | duplicated | most of one key in 1 s (20/s) | recovery | recovery measures | notes |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
 	names := make([]string, 0, len(rows))
@@ -169,6 +180,9 @@ func faultSetup(t *testing.T, p faultParams) (*cluster, *loadGen) {
 }
 
 func faultSetupWith(t *testing.T, p faultParams, o clusterOptions) (*cluster, *loadGen) {
+	if p.engine != "" {
+		o.procEnv = append(o.procEnv, "SLUICE_ENGINE="+p.engine)
+	}
 	c := startCluster(t, o)
 	l := newLoad(c, "faults", "account_id", "a-", p.keys, p.interval)
 	l.start()
@@ -197,17 +211,31 @@ func faultFinish(t *testing.T, p faultParams, c *cluster, l *loadGen, name strin
 // a Redis failover that loses the last lease writes (replication is asynchronous), so a
 // key is handed to a second drainer while the first still delivers it: the breaches are
 // counted (keys with two deliveries closer than the interval), not failed on.
-func faultFinishCounted(t *testing.T, p faultParams, c *cluster, l *loadGen, name string) (v verdict, closeKeys int) {
+func faultFinishCounted(t *testing.T, p faultParams, c *cluster, l *loadGen, name string) (v verdict, closeKeys, twoFences int) {
 	l.halt()
 	v = l.verify(p.verify)
 	interval := time.Second / 20
 	for _, ds := range keysOf(deliveriesOf(c.sink.All(), "faults", "")) {
 		if closestGap(ds) < interval-p.jitter {
 			closeKeys++
+			// Which deliveries, under which fences: tells a lease handed to two drainers
+			// (two fences) from one drainer's pacing (one fence).
+			two := false
+			for i := 1; i < len(ds); i++ {
+				if ds[i].At.Sub(ds[i-1].At) < interval-p.jitter {
+					two = two || ds[i].Header.Get("Sluice-Fence") != ds[i-1].Header.Get("Sluice-Fence")
+					t.Logf("%s: close deliveries of key %s %v apart at %s: %s (fence %s, attempt %d) then %s (fence %s, attempt %d)", name, ds[i].Key,
+						ds[i].At.Sub(ds[i-1].At), ds[i].At.UTC().Format("15:04:05.000"), ds[i-1].ID, ds[i-1].Header.Get("Sluice-Fence"), ds[i-1].Attempt,
+						ds[i].ID, ds[i].Header.Get("Sluice-Fence"), ds[i].Attempt)
+				}
+			}
+			if two {
+				twoFences++
+			}
 		}
 		v.MaxPerSecond = max(v.MaxPerSecond, maxInWindow(ds, time.Second))
 	}
-	return faultReport(t, v, l, name), closeKeys
+	return faultReport(t, v, l, name), closeKeys, twoFences
 }
 
 func faultReport(t *testing.T, v verdict, l *loadGen, name string) verdict {
@@ -234,17 +262,30 @@ func checkOutflow(t *testing.T, all []sinktest.Delivery, rule string, perSecond 
 			// The gap before the close pair tells a late arrival (before + gap ≈ two
 			// intervals: the sends kept their slots) from an extra send.
 			before := time.Duration(-1)
+			var at time.Time
+			var fences [2]string
 			for i := 2; i < len(ds); i++ {
 				if ds[i].At.Sub(ds[i-1].At) == g {
 					before = ds[i-1].At.Sub(ds[i-2].At)
+					at, fences = ds[i].At, [2]string{ds[i-1].Header.Get("Sluice-Fence"), ds[i].Header.Get("Sluice-Fence")}
 					break
 				}
 			}
-			t.Errorf("outflow: two deliveries of %s %v apart at %d/s (the one before them %v earlier)", key, g, perSecond, before)
+			t.Errorf("outflow: two deliveries of %s %v apart at %d/s (the one before them %v earlier) at %s, fences %v", key, g, perSecond, before, at.UTC().Format("15:04:05.000"), fences)
 		}
 		n := maxInWindow(ds, time.Second)
 		if n > perSecond+1 {
-			t.Errorf("outflow: %d deliveries of %s within one second at %d/s", n, key, perSecond)
+			var from time.Time
+			for i, j := 0, 0; i < len(ds); i++ {
+				for ds[i].At.Sub(ds[j].At) >= time.Second {
+					j++
+				}
+				if i-j+1 == n {
+					from = ds[j].At
+					break
+				}
+			}
+			t.Errorf("outflow: %d deliveries of %s within one second at %d/s (from %s)", n, key, perSecond, from.UTC().Format("15:04:05.000"))
 		}
 		most = max(most, n)
 	}

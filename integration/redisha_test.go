@@ -130,9 +130,10 @@ func redisFailover(t *testing.T, p faultParams, c *cluster, l *loadGen, name str
 	// Replication is asynchronous: a lease write the old master had not passed on is lost, and
 	// a key can be claimed again while its first drainer still delivers it. That is the
 	// failover's cost, counted here (the sink can refuse the stale call by its Sluice-Fence).
-	v, closeKeys := faultFinishCounted(t, p, c, l, name)
+	t.Logf("%s: killed at %s, promoted at %s", name, killed.UTC().Format("15:04:05.000"), promotedAt.UTC().Format("15:04:05.000"))
+	v, closeKeys, twoFences := faultFinishCounted(t, p, c, l, name)
 	return faultRow{Fault: name, V: v, Recovery: gap,
 		What: "longest time without any delivery across the failover",
-		Note: fmt.Sprintf("promoted %.1f s after the kill; first delivery %.1f s after the kill; %d messages acknowledged meanwhile (admission p50 %v, max %v, longest time without a 202 %.1f s); %d keys with two deliveries closer than the outflow interval (lost lease writes)",
-			promotedAt.Sub(killed).Seconds(), firstAfter.Sub(killed).Seconds(), acked, p50.Round(time.Millisecond), worst.Round(time.Millisecond), ackGap.Seconds(), closeKeys)}
+		Note: fmt.Sprintf("promoted %.1f s after the kill; first delivery %.1f s after the kill; %d messages acknowledged meanwhile (admission p50 %v, max %v, longest time without a 202 %.1f s); %d keys with two deliveries closer than the outflow interval, %d of them under two fences (two owners: lost lease writes; under one fence: one owner catching up on its grid, or arrival jitter)",
+			promotedAt.Sub(killed).Seconds(), firstAfter.Sub(killed).Seconds(), acked, p50.Round(time.Millisecond), worst.Round(time.Millisecond), ackGap.Seconds(), closeKeys, twoFences)}
 }
