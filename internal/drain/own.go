@@ -68,6 +68,8 @@ type okey struct {
 	// the key stays known only until its deletes are answered.
 	after      uint64
 	pendingDel int
+	// every: the key's interval when it was last dispatched (0: no per-key outflow).
+	every time.Duration
 	emptied    bool
 }
 
@@ -391,7 +393,11 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 			} else {
 				k.tat = now.Add(every)
 			}
+			// A dispatch late by more than timer jitter (the key waited for its own previous
+			// delivery) does not keep its grid: the next one would follow right behind it.
+			k.tat = maxTime(k.tat, now.Add(every-gridSlack(every)))
 		}
+		k.every = pol.Outflow.Every
 		d.m.lag.WithLabelValues(r.Name).Observe(max(0, now.Sub(slot).Seconds()))
 		k.running++
 		k.noticed = false
@@ -546,6 +552,10 @@ func (o *orule) worker() {
 	}
 }
 
+// gridSlack is how late a key's dispatch may be and still keep its GCRA grid: timer jitter,
+// which must not lower a key's outflow. Anything later counts the next slot from itself.
+func gridSlack(every time.Duration) time.Duration { return min(every/10, 2*time.Millisecond) }
+
 // forget drops an emptied key; its due mark (written by the ingress for the claim engine) is
 // removed with the next renewal, in one call. Caller holds o.mu.
 func (o *orule) forget(k *okey) {
@@ -655,6 +665,15 @@ func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
 	}
 	attempt := m.Attempt + 1
 	m.Fence = fence
+	if !multi && k.every > 0 {
+		// The key's next slot counts from when this delivery reaches the sink, not from its
+		// dispatch: a slow pop followed by a fast one would otherwise bring two deliveries
+		// closer than the interval at the sink.
+		start := time.Now()
+		o.mu.Lock()
+		k.tat = maxTime(k.tat, start.Add(k.every-gridSlack(k.every)))
+		o.mu.Unlock()
+	}
 	d.record(ctx, m.ID, StateDelivering, attempt, "")
 	if attempt == 1 && !m.CreatedAt.IsZero() {
 		d.m.inQueue.WithLabelValues(r.Name).Observe(max(0, now.Sub(m.CreatedAt).Seconds()))

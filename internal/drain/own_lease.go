@@ -99,7 +99,11 @@ func (o *orule) beforeRenew(now time.Time) (map[int]map[string]time.Time, []int)
 	var giveUp []int
 	busy := map[int]bool{}
 	for _, k := range o.keys {
-		if k.running > 0 {
+		// A delete sent without waiting is part of the delivery: a new owner reads the key
+		// from its head, and its direct get can overtake the old owner's delete (the get is
+		// answered on the server's read loop, the delete through the JetStream API queue), so
+		// a partition with a delete in flight is not given up yet.
+		if k.running > 0 || k.pendingDel > 0 {
 			busy[k.part.p] = true
 		}
 		if k.tat.After(now) {
