@@ -104,7 +104,7 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 // (no rule, no queue, a field at fault) ok is false and o is the answer.
 func (s *Server) prepare(ctx context.Context, req *submitRequest) (sub submission, o outcome, ok bool) {
 	set := s.cfg.Rules()
-	match, ok := set.Match(req.Domain, toRuleEntries(req.Descriptor))
+	match, ok := set.Match(req.Domain, ruleEntries(req.Descriptor))
 	if !ok {
 		return sub, problemOutcome(httpx.NoRule("", set.NoMatchDetail(req.Domain))), false
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/audit"
+	"github.com/sluice-io/sluice/internal/decide"
 	"github.com/sluice-io/sluice/internal/drain"
 	svc "github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
@@ -87,7 +88,7 @@ type Main struct {
 
 	closers []func()
 	httpSrv *http.Server
-	grpcSrv *svc.GRPCServer
+	grpcSrv *decide.GRPCServer
 	once    sync.Once
 }
 
@@ -230,7 +231,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		Admin: admin, Auth: auth, MaxBody: c.MaxBody, MaxBatch: c.MaxBatch, MaxDelay: c.MaxDelay, Registry: reg, Logger: log,
 		Ready: st.Ready, GRPCResponseHeaders: c.GRPCResponseHeaders, Now: m.Now,
 		CheckClientNames: c.CheckClientNames, OverrideMaxFactor: c.OverrideMaxFactor, OverrideMaxWindow: c.OverrideMaxWindow,
-		Envoy: svc.EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,
+		Envoy: decide.EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,
 			LocalCacheBytes: c.LocalCacheBytes, DetailedMetricValues: c.DetailedMetricValues},
 	})
 	m.Server = srv
@@ -280,11 +281,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("ingress: %w", err)
 		}
 		m.GRPCAddr = gln.Addr()
-		gc := svc.GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log, Reflection: c.GRPCReflection}
+		gc := decide.GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log, Reflection: c.GRPCReflection}
 		if m.TLS != nil {
 			gc.TLS = m.TLS.Config()
 		}
-		m.grpcSrv = srv.NewGRPCServer(gc)
+		m.grpcSrv = srv.Checks().NewGRPCServer(gc)
 		go func() {
 			if err := m.grpcSrv.Serve(gln); err != nil {
 				log.Error("ingress: gRPC server stopped", "err", err)
