@@ -322,7 +322,7 @@ func (s *Service) NewGRPCServer(c GRPCConfig) *GRPCServer {
 
 // GRPCTransportOptions are the options of NewGRPCServer's grpc-go server for c, but for its
 // credentials and interceptor: sizes, streams, keepalive, stream workers and flow control.
-// The benchmark's floor server (testdata/rlsfloor) runs with them too.
+// The benchmark's floor server (internal/ingress/testdata/rlsfloor) runs with them too.
 func GRPCTransportOptions(c GRPCConfig) []grpc.ServerOption {
 	c = c.withDefaults()
 	return []grpc.ServerOption{

@@ -1,7 +1,3 @@
-// Package ingress is sluice's front door: the HTTP API of docs/http-api.md (submit, status, check,
-// health, metrics, admin) and envoy's gRPC rate limit service. The ingress process that serves
-// them (flags, connections, listeners, the optional in-process drainer) is assembled in
-// internal/process/ingress; this package imports neither it nor the drainer.
 package ingress
 
 import (

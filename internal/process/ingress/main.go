@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluice-io/sluice/bucket"
+	"github.com/sluice-io/sluice/internal/admin"
 	"github.com/sluice-io/sluice/internal/audit"
 	"github.com/sluice-io/sluice/internal/decide"
 	"github.com/sluice-io/sluice/internal/drain"
@@ -224,11 +225,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := process.Retry(actx, auditLog.Ensure); err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
-	admin := &svc.Admin{Audit: auditLog, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
+	adminAPI := &admin.Admin{Audit: auditLog, Caller: svc.Caller, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
 		JS: st.JS, Parking: st.Parking, Dead: st.Dead, Admitter: st.Admitter, Logger: log}
 	srv = svc.NewServer(svc.ServerConfig{
 		Rules: watcher.Current, Admitter: st.Admitter, Status: st.Status, Limits: st.Limits,
-		Admin: admin, Auth: auth, MaxBody: c.MaxBody, MaxBatch: c.MaxBatch, MaxDelay: c.MaxDelay, Registry: reg, Logger: log,
+		Admin: adminAPI, Auth: auth, MaxBody: c.MaxBody, MaxBatch: c.MaxBatch, MaxDelay: c.MaxDelay, Registry: reg, Logger: log,
 		Ready: st.Ready, GRPCResponseHeaders: c.GRPCResponseHeaders, Now: m.Now,
 		CheckClientNames: c.CheckClientNames, OverrideMaxFactor: c.OverrideMaxFactor, OverrideMaxWindow: c.OverrideMaxWindow,
 		Envoy: decide.EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,
