@@ -100,6 +100,15 @@ type QueueKey struct {
 	Depth int64  `json:"depth"`
 	// NextDispatchAt is when the key's head message may leave next; zero when it is empty.
 	NextDispatchAt time.Time `json:"next_dispatch_at"`
+	// Outflow is the key's effective outflow (OutflowPerSecond the same as a number),
+	// Paused whether its deliveries are held, Source where they come from: "rule", "rule
+	// override", "key override" or "key override until <RFC 3339>". Override is the key's
+	// own override (TuneKey), nil when none is in force.
+	Outflow          *Rate        `json:"outflow,omitempty"`
+	OutflowPerSecond float64      `json:"outflow_per_second,omitempty"`
+	Paused           bool         `json:"paused,omitempty"`
+	Source           string       `json:"source,omitempty"`
+	Override         *KeyOverride `json:"override,omitempty"`
 }
 
 // Patch changes a queue live (every drainer within 1 s, kept across restarts). It is a

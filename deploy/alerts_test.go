@@ -70,7 +70,7 @@ func TestAlertRulesShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"SluiceQueueTooOld", "SluiceDeadLetterRateHigh", "SluiceSinkErrorRatioHigh",
-		"SluiceJetStreamStoreNearlyFull", "SluiceDrainersMissing"}
+		"SluiceJetStreamStoreNearlyFull", "SluiceDrainersMissing", "SluiceBreakerOpen"}
 	seen := map[string]bool{}
 	for _, g := range f.Groups {
 		for _, r := range g.Rules {

@@ -42,7 +42,7 @@ func startSystem(t *testing.T, rulesYAML string) *system {
 	n := natstest.Start(t)
 	r := redistest.Start(t, redistest.Options{})
 	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
-		"-drain", "-status-keep", "1h", "-readmit-max-backoff", "2s", "-shutdown-timeout", "2s", "-admin-token", "t"}, func(string) string { return "" }, io.Discard)
+		"-drain", "-status-keep", "1h", "-readmit-max-backoff", "2s", "-shutdown-timeout", "2s", "-admin-token", "scenarios-token-0123"}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,10 @@
 // MarkDue was lost. A rule's scheduler state is split into partitions, each its own Redis
 // hash slot, by a hash of the key (partition.go): one rule spreads over a cluster's masters.
 //
+// Ownership (ownership.go, own.lua) is the Redis side of the drainer's own engine: leases
+// on whole ownership partitions of a rule, with fencing tokens and shares over the live
+// drainers, renewed for every rule in one call; Queues.DeleteAsync deletes without waiting.
+//
 // Message is the envelope shared with retry/ and the drainer; EncodeMessage and
 // DecodeMessage give its NATS wire form (payload as data, the rest in headers).
 //

@@ -142,6 +142,8 @@ type Queues struct {
 
 	mu      sync.RWMutex
 	streams map[string]jetstream.Stream // by rule name
+
+	adel asyncDeletes // DeleteAsync's inbox and pending requests
 }
 
 // NewQueues returns Queues on js. cfg is completed with WithDefaults and validated.
@@ -472,4 +474,22 @@ func (q *Queues) Purge(ctx context.Context, rule string) error {
 		return fmt.Errorf("queue: purge rule %q: %w", rule, err)
 	}
 	return nil
+}
+
+// Conn is the NATS connection the queues use: the own drain engine subscribes to a rule's
+// subjects on it (core NATS sees every JetStream publish) to learn of new work.
+func (q *Queues) Conn() *nats.Conn { return q.js.Conn() }
+
+// RuleSubjects is the wildcard subject of every key of rule: <prefix>.<rule token>.*.
+func (q *Queues) RuleSubjects(rule string) string { return q.ruleSubjects(rule) }
+
+// KeyOfSubject is the key of a subject of rule's stream; false for a subject that names no
+// key of rule.
+func (q *Queues) KeyOfSubject(rule, subject string) (string, bool) {
+	prefix := q.cfg.SubjectPrefix + "." + RuleToken(rule) + "."
+	if len(subject) <= len(prefix) || subject[:len(prefix)] != prefix {
+		return "", false
+	}
+	key, err := KeyFromToken(subject[len(prefix):])
+	return key, err == nil
 }

@@ -23,6 +23,9 @@ type Scheduled struct {
 	StoredAt time.Time // when it entered the retry stream
 }
 
+// findMaxRead bounds the fired schedules one Find reads.
+const findMaxRead = 1000
+
 // Find looks for message id of rule in the retry stream: a pending park or delivery-retry
 // schedule (one lookup each, by the id's own subject), else a fired schedule the
 // re-admitter has not handled yet (the rule's ready subject, read in order — it holds only
@@ -47,8 +50,11 @@ func (s *Store) Find(ctx context.Context, rule, id string) (Scheduled, error) {
 		meta := decodeMeta(raw.Header)
 		return Scheduled{Message: m, Kind: meta.Kind, RetryAt: meta.RetryAt, StoredAt: raw.Time}, nil
 	}
-	f, err := queue.FindInSubject(ctx, s.js.Conn(), s.cfg.APIPrefix, s.cfg.Stream, s.ReadySubject(rule), id)
-	if errors.Is(err, queue.ErrNotQueued) {
+	// Bounded as a key's queue is (status.Locator.MaxRead): a made-up id must not read a
+	// backlog of fired schedules to its end. One past the bound is reported as not here.
+	f, _, err := queue.FindInSubjectLimited(ctx, s.js.Conn(), s.cfg.APIPrefix, s.cfg.Stream, s.ReadySubject(rule), id,
+		queue.FindLimits{MaxRead: findMaxRead})
+	if errors.Is(err, queue.ErrNotQueued) || errors.Is(err, queue.ErrReadLimit) {
 		return Scheduled{}, fmt.Errorf("%w: %s", ErrNotScheduled, id)
 	}
 	if err != nil {

@@ -380,7 +380,13 @@ func (s *Store) checkRoom(ctx context.Context) error {
 // time, plus fired ones (parks and delivery retries) the re-admitter has not handled yet.
 // O(parked messages of the rule) on the server; meant for metrics on an interval.
 func (s *Store) Parked(ctx context.Context, rule string) (uint64, error) {
-	n, err := subjectCount(ctx, s.js, s.cfg.APIPrefix, s.cfg.Stream, s.subject(KindPark, token(rule), "*"))
+	return s.countWithReady(ctx, rule, s.subject(KindPark, token(rule), "*"))
+}
+
+// countWithReady counts the messages on subjects matching filter plus those fired for rule
+// that the re-admitter has not handled yet (its ready subject).
+func (s *Store) countWithReady(ctx context.Context, rule, filter string) (uint64, error) {
+	n, err := subjectCount(ctx, s.js, s.cfg.APIPrefix, s.cfg.Stream, filter)
 	if err != nil {
 		return 0, err
 	}
@@ -500,18 +506,5 @@ func (s *Store) recount(ctx context.Context, rule string, rc *ruleCount) error {
 func (s *Store) RuleMessages(ctx context.Context, rule string) (uint64, error) {
 	// *.<rule>.> is park.<rule>.<id>, retry.<rule>.<id> and schedule.<rule>.<key>.<id>, each
 	// message its own subject; ready.<rule> has one token too few to match.
-	n, err := subjectCount(ctx, s.js, s.cfg.APIPrefix, s.cfg.Stream, s.subject("*", token(rule), ">"))
-	if err != nil {
-		return 0, err
-	}
-	ready := s.ReadySubject(rule)
-	st, err := s.handle(ctx)
-	if err != nil {
-		return 0, err
-	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(ready))
-	if err != nil {
-		return 0, fmt.Errorf("retry: stream %s info: %w", s.cfg.Stream, err)
-	}
-	return n + info.State.Subjects[ready], nil
+	return s.countWithReady(ctx, rule, s.subject("*", token(rule), ">"))
 }

@@ -36,6 +36,7 @@ TARGETS=(
 	"./client           FuzzParseRateLimit   RateLimit response headers"
 	"./internal/cli     FuzzParseRate        a rate typed to sluice tune"
 	"./internal/sink    FuzzParseRetryAfter  a sink's Retry-After"
+	"./internal/window  FuzzNextOpen         a delivery window (days, from, to, zone) and an instant"
 )
 
 summary=()

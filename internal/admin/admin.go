@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-io/sluice/internal/audit"
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/overrides"
+	"github.com/sluice-io/sluice/internal/redact"
 	"github.com/sluice-io/sluice/internal/retryrules"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
@@ -33,7 +34,8 @@ import (
 type Admin struct {
 	Rules     func() *rules.Set
 	Overrides *overrides.Store
-	Current   *overrides.Watcher // for reads; nil = read from Overrides
+	Current   *overrides.Watcher  // for reads; nil = read from Overrides
+	Keys      *overrides.KeyIndex // per-key overrides (admin_keys.go); nil: their routes answer 503
 	Queues    *queue.Queues
 	Scheduler *queue.Scheduler
 	JS        jetstream.JetStream
@@ -62,7 +64,9 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.HandleFunc("PATCH /v1/admin/queues/{name}", a.patchQueue)
 		m.HandleFunc("POST /v1/admin/queues/{name}/purge", a.purgeQueue)
 		m.HandleFunc("GET /v1/admin/queues/{name}/keys", a.hotKeys)
-		m.HandleFunc("GET /v1/admin/queues/{name}/keys/{key}", a.getKey)
+		m.HandleFunc("GET /v1/admin/queues/{name}/keys/{key}", a.getKeyOverride)
+		m.HandleFunc("PATCH /v1/admin/queues/{name}/keys/{key}", a.patchKey)
+		m.HandleFunc("POST /v1/admin/queues/{name}/keys", a.bulkKeys)
 		m.HandleFunc("DELETE /v1/admin/queues/{name}/keys/{key}", a.purgeKey)
 		m.HandleFunc("GET /v1/admin/dead", a.listDead)
 		m.HandleFunc("POST /v1/admin/dead/{id}/replay", a.replayDead)
@@ -522,8 +526,8 @@ func (a *Admin) listDead(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]deadView, 0, len(list))
 	for _, d := range list {
-		out = append(out, deadView{ID: d.Message.ID, Rule: d.Message.Rule, Key: d.Message.Key, State: "dead", Reason: d.Reason,
-			Attempts: d.Message.Attempt, LastError: d.Message.LastError,
+		out = append(out, deadView{ID: d.Message.ID, Rule: d.Message.Rule, Key: d.Message.Key, State: "dead", Reason: redact.Text(d.Reason),
+			Attempts: d.Message.Attempt, LastError: redact.Text(d.Message.LastError),
 			CreatedAt: d.Message.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: d.DeadAt.UTC().Format(time.RFC3339Nano)})
 	}
 	resp := map[string]any{"messages": out}

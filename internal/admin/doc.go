@@ -10,5 +10,6 @@
 //
 //   - admin.go: Admin and its routes: views of rules and queues, overrides, purges, dead
 //     letters and replays, hot keys, audit; the test seams (SetHooks)
+//   - admin_keys.go: per-key overrides (GET and PATCH of a key's override, bulk changes)
 //   - doc.go: this overview
 package admin

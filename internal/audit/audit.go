@@ -2,10 +2,22 @@
 // on what, the state before and after, when — as a structured log line and a durable
 // record in a JetStream stream bounded by age and count (SLUICE_AUDIT, 90 days and 100,000
 // records by default). GET /v1/admin/audit lists it, newest first.
+//
+// Besides the changes, it keeps the calls that were refused (401, 403) or failed, and the
+// cancels of messages (DELETE /v1/messages/{id}).
+//
+// The records form a chain: each carries the SHA-256 of the record before it (Prev), and is
+// stored only if that record is still the stream's last (an expected-last-sequence
+// publish), so every process appends to one chain. Verify walks it: a record deleted from
+// the middle breaks a link (and leaves a gap in the sequence numbers). What retention
+// removes — the oldest records, by age or count — shows as the chain starting later, not
+// as a break.
 package audit
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,8 +35,14 @@ const (
 	ActionResume    = "resume"     // PATCH {"paused":false}
 	ActionPurge     = "purge"      // POST .../purge
 	ActionKeyDelete = "key_delete" // DELETE .../keys/{key}
+	ActionKeyTune   = "key_tune"   // PATCH .../keys/{key}: a per-key override set or changed
+	ActionKeyReset  = "key_reset"  // PATCH .../keys/{key} {"reset":true} (or nothing left overridden)
+	ActionKeyBulk   = "key_bulk"   // POST .../keys: many per-key overrides at once (counts, not each key)
 	ActionReplay    = "replay"     // POST /v1/admin/dead/{id}/replay
 	ActionReplayAll = "replay_all" // POST /v1/admin/dead/replay
+	ActionCancel    = "cancel"     // DELETE /v1/messages/{id} (any result)
+	ActionRefused   = "refused"    // an admin call answered 401 or 403 (Target: method and path)
+	ActionFailed    = "failed"     // an admin call that changes something, answered another 4xx or a 5xx
 )
 
 // Record is one operator change.
@@ -40,6 +58,8 @@ type Record struct {
 	After  any       `json:"after,omitempty"`
 	Result string    `json:"result"` // "ok", or what went wrong
 	Remote string    `json:"remote,omitempty"`
+	// Prev is the hex SHA-256 of the stored record before this one ("" for the first).
+	Prev string `json:"prev,omitempty"`
 }
 
 // Config of the trail.
@@ -117,15 +137,134 @@ func (l *Log) Append(ctx context.Context, r Record) error {
 	}
 	l.cfg.Logger.Log(ctx, level, "audit: "+r.Action, "actor", r.Actor, "scope", r.Scope, "action", r.Action,
 		"queue", r.Queue, "target", r.Target, "before", r.Before, "after", r.After, "result", r.Result, "remote", r.Remote)
-	data, err := json.Marshal(r)
+	err := l.appendChained(ctx, r)
 	if err != nil {
-		return err
-	}
-	if _, err := l.js.Publish(ctx, l.cfg.Subject, data); err != nil {
 		l.cfg.Logger.Error("audit: record not stored (the log line above is the only trace)", "action", r.Action, "actor", r.Actor, "err", err)
 		return fmt.Errorf("audit: %w", err)
 	}
 	return nil
+}
+
+// appendChained stores r linked to the stream's last record, again on a new last record
+// when another process appended first.
+func (l *Log) appendChained(ctx context.Context, r Record) error {
+	var err error
+	for range 64 { // contention between ingresses is rare: admin calls are
+		var last uint64
+		if r.Prev, last, err = l.last(ctx); err != nil {
+			return err
+		}
+		var data []byte
+		if data, err = json.Marshal(r); err != nil {
+			return err
+		}
+		_, err = l.js.Publish(ctx, l.cfg.Subject, data, jetstream.WithExpectLastSequence(last))
+		if wrongLast(err) {
+			continue // another record came first: link to it
+		}
+		return err
+	}
+	return err
+}
+
+func wrongLast(err error) bool {
+	var js jetstream.JetStreamError
+	if !errors.As(err, &js) || js.APIError() == nil {
+		return false
+	}
+	code := js.APIError().ErrorCode
+	return code == jetstream.JSErrCodeStreamWrongLastSequence || code == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// last is the chain's end: the hash of the last stored record ("" when there is none) and
+// the stream's last sequence, which the next record expects.
+func (l *Log) last(ctx context.Context) (string, uint64, error) {
+	s, err := l.js.Stream(ctx, l.cfg.Stream)
+	if err != nil {
+		return "", 0, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return "", 0, err
+	}
+	if info.State.Msgs == 0 {
+		return "", info.State.LastSeq, nil
+	}
+	m, err := s.GetLastMsgForSubject(ctx, l.cfg.Subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return "", info.State.LastSeq, nil
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	return Hash(m.Data), info.State.LastSeq, nil
+}
+
+// Hash is how a record is named by the next one's Prev: the hex SHA-256 of its stored
+// JSON.
+func Hash(stored []byte) string {
+	sum := sha256.Sum256(stored)
+	return hex.EncodeToString(sum[:])
+}
+
+// Verification is what Verify found.
+type Verification struct {
+	First, Last uint64  // the sequence numbers of the first and last records checked
+	Records     int     // records checked
+	Breaks      []Break // empty: the chain is whole from First to Last
+}
+
+// Break is a place where the chain does not hold.
+type Break struct {
+	Seq    uint64 `json:"seq"`
+	Reason string `json:"reason"`
+}
+
+// Verify walks the trail from its oldest record to its newest and checks every link: a
+// record whose Prev is not the hash of the record stored before it, or a gap in the
+// sequence numbers, is a Break (a record deleted, replaced or inserted). The oldest
+// record's own Prev is not checked: retention removes records from that end.
+func (l *Log) Verify(ctx context.Context) (Verification, error) {
+	s, err := l.js.Stream(ctx, l.cfg.Stream)
+	if err != nil {
+		return Verification{}, fmt.Errorf("audit: %w", err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return Verification{}, fmt.Errorf("audit: %w", err)
+	}
+	v := Verification{Breaks: []Break{}}
+	if info.State.Msgs == 0 {
+		return v, nil
+	}
+	var prevSeq uint64
+	var prevHash string
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // a gap: reported at the next record
+		}
+		if err != nil {
+			return v, fmt.Errorf("audit: %w", err)
+		}
+		var r Record
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			v.Breaks = append(v.Breaks, Break{Seq: seq, Reason: "not a record: " + err.Error()})
+		} else if prevSeq != 0 {
+			if seq != prevSeq+1 {
+				v.Breaks = append(v.Breaks, Break{Seq: seq, Reason: fmt.Sprintf("records %d to %d are missing", prevSeq+1, seq-1)})
+			}
+			if r.Prev != prevHash {
+				v.Breaks = append(v.Breaks, Break{Seq: seq, Reason: fmt.Sprintf("prev does not match the hash of record %d", prevSeq)})
+			}
+		}
+		if v.Records == 0 {
+			v.First = seq
+		}
+		v.Records++
+		v.Last, prevSeq, prevHash = seq, seq, Hash(m.Data)
+	}
+	return v, nil
 }
 
 // List returns up to limit records, newest first, older than sequence before (0: from

@@ -72,7 +72,7 @@ func init() {
 	verbs = []verb{
 		{"queues", "", "list the queue rules with their depth and outflow", (*Main).queues},
 		{"queue", "NAME", "show one queue: live settings, rules-file values, ETag", (*Main).queue},
-		{"tune", "NAME [RATE] [--capacity N] [--total-outflow RATE] [--restore F,…] [--reset] [--force]", "change a queue live (RATE like 5/s, 300/m, 10/30s); refused if someone changed it since it was read", (*Main).tune},
+		{"tune", "NAME [RATE] [--capacity N] [--total-outflow RATE] [--restore F,…] [--reset] [--force] | NAME --key K [RATE] [--for D | --until T] [--reset] | NAME --keys-file FILE", "change a queue live (RATE like 5/s, 300/m, 10/30s); refused if someone changed it since it was read; --key steers one key, --keys-file many (CSV key,outflow[,for])", (*Main).tune},
 		{"pause", "NAME", "stop delivering a queue (admission continues up to capacity)", (*Main).pause},
 		{"resume", "NAME", "deliver a paused queue again", (*Main).resume},
 		{"purge", "NAME [--key KEY] [--yes]", "delete the messages waiting in a queue (or one key); asks first", (*Main).purge},

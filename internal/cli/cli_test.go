@@ -27,7 +27,7 @@ import (
 // with an in-process drainer, a real NATS server, a real Redis and a recording sink. Each
 // test runs cli.Main with arguments, as a shell would, and reads its output and exit code.
 
-const token = "cli-test-token"
+const token = "cli-test-token-0123"
 
 // testRules: SINK is replaced by the recording sink's URL. "orders" is paused by the
 // tests that need messages to stay; "fragile" dies at once (its sink answers 422).

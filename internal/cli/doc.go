@@ -37,6 +37,7 @@
 //
 //   - cli.go: Main, the verb table, common flags, help and exit codes
 //   - verbs.go: the verbs, each over client/
+//   - tune_keys.go: tune --key and --keys-file, the per-key overrides (client.Admin.TuneKey, TuneKeys)
 //   - rate.go: rates and ages as people type and read them (5/s, 10/30s)
 //   - terminal_linux.go: whether stdin is a terminal (purge's question), on Linux
 //   - terminal_bsd.go: the same on the BSDs and macOS

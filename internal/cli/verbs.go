@@ -26,6 +26,7 @@ type (
 		totalOutflow         string
 		restore              string
 		reset, force, paused bool
+		keyOpts              // --key, --keys-file, --for, --until (tune_keys.go)
 	}
 	purgeOpts struct {
 		key string
@@ -63,6 +64,7 @@ func bindTune(fs *flag.FlagSet) *tuneOpts {
 	fs.StringVar(&o.restore, "restore", "", "give these `fields` back to the rules file: outflow,total_outflow,capacity,paused")
 	fs.BoolVar(&o.reset, "reset", false, "drop every live change: the queue is again as the rules file says")
 	fs.BoolVar(&o.force, "force", false, "change the queue even if someone else changed it since it was read (no If-Match)")
+	bindKeyOpts(fs, &o.keyOpts)
 	return o
 }
 
@@ -283,6 +285,9 @@ func (m *Main) tune(ctx context.Context, args []string) error {
 		return usageErr("tune wants NAME [RATE]; run `sluice help tune`")
 	}
 	name := pos[0]
+	if o.key != "" || o.keysFile != "" || o.forDur != 0 || o.until != "" {
+		return m.tuneKeys(ctx, cl, c, u, name, pos[1:], o)
+	}
 	var p client.Patch
 	if len(pos) == 2 {
 		if p.Outflow, err = parseOutflow("outflow", pos[1]); err != nil {

@@ -1,6 +1,10 @@
 package delivery
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluice-io/sluice/internal/redact"
+)
 
 // Verdict is the kind of a delivery Outcome.
 type Verdict int
@@ -51,13 +55,15 @@ type Outcome struct {
 // OutcomeDelivered is the outcome of an accepted delivery.
 func OutcomeDelivered() Outcome { return Outcome{Verdict: Delivered} }
 
-// OutcomeRetry is a transient failure; retryAfter 0 means "use the rule's backoff".
+// OutcomeRetry is a transient failure; retryAfter 0 means "use the rule's backoff". err is
+// redacted (redact.Text): it is stored with the message and shown as its last_error, so a
+// sink URL's password or query string in it must not be.
 func OutcomeRetry(retryAfter time.Duration, err string) Outcome {
-	return Outcome{Verdict: Retry, RetryAfter: retryAfter, Err: err}
+	return Outcome{Verdict: Retry, RetryAfter: retryAfter, Err: redact.Text(err)}
 }
 
-// OutcomeDead is a permanent failure.
-func OutcomeDead(reason string) Outcome { return Outcome{Verdict: Dead, Err: reason} }
+// OutcomeDead is a permanent failure; reason is redacted as OutcomeRetry's err.
+func OutcomeDead(reason string) Outcome { return Outcome{Verdict: Dead, Err: redact.Text(reason)} }
 
 // Dead-letter reasons that more than one part gives (a sink's own reason is its Outcome's
 // Err). They are stored with the dead letter and shown by the admin API, so they are part

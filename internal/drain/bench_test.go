@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +22,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/sink"
 	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 )
@@ -284,4 +290,162 @@ func TestDrainThroughputReport(t *testing.T) {
 		workers, med(d1), med(d1)/bare, med(d1)/med(bareW))
 	t.Logf("2 drainers × %d workers: %.0f msg/s = %.2f× the best bare loop (%.2f× the bare loop at the same concurrency)",
 		workers, med(d2), med(d2)/bare, med(d2)/med(bare2W))
+}
+
+// TestEngineDrainReport (make bench, SLUICE_BENCH=1): deliveries/s of a backlog to an HTTP
+// sink answering 200 — the own engine, the claim engine, and the same work by hand (direct
+// get + the same POST through the same sink + delete, one goroutine per worker, each owning
+// a share of the keys) — in alternating rounds of one run, reported as medians and ratios.
+// SLUICE_BENCH_KEYS (default 1000) and SLUICE_BENCH_PER_KEY (default 20) size the backlog.
+func TestEngineDrainReport(t *testing.T) {
+	benchOnly(t)
+	nKeys, perKey, rounds, workers := envInt("SLUICE_BENCH_KEYS", 1000), envInt("SLUICE_BENCH_PER_KEY", 20), envInt("SLUICE_BENCH_ROUNDS", 3), 64
+	var posts atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		posts.Add(1)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	hs, err := sink.NewHTTP(sink.HTTPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t)
+	keys := keyNames(nKeys)
+	r := e.rule("engines", 1_000_000, 0, func(r *rules.Rule) {
+		r.Sink.URL = srv.URL
+		r.Sink.Timeout = 10 * time.Second
+		r.Queue.Capacity = int64(perKey + 10)
+	})
+	total := int64(nKeys * perKey)
+	fill := func() {
+		e.publish(r, keys, perKey)
+		if _, err := e.s.MarkDueAt(context.Background(), r.Name, time.Time{}, keys...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var startup []time.Duration
+	drainRun := func(engine string, drainers int) float64 {
+		fill()
+		sk := &countingSink{inner: hs}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		begin := time.Now()
+		var ds []*drain.Drainer
+		for range drainers {
+			ds = append(ds, e.drainer(ctx, sk, func(c *drain.Config) { c.Engine = engine; c.Workers = workers }))
+		}
+		waittest.Eventually(t, 10*time.Minute, "drain", func() bool { return sk.n.Load() >= total })
+		end := time.Now()
+		for _, d := range ds {
+			d.Stop()
+		}
+		// From the first delivery: a drainer's start (the own engine announces itself, then
+		// owns partitions half a second later) is not its throughput. startup says how long.
+		first := time.Unix(0, sk.first.Load())
+		startup = append(startup, first.Sub(begin))
+		return float64(sk.n.Load()-1) / end.Sub(first).Seconds()
+	}
+	handRun := func() float64 {
+		fill()
+		ctx := context.Background()
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		begin := time.Now()
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < len(keys); i += workers {
+					for {
+						p, err := e.q.Pop(ctx, r.Name, keys[i])
+						if errors.Is(err, queue.ErrEmpty) {
+							break
+						}
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if out := hs.Deliver(ctx, r, p.Message); out.Verdict != drain.Delivered {
+							t.Errorf("by hand: %+v", out)
+							return
+						}
+						if err := e.q.Delete(ctx, r.Name, p.Seq); err != nil {
+							t.Error(err)
+							return
+						}
+						n.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return float64(n.Load()) / time.Since(begin).Seconds()
+	}
+	// SLUICE_BENCH_SYSTEMS picks what runs (default all: hand,claim,own,own2).
+	systems := os.Getenv("SLUICE_BENCH_SYSTEMS")
+	if systems == "" {
+		systems = "hand,claim,own,own2"
+	}
+	on := func(name string) bool { return slices.Contains(strings.Split(systems, ","), name) }
+	var hand, claim, own, own2 []float64
+	for i := 0; i < rounds; i++ {
+		if on("hand") {
+			hand = append(hand, handRun())
+		}
+		if on("claim") {
+			claim = append(claim, drainRun(drain.EngineClaim, 1))
+		}
+		if on("own") {
+			own = append(own, drainRun(drain.EngineOwn, 1))
+		}
+		if on("own2") {
+			own2 = append(own2, drainRun(drain.EngineOwn, 2))
+		}
+	}
+	med := func(xs []float64) float64 {
+		if len(xs) == 0 {
+			return math.NaN()
+		}
+		s := slices.Clone(xs)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	rng := func(xs []float64) string {
+		if len(xs) == 0 {
+			return "not run"
+		}
+		return fmt.Sprintf("%.0f–%.0f", slices.Min(xs), slices.Max(xs))
+	}
+	t.Logf("backlog %d messages over %d keys, HTTP sink answering 200, %d workers, %d alternating rounds (shared, loaded machine)", total, nKeys, workers, rounds)
+	t.Logf("by hand (direct get + POST + delete): median %.0f/s (%s)", med(hand), rng(hand))
+	t.Logf("claim engine, 1 drainer:              median %.0f/s (%s) = %.2f× by hand", med(claim), rng(claim), med(claim)/med(hand))
+	t.Logf("own engine, 1 drainer:                median %.0f/s (%s) = %.2f× by hand, %.2f× claim", med(own), rng(own), med(own)/med(hand), med(own)/med(claim))
+	t.Logf("own engine, 2 drainers:               median %.0f/s (%s) = %.2f× one own drainer", med(own2), rng(own2), med(own2)/med(own))
+	t.Logf("time from start to first delivery (all drainer runs): max %v", slices.Max(startup).Round(time.Millisecond))
+	t.Logf("BENCH own/hand %.2f claim/hand %.2f own/claim %.2f own2/own1 %.2f", med(own)/med(hand), med(claim)/med(hand), med(own)/med(claim), med(own2)/med(own))
+}
+
+// countingSink counts deliveries the inner sink accepted, and notes when the first began.
+type countingSink struct {
+	inner drain.Sink
+	n     atomic.Int64
+	first atomic.Int64 // unix ns
+}
+
+func (s *countingSink) Deliver(ctx context.Context, r *rules.Rule, m queue.Message) drain.Outcome {
+	s.first.CompareAndSwap(0, time.Now().UnixNano())
+	out := s.inner.Deliver(ctx, r, m)
+	if out.Verdict == drain.Delivered {
+		s.n.Add(1)
+	}
+	return out
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
 }

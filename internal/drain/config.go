@@ -93,6 +93,24 @@ type Config struct {
 	// StopTimeout bounds a soft Stop: in-flight deliveries that have not finished by then are
 	// cancelled (they stay queued and are delivered again later). Default 30s.
 	StopTimeout time.Duration
+	// Engine is how keys are shared among drainers: EngineClaim (default) claims due keys one
+	// by one from Redis; EngineOwn owns whole partitions and paces their keys in memory
+	// (own.go). Every drainer of a deployment must run the same engine.
+	Engine string
+	// OwnPartitions is each rule's ownership partition count (engine own): the unit drainers
+	// share. Default queue.DefaultOwnPartitions (16); at most queue.MaxPartitions.
+	OwnPartitions int
+	// OwnLease is how long an ownership lease lasts without renewal (engine own): a dead
+	// drainer's partitions are owned again within OwnLease + OwnRenew. Default 1.5s; at
+	// least 300ms.
+	OwnLease time.Duration
+	// OwnRenew is the period of ownership renewals (one Redis call for every rule). Default
+	// OwnLease/3; at most OwnLease/2.
+	OwnRenew time.Duration
+	// RepairEvery is how often the own engine lists each rule's stream for keys it was not
+	// told about (a lost notice): the most such a key is delayed. Default 30s; negative: only
+	// when a partition is acquired.
+	RepairEvery time.Duration
 	// Owner identifies this drainer in claims. Default a random uuid.
 	Owner string
 
@@ -150,6 +168,21 @@ func (c Config) WithDefaults() Config {
 	if c.StopTimeout == 0 {
 		c.StopTimeout = 30 * time.Second
 	}
+	if c.Engine == "" {
+		c.Engine = EngineClaim
+	}
+	if c.OwnPartitions == 0 {
+		c.OwnPartitions = queue.DefaultOwnPartitions
+	}
+	if c.OwnLease == 0 {
+		c.OwnLease = 1500 * time.Millisecond
+	}
+	if c.OwnRenew == 0 {
+		c.OwnRenew = (c.OwnLease / 3).Round(time.Millisecond)
+	}
+	if c.RepairEvery == 0 {
+		c.RepairEvery = 30 * time.Second
+	}
 	if c.Owner == "" {
 		c.Owner = uuid.NewString()
 	}
@@ -197,6 +230,18 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPoll <= 0 || c.RedisBackoff <= 0 || c.DepthEvery <= 0 || c.RulesEvery <= 0 || c.StopTimeout <= 0 {
 		errs = append(errs, errors.New("MaxPoll, RedisBackoff, DepthEvery, RulesEvery and StopTimeout must be positive"))
+	}
+	if c.Engine != EngineClaim && c.Engine != EngineOwn {
+		errs = append(errs, fmt.Errorf("Engine must be %q or %q, got %q", EngineClaim, EngineOwn, c.Engine))
+	}
+	if c.OwnPartitions < 1 || c.OwnPartitions > queue.MaxPartitions {
+		errs = append(errs, fmt.Errorf("OwnPartitions must be in [1, %d], got %d", queue.MaxPartitions, c.OwnPartitions))
+	}
+	if c.OwnLease < 300*time.Millisecond {
+		errs = append(errs, fmt.Errorf("OwnLease must be ≥ 300ms, got %s", c.OwnLease))
+	}
+	if c.OwnRenew <= 0 || c.OwnRenew > c.OwnLease/2 {
+		errs = append(errs, fmt.Errorf("OwnRenew must be in (0, OwnLease/2=%s], got %s", c.OwnLease/2, c.OwnRenew))
 	}
 	if strings.ContainsAny(c.Owner, " \n#") {
 		errs = append(errs, fmt.Errorf("Owner %q must not contain spaces or '#'", c.Owner))

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-io/sluice/internal/backoff"
+	"github.com/sluice-io/sluice/internal/redact"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/queue"
@@ -269,9 +270,11 @@ func (d *Drainer) deliverHead(ctx context.Context, c *claimer, r *rules.Rule, po
 		}
 		return keep, true
 	case Dead:
+		out.Err = redact.Text(out.Err) // a sink that built its Outcome by hand
 		m.LastError = out.Err
 		return d.dead(ctx, r, p, m, out.Err, rnow), true
 	}
+	out.Err = redact.Text(out.Err)
 	m.LastError = out.Err
 	if attempt >= limit {
 		return d.dead(ctx, r, p, m, fmt.Sprintf("%d attempts, last error: %s", attempt, out.Err), rnow), true

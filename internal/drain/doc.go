@@ -4,6 +4,15 @@
 // a message is deleted only after delivery, so a crash repeats a delivery — same id, same
 // Idempotency-Key — and never loses one).
 //
+// # Engines
+//
+// Config.Engine picks how drainers share keys. EngineClaim (the default, described below)
+// claims due keys one by one from Redis. EngineOwn (own.go, own_lease.go) owns whole
+// ownership partitions of each rule through leases renewed in one Redis call for every rule,
+// learns of work from a core NATS subscription to the rule's subjects and from the stream's
+// subject list, paces keys in memory and deletes without waiting: Redis is not on the path of
+// each message. docs/design.md "The own engine".
+//
 // # Pacing
 //
 // Per key, deliveries start in admission order and no faster than the rule's outflow; the
@@ -69,6 +78,10 @@
 //   - deliver.go: one claimed key's head to the sink, then release (next slot, backoff) or dead
 //     letter
 //   - flight.go: several deliveries of one key at once (delivery.max_in_flight > 1)
+//   - own.go: the own engine (Config.Engine "own"): per rule a pacer (GCRA heap) and a worker
+//     pool over the keys of owned partitions, NATS notices, async deletes
+//   - own_lease.go: the own engine's ownership: one renewal for every rule, acquiring and
+//     giving up partitions, deadlines before lease expiry, the repair listing
 //   - sinkslots.go: the rule-wide cap on deliveries at the sink (sink.max_in_flight), as Redis
 //     slots
 //   - maintain.go: the periodic loop: depth samples and reconciling schedules with streams

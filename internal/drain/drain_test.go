@@ -115,7 +115,7 @@ func (e *env) drainer(ctx context.Context, sink drain.Sink, mut func(*drain.Conf
 	cfg := drain.Config{
 		Queues: e.q, Scheduler: e.s, Rules: e.currentRules, Sink: sink,
 		Workers: 8, RulesEvery: 50 * time.Millisecond, ReconcileEvery: -1, StopTimeout: 5 * time.Second,
-		Logger: testLogger(e.t),
+		Logger: testLogger(e.t), Engine: os.Getenv("SLUICE_TEST_ENGINE"),
 	}
 	if mut != nil {
 		mut(&cfg)

@@ -50,6 +50,14 @@ type Drainer struct {
 	claimersMu sync.Mutex
 	claimers   map[string]*claimer
 
+	// The own engine's rules (own.go), and removed rules whose partitions are still to be
+	// given up at the next renewal.
+	ownMu       sync.Mutex
+	orules      map[string]*orule
+	ownLeaving  []string
+	ownAnnounce bool        // the first renewal (ownLoop's goroutine only)
+	dropNotices atomic.Bool // tests: every notice is lost (DropNotices)
+
 	redisDown  atomic.Bool
 	redisLog   throttle
 	slotSeq    atomic.Uint64 // names each sink.max_in_flight slot this drainer takes
@@ -75,6 +83,7 @@ func New(cfg Config) (*Drainer, error) {
 		flushed:    make(chan struct{}),
 		done:       make(chan struct{}),
 		claimers:   map[string]*claimer{},
+		orules:     map[string]*orule{},
 		redisLog:   throttle{every: 30 * time.Second},
 		natsLog:    throttle{every: 30 * time.Second},
 		releaseLog: throttle{every: 30 * time.Second},
@@ -102,10 +111,14 @@ func (d *Drainer) Start(ctx context.Context) error {
 	d.runCtx, d.cancel = context.WithCancel(ctx)
 	d.loops.Add(2)
 	d.m.running.Inc()
-	go d.manage()
+	if d.cfg.Engine == EngineOwn {
+		go d.manageOwn()
+	} else {
+		go d.manage()
+	}
 	go d.maintain()
 	go d.waitStop()
-	d.log.Info("drainer started", "workers_per_rule", d.cfg.Workers, "lookahead", d.cfg.Lookahead, "lease", d.cfg.Lease, "lease_renew", d.cfg.LeaseRenew)
+	d.log.Info("drainer started", "engine", d.cfg.Engine, "workers_per_rule", d.cfg.Workers, "lookahead", d.cfg.Lookahead, "lease", d.cfg.Lease, "lease_renew", d.cfg.LeaseRenew)
 	return nil
 }
 

@@ -43,6 +43,11 @@ func (d *Drainer) maintain() {
 			rs = append(rs, c.rule.Load())
 		}
 		d.claimersMu.Unlock()
+		d.ownMu.Lock()
+		for _, o := range d.orules {
+			rs = append(rs, o.rule.Load())
+		}
+		d.ownMu.Unlock()
 		now := d.cfg.Clock()
 		d.m.heartbeat.Set(float64(time.Now().UnixMilli()) / 1e3)
 		if now.Sub(lastStore) >= d.cfg.DepthEvery {
@@ -66,7 +71,9 @@ func (d *Drainer) maintain() {
 					d.m.oldest.WithLabelValues(r.Name).Set(oldestAge(time.Now(), st.Oldest))
 				}
 			}
-			if d.cfg.ReconcileEvery > 0 && now.Sub(l.reconcile) >= d.cfg.ReconcileEvery {
+			// The own engine does not read the scheduler's due marks: it finds work itself
+			// (notices, repair listings), so there is nothing to reconcile.
+			if d.cfg.Engine != EngineOwn && d.cfg.ReconcileEvery > 0 && now.Sub(l.reconcile) >= d.cfg.ReconcileEvery {
 				l.reconcile = now
 				force := now.Sub(l.force) >= d.cfg.ReconcileForceEvery
 				if force {

@@ -15,6 +15,8 @@ type metrics struct {
 	lag        *prometheus.HistogramVec // rule: dispatch time − due time, seconds
 	lost       *prometheus.CounterVec   // rule: claims lost before the drainer was done with the key
 	slotWaits  *prometheus.CounterVec   // rule: deliveries that waited for a sink.max_in_flight slot
+	partsOwned *prometheus.GaugeVec     // rule: ownership partitions this drainer owns (own engine)
+	renewFails *prometheus.CounterVec   // rule: ownership renewals that failed (own engine)
 
 	// The on-call's signals (signals.go).
 	inQueue   *prometheus.HistogramVec // rule: admission → first delivery start, seconds
@@ -56,6 +58,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_sink_slot_waits_total",
 			Help: "Deliveries that waited because the rule's sink.max_in_flight deliveries were already at the sink (over all drainers).",
 		}, []string{"rule"}),
+		partsOwned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_partitions_owned",
+			Help: "Ownership partitions of the rule this drainer owns (engine own).",
+		}, []string{"rule"}),
+		renewFails: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_ownership_renew_failures_total",
+			Help: "Ownership lease renewals of the rule that failed (engine own); partitions stop delivering when their leases run out.",
+		}, []string{"rule"}),
 	}
 	m.addSignals()
 	if reg == nil {
@@ -79,6 +89,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.slotWaits, err = register(reg, m.slotWaits); err != nil {
+		return nil, err
+	}
+	if m.partsOwned, err = register(reg, m.partsOwned); err != nil {
+		return nil, err
+	}
+	if m.renewFails, err = register(reg, m.renewFails); err != nil {
 		return nil, err
 	}
 	if err := m.registerSignals(reg); err != nil {

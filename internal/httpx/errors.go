@@ -83,6 +83,30 @@ func NotReady(detail string) Problem {
 	return Problem{Type: TypeUnavailable, Status: http.StatusServiceUnavailable, Title: "Not ready", Detail: detail}
 }
 
+// BackendDown is a backend a process needs that does not answer (GET /readyz). /readyz
+// answers with Public only — which backend — and logs Err: a backend's error text can carry
+// addresses, user names and versions, and /readyz is open to anyone who reaches the port.
+type BackendDown struct {
+	Backend string // "NATS" or "Redis"
+	Err     error
+}
+
+func (e *BackendDown) Error() string { return e.Backend + ": " + e.Err.Error() }
+func (e *BackendDown) Unwrap() error { return e.Err }
+
+// Public is what /readyz says: the backend, not its error.
+func (e *BackendDown) Public() string { return e.Backend + " is not reachable" }
+
+// PublicReadyError is what /readyz says of err: a *BackendDown's backend; of anything else,
+// that a dependency (unnamed) is not reachable.
+func PublicReadyError(err error) string {
+	var bd *BackendDown
+	if errors.As(err, &bd) {
+		return bd.Public()
+	}
+	return "a dependency is not reachable"
+}
+
 // Unauthorized is a 401 #unauthorized (the caller also sets WWW-Authenticate).
 func Unauthorized(detail string) Problem {
 	return Problem{Type: TypeUnauthorized, Status: http.StatusUnauthorized, Detail: detail}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -15,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/queue"
@@ -42,8 +45,15 @@ type Token struct {
 // TokenFile is a file of tokens, one per line: "name scope secret" ("#" comments and blank
 // lines are skipped). Admin scopes are read and operate; submit tokens are "submit" or
 // "submit:DOMAIN", check tokens "check" or "check:DOMAIN". The file is re-read when its modification time or size changes (checked
-// at most once per second); a file that no longer parses keeps the last good tokens and is
-// logged (never the secrets).
+// once per second: by Auth.Watch, and on a request when nothing watches).
+//
+// Revoking a token is editing its file, so a reload fails closed: what is in force is
+// exactly the lines of the file as it is now that parse. A line that does not parse is
+// refused (its token stops working too) and the file is reported broken — an error log
+// (never the secrets), sluice_token_reload_failures_total and sluice_token_file_broken,
+// which the TokenFileBroken alert watches. A file that is empty (-admin-token-file),
+// missing or unreadable puts none of its tokens in force. Only at start does a broken
+// file stop the process.
 type TokenFile struct {
 	path, flag string
 	admin      bool // scopes read/operate (else submit)
@@ -55,11 +65,19 @@ type TokenFile struct {
 	current atomic.Pointer[[]Token]
 	checked atomic.Int64 // unix nanoseconds of the last look at the file
 
+	failures atomic.Int64 // loads that found the file broken (sluice_token_reload_failures_total)
+	broken   atomic.Bool  // the file as it is now is broken (sluice_token_file_broken)
+
 	mu      sync.Mutex // reload
 	stamp   [2]int64
-	tokens  []Token
+	loaded  bool  // stamp is the file's version in force
+	loadErr error // what was wrong with that version
 	lastErr string
 }
+
+// reloadInterval is how often a token file is looked at: a token removed from its file
+// stops working within it.
+const reloadInterval = time.Second
 
 // OpenTokenFile reads path now; an error names the flag, file and line.
 func OpenTokenFile(flag, path string, admin bool, log *slog.Logger) (*TokenFile, error) {
@@ -73,39 +91,86 @@ func OpenTokenFile(flag, path string, admin bool, log *slog.Logger) (*TokenFile,
 	return f, nil
 }
 
+// reload reads the file if it changed and puts what it holds in force; the error says
+// what is wrong with the file as it is now (nil: nothing), the tokens in force then being
+// its good lines, or none.
 func (f *TokenFile) reload() error {
 	fi, err := os.Stat(f.path)
 	if err != nil {
-		return fmt.Errorf("%s: %w", f.flag, err)
+		return f.install(nil, [2]int64{}, false, fmt.Errorf("%s: %w", f.flag, err))
 	}
 	st := [2]int64{fi.ModTime().UnixNano(), fi.Size()}
-	if f.tokens != nil && st == f.stamp {
-		return nil
+	if f.loaded && st == f.stamp {
+		return f.loadErr
 	}
 	data, err := os.ReadFile(f.path)
 	if err != nil {
-		return fmt.Errorf("%s: %w", f.flag, err)
+		return f.install(nil, [2]int64{}, false, fmt.Errorf("%s: %w", f.flag, err))
 	}
 	var toks []Token
+	var bad error
 	if f.single {
-		secret := strings.TrimSpace(string(data))
-		if secret == "" {
-			return fmt.Errorf("%s: %s is empty", f.flag, f.path)
+		switch secret := strings.TrimSpace(string(data)); {
+		case secret == "":
+			toks, bad = []Token{}, fmt.Errorf("%s: %s is empty", f.flag, f.path)
+		case len(secret) < MinTokenLength:
+			toks, bad = []Token{}, fmt.Errorf("%s: %s holds %d characters, want at least %d (e.g. openssl rand -hex 32)", f.flag, f.path, len(secret), MinTokenLength)
+		default:
+			toks = []Token{NewStaticToken("admin-token", ScopeOperate, secret)}
 		}
-		toks = []Token{NewStaticToken("admin-token", ScopeOperate, secret)}
 	} else {
-		toks, err = ParseTokens(data, f.admin)
+		var errs []error
+		toks, errs = parseTokens(data, f.admin)
+		if len(errs) > 0 {
+			bad = fmt.Errorf("%s: %s:%w", f.flag, f.path, errors.Join(errs...))
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("%s: %s:%w", f.flag, f.path, err)
+	return f.install(toks, st, true, bad)
+}
+
+// install puts toks in force (nil: none) for the file's version st, broken when err.
+func (f *TokenFile) install(toks []Token, st [2]int64, loaded bool, err error) error {
+	if toks == nil {
+		toks = []Token{}
 	}
-	if f.tokens != nil {
+	if f.current.Load() != nil && err == nil {
 		f.log.Info("auth: tokens reloaded", "flag", f.flag, "file", f.path, "tokens", len(toks))
 	}
-	f.tokens, f.stamp = toks, st
-	f.current.Store(&toks)
+	if err != nil {
+		f.failures.Add(1)
+	}
+	f.tokens(toks)
+	f.stamp, f.loaded, f.loadErr = st, loaded, err
+	f.broken.Store(err != nil)
 	f.checked.Store(time.Now().UnixNano())
-	return nil
+	return err
+}
+
+func (f *TokenFile) tokens(toks []Token) { f.current.Store(&toks) }
+
+// check re-reads the file when reloadInterval has passed since the last look (force: now)
+// and logs a broken file once per new error.
+func (f *TokenFile) check(force bool) {
+	now := time.Now().UnixNano()
+	if !force && now-f.checked.Load() < int64(reloadInterval) {
+		return
+	}
+	if force {
+		f.mu.Lock()
+	} else if !f.mu.TryLock() {
+		return
+	}
+	defer f.mu.Unlock()
+	f.checked.Store(now)
+	if err := f.reload(); err != nil {
+		if err.Error() != f.lastErr {
+			f.log.Error("auth: token file broken: its bad lines' tokens are refused, and only the tokens of its good lines are in force",
+				"flag", f.flag, "file", f.path, "tokens", len(*f.current.Load()), "err", err)
+		}
+		f.lastErr = err.Error()
+	} else {
+		f.lastErr = ""
+	}
 }
 
 // Tokens returns the tokens in force, re-reading the file when it changed. It takes no
@@ -114,25 +179,25 @@ func (f *TokenFile) Tokens() []Token {
 	if f == nil {
 		return nil
 	}
-	if now := time.Now().UnixNano(); now-f.checked.Load() >= int64(time.Second) && f.mu.TryLock() {
-		f.checked.Store(now)
-		if err := f.reload(); err != nil {
-			if err.Error() != f.lastErr {
-				f.log.Error("auth: token file changed but does not load; the previous tokens stay in force", "err", err)
-			}
-			f.lastErr = err.Error()
-		} else {
-			f.lastErr = ""
-		}
-		f.mu.Unlock()
-	}
+	f.check(false)
 	return *f.current.Load()
 }
 
 // ParseTokens reads "name scope secret" lines. Errors say "LINE: what" (the secret is
 // never repeated).
 func ParseTokens(data []byte, admin bool) ([]Token, error) {
+	toks, errs := parseTokens(data, admin)
+	if len(errs) > 0 {
+		return nil, errs[0]
+	}
+	return toks, nil
+}
+
+// parseTokens reads every line: the tokens of the lines that parse, and an error per line
+// that does not ("LINE: what"; the secret is never repeated).
+func parseTokens(data []byte, admin bool) ([]Token, []error) {
 	toks := []Token{}
+	var errs []error
 	names := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
@@ -140,34 +205,50 @@ func ParseTokens(data []byte, admin bool) ([]Token, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		fields := strings.Fields(line)
-		if len(fields) != 3 {
-			return nil, fmt.Errorf("%d: want three fields \"name scope token\", found %d", n, len(fields))
+		t, err := parseToken(n, line, admin)
+		if err == nil && names[t.Name] {
+			err = fmt.Errorf("%d: name %q used twice", n, t.Name)
 		}
-		t := Token{Name: fields[0], Scope: fields[1]}
-		if admin {
-			if t.Scope != ScopeRead && t.Scope != ScopeOperate {
-				return nil, fmt.Errorf("%d: scope %q: want read or operate", n, t.Scope)
-			}
-		} else {
-			scope, domain, hasDomain := strings.Cut(t.Scope, ":")
-			if (scope != ScopeSubmit && scope != ScopeCheck) || (hasDomain && domain == "") {
-				return nil, fmt.Errorf("%d: scope %q: want submit, submit:DOMAIN, check or check:DOMAIN", n, t.Scope)
-			}
-			t.Scope, t.Domain = scope, domain
-		}
-		if len(fields[2]) < 16 {
-			return nil, fmt.Errorf("%d: token of %q: at least 16 characters (e.g. openssl rand -hex 32)", n, t.Name)
-		}
-		if names[t.Name] {
-			return nil, fmt.Errorf("%d: name %q used twice", n, t.Name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
 		}
 		names[t.Name] = true
-		t.digest = sha256.Sum256([]byte(fields[2]))
 		toks = append(toks, t)
 	}
-	return toks, sc.Err()
+	if err := sc.Err(); err != nil {
+		errs = append(errs, err)
+	}
+	return toks, errs
 }
+
+func parseToken(n int, line string, admin bool) (Token, error) {
+	fields := strings.Fields(line)
+	if len(fields) != 3 {
+		return Token{}, fmt.Errorf("%d: want three fields \"name scope token\", found %d", n, len(fields))
+	}
+	t := Token{Name: fields[0], Scope: fields[1]}
+	if admin {
+		if t.Scope != ScopeRead && t.Scope != ScopeOperate {
+			return Token{}, fmt.Errorf("%d: scope %q: want read or operate", n, t.Scope)
+		}
+	} else {
+		scope, domain, hasDomain := strings.Cut(t.Scope, ":")
+		if (scope != ScopeSubmit && scope != ScopeCheck) || (hasDomain && domain == "") {
+			return Token{}, fmt.Errorf("%d: scope %q: want submit, submit:DOMAIN, check or check:DOMAIN", n, t.Scope)
+		}
+		t.Scope, t.Domain = scope, domain
+	}
+	if len(fields[2]) < MinTokenLength {
+		return Token{}, fmt.Errorf("%d: token of %q: at least %d characters (e.g. openssl rand -hex 32)", n, t.Name, MinTokenLength)
+	}
+	t.digest = sha256.Sum256([]byte(fields[2]))
+	return t, nil
+}
+
+// MinTokenLength is the shortest secret a token file, -admin-token-file or (outside
+// `sluice dev`) -admin-token may hold.
+const MinTokenLength = 16
 
 // Auth decides who a bearer token is. Comparisons are constant-time over SHA-256 digests
 // and visit every token, so neither a token's content, length nor position leaks through
@@ -177,6 +258,68 @@ type Auth struct {
 	File   *TokenFile // -admin-token-file (scope operate)
 	Admin  *TokenFile
 	Submit *TokenFile
+}
+
+// files are the token files of a, in flag order.
+func (a *Auth) files() []*TokenFile {
+	var fs []*TokenFile
+	for _, f := range []*TokenFile{a.File, a.Admin, a.Submit} {
+		if f != nil {
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}
+
+// Watch looks at the token files every reloadInterval until ctx ends, so a token removed
+// from its file stops working within that interval even while no request comes, and a
+// file that breaks is reported when it breaks, not at the next request. checked, when not
+// nil, is called after each look (tests wait on it instead of sleeping).
+func (a *Auth) Watch(ctx context.Context, checked func()) {
+	if a == nil || len(a.files()) == 0 {
+		return
+	}
+	t := time.NewTicker(reloadInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, f := range a.files() {
+			f.check(true)
+		}
+		if checked != nil {
+			checked()
+		}
+	}
+}
+
+var (
+	tokenReloadFailuresDesc = prometheus.NewDesc("sluice_token_reload_failures_total",
+		"Loads of a token file (-admin-token-file, -admin-tokens, -submit-tokens) that found it broken: a bad line, empty, missing or unreadable.",
+		[]string{"flag"}, nil)
+	tokenFileBrokenDesc = prometheus.NewDesc("sluice_token_file_broken",
+		"1 while a token file is broken: its bad lines' tokens are refused (and all of its tokens when it is empty, missing or unreadable).",
+		[]string{"flag"}, nil)
+)
+
+// Describe and Collect make a the collector of its token files' health.
+func (a *Auth) Describe(ch chan<- *prometheus.Desc) {
+	ch <- tokenReloadFailuresDesc
+	ch <- tokenFileBrokenDesc
+}
+
+func (a *Auth) Collect(ch chan<- prometheus.Metric) {
+	for _, f := range a.files() {
+		broken := 0.0
+		if f.broken.Load() {
+			broken = 1
+		}
+		ch <- prometheus.MustNewConstMetric(tokenReloadFailuresDesc, prometheus.CounterValue, float64(f.failures.Load()), f.flag)
+		ch <- prometheus.MustNewConstMetric(tokenFileBrokenDesc, prometheus.GaugeValue, broken, f.flag)
+	}
 }
 
 // NewStaticToken makes the token of -admin-token.
@@ -320,6 +463,71 @@ func (s *Server) submitAuth(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))
 	}
+}
+
+// statusAuth guards GET /v1/messages/{id} when -submit-tokens is set: a message's status
+// shows its key and its last error, which belong to whoever submitted it. A submit token
+// for the domain of the id's rule (or for every domain) reads it, and so does an admin
+// token (any scope: read is enough). The domain is the one the id names, so a refused
+// lookup costs no read of any store; an id that names no rule (never seen, or an id of an
+// earlier version) is checked again on the answer (authorizedFor).
+func (s *Server) statusAuth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Auth == nil || s.cfg.Auth.Submit == nil {
+			h(w, r)
+			return
+		}
+		if t, ok := s.cfg.Auth.admin(r); ok {
+			h(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))
+			return
+		}
+		secret, ok := bearer(r)
+		if !ok {
+			s.unauthorized(w, r, "reading a message's status needs Authorization: Bearer <a submit token of its domain, or an admin token>")
+			return
+		}
+		t, ok := match(secret, s.cfg.Auth.Submit.Tokens())
+		if !ok {
+			s.unauthorized(w, r, "unknown token")
+			return
+		}
+		if t.Scope != ScopeSubmit {
+			forbidden(w, fmt.Sprintf("token %q has scope %s; reading a message's status needs a submit or an admin token", t.Name, t.Scope))
+			return
+		}
+		if t.Domain != "" {
+			if domain, ok := s.idDomain(r.PathValue("id")); ok && domain != t.Domain {
+				forbidden(w, fmt.Sprintf("token %q reads messages of domain %q only", t.Name, t.Domain))
+				return
+			}
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))
+	}
+}
+
+// authorizedFor reports whether the request's token (if any) may see a message of domain:
+// a submit token for one domain sees that domain's messages only.
+func authorizedFor(r *http.Request, domain string) (Token, bool) {
+	t, ok := TokenOf(r.Context())
+	if !ok || t.Scope != ScopeSubmit || t.Domain == "" {
+		return t, true
+	}
+	return t, t.Domain == domain
+}
+
+// idDomain is the domain of the queue rule message id names; false when it names none in
+// force (or is not an id of this version).
+func (s *Server) idDomain(id string) (string, bool) {
+	ref, ok := queue.ParseID(id)
+	if !ok {
+		return "", false
+	}
+	for _, rule := range s.cfg.Rules().QueueRules() {
+		if queue.RuleToken(rule.Name) == ref.RuleToken {
+			return rule.Domain, true
+		}
+	}
+	return "", false
 }
 
 // submitRefused is the 403 of a submission to domain when the request's submit token (ctx)

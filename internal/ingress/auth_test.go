@@ -142,16 +142,20 @@ func TestAdminTokenScopes(t *testing.T) {
 	}) {
 		t.Fatalf("5s after rewriting the token file: old token %d, new token %d", old.status, nw.status)
 	}
-	// A broken file keeps the tokens in force.
-	os.WriteFile(tokens, []byte("viewer2 root "+viewer2Secret+"\n"), 0o600)
-	// The file is re-read at most once a second, on a request: call until the ingress has
-	// tried (and logged that the file does not load), with the previous tokens every time.
-	waittest.Eventually(t, 5*time.Second, "the bad token file logged as not loading", func() bool {
-		if a := call(t, "GET", base+"/v1/admin/queues", viewer2Secret, ""); a.status != 200 {
-			t.Fatalf("after a bad token file: %d, want the previous tokens in force", a.status)
-		}
-		return strings.Contains(logs.String(), "does not load")
+	// A broken file fails closed: the bad line's token is refused, the good line's works
+	// (TestRevokedTokensStopWorkingWhateverElseTheFileHolds covers every way to break it).
+	os.WriteFile(tokens, []byte("viewer2 root "+viewer2Secret+"\nops operate "+opsSecret+"\n"), 0o600)
+	// The file is re-read at most once a second: call until the ingress has tried (and
+	// logged that the file is broken).
+	waittest.Eventually(t, 5*time.Second, "the bad token file logged as broken", func() bool {
+		return strings.Contains(logs.String(), "token file broken")
 	})
+	if a := call(t, "GET", base+"/v1/admin/queues", viewer2Secret, ""); a.status != 401 {
+		t.Errorf("the bad line's token: %d, want 401", a.status)
+	}
+	if a := call(t, "GET", base+"/v1/admin/queues", opsSecret, ""); a.status != 200 {
+		t.Errorf("the good line's token: %d, want 200", a.status)
+	}
 	out := logs.String()
 	for _, secret := range []string{viewerSecret, opsSecret, viewer2Secret, routesToken} {
 		if strings.Contains(out, secret) {
@@ -231,6 +235,7 @@ func TestAuditTrail(t *testing.T) {
 	}
 	recs, _ := a.body["records"].([]any)
 	want := []struct{ action, actor string }{
+		{"refused", "viewer"}, // the read token's PATCH, 403
 		{"replay_all", "alice"}, {"purge", "alice"}, {"key_delete", "alice"}, {"reset", "alice"},
 		{"resume", "alice"}, {"pause", "admin-token"}, {"tune", "alice"},
 	}
@@ -240,7 +245,11 @@ func TestAuditTrail(t *testing.T) {
 	var lastSeq float64 = 1 << 62
 	for i, w := range want {
 		r := recs[i].(map[string]any)
-		if r["action"] != w.action || r["actor"] != w.actor || r["queue"] != "orders" || r["result"] != "ok" {
+		if w.action == "refused" {
+			if r["actor"] != w.actor || r["result"] != "403 Forbidden" || r["target"] != "PATCH /v1/admin/queues/orders" {
+				t.Errorf("record %d: %v, want the refused PATCH", i, r)
+			}
+		} else if r["action"] != w.action || r["actor"] != w.actor || r["queue"] != "orders" || r["result"] != "ok" {
 			t.Errorf("record %d: %v, want %s by %s", i, r, w.action, w.actor)
 		}
 		if seq := r["seq"].(float64); seq >= lastSeq {
@@ -257,7 +266,7 @@ func TestAuditTrail(t *testing.T) {
 	if outflow, _ := after["outflow"].(map[string]any); outflow["requests_per_unit"] != float64(2) {
 		t.Errorf("tune record after = %v, want the new outflow", tune["after"])
 	}
-	if del := recs[2].(map[string]any); del["target"] != "m-1" {
+	if del := recs[3].(map[string]any); del["target"] != "m-1" {
 		t.Errorf("key_delete target = %v", del["target"])
 	}
 	// Paging: two per page, following next, gives the same records.

@@ -545,6 +545,8 @@ func (sc *scanner) request(req *submitRequest) bool {
 			return strField(1<<4, &req.ExpiresAt)
 		case "ttl":
 			return strField(1<<5, &req.TTL)
+		case "time_zone":
+			return strField(1<<8, &req.TimeZone)
 		case "descriptor":
 			return once(1<<6) && sc.descriptor(req)
 		case "payload":

@@ -161,7 +161,7 @@ func (b *browser) errors(expected ...string) []string {
 	return out
 }
 
-const consoleToken = "console-token"
+const consoleToken = "console-token-0123"
 
 // TestConsoleInBrowser drives the operator console in headless Chromium against a real
 // ingress with an in-process drainer, real Redis, embedded NATS and a recording sink:

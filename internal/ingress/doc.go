@@ -18,6 +18,7 @@
 //     internal/request
 //   - auth.go: tokens and scopes, token files, the admin API's and submissions'
 //     authentication
+//   - auditcalls.go: the audit of refused and failed admin calls and of cancels
 //   - checkcallers.go: who may use the check API (internal/decide's Callers)
 //   - caller.go: Caller, the token of a request, for the admin API
 //   - storefull.go: the queue store's fullness (503 #store-full, /readyz)

@@ -341,7 +341,7 @@ func TestGRPCShouldRateLimit(t *testing.T) {
 		}
 		// Nothing was queued by a check: only the one marketing submission waits.
 		for q, depth := range map[string]float64{"orders": 0, "marketing": 1, "promo": 0} {
-			rep := g.do("GET", "/v1/admin/queues/"+q, "", "Authorization", "Bearer s3cret")
+			rep := g.do("GET", "/v1/admin/queues/"+q, "", "Authorization", "Bearer s3cret-0123456789")
 			if rep.code != 200 || rep.body["depth"] != depth {
 				t.Fatalf("queue %s after gRPC checks: %d %s, want depth %v", q, rep.code, rep.raw, depth)
 			}

@@ -79,14 +79,14 @@ func start(t *testing.T, mutate func(*ingress.Config)) *env {
 }
 
 // launch runs an ingress (Main, as cmd/ingress does) on rulesPaths with a private embedded
-// NATS and Redis, the admin token s3cret, a gRPC listener on a free port and the given
+// NATS and Redis, the admin token s3cret-0123456789, a gRPC listener on a free port and the given
 // extra flags; clock (nil = time.Now) decides admissions and checks.
 func launch(t *testing.T, rulesPaths string, clock func() time.Time, mutate func(*ingress.Config), args ...string) *env {
 	t.Helper()
 	n := natstest.Start(t)
 	r := redistest.Start(t, redistest.Options{})
 	cfg, err := ingress.ParseFlags(append([]string{"-rules", rulesPaths, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
-		"-admin-token", "s3cret", "-shutdown-timeout", "2s"}, args...), func(string) string { return "" }, io.Discard)
+		"-admin-token", "s3cret-0123456789", "-shutdown-timeout", "2s"}, args...), func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/request"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/window"
 )
 
 // submitRequest is the body of POST /v1/messages.
@@ -36,6 +37,9 @@ type submitRequest struct {
 	// Headers reach the sink with the message (HTTP headers, or NATS headers): see
 	// checkHeaders for the limits.
 	Headers map[string]string `json:"headers"`
+	// TimeZone is the message's IANA zone, for a rule whose delivery.window follows each
+	// message's (time_zone: from_message); stored as the Sluice-Time-Zone header.
+	TimeZone string `json:"time_zone"`
 
 	// traceParent and traceState are the request's W3C trace context headers, stored
 	// with the message (telemetry).
@@ -49,6 +53,21 @@ type submitRequest struct {
 	delay   time.Duration // Delay parsed (validate)
 	expires time.Time     // ExpiresAt parsed (validate)
 	ttl     time.Duration // TTL parsed (validate)
+}
+
+// headers are the message's headers: the submission's own, and its time_zone as
+// Sluice-Time-Zone (a header a submission may not set itself: checkHeaders refuses
+// Sluice-*), for a rule whose delivery.window follows each message's zone.
+func (req *submitRequest) headers() map[string]string {
+	if req.TimeZone == "" {
+		return req.Headers
+	}
+	hs := make(map[string]string, len(req.Headers)+1)
+	for k, v := range req.Headers {
+		hs[k] = v
+	}
+	hs[window.HeaderTimeZone] = req.TimeZone
+	return hs
 }
 
 // expiresAt is when the message expires: its own expires_at or ttl, or its rule's max_age,
@@ -252,6 +271,12 @@ func (req *submitRequest) validate() *httpx.Problem {
 			return p
 		}
 		req.Headers = hs
+	}
+	if req.TimeZone != "" {
+		if _, err := window.LoadZone(req.TimeZone); err != nil {
+			p := httpx.BadRequest("time_zone", fmt.Sprintf("%q is %v", req.TimeZone, err))
+			return &p
+		}
 	}
 	if req.DeliverAt != "" && req.Delay != "" {
 		p := httpx.BadRequest("delay", "give deliver_at or delay, not both")

@@ -52,6 +52,8 @@ func FuzzSubmitBody(f *testing.F) {
 		`{"domain":"d","descriptor":[{"key":"k","value":"v"}],"payload":null}`,
 		`{"domain":"d","descriptor":[{"key":"k","value":"😀"}],"payload":[1,{"a":"\u00e9"}],"delay":"90s","ttl":"1h","headers":{"X-Tenant":"t"}}`,
 		`{"domain":"d","descriptor":[{"key":"k"}],"payload":1,"deliver_at":"2026-11-26T09:00:00+09:00","expires_at":"2026-11-27T09:00:00Z"}`,
+		`{"domain":"d","descriptor":[{"key":"k"}],"payload":1,"time_zone":"Asia/Seoul"}`,
+		`{"domain":"d","descriptor":[{"key":"k"}],"payload":1,"time_zone":"Local"}`,
 		`{"domain":"d","Domain":"e","payload":1}`,
 		`{"domain":"d","descriptor":[],"payload":1} {}`,
 		`{"payload":"\ud800"}`,

@@ -54,6 +54,8 @@ var serverRoutes = []string{
 	"POST /v1/admin/queues/{name}/purge",
 	"GET /v1/admin/queues/{name}/keys",
 	"GET /v1/admin/queues/{name}/keys/{key}",
+	"PATCH /v1/admin/queues/{name}/keys/{key}",
+	"POST /v1/admin/queues/{name}/keys",
 	"DELETE /v1/admin/queues/{name}/keys/{key}",
 	"GET /v1/admin/dead",
 	"POST /v1/admin/dead/{id}/replay",
@@ -62,7 +64,7 @@ var serverRoutes = []string{
 	"GET /v1/admin/audit",
 }
 
-const routesToken = "routes-token"
+const routesToken = "routes-token-0123"
 
 const routesRules = `
 domain: orders

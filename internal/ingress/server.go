@@ -3,6 +3,7 @@ package ingress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,9 +18,11 @@ import (
 
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/admit"
+	"github.com/sluice-io/sluice/internal/audit"
 	"github.com/sluice-io/sluice/internal/console"
 	"github.com/sluice-io/sluice/internal/decide"
 	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/redact"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
 	"github.com/sluice-io/sluice/internal/telemetry"
@@ -34,6 +37,7 @@ type Server struct {
 	bodies  httpx.Bodies
 	refused refusals
 	checks  *decide.Service // POST /v1/check, POST /json and the gRPC RLS (internal/decide)
+	audits  *auditCalls     // refused and failed admin calls, cancels (auditcalls.go)
 }
 
 // refusals counts this process's 429s per rule between two flushes to Redis (see
@@ -115,6 +119,9 @@ type ServerConfig struct {
 	// without admin tokens, the admin API answers 401 to everyone. With submit tokens, the
 	// check API needs a check token (checkauth.go).
 	Auth *Auth
+	// Audit keeps refused and failed admin calls and cancels (auditcalls.go); nil: they
+	// are logged only.
+	Audit *audit.Log
 	// CheckClientNames are the client certificate identities (tlsx.NameAllowed) that may
 	// use the check API without a token once submit tokens are on. -check-client-names.
 	CheckClientNames []string
@@ -162,10 +169,11 @@ func NewServer(cfg ServerConfig) *Server {
 	s.checks = decide.New(decide.Config{Rules: cfg.Rules, Limits: cfg.Limits, GRPCResponseHeaders: cfg.GRPCResponseHeaders,
 		Envoy: cfg.Envoy, OverrideMaxFactor: cfg.OverrideMaxFactor, OverrideMaxWindow: cfg.OverrideMaxWindow,
 		Callers: checkCallersOf(cfg), Bodies: &s.bodies, Registry: cfg.Registry, Logger: cfg.Logger, Now: cfg.Now})
+	s.audits = newAuditCalls(cfg.Audit, cfg.Registry)
 	s.registerStoreFull(cfg.Registry)
 	s.route("POST /v1/messages", s.submitAuth(s.handleSubmit))
-	s.route("GET /v1/messages/{id}", s.handleStatus)
-	s.route("DELETE /v1/messages/{id}", s.submitAuth(s.handleCancel))
+	s.route("GET /v1/messages/{id}", s.statusAuth(s.handleStatus))
+	s.route("DELETE /v1/messages/{id}", s.auditCancel(s.submitAuth(s.handleCancel)))
 	s.route("POST /v1/check", s.checks.HandleCheck)
 	s.route("POST /json", s.checks.HandleEnvoyJSON) // envoyproxy/ratelimit's /json (protojson)
 	s.route("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -183,7 +191,7 @@ func NewServer(cfg ServerConfig) *Server {
 	// ServeMux redirects /ui to /ui/.
 	s.mux.Handle("GET /ui/", s.instrument("/ui/", console.Handler()))
 	if cfg.Admin != nil {
-		s.mux.Handle("/v1/admin/", s.instrument("/v1/admin/", s.authenticate(cfg.Admin)))
+		s.mux.Handle("/v1/admin/", s.instrument("/v1/admin/", s.auditAdmin(s.authenticate(cfg.Admin))))
 	} else {
 		s.route("/v1/admin/", func(w http.ResponseWriter, r *http.Request) {
 			if !s.authorized(r) {
@@ -406,12 +414,18 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		s.writeLocateError(w, id, err)
 		return
 	}
+	if t, ok := authorizedFor(r, st.Domain); !ok {
+		// An id statusAuth could not place (an earlier version's, found as a dead letter).
+		forbidden(w, fmt.Sprintf("token %q reads messages of domain %q only", t.Name, t.Domain))
+		return
+	}
 	httpx.WriteJSON(w, http.StatusOK, newStatusResponse(st))
 }
 
 func newStatusResponse(st status.Status) statusResponse {
 	resp := statusResponse{ID: st.ID, Domain: st.Domain, Rule: st.Rule, Key: st.Key, State: st.State, Attempts: st.Attempts,
-		CreatedAt: st.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: st.UpdatedAt.UTC().Format(time.RFC3339Nano), LastError: st.LastError}
+		CreatedAt: st.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: st.UpdatedAt.UTC().Format(time.RFC3339Nano),
+		LastError: redact.Text(st.LastError)} // also for an error stored before sinks' errors were redacted
 	switch {
 	case st.RetryAt.IsZero():
 	case st.State == status.Scheduled:
@@ -436,6 +450,10 @@ func (s *Server) writeLocateError(w http.ResponseWriter, id string, err error) {
 		detail := "the message is in none of its key's queue, the retry stream or the dead letters: it was delivered, " +
 			"or removed by a purge. sluice keeps no record of a message once it has left"
 		rule, key := gone.Rule, &gone.Key
+		if gone.Unread {
+			detail += fmt.Sprintf("; or it was stored again (re-admitted, replayed) behind more messages of its key than a lookup reads (%d)",
+				status.DefaultMaxRead)
+		}
 		if gone.Legacy {
 			detail = "an id of an earlier version of sluice names no queue; only its dead letter could be found, and there is none"
 			rule, key = "", nil
@@ -487,7 +505,10 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := s.cfg.Ready(ctx); err != nil {
-			httpx.WriteProblem(w, httpx.NotReady(err.Error()))
+			// Which backend, never its error text (addresses, user names, versions): that
+			// goes to the log.
+			s.cfg.Logger.Warn("ingress: not ready", "err", err)
+			httpx.WriteProblem(w, httpx.NotReady(httpx.PublicReadyError(err)))
 			return
 		}
 	}

@@ -121,7 +121,7 @@ func (s *Server) prepare(ctx context.Context, req *submitRequest) (sub submissio
 		return sub, s.internalOutcome(rule.Name, err), false
 	}
 	msg := queue.Message{ID: id, Key: match.Key, Payload: req.Payload, CreatedAt: now, // decodeJSON copied the payload out of the pooled body
-		ExpiresAt: req.expiresAt(now, rule.Queue.MaxAge), Headers: req.Headers,
+		ExpiresAt: req.expiresAt(now, rule.Queue.MaxAge), Headers: req.headers(),
 		TraceParent: req.traceParent, TraceState: req.traceState}
 	if telemetry.On() {
 		traceAdmission(ctx, &msg, rule.Name)

@@ -171,9 +171,16 @@ func TestAdminPatchResetFalseRefused(t *testing.T) {
 			t.Errorf("PATCH %s: %d %s; want 400 naming reset", body, r.code, r.raw)
 		}
 	}
+	// Each is in the audit trail as a failed call, none as a change.
 	a := e.admin("GET", "/v1/admin/audit", "")
-	if recs, _ := a.body["records"].([]any); a.code == 200 && len(recs) != 0 {
-		t.Errorf("a refused PATCH is in the audit trail: %s", a.raw)
+	recs, _ := a.body["records"].([]any)
+	for _, r := range recs {
+		if r.(map[string]any)["action"] != "failed" {
+			t.Errorf("a refused PATCH is in the audit trail as a change: %s", a.raw)
+		}
+	}
+	if a.code != 200 || len(recs) != 3 {
+		t.Errorf("audit trail: %s, want the 3 failed PATCHes", a.raw)
 	}
 }
 

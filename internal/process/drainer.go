@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/telemetry"
@@ -58,6 +59,10 @@ type DrainerConfig struct {
 	Workers           int           // -workers: deliveries in flight per queue rule; default 32
 	Lease             time.Duration // -lease: default 2.5s, at least 500ms
 	LeaseRenew        time.Duration // -lease-renew: default 0s = Lease/3; at most Lease/2
+	Engine            string        // -engine: claim (default) or own
+	OwnPartitions     int           // -own-partitions: ownership partitions per rule (engine own); default 16
+	OwnLease          time.Duration // -own-lease: ownership lease (engine own); default 1.5s
+	RepairEvery       time.Duration // -repair-every: stream listing for unnoticed keys (engine own); default 30s
 	Replicas          int           // -replicas: 1 or 3, default 1
 	RetryMaxBytes     int64         // -retry-max-bytes: default 1GiB (as the ingress's)
 	DeadMaxBytes      int64         // -dead-max-bytes: default 1GiB (as the ingress's)
@@ -74,6 +79,7 @@ type DrainerConfig struct {
 	TLSClientNames               []string // -tls-client-names: client certificates must name one of these; default any the CA signed
 	RedisCA, RedisCert, RedisKey string   // -redis-ca, -redis-cert, -redis-key: TLS to a rediss:// Redis; default system roots, no client certificate
 	NATSCA, NATSCert, NATSKey    string   // -nats-ca, -nats-cert, -nats-key: NATS TLS; default system roots, no client certificate
+	NATSCreds, NATSNKey          string   // -nats-creds, -nats-nkey: NATS user credentials (JWT) or NKey seed file; default none
 	SinkCA                       string   // -sink-ca: CA bundle of https:// sinks; default system roots
 	SignKeys                     []string // -sign-keys: HMAC key files; default none (unsigned)
 	SignScheme                   string   // -sign-scheme: sluice (default) or standard-webhooks
@@ -91,6 +97,10 @@ func drainerFlags(c *DrainerConfig, getenv func(string) string, stderr io.Writer
 	f.Int(&c.Workers, "workers", "SLUICE_WORKERS", 32, "deliveries in flight at once per queue rule; each rule has its own")
 	f.Duration(&c.Lease, "lease", "SLUICE_LEASE", 2500*time.Millisecond, "claim lease: a dead drainer's keys are claimed again within it")
 	f.Duration(&c.LeaseRenew, "lease-renew", "SLUICE_LEASE_RENEW", 0, "renewal period of held leases, at most lease/2; 0s = lease/3")
+	f.String(&c.Engine, "engine", "SLUICE_ENGINE", "claim", "how drainers share keys: claim (each key claimed in Redis) or own (whole partitions owned, keys paced in memory); every drainer must run the same")
+	f.Int(&c.OwnPartitions, "own-partitions", "SLUICE_OWN_PARTITIONS", 16, "engine own: ownership partitions per rule, the unit drainers share")
+	f.Duration(&c.OwnLease, "own-lease", "SLUICE_OWN_LEASE", 1500*time.Millisecond, "engine own: ownership lease, renewed every third of it; a dead drainer's partitions are owned again within lease + lease/3")
+	f.Duration(&c.RepairEvery, "repair-every", "SLUICE_REPAIR_EVERY", 30*time.Second, "engine own: how often each rule's stream is listed for keys with messages no notice announced (the longest such a key waits)")
 	f.Int(&c.Replicas, "replicas", "SLUICE_REPLICAS", 1, "replicas of the retry and dead-letter streams, 1 or 3")
 	f.Bytes(&c.RetryMaxBytes, "retry-max-bytes", "SLUICE_RETRY_MAX_BYTES", DefaultRetryMaxBytes, "JetStream storage of the retry stream (parked messages)")
 	f.Bytes(&c.DeadMaxBytes, "dead-max-bytes", "SLUICE_DEAD_MAX_BYTES", DefaultDeadMaxBytes, "JetStream storage of the dead-letter stream")
@@ -112,6 +122,8 @@ func drainerFlags(c *DrainerConfig, getenv func(string) string, stderr io.Writer
 	f.String(&c.NATSCA, "nats-ca", "SLUICE_NATS_CA", "", "PEM CA bundle of the NATS servers")
 	f.String(&c.NATSCert, "nats-cert", "SLUICE_NATS_CERT", "", "PEM client certificate for NATS")
 	f.String(&c.NATSKey, "nats-key", "SLUICE_NATS_KEY", "", "PEM private key of -nats-cert")
+	f.String(&c.NATSCreds, "nats-creds", "SLUICE_NATS_CREDS", "", "NATS user credentials file (JWT and NKey seed, as nsc writes it)")
+	f.String(&c.NATSNKey, "nats-nkey", "SLUICE_NATS_NKEY", "", "NATS NKey seed file (an SU... seed)")
 	f.String(&c.SinkCA, "sink-ca", "SLUICE_SINK_CA", "", "PEM CA bundle trusted for https:// sinks")
 	f.List(&c.SignKeys, "sign-keys", "SLUICE_SIGN_KEYS", "", "HMAC key files, comma-separated: each signs HTTP deliveries (two during a key rotation)")
 	f.String(&c.SignScheme, "sign-scheme", "SLUICE_SIGN_SCHEME", string(sign.SchemeSluice), "signature headers of HTTP deliveries: sluice (Sluice-Signature) or standard-webhooks (webhook-id, webhook-timestamp, webhook-signature)")
@@ -151,6 +163,8 @@ func (c *DrainerConfig) Validate() error {
 		return fmt.Errorf("-tls-client-ca: needs -tls-cert and -tls-key")
 	case (c.NATSCert == "") != (c.NATSKey == ""):
 		return fmt.Errorf("-nats-cert and -nats-key: give both or neither")
+	case c.NATSCreds != "" && c.NATSNKey != "":
+		return errNATSCredsAndNKey
 	case len(c.TLSClientNames) > 0 && c.TLSClientCA == "":
 		return fmt.Errorf("-tls-client-names: needs -tls-client-ca (names are read from verified client certificates)")
 	case c.Workers < 1:
@@ -161,6 +175,14 @@ func (c *DrainerConfig) Validate() error {
 		return fmt.Errorf("-lease: want a duration of at least 500ms, got %s", c.Lease)
 	case c.LeaseRenew < 0 || c.LeaseRenew > c.Lease/2:
 		return fmt.Errorf("-lease-renew: want 0s (lease/3) or a positive duration of at most -lease/2 (%s), got %s", c.Lease/2, c.LeaseRenew)
+	case c.Engine != drain.EngineClaim && c.Engine != drain.EngineOwn:
+		return fmt.Errorf("-engine: want claim or own, got %q", c.Engine)
+	case c.OwnPartitions < 1 || c.OwnPartitions > 256:
+		return fmt.Errorf("-own-partitions: want a number in [1, 256], got %d", c.OwnPartitions)
+	case c.OwnLease < 300*time.Millisecond:
+		return fmt.Errorf("-own-lease: want a duration of at least 300ms, got %s", c.OwnLease)
+	case c.RepairEvery <= 0:
+		return fmt.Errorf("-repair-every: want a positive duration, got %s", c.RepairEvery)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("-shutdown-timeout: want a positive duration, got %s", c.ShutdownTimeout)
 	case c.RulesPoll <= 0:
@@ -252,7 +274,7 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 
 	st, err := Open(ctx, StackConfig{
 		Name: "drainer", NATSURL: c.NATSURL, RedisURL: c.RedisURL, Replicas: c.Replicas,
-		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey,
+		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey, NATSCreds: c.NATSCreds, NATSNKey: c.NATSNKey,
 		RedisTLS:   RedisTLS{CA: c.RedisCA, Cert: c.RedisCert, Key: c.RedisKey},
 		StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
 		RetryMaxBytes: c.RetryMaxBytes, DeadMaxBytes: c.DeadMaxBytes, DeadDropOldest: c.DeadDropOldest, Registry: reg,
@@ -266,7 +288,8 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 	proc, err := StartDraining(bg, DrainDeps{
 		Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
 		SinkTLS: sinkTLS, Signer: signer, SignScheme: sign.Scheme(c.SignScheme),
-		Drain:   drain.Config{Workers: c.Workers, StopTimeout: c.ShutdownTimeout, Lease: c.Lease, LeaseRenew: c.LeaseRenew},
+		Drain: drain.Config{Workers: c.Workers, StopTimeout: c.ShutdownTimeout, Lease: c.Lease, LeaseRenew: c.LeaseRenew,
+			Engine: c.Engine, OwnPartitions: c.OwnPartitions, OwnLease: c.OwnLease, RepairEvery: c.RepairEvery},
 		Readmit: retry.ReadmitterConfig{MaxBackoff: c.ReadmitMaxBackoff},
 	})
 	if err != nil {
@@ -281,7 +304,8 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := st.Ready(ctx); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			log.Warn("drainer: not ready", "err", err)
+			http.Error(w, httpx.PublicReadyError(err), http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ok\n")

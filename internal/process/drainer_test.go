@@ -66,6 +66,22 @@ func TestParseFlags(t *testing.T) {
 	if err := m.ParseFlags(nil); err != nil || m.Config.Lease != 4*time.Second || m.Config.LeaseRenew != time.Second {
 		t.Fatalf("SLUICE_LEASE, SLUICE_LEASE_RENEW: %+v, %v", m.Config, err)
 	}
+	m = newDrainer()
+	m.Stderr = io.Discard
+	m.Getenv = func(k string) string {
+		return map[string]string{"SLUICE_RULES": "x", "SLUICE_ENGINE": "own", "SLUICE_OWN_PARTITIONS": "32"}[k]
+	}
+	if err := m.ParseFlags([]string{"-own-lease", "2s"}); err != nil || m.Config.Engine != "own" || m.Config.OwnPartitions != 32 || m.Config.OwnLease != 2*time.Second || m.Config.RepairEvery != 30*time.Second {
+		t.Fatalf("SLUICE_ENGINE, SLUICE_OWN_PARTITIONS, -own-lease: %+v, %v", m.Config, err)
+	}
+	for _, bad := range [][]string{{"-engine", "fast"}, {"-own-partitions", "0"}, {"-own-partitions", "257"}, {"-own-lease", "100ms"}, {"-repair-every", "0s"}} {
+		m = newDrainer()
+		m.Stderr = io.Discard
+		m.Getenv = func(string) string { return "" }
+		if err := m.ParseFlags(append([]string{"-rules", "x"}, bad...)); err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("%v: %v, want an error naming the flag", bad, err)
+		}
+	}
 	for _, bad := range [][]string{{"-lease", "100ms"}, {"-lease", "3s", "-lease-renew", "2s"}, {"-lease-renew", "-1s"}} {
 		m = newDrainer()
 		m.Stderr = io.Discard
@@ -81,6 +97,12 @@ func TestParseFlags(t *testing.T) {
 // contract's headers, and the process serves its health and metrics endpoints.
 func TestDrainerProcess(t *testing.T) {
 	t.Parallel()
+	for _, engine := range []string{"claim", "own"} {
+		t.Run(engine, func(t *testing.T) { t.Parallel(); testDrainerProcess(t, engine) })
+	}
+}
+
+func testDrainerProcess(t *testing.T, engine string) {
 	got := make(chan *http.Request, 10)
 	bodies := make(chan string, 10)
 	sinkSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -111,7 +133,7 @@ descriptors:
 	m.Stderr = io.Discard
 	m.Getenv = func(string) string { return "" }
 	m.Logger = slog.New(slog.DiscardHandler)
-	if err := m.ParseFlags([]string{"-rules", rulesFile, "-http", "127.0.0.1:0", "-nats", node.URL(), "-redis", rs.URL(), "-workers", "4"}); err != nil {
+	if err := m.ParseFlags([]string{"-rules", rulesFile, "-http", "127.0.0.1:0", "-nats", node.URL(), "-redis", rs.URL(), "-workers", "4", "-engine", engine}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()

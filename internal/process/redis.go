@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-io/sluice/internal/redact"
 	"github.com/sluice-io/sluice/internal/tlsx"
 )
 
@@ -318,23 +319,9 @@ func (d clientDefaults) fill(pool int) {
 	}
 }
 
-// redactURL is raw with any password replaced by "xxxxx" (also a password= parameter).
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		// Unparseable: show the scheme at most, the rest may hold a password.
-		if s, _, ok := strings.Cut(raw, "://"); ok && !strings.ContainsAny(s, "@:/") {
-			return fmt.Sprintf("%q", s+"://…")
-		}
-		return `"…"`
-	}
-	q := u.Query()
-	if q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
-	}
-	return fmt.Sprintf("%q", u.Redacted())
-}
+// redactURL is raw as redact.URL shows it (password, user token and query string masked),
+// quoted.
+func redactURL(raw string) string { return fmt.Sprintf("%q", redact.URL(raw)) }
 
 // cleanRedisErr drops the "redis: " prefix of go-redis's parse errors and the URL a
 // *url.Error repeats (it may hold a password).

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/redact"
 	"github.com/sluice-io/sluice/internal/tlsx"
 )
 
@@ -71,7 +72,7 @@ func ExitCode(name string, err error, stderr io.Writer) int {
 		return ExitUsage
 	}
 	if !errors.Is(err, ErrReported) {
-		fmt.Fprintln(stderr, name+":", err)
+		fmt.Fprintln(stderr, name+":", redact.Text(err.Error())) // a NATS or Redis URL's password stays out of the terminal and the logs
 	}
 	if errors.Is(err, ErrUsage) {
 		return ExitUsage
@@ -134,10 +135,12 @@ func NewLogger(format, level string, w io.Writer) *slog.Logger {
 		l = slog.LevelInfo
 	}
 	opts := &slog.HandlerOptions{Level: l}
+	// Every line goes through redact.Handler: a URL logged anywhere (a NATS or Redis URL, a
+	// sink URL in a delivery error) shows no password, user token or query string.
 	if format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		return slog.New(redact.Handler(slog.NewTextHandler(w, opts)))
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	return slog.New(redact.Handler(slog.NewJSONHandler(w, opts)))
 }
 
 // CheckLog checks -log-format and -log-level.

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -20,7 +21,9 @@ import (
 
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/admit"
+	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/overrides"
+	"github.com/sluice-io/sluice/internal/redact"
 	"github.com/sluice-io/sluice/internal/retryrules"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
@@ -74,9 +77,37 @@ type StackConfig struct {
 	// servers that require TLS); NATSCert and NATSKey are a client certificate for NATS.
 	// Files are re-read on every (re)connect. Empty: system roots, no client certificate.
 	NATSCA, NATSCert, NATSKey string
+	// NATSCreds is a user credentials file (a JWT and its NKey seed, as nsc writes it);
+	// NATSNKey an NKey seed file. At most one; either keeps the secret out of the URL and
+	// the process list. The file is read again at every (re)connect.
+	NATSCreds, NATSNKey string
 	// RedisTLS: a CA bundle and client certificate for a rediss:// -redis URL
 	// (-redis-ca, -redis-cert, -redis-key). Zero: system roots, no client certificate.
 	RedisTLS RedisTLS
+}
+
+var errNATSCredsAndNKey = errors.New("-nats-creds and -nats-nkey: give one (a credentials file holds its own NKey seed)")
+
+// natsAuth is the NATS options of -nats-creds or -nats-nkey; an error names the flag.
+func natsAuth(creds, nkey string) ([]nats.Option, error) {
+	switch {
+	case creds != "" && nkey != "":
+		return nil, errNATSCredsAndNKey
+	case creds != "":
+		// Read now so a missing or unreadable file is a start-up error naming the flag, not
+		// an endless reconnect loop.
+		if _, err := os.ReadFile(creds); err != nil {
+			return nil, fmt.Errorf("-nats-creds: %w", err)
+		}
+		return []nats.Option{nats.UserCredentials(creds)}, nil
+	case nkey != "":
+		opt, err := nats.NkeyOptionFromSeed(nkey)
+		if err != nil {
+			return nil, fmt.Errorf("-nats-nkey %s: %w", nkey, err)
+		}
+		return []nats.Option{opt}, nil
+	}
+	return nil, nil
 }
 
 // Stack is the opened machinery. Close releases it.
@@ -92,9 +123,13 @@ type Stack struct {
 	Delivered *status.DeliveredRecords // nil unless StackConfig.StatusKeep > 0
 	Overrides *overrides.Store
 	Current   *overrides.Watcher
-	Limits    bucket.Store
-	Degraded  *bucket.Degraded // nil when StackConfig.Limits was given
-	Admitter  *admit.Admitter
+	// KeyOverrides and Keys are the per-key overrides (PATCH /v1/admin/queues/{name}/keys/{key})
+	// and their in-memory index; Keys.Lookup / Keys.Effective is what pacing reads.
+	KeyOverrides *overrides.KeyStore
+	Keys         *overrides.KeyIndex
+	Limits       bucket.Store
+	Degraded     *bucket.Degraded // nil when StackConfig.Limits was given
+	Admitter     *admit.Admitter
 
 	closers []func()
 }
@@ -115,6 +150,11 @@ func Open(ctx context.Context, c StackConfig) (s *Stack, err error) {
 	if c.NATSCert != "" {
 		tlsOpts = append(tlsOpts, nats.ClientCert(c.NATSCert, c.NATSKey))
 	}
+	authOpts, err := natsAuth(c.NATSCreds, c.NATSNKey)
+	if err != nil {
+		return s, err
+	}
+	tlsOpts = append(tlsOpts, authOpts...)
 	nc, err := nats.Connect(c.NATSURL, append(tlsOpts,
 		nats.Name("sluice-"+c.Name),
 		nats.MaxReconnects(-1),
@@ -131,7 +171,7 @@ func Open(ctx context.Context, c StackConfig) (s *Stack, err error) {
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info(c.Name+": NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
 	)...)
 	if err != nil {
-		return s, fmt.Errorf("%s: NATS %s: %w", c.Name, c.NATSURL, err)
+		return s, fmt.Errorf("%s: NATS %s: %w", c.Name, redact.Text(c.NATSURL), err)
 	}
 	s.NATS = nc
 	s.closers = append(s.closers, func() { nc.Drain() })
@@ -197,6 +237,22 @@ func Open(ctx context.Context, c StackConfig) (s *Stack, err error) {
 		return s, fmt.Errorf("%s: overrides: %w", c.Name, err)
 	}
 	s.closers = append(s.closers, s.Current.Stop)
+	// Per-key overrides: their own bucket (one entry per key), an index fed by a KV watch,
+	// and a sweeper (in every process; deletes are compare-and-set) for ended overrides
+	// and those of rules that left the rules file.
+	err = Retry(startCtx, func(ctx context.Context) (err error) {
+		s.KeyOverrides, err = overrides.OpenKeys(ctx, s.JS, overrides.KeyConfig{Replicas: c.Replicas, Logger: log})
+		return err
+	})
+	if err != nil {
+		return s, fmt.Errorf("%s: key overrides: %w", c.Name, err)
+	}
+	s.Keys = overrides.NewKeyIndex(s.KeyOverrides, overrides.KeyIndexConfig{Rules: s.Current, CurrentRules: c.Rules,
+		Registerer: c.Registry, Logger: log})
+	if err := s.Keys.Start(startCtx); err != nil {
+		return s, fmt.Errorf("%s: key overrides: %w", c.Name, err)
+	}
+	s.closers = append(s.closers, s.Keys.Stop)
 
 	s.Limits = c.Limits
 	if s.Limits == nil {
@@ -259,13 +315,14 @@ func (s *Stack) Effective(r *rules.Rule) *rules.Rule {
 	return eff
 }
 
-// Ready reports whether NATS and Redis are reachable (GET /readyz).
+// Ready reports whether NATS and Redis are reachable (GET /readyz); the error is a
+// *httpx.BackendDown naming the backend.
 func (s *Stack) Ready(ctx context.Context) error {
 	if !s.NATS.IsConnected() {
-		return fmt.Errorf("NATS is not connected")
+		return &httpx.BackendDown{Backend: "NATS", Err: errors.New("not connected")}
 	}
 	if err := s.Redis.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("Redis: %w", err)
+		return &httpx.BackendDown{Backend: "Redis", Err: err}
 	}
 	return nil
 }

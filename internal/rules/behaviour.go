@@ -70,6 +70,10 @@ func (p *fileParser) behaviour(m map[string]*yaml.Node, field string, item *yaml
 	if rule.Delivery.MaxInFlight > 1 && rule.Ordering != OrderingRelaxed {
 		p.errorf(m["delivery"], f("delivery.max_in_flight"), "above 1 needs ordering: relaxed (with several deliveries of a key at once, a later message may arrive first); got %d with ordering: %s", rule.Delivery.MaxInFlight, rule.Ordering)
 	}
+	if a := rule.Delivery.Adaptive; rule.Queue != nil && !a.MinOutflow.Zero() && a.MinOutflow.PerSecond() > rule.Queue.Outflow.PerSecond() {
+		p.errorf(m["delivery"], f("delivery.adaptive.min_outflow"), "must be ≤ queue.outflow (%.6g/s > %.6g/s): adaptive outflow never goes above the configured one",
+			a.MinOutflow.PerSecond(), rule.Queue.Outflow.PerSecond())
+	}
 	if rule.Queue != nil && !hasSink {
 		p.errorf(item, f("sink"), "required for a rule with a queue (where should the drainers deliver?)")
 	}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/sluice-io/sluice/internal/redact"
 )
 
 // CheckConfig validates rules files offline, for `ingress -check-config FILE`.
@@ -103,7 +105,7 @@ func describeRule(r *Rule) string {
 	}
 	switch {
 	case r.Sink.URL != "":
-		parts = append(parts, "sink="+r.Sink.URL)
+		parts = append(parts, "sink="+redact.URL(r.Sink.URL)) // -check-config output lands in CI logs
 	case r.Sink.NATSSubject != "":
 		parts = append(parts, "sink=nats:"+r.Sink.NATSSubject)
 	}

@@ -76,6 +76,9 @@ func (p *fileParser) sink(n *yaml.Node, field string, s *Sink) {
 			s.MaxInFlight = a
 		}
 	}
+	if v, has := m["breaker"]; has {
+		s.Breaker = p.breaker(v, joinField(field, "breaker"))
+	}
 }
 
 // signKeys parses sink.sign_keys: a non-empty list of key file paths (HTTP sinks only).
@@ -127,6 +130,15 @@ func (p *fileParser) delivery(n *yaml.Node, field string, d *Delivery) {
 		if a, ok := p.intIn(v, joinField(field, "max_in_flight"), 1, 1000); ok {
 			d.MaxInFlight = a
 		}
+	}
+	if v, has := m["window"]; has {
+		d.Window = p.window(v, joinField(field, "window"))
+	}
+	if v, has := m["spacing"]; has {
+		d.Spacing = p.spacing(v, joinField(field, "spacing"))
+	}
+	if v, has := m["adaptive"]; has {
+		d.Adaptive = p.adaptive(v, joinField(field, "adaptive"))
 	}
 	if d.MaxBackoff < d.MinBackoff {
 		at := m["max_backoff"]

@@ -32,7 +32,9 @@
 //
 // algorithm fixed_window · burst = requests_per_unit · overflow reject · park.max_age 24h ·
 // sink.timeout 10s · delivery max_attempts 8, min_backoff 1s, max_backoff 5m ·
-// ordering strict · name = domain and path joined by "_", sanitised to [A-Za-z0-9_-].
+// ordering strict · delivery.spacing gcra · delivery.adaptive (when set) decrease 0.5,
+// increase_per_second 0.05 · sink.breaker (when set) failures 10, min_keys 3, within 10s,
+// cool_down 5s, max_cool_down 5m · name = domain and path joined by "_", sanitised to [A-Za-z0-9_-].
 // envoy's `requests_per_unit: 0` is valid for a rate limit and denies everything.
 //
 // # Where each part is parsed
@@ -61,6 +63,7 @@
 //   - limit.go: rate_limit, lists of limits, replaces
 //   - queue.go: queue
 //   - delivery.go: sink, sign_keys and delivery
+//   - steer.go: delivery.window, delivery.spacing, delivery.adaptive and sink.breaker
 //   - behaviour.go: overflow, ordering, park, and where sink and delivery may appear
 //   - metadata.go: metadata
 //   - timezone.go: time_zone

@@ -67,6 +67,9 @@ func TestDocsListEveryField(t *testing.T) {
 		{"## park", parkFields},
 		{"## sink", sinkFields},
 		{"## delivery", deliveryFields},
+		{"## delivery.window", windowFields},
+		{"## delivery.adaptive", adaptiveFields},
+		{"## sink.breaker", breakerFields},
 		{"## limit_override", overrideFields},
 	} {
 		rows := docRows(docSection(t, md, c.heading))
@@ -128,14 +131,22 @@ func TestDocsDefaults(t *testing.T) {
 	}
 	rows := docRows(docSection(t, string(b), "## Defaults"))
 	for field, want := range map[string]string{
-		"rate_limit.algorithm":  string(DefaultAlgorithm),
-		"overflow":              string(DefaultOverflow),
-		"ordering":              string(DefaultOrdering),
-		"park.max_age":          shortDuration(DefaultParkMaxAge),
-		"sink.timeout":          shortDuration(DefaultSinkTimeout),
-		"delivery.max_attempts": strconv.Itoa(DefaultMaxAttempts),
-		"delivery.min_backoff":  shortDuration(DefaultMinBackoff),
-		"delivery.max_backoff":  shortDuration(DefaultMaxBackoff),
+		"rate_limit.algorithm":                  string(DefaultAlgorithm),
+		"overflow":                              string(DefaultOverflow),
+		"ordering":                              string(DefaultOrdering),
+		"park.max_age":                          shortDuration(DefaultParkMaxAge),
+		"sink.timeout":                          shortDuration(DefaultSinkTimeout),
+		"delivery.max_attempts":                 strconv.Itoa(DefaultMaxAttempts),
+		"delivery.min_backoff":                  shortDuration(DefaultMinBackoff),
+		"delivery.max_backoff":                  shortDuration(DefaultMaxBackoff),
+		"delivery.spacing":                      string(DefaultSpacing),
+		"delivery.adaptive.decrease":            strconv.FormatFloat(DefaultAdaptiveDecrease, 'g', -1, 64),
+		"delivery.adaptive.increase_per_second": strconv.FormatFloat(DefaultAdaptiveIncreasePerSecond, 'g', -1, 64),
+		"sink.breaker.failures":                 strconv.Itoa(DefaultBreakerFailures),
+		"sink.breaker.min_keys":                 strconv.Itoa(DefaultBreakerMinKeys),
+		"sink.breaker.within":                   shortDuration(DefaultBreakerWithin),
+		"sink.breaker.cool_down":                shortDuration(DefaultBreakerCoolDown),
+		"sink.breaker.max_cool_down":            shortDuration(DefaultBreakerMaxCoolDown),
 	} {
 		got, ok := rows[field]
 		switch {

@@ -30,7 +30,7 @@ func TestEveryFieldDocumented(t *testing.T) {
 	}
 	doc := all.String()
 	for _, list := range [][]string{documentFields, descriptorFields, envoyLimitFields, listLimitFields, rateFields,
-		queueFields, parkFields, sinkFields, deliveryFields, replacesFields, overrideFields} {
+		queueFields, parkFields, sinkFields, deliveryFields, replacesFields, overrideFields, windowFields, adaptiveFields, breakerFields} {
 		for _, f := range list {
 			// `field`, or field: in an example (`park.max_age: 24h`, `delivery: {max_attempts: 8`)
 			if !regexp.MustCompile("(^|[`.{\\s])" + regexp.QuoteMeta(f) + "(`|: )").MatchString(doc) {

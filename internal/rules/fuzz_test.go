@@ -13,6 +13,8 @@ func FuzzParse(f *testing.F) {
 	for _, seed := range []string{matchConfig, checkConfig, "", "---\n", "domain: x\n",
 		"domain: x\ndescriptors: [{key: a, value: 'b*', rate_limit: [{unit: second, requests_per_unit: 1, algorithm: token_bucket, burst: 2}]}]\n",
 		"domain: x\ndescriptors: [{key: a, queue: {capacity: 1, outflow: {interval: 1s, requests_per_unit: 1}}, sink: {url: 'http://h/'}, overflow: park}]\n",
+		"domain: x\ndescriptors: [{key: a, queue: {capacity: 1, outflow: {unit: second, requests_per_unit: 10}}, sink: {url: 'http://h/', breaker: {failures: 5, min_keys: 2, within: 5s}}, delivery: {spacing: strict, window: {days: [mon-fri], from: '22:00', to: '06:00', time_zone: Asia/Seoul}, adaptive: {decrease: 0.5, min_outflow: {unit: second, requests_per_unit: 1}}}}]\n",
+		"domain: x\ndescriptors: [{key: a, queue: {capacity: 1, outflow: {unit: second, requests_per_unit: 1}}, sink: {url: 'http://h/'}, delivery: {window: {from: '08:00', to: '21:00', time_zone: from_message, default_time_zone: Europe/Berlin}}}]\n",
 		"a: &a [*a]\n", "domain: &d x\ndescriptors: [{key: *d}]\n",
 	} {
 		f.Add([]byte(seed))

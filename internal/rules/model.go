@@ -1,6 +1,10 @@
 package rules
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluice-io/sluice/internal/window"
+)
 
 // This file is the validated, in-memory model of a rules file (docs/rules.md).
 // Loading, validation and matching build and read these values; every other package
@@ -108,6 +112,49 @@ type Sink struct {
 	// MaxInFlight caps the rule's deliveries at the sink at once, over all its keys and
 	// every drainer (a slot in Redis per delivery); 0 = no cap but each drainer's -workers.
 	MaxInFlight int
+	// Breaker is sink.breaker: pause the rule's deliveries while the sink fails for every
+	// key (internal/breaker). Off unless set.
+	Breaker Breaker
+}
+
+// Breaker is sink.breaker (internal/breaker's Config; the drain engine maps one to the
+// other). Every field is filled in (defaults) when Enabled.
+type Breaker struct {
+	Enabled bool
+	// Failures failures in a row, over at least MinKeys keys, all within Within, with no
+	// success for Within, open the breaker.
+	Failures int
+	MinKeys  int
+	Within   time.Duration
+	// CoolDown is the wait before the first probe, doubling per failed probe up to
+	// MaxCoolDown.
+	CoolDown, MaxCoolDown time.Duration
+}
+
+// Spacing is delivery.spacing: how a key's deliveries are spaced (internal/spacing).
+type Spacing string
+
+const (
+	// SpacingGCRA (default): outflow per second over time; a delivery that started late
+	// does not delay the next slot, so two may start closer than 1/outflow.
+	SpacingGCRA Spacing = "gcra"
+	// SpacingStrict: two deliveries of a key always start at least 1/outflow apart,
+	// measured from the actual start of the previous one.
+	SpacingStrict Spacing = "strict"
+)
+
+// Adaptive is delivery.adaptive: the sink's 429/503 and timeouts lower a key's outflow,
+// its successes raise it back to the configured value (internal/adaptive). Every field is
+// filled in (defaults) when Enabled.
+type Adaptive struct {
+	Enabled bool
+	// Decrease multiplies a key's outflow on a throttle, in (0, 1).
+	Decrease float64
+	// IncreasePerSecond is the share of the configured outflow given back per second of
+	// successes, in (0, 1].
+	IncreasePerSecond float64
+	// MinOutflow is the floor; Zero: 1 % of the outflow (adaptive.DefaultMinFraction).
+	MinOutflow Rate
 }
 
 // Delivery is the retry policy for deliveries to the sink.
@@ -119,6 +166,12 @@ type Delivery struct {
 	// Above 1 the key's messages still leave at its outflow, one per slot, but a slow sink
 	// no longer holds back the next slot; it needs ordering: relaxed.
 	MaxInFlight int
+	// Window is delivery.window: when deliveries may happen. The zero Window is always open.
+	Window window.Window
+	// Spacing is delivery.spacing; "" (not set) is SpacingGCRA.
+	Spacing Spacing
+	// Adaptive is delivery.adaptive (off unless set).
+	Adaptive Adaptive
 }
 
 // Park is the policy for parked messages.

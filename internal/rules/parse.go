@@ -15,20 +15,30 @@ import (
 
 // Defaults applied to every rule (docs/rules.md "Defaults").
 const (
-	DefaultAlgorithm       = FixedWindow
-	DefaultOverflow        = OverflowReject
-	DefaultOrdering        = OrderingStrict
-	DefaultParkMaxAge      = 24 * time.Hour
-	DefaultSinkTimeout     = 10 * time.Second
-	DefaultMaxAttempts     = 8
-	DefaultMinBackoff      = time.Second
-	DefaultMaxBackoff      = 5 * time.Minute
-	MaxNameLen             = 128
-	maxNodesPerDocument    = 100_000 // alias expansion guard ("billion laughs")
-	maxDescriptorDepth     = 32
-	yamlMergeKey           = "<<"
-	wildcard               = "*"
-	allowedNameCharsPretty = "[A-Za-z0-9_-]"
+	DefaultAlgorithm   = FixedWindow
+	DefaultOverflow    = OverflowReject
+	DefaultOrdering    = OrderingStrict
+	DefaultParkMaxAge  = 24 * time.Hour
+	DefaultSinkTimeout = 10 * time.Second
+	DefaultMaxAttempts = 8
+	DefaultMinBackoff  = time.Second
+	DefaultMaxBackoff  = 5 * time.Minute
+	DefaultSpacing     = SpacingGCRA
+	// delivery.adaptive's defaults (internal/adaptive's, which a test checks).
+	DefaultAdaptiveDecrease          = 0.5
+	DefaultAdaptiveIncreasePerSecond = 0.05
+	// sink.breaker's defaults (internal/breaker's, which a test checks).
+	DefaultBreakerFailures    = 10
+	DefaultBreakerMinKeys     = 3
+	DefaultBreakerWithin      = 10 * time.Second
+	DefaultBreakerCoolDown    = 5 * time.Second
+	DefaultBreakerMaxCoolDown = 5 * time.Minute
+	MaxNameLen                = 128
+	maxNodesPerDocument       = 100_000 // alias expansion guard ("billion laughs")
+	maxDescriptorDepth        = 32
+	yamlMergeKey              = "<<"
+	wildcard                  = "*"
+	allowedNameCharsPretty    = "[A-Za-z0-9_-]"
 )
 
 // validName is what an explicit `name:` must look like, and what a default name is
@@ -55,8 +65,11 @@ var (
 	rateFields      = []string{"unit", "interval", "requests_per_unit"}
 	queueFields     = []string{"capacity", "outflow", "total_outflow", "max_scheduled", "max_age", "max_bytes", "partitions"}
 	parkFields      = []string{"max_age"}
-	sinkFields      = []string{"url", "nats_subject", "timeout", "sign_keys", "sign_scheme", "max_in_flight"}
-	deliveryFields  = []string{"max_attempts", "min_backoff", "max_backoff", "max_in_flight"}
+	sinkFields      = []string{"url", "nats_subject", "timeout", "sign_keys", "sign_scheme", "max_in_flight", "breaker"}
+	deliveryFields  = []string{"max_attempts", "min_backoff", "max_backoff", "max_in_flight", "window", "spacing", "adaptive"}
+	windowFields    = []string{"days", "from", "to", "time_zone", "default_time_zone"}
+	adaptiveFields  = []string{"enabled", "decrease", "increase_per_second", "min_outflow"}
+	breakerFields   = []string{"enabled", "failures", "min_keys", "within", "cool_down", "max_cool_down"}
 	replacesFields  = []string{"name"}
 	overrideFields  = []string{"max_factor", "max_window"}
 )

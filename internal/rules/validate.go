@@ -76,6 +76,23 @@ func (r *Rule) Validate() error {
 	if r.Delivery.MaxAttempts < 1 || r.Delivery.MinBackoff <= 0 || r.Delivery.MaxBackoff < r.Delivery.MinBackoff {
 		bad("delivery: needs max_attempts ≥ 1 and 0 < min_backoff ≤ max_backoff")
 	}
+	if r.Delivery.Spacing != "" && r.Delivery.Spacing != SpacingGCRA && r.Delivery.Spacing != SpacingStrict { // "" (a rule built in code): gcra
+		bad("delivery.spacing: must be gcra or strict (got %q)", r.Delivery.Spacing)
+	}
+	if w := r.Delivery.Window; w.Set && (w.From == w.To || w.From < 0 || w.From >= 24*time.Hour || w.To <= 0 || w.To > 24*time.Hour) {
+		bad("delivery.window: needs 00:00 ≤ from < 24:00, 00:00 < to ≤ 24:00 and from ≠ to")
+	}
+	if a := r.Delivery.Adaptive; a.Enabled {
+		if a.Decrease <= 0 || a.Decrease >= 1 || a.IncreasePerSecond <= 0 || a.IncreasePerSecond > 1 {
+			bad("delivery.adaptive: needs 0 < decrease < 1 and 0 < increase_per_second ≤ 1")
+		}
+		if r.Queue != nil && !a.MinOutflow.Zero() && a.MinOutflow.PerSecond() > r.Queue.Outflow.PerSecond() {
+			bad("delivery.adaptive.min_outflow: must be ≤ queue.outflow")
+		}
+	}
+	if b := r.Sink.Breaker; b.Enabled && (b.Failures < 1 || b.MinKeys < 1 || b.MinKeys > b.Failures || b.Within <= 0 || b.CoolDown <= 0 || b.MaxCoolDown < b.CoolDown) {
+		bad("sink.breaker: needs 1 ≤ min_keys ≤ failures, within > 0 and 0 < cool_down ≤ max_cool_down")
+	}
 	if r.Ordering != OrderingStrict && r.Ordering != OrderingRelaxed {
 		bad("ordering: must be strict or relaxed (got %q)", r.Ordering)
 	}

@@ -5,7 +5,8 @@
 // A message id names its rule and key (queue.NewID), which is enough to look in the three
 // places a message can be:
 //
-//   - its key's queue (queue.Queues.Find — the key's subject, at most capacity messages):
+//   - its key's queue (queue.Queues.FindLimited — the key's subject, from the id's issue
+//     time on, at most Locator.MaxRead messages per look):
 //     queued; or delivering when it is the head of a key a drainer holds; or retrying when it
 //     is a head that failed before (strict ordering keeps it at the head), with the
 //     scheduler's per-key retry state giving attempts and last error;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -40,6 +41,10 @@ type Gone struct {
 	Key      string    // ""  for an id of an earlier version
 	IssuedAt time.Time // when the id was issued (its uuid v7 time)
 	Legacy   bool      // an id of an earlier version: only its dead letter can be found
+	// Unread: the key's queue holds more messages than one lookup reads (Locator.MaxRead);
+	// the message could be among those not read (stored again long after its id was
+	// issued, behind that many others of its key).
+	Unread bool
 }
 
 func (g *Gone) Error() string { return fmt.Sprintf("status: message %s no longer tracked", g.ID) }
@@ -75,9 +80,35 @@ type Locator struct {
 	Dead      *retry.DeadLetters
 	// Delivered, when set, holds the opt-in records of delivered messages.
 	Delivered *DeliveredRecords
+	// MaxRead bounds the messages of a key's queue one look reads (a lookup looks twice at
+	// most); default DefaultMaxRead. Without a bound, a lookup of a made-up id would read
+	// the whole queue of its key — a cheap request costing the stores a lot, which slowed
+	// admission for everyone.
+	MaxRead int
+	// Skew is how far the clocks of an ingress (which issues ids) and of NATS (which stamps
+	// what it stores) may disagree; default ClockSkew. A key's queue is read from the id's
+	// issue time less Skew, so the messages its key stored within Skew before it are read
+	// too: MaxRead / Skew is the submission rate into one key up to which a queued
+	// message is always found.
+	Skew time.Duration
+
+	read atomic.Int64 // messages read in keys' queues, all lookups (MessagesRead)
 
 	beforeDelete func() // a test seam: runs just before Cancel deletes a queued message
 }
+
+// DefaultMaxRead is Locator.MaxRead's default: a message is found among the first few
+// messages its key stored after its id was issued, so only a message stored again later
+// (re-admitted, replayed) behind a thousand others of its key is out of reach.
+const DefaultMaxRead = 1000
+
+// ClockSkew is Locator.Skew's default: hosts kept in time by NTP agree within
+// milliseconds. A message stored earlier than that (clocks further apart) is still found
+// when its key holds fewer than MaxRead messages ahead of it.
+const ClockSkew = 2 * time.Second
+
+// MessagesRead is how many messages of keys' queues lookups have read so far.
+func (l *Locator) MessagesRead() int64 { return l.read.Load() }
 
 // Get returns where message id is: ErrNeverSeen for an id that is not sluice's, a *Gone
 // (errors.Is ErrNotTracked) for one that has left; other errors are the stores' (NATS or
@@ -106,7 +137,17 @@ func (l *Locator) get(ctx context.Context, id string, grace time.Duration) (Stat
 		return Status{}, fmt.Errorf("%w: %s names no queue rule", ErrNeverSeen, id)
 	}
 	issued := time.Unix(ref.UUID.Time().UnixTime()).UTC()
-	if st, err := l.inQueue(ctx, r, ref.Key, id); !errors.Is(err, queue.ErrNotQueued) {
+	began := time.Now()
+	unread := false
+	skew := l.Skew
+	if skew <= 0 {
+		skew = ClockSkew
+	}
+	// A made-up id cannot send the lookup further than MaxRead messages of its key's queue:
+	// the queue is read from the id's issue time on (and before it, within the same bound).
+	if st, err := l.inQueue(ctx, r, ref.Key, id, issued.Add(-skew)); errors.Is(err, queue.ErrReadLimit) {
+		unread = true
+	} else if !errors.Is(err, queue.ErrNotQueued) {
 		return st, err
 	}
 	if l.Parking != nil {
@@ -129,8 +170,11 @@ func (l *Locator) get(ctx context.Context, id string, grace time.Duration) (Stat
 	if st, err := l.dead(ctx, r, id); !errors.Is(err, retry.ErrNotFound) {
 		return st, err
 	}
-	// Last, the queue again: a message re-admitted or replayed while we looked elsewhere.
-	if st, err := l.inQueue(ctx, r, ref.Key, id); !errors.Is(err, queue.ErrNotQueued) {
+	// Last, the queue again: a message re-admitted or replayed while we looked elsewhere,
+	// so stored since this lookup began.
+	if st, err := l.inQueue(ctx, r, ref.Key, id, began.Add(-skew)); errors.Is(err, queue.ErrReadLimit) {
+		unread = true
+	} else if !errors.Is(err, queue.ErrNotQueued) {
 		return st, err
 	}
 	if l.Delivered != nil {
@@ -143,7 +187,7 @@ func (l *Locator) get(ctx context.Context, id string, grace time.Duration) (Stat
 				CreatedAt: issued, UpdatedAt: rec.at}, nil
 		}
 	}
-	return Status{}, &Gone{ID: id, Rule: r.Name, Key: ref.Key, IssuedAt: issued}
+	return Status{}, &Gone{ID: id, Rule: r.Name, Key: ref.Key, IssuedAt: issued, Unread: unread}
 }
 
 // RecordGrace is how long a lookup that found a message nowhere waits for its delivered
@@ -191,8 +235,13 @@ func (l *Locator) base(r *rules.Rule, m queue.Message) Status {
 		CreatedAt: m.CreatedAt, LastError: m.LastError}
 }
 
-func (l *Locator) inQueue(ctx context.Context, r *rules.Rule, key, id string) (Status, error) {
-	f, err := l.Queues.Find(ctx, r.Name, key, id)
+func (l *Locator) inQueue(ctx context.Context, r *rules.Rule, key, id string, after time.Time) (Status, error) {
+	maxRead := l.MaxRead
+	if maxRead <= 0 {
+		maxRead = DefaultMaxRead
+	}
+	f, read, err := l.Queues.FindLimited(ctx, r.Name, key, id, queue.FindLimits{After: after, MaxRead: maxRead})
+	l.read.Add(int64(read))
 	if err != nil {
 		return Status{}, err
 	}

@@ -283,6 +283,22 @@
     $("keys-note").textContent = rows.length === 0 ? "No key has messages waiting." : (k.complete ? "" : "More than 10,000 keys have messages: these are the deepest of the first 10,000 read.");
   }
 
+  // showKey shows one key of the queue page's queue: its depth, its effective outflow and
+  // where that comes from (the rules file, the queue's override, or the key's own).
+  async function showKey(name, key) {
+    const dl = $("key-facts"); dl.replaceChildren();
+    $("key-note").textContent = "";
+    const { data: k } = await api("GET", "/v1/admin/queues/" + encodeURIComponent(name) + "/keys/" + encodeURIComponent(key));
+    fact(dl, "Key", k.key);
+    fact(dl, "Depth", num(k.depth));
+    fact(dl, "Next dispatch", k.next_dispatch_at ? when(k.next_dispatch_at) : "—");
+    if (k.source !== undefined) {
+      fact(dl, "Outflow", rate(k.outflow) + (k.paused ? " (paused)" : ""));
+      fact(dl, "From", k.source);
+    }
+    $("key-note").textContent = k.override ? "Set at " + when(k.override.updated_at) + "; change it with sluice tune " + name + " --key …" : "";
+  }
+
   function fillOutflowForm(q, etag) {
     formETag = etag;
     const o = q.outflow || {};
@@ -480,6 +496,12 @@
     });
     $("purge-confirm").addEventListener("input", () => {
       $("purge-button").disabled = !current || $("purge-confirm").value !== current.name;
+    });
+    $("key-form").addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const key = $("key-name").value;
+      if (!current) return;
+      try { await showKey(current.name, key); } catch (e) { say("Key " + key + ": " + e.message, true); }
     });
     $("purge-form").addEventListener("submit", async (ev) => {
       ev.preventDefault();

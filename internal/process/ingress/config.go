@@ -128,12 +128,16 @@ type Config struct {
 	// default empty: system roots, no client certificate).
 	RedisCA, RedisCert, RedisKey string
 	NATSCA, NATSCert, NATSKey    string
-	SinkCA                       string
-	SignKeys                     []string
-	SignScheme                   string // -sign-scheme: sluice (default) or standard-webhooks
-	AdminTokensFile              string
-	AdminTokenFile               string
-	SubmitTokensFile             string
+	// NATSCreds (-nats-creds) is a NATS user credentials file (JWT and NKey seed);
+	// NATSNKey (-nats-nkey) an NKey seed file. Either keeps the NATS secret out of -nats,
+	// the environment and the process list. Default empty (none).
+	NATSCreds, NATSNKey string
+	SinkCA              string
+	SignKeys            []string
+	SignScheme          string // -sign-scheme: sluice (default) or standard-webhooks
+	AdminTokensFile     string
+	AdminTokenFile      string
+	SubmitTokensFile    string
 	// AuditKeep is how long operator changes are kept in the SLUICE_AUDIT stream, and
 	// AuditMax how many at most. -audit-keep, default 2160h (90 days); -audit-max,
 	// default 100000.
@@ -189,6 +193,8 @@ func declareFlags(c *Config, getenv func(string) string, stderr io.Writer) *proc
 	f.String(&c.NATSCA, "nats-ca", "SLUICE_NATS_CA", "", "PEM CA bundle of the NATS servers' certificates")
 	f.String(&c.NATSCert, "nats-cert", "SLUICE_NATS_CERT", "", "PEM client certificate for NATS")
 	f.String(&c.NATSKey, "nats-key", "SLUICE_NATS_KEY", "", "PEM private key of -nats-cert")
+	f.String(&c.NATSCreds, "nats-creds", "SLUICE_NATS_CREDS", "", "NATS user credentials file (JWT and NKey seed, as nsc writes it)")
+	f.String(&c.NATSNKey, "nats-nkey", "SLUICE_NATS_NKEY", "", "NATS NKey seed file (an SU... seed)")
 	f.String(&c.SinkCA, "sink-ca", "SLUICE_SINK_CA", "", "PEM CA bundle trusted for https:// sinks of the in-process drainer")
 	f.List(&c.SignKeys, "sign-keys", "SLUICE_SIGN_KEYS", "", "HMAC key files, comma-separated: each signs HTTP deliveries (two during a key rotation)")
 	f.String(&c.SignScheme, "sign-scheme", "SLUICE_SIGN_SCHEME", string(sign.SchemeSluice), "signature headers of HTTP deliveries: sluice (Sluice-Signature) or standard-webhooks (webhook-id, webhook-timestamp, webhook-signature)")
@@ -240,6 +246,8 @@ func (c *Config) Validate() error {
 		return errors.New("-tls-client-ca: needs -tls-cert and -tls-key (client certificates are only asked for over TLS)")
 	case (c.NATSCert == "") != (c.NATSKey == ""):
 		return errors.New("-nats-cert and -nats-key: give both or neither")
+	case c.NATSCreds != "" && c.NATSNKey != "":
+		return errors.New("-nats-creds and -nats-nkey: give one (a credentials file holds its own NKey seed)")
 	case len(c.TLSClientNames) > 0 && c.TLSClientCA == "":
 		return errors.New("-tls-client-names: needs -tls-client-ca (names are read from verified client certificates)")
 	case len(c.CheckClientNames) > 0 && c.TLSClientCA == "":
@@ -250,6 +258,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("-override-max-window: want a positive duration up to %s, got %s", rules.MaxOverrideWindow, c.OverrideMaxWindow)
 	case c.AdminToken != "" && c.AdminTokenFile != "":
 		return errors.New("-admin-token-file: give it or -admin-token, not both")
+	case c.AdminToken != "" && len(c.AdminToken) < svc.MinTokenLength:
+		// Outside `sluice dev` (which builds its Config without flags, so never gets here):
+		// a short token is guessed; every token file has the same minimum.
+		return fmt.Errorf("-admin-token: %d characters, want at least %d (e.g. openssl rand -hex 32)", len(c.AdminToken), svc.MinTokenLength)
 	case c.AuditKeep <= 0:
 		return fmt.Errorf("-audit-keep: want a positive duration, got %s", c.AuditKeep)
 	case c.AuditMax <= 0:

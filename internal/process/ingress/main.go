@@ -74,6 +74,9 @@ type Main struct {
 	// SinkDial, when set, dials the connections of the in-process drainer's HTTP sink
 	// deliveries (`sluice dev` sends the example rules' sink addresses to its demo sink).
 	SinkDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// TokensChecked, when set, is called each time the token files have been looked at
+	// (every second): tests wait on it rather than sleep.
+	TokensChecked func()
 
 	// Set by Run.
 	Server    *svc.Server
@@ -165,6 +168,12 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
+	reg.MustRegister(auth)
+	// The token files are looked at every second (TokenFile): a revoked token stops working
+	// within it, and a broken file is reported at once.
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	m.closers = append(m.closers, stopWatch)
+	go auth.Watch(watchCtx, m.TokensChecked)
 
 	// Rules next: a process with bad rules must not start.
 	var srv *svc.Server
@@ -184,7 +193,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	capacityChanged := make(chan struct{}, 1)
 	st, err := process.Open(ctx, process.StackConfig{
 		Name: "ingress", NATSURL: c.NATSURL, RedisURL: c.RedisURL, Replicas: c.Replicas,
-		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey,
+		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey, NATSCreds: c.NATSCreds, NATSNKey: c.NATSNKey,
 		RedisTLS: process.RedisTLS{CA: c.RedisCA, Cert: c.RedisCert, Key: c.RedisKey},
 		Rules:    watcher.Current, Limits: m.Limits, Logger: log,
 		IdempotencyTTL: c.IdempotencyTTL, LegacyIdempotency: c.LegacyIdempotencyKeys, StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
@@ -208,6 +217,12 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	m.closers = append(m.closers, st.Close)
 	m.Stack = st
+	// What status lookups cost the queue store: a steep rise with few lookups is someone
+	// probing with made-up ids (each bounded by status.DefaultMaxRead per look).
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "sluice_status_messages_read_total",
+		Help: "Messages of keys' queues read by GET /v1/messages/{id} and cancels (at most 1000 per look, two looks per lookup).",
+	}, func() float64 { return float64(st.Status.MessagesRead()) }))
 
 	// Every queue rule's stream must exist, at its effective capacity (not the rules
 	// file's, or a restarted ingress would undo a PATCH), before admitting.
@@ -225,11 +240,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := process.Retry(actx, auditLog.Ensure); err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
-	adminAPI := &admin.Admin{Audit: auditLog, Caller: svc.Caller, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Queues: st.Queues, Scheduler: st.Scheduler,
+	adminAPI := &admin.Admin{Audit: auditLog, Caller: svc.Caller, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Keys: st.Keys, Queues: st.Queues, Scheduler: st.Scheduler,
 		JS: st.JS, Parking: st.Parking, Dead: st.Dead, Admitter: st.Admitter, Logger: log}
 	srv = svc.NewServer(svc.ServerConfig{
 		Rules: watcher.Current, Admitter: st.Admitter, Status: st.Status, Limits: st.Limits,
-		Admin: adminAPI, Auth: auth, MaxBody: c.MaxBody, MaxBatch: c.MaxBatch, MaxDelay: c.MaxDelay, Registry: reg, Logger: log,
+		Admin: adminAPI, Auth: auth, Audit: auditLog, MaxBody: c.MaxBody, MaxBatch: c.MaxBatch, MaxDelay: c.MaxDelay, Registry: reg, Logger: log,
 		Ready: st.Ready, GRPCResponseHeaders: c.GRPCResponseHeaders, Now: m.Now,
 		CheckClientNames: c.CheckClientNames, OverrideMaxFactor: c.OverrideMaxFactor, OverrideMaxWindow: c.OverrideMaxWindow,
 		Envoy: decide.EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,

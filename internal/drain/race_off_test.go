@@ -1,0 +1,5 @@
+//go:build !race
+
+package drain_test
+
+const raceOn = false
