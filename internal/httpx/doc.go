@@ -10,5 +10,6 @@
 //     After)
 //   - etag.go: revision ETags and If-Match
 //   - limits.go: the HTTP listeners' limits against slow or hostile clients
+//   - body.go: Bodies (bounded, pooled request bodies), Bearer and WriteUnauthorized
 //   - doc.go: this overview
 package httpx

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/admit"
 	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/request"
 	"github.com/sluice-io/sluice/internal/telemetry"
 )
 
@@ -57,7 +58,7 @@ func splitBatch(body []byte) ([]json.RawMessage, *httpx.Problem) {
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	if len(trimmed) > 0 && trimmed[0] == '[' {
 		if err := json.Unmarshal(body, &items); err != nil {
-			p := jsonProblem(err)
+			p := request.JSONProblem(err)
 			return nil, &p
 		}
 		return items, nil
@@ -211,7 +212,7 @@ func decodeArray(body []byte, max int) (reqs []submitRequest, ok bool) {
 		requestPool.Put(reqs)
 		return nil, false
 	}
-	bad := mayHoldBadStrings(body)
+	bad := request.MayHoldBadStrings(body)
 	for dec.More() {
 		if len(reqs) == max {
 			return fail()
@@ -223,7 +224,7 @@ func decodeArray(body []byte, max int) (reqs []submitRequest, ok bool) {
 		}
 		item := body[from:dec.InputOffset()]
 		markEmptyKey(item, &reqs[len(reqs)-1])
-		if bad && findFault(bytes.TrimLeft(item, " \t\r\n,"), submitRequestType) != nil {
+		if bad && request.FindFault(bytes.TrimLeft(item, " \t\r\n,"), submitRequestType) != nil {
 			return fail() // a string encoding/json replaced: splitBatch's items name it
 		}
 	}
@@ -560,7 +561,7 @@ func (sc *scanner) descriptor(req *submitRequest) bool {
 		return false // not an array, or empty
 	}
 	for {
-		var e entry
+		var e request.Entry
 		var seen uint8
 		if !sc.object(func(name string) bool {
 			var bit uint8

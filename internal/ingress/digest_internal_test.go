@@ -3,13 +3,15 @@ package ingress
 import (
 	"strings"
 	"testing"
+
+	"github.com/sluice-io/sluice/internal/request"
 )
 
 // TestDigestIsStable: a claim's request digest is compared by every ingress that sees a
 // repeat of its idempotency key, rolling upgrades included, so the bytes it hashes never
 // change. The values were computed by v0.4's digest.
 func TestDigestIsStable(t *testing.T) {
-	entries := []entry{{Key: "merchant_id", Value: "m-1"}, {Key: "user", Value: "ü 7"}}
+	entries := []request.Entry{{Key: "merchant_id", Value: "m-1"}, {Key: "user", Value: "ü 7"}}
 	for _, tc := range []struct {
 		name, payload, want string
 	}{

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-io/sluice/internal/ingress"
+	"github.com/sluice-io/sluice/internal/decide"
 	ingressproc "github.com/sluice-io/sluice/internal/process/ingress"
 )
 
@@ -21,7 +21,7 @@ func TestEnvoyParityFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.MergeDomainConfig || c.ShadowMode || c.QuotaMode || c.ResponseDynamicMetadata || c.LocalCacheBytes != 0 ||
-		c.DetailedMetricValues != ingress.DefaultDetailedMetricValues || len(c.CheckConfig) != 0 {
+		c.DetailedMetricValues != decide.DefaultDetailedMetricValues || len(c.CheckConfig) != 0 {
 		t.Fatalf("defaults: %+v", c)
 	}
 	c, err = parse(nil, "-merge-domain-config", "-shadow-mode=true", "-quota-mode=1", "-response-dynamic-metadata",

@@ -1,5 +1,7 @@
 package ingress
 
+import "github.com/sluice-io/sluice/internal/admin"
+
 // ScanSubmission decodes a plain single submission as the ingress does (scanOne), for the
 // admission report's floor handlers: the descriptor's first value and the payload; ok is
 // false for a body the scanner leaves to encoding/json.
@@ -15,23 +17,15 @@ func ScanSubmission(body []byte) (key string, payload []byte, ok bool) {
 // handlers.
 var WriteQueued = writeQueued
 
-// SetAdminHooks sets the test seams of s's admin handler (see adminHooks): afterStore runs
-// once a PATCH's override is stored, afterReplay after each dead letter a replay-all
+// SetAdminHooks sets the test seams of s's admin handler (admin.Admin.SetHooks): afterStore
+// runs once a PATCH's override is stored, afterReplay after each dead letter a replay-all
 // handled (with their count). nil leaves a hook unset.
 func SetAdminHooks(s *Server, afterStore func(), afterReplay func(n int)) {
-	a := s.cfg.Admin.(*Admin)
-	if afterStore != nil {
-		f := func(int) { afterStore() }
-		a.hooks.afterStore.Store(&f)
-	}
-	if afterReplay != nil {
-		a.hooks.afterReplay.Store(&afterReplay)
-	}
+	s.cfg.Admin.(*admin.Admin).SetHooks(afterStore, afterReplay, nil)
 }
 
 // SetAdminAfterAdmit sets the seam that runs once a replayed dead letter is back in its
 // queue, before its dead letter is removed.
 func SetAdminAfterAdmit(s *Server, f func()) {
-	g := func(int) { f() }
-	s.cfg.Admin.(*Admin).hooks.afterAdmit.Store(&g)
+	s.cfg.Admin.(*admin.Admin).SetHooks(nil, nil, f)
 }

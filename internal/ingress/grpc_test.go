@@ -25,8 +25,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-io/sluice/internal/devstack"
-	"github.com/sluice-io/sluice/internal/ingress"
 	ingressproc "github.com/sluice-io/sluice/internal/process/ingress"
+	"github.com/sluice-io/sluice/internal/request"
 )
 
 // Rules of the gRPC tests: one rule per algorithm and feature, a queue-only rule and a
@@ -395,7 +395,7 @@ func TestGRPCResponseHeadersFlag(t *testing.T) {
 func TestGRPCBadInput(t *testing.T) {
 	t.Parallel()
 	g := startGRPC(t, nil)
-	long := strings.Repeat("k", ingress.MaxKeyBytes+1)
+	long := strings.Repeat("k", request.MaxKeyBytes+1)
 	overHits := desc("login", "b1")
 	overHits.HitsAddend = wrapperspb.UInt64(1 << 40)
 	negative := desc("login", "b2")
@@ -404,7 +404,7 @@ func TestGRPCBadInput(t *testing.T) {
 	noUnit.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
 	zeroRate := desc("login", "b4")
 	zeroRate.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{Unit: typev3.RateLimitUnit_SECOND}
-	many := make([]*commonv3.RateLimitDescriptor, ingress.MaxCheckDescriptors+1)
+	many := make([]*commonv3.RateLimitDescriptor, request.MaxCheckDescriptors+1)
 	for i := range many {
 		many[i] = desc("login", "b5")
 	}

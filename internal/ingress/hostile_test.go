@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-io/sluice/internal/ingress"
 	ingressproc "github.com/sluice-io/sluice/internal/process/ingress"
+	"github.com/sluice-io/sluice/internal/request"
 )
 
 // A client that sends its headers one byte at a time (slowloris) is disconnected once
@@ -175,19 +176,19 @@ func TestHostileCountsRefused(t *testing.T) {
 		}
 		return "[" + strings.Join(ds, ",") + "]"
 	}
-	long := strings.Repeat("k", ingress.MaxKeyBytes+1)
+	long := strings.Repeat("k", request.MaxKeyBytes+1)
 	for _, c := range []struct {
 		name, path, body, field string
 	}{
-		{"submit descriptor entries", "/v1/messages", `{"domain":"orders","descriptor":` + entries(ingress.MaxDescriptorEntries+1) + `,"payload":1}`, "descriptor"},
+		{"submit descriptor entries", "/v1/messages", `{"domain":"orders","descriptor":` + entries(request.MaxDescriptorEntries+1) + `,"payload":1}`, "descriptor"},
 		{"submit key length", "/v1/messages", `{"domain":"orders","descriptor":[{"key":"merchant_id","value":"` + long + `"}],"payload":1}`, "descriptor[0].value"},
 		{"submit entry name length", "/v1/messages", `{"domain":"orders","descriptor":[{"key":"` + long + `","value":"m"}],"payload":1}`, "descriptor[0].key"},
 		{"submit domain length", "/v1/messages", `{"domain":"` + long + `","descriptor":[{"key":"merchant_id","value":"m"}],"payload":1}`, "domain"},
-		{"idempotency key length", "/v1/messages", `{"domain":"orders","descriptor":[{"key":"merchant_id","value":"m"}],"payload":1,"idempotency_key":"` + strings.Repeat("i", ingress.MaxIdempotencyKeyBytes+1) + `"}`, "idempotency_key"},
-		{"check descriptors", "/v1/check", `{"domain":"orders","descriptors":` + descs(ingress.MaxCheckDescriptors+1) + `}`, "descriptors"},
-		{"check descriptor entries", "/v1/check", `{"domain":"orders","descriptors":[{"entries":` + entries(ingress.MaxDescriptorEntries+1) + `}]}`, "descriptors[0].entries"},
+		{"idempotency key length", "/v1/messages", `{"domain":"orders","descriptor":[{"key":"merchant_id","value":"m"}],"payload":1,"idempotency_key":"` + strings.Repeat("i", request.MaxIdempotencyKeyBytes+1) + `"}`, "idempotency_key"},
+		{"check descriptors", "/v1/check", `{"domain":"orders","descriptors":` + descs(request.MaxCheckDescriptors+1) + `}`, "descriptors"},
+		{"check descriptor entries", "/v1/check", `{"domain":"orders","descriptors":[{"entries":` + entries(request.MaxDescriptorEntries+1) + `}]}`, "descriptors[0].entries"},
 		{"check key length", "/v1/check", `{"domain":"orders","descriptors":[{"entries":[{"key":"merchant_id","value":"` + long + `"}]}]}`, "descriptors[0].entries[0].value"},
-		{"json descriptors", "/json", `{"domain":"orders","descriptors":` + descs(ingress.MaxCheckDescriptors+1) + `}`, "descriptors"},
+		{"json descriptors", "/json", `{"domain":"orders","descriptors":` + descs(request.MaxCheckDescriptors+1) + `}`, "descriptors"},
 	} {
 		resp, err := http.Post(base+c.path, "application/json", strings.NewReader(c.body))
 		if err != nil {
@@ -204,8 +205,8 @@ func TestHostileCountsRefused(t *testing.T) {
 	}
 	// At the limits, the same requests pass validation.
 	for _, c := range []struct{ path, body string }{
-		{"/v1/check", `{"domain":"orders","descriptors":` + descs(ingress.MaxCheckDescriptors) + `}`},
-		{"/v1/messages", `{"domain":"orders","descriptor":[{"key":"merchant_id","value":"` + long[1:] + `"}],"payload":1,"idempotency_key":"` + strings.Repeat("i", ingress.MaxIdempotencyKeyBytes) + `"}`},
+		{"/v1/check", `{"domain":"orders","descriptors":` + descs(request.MaxCheckDescriptors) + `}`},
+		{"/v1/messages", `{"domain":"orders","descriptor":[{"key":"merchant_id","value":"` + long[1:] + `"}],"payload":1,"idempotency_key":"` + strings.Repeat("i", request.MaxIdempotencyKeyBytes) + `"}`},
 	} {
 		resp, err := http.Post(base+c.path, "application/json", strings.NewReader(c.body))
 		if err != nil {

@@ -7,10 +7,7 @@ import (
 // metrics of the ingress (docs/metrics.md). Labels never carry a key.
 type metrics struct {
 	admissions   *prometheus.CounterVec   // sluice_admissions_total{rule,decision}
-	checks       *prometheus.CounterVec   // sluice_checks_total{rule,code,transport}
-	checkRefused *prometheus.CounterVec   // sluice_checks_refused_total{reason,transport}
 	httpDuration *prometheus.HistogramVec // sluice_http_request_duration_seconds{route,code}
-	grpcDuration *prometheus.HistogramVec // sluice_grpc_request_duration_seconds{method,code}
 	degraded     prometheus.Gauge         // sluice_limiter_degraded
 	rulesReload  *prometheus.CounterVec   // sluice_rules_reload_total{result}
 	rulesLoaded  prometheus.Gauge         // sluice_rules_loaded
@@ -32,24 +29,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_admissions_total",
 			Help: "Requests to POST /v1/messages by rule and decision (queued, parked, rejected, duplicate, error).",
 		}, []string{"rule", "decision"}),
-		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_checks_total",
-			Help: "Descriptors decided by POST /v1/check (transport http) and the envoy RLS gRPC ShouldRateLimit (transport grpc) by rule and code (OK, OVER_LIMIT, SHADOW_OVER_LIMIT).",
-		}, []string{"rule", "code", "transport"}),
-		checkRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_checks_refused_total",
-			Help: "Check requests refused before any descriptor was decided, by reason (unauthenticated, forbidden: -submit-tokens' check scope; limit_override: beyond its bounds) and transport.",
-		}, []string{"reason", "transport"}),
 		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_http_request_duration_seconds",
 			Help:    "HTTP request durations by route pattern and status code.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"route", "code"}),
-		grpcDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "sluice_grpc_request_duration_seconds",
-			Help:    "gRPC call durations by full method name and status code (OK, InvalidArgument, Unavailable, ...).",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-		}, []string{"method", "code"}),
 		degraded: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_limiter_degraded",
 			Help: "1 while Redis is unreachable and admission limits are decided by a local limiter (limit ÷ live ingress count).",
@@ -63,6 +47,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Number of rules in force.",
 		}),
 	}
-	reg.MustRegister(m.admissions, m.checks, m.checkRefused, m.httpDuration, m.grpcDuration, m.degraded, m.rulesReload, m.rulesLoaded)
+	reg.MustRegister(m.admissions, m.httpDuration, m.degraded, m.rulesReload, m.rulesLoaded)
 	return m
 }

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/request"
 )
 
 // typicalSubmit is a submit body of the size and shape clients send (about 250 bytes).
@@ -81,18 +82,18 @@ func FuzzSubmitBody(f *testing.F) {
 			}
 			return
 		}
-		if req.Domain == "" || len(req.Domain) > MaxDomainBytes || !utf8.ValidString(req.Domain) {
+		if req.Domain == "" || len(req.Domain) > request.MaxDomainBytes || !utf8.ValidString(req.Domain) {
 			t.Fatalf("accepted domain %q", req.Domain)
 		}
-		if len(req.Descriptor) == 0 || len(req.Descriptor) > MaxDescriptorEntries {
+		if len(req.Descriptor) == 0 || len(req.Descriptor) > request.MaxDescriptorEntries {
 			t.Fatalf("accepted %d descriptor entries", len(req.Descriptor))
 		}
 		for _, e := range req.Descriptor {
-			if e.Key == "" || len(e.Key) > MaxKeyBytes || len(e.Value) > MaxKeyBytes || !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value) {
+			if e.Key == "" || len(e.Key) > request.MaxKeyBytes || len(e.Value) > request.MaxKeyBytes || !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value) {
 				t.Fatalf("accepted entry %q=%q", e.Key, e.Value)
 			}
 		}
-		if len(req.IdempotencyKey) > MaxIdempotencyKeyBytes || len(req.Headers) > 16 {
+		if len(req.IdempotencyKey) > request.MaxIdempotencyKeyBytes || len(req.Headers) > 16 {
 			t.Fatalf("accepted idempotency key of %d bytes, %d headers", len(req.IdempotencyKey), len(req.Headers))
 		}
 		if !json.Valid(req.Payload) {

@@ -29,11 +29,11 @@ import (
 
 // The routes the server registers and the operations api/openapi.yaml documents agree:
 // every documented operation reaches a real handler (not the catch-all 404 of server.go or
-// admin.go) and answers a status the document lists for it, and every route the server
+// internal/admin/admin.go) and answers a status the document lists for it, and every route the server
 // registers is documented. On a disagreement the document is the one to fix, unless the
 // server is wrong.
 
-// serverRoutes are the patterns registered in server.go (NewServer) and admin.go
+// serverRoutes are the patterns registered in server.go (NewServer) and internal/admin/admin.go
 // (Admin.ServeHTTP), less the catch-alls ("/" and the "/v1/admin/" prefix).
 // TestServerRoutesListed keeps this list in step with the source.
 var serverRoutes = []string{
@@ -296,14 +296,14 @@ func TestRoutesServedAreDocumented(t *testing.T) {
 	}
 }
 
-// serverRoutes is what server.go and admin.go register: their calls of route, Handle and
+// serverRoutes is what server.go and internal/admin/admin.go register: their calls of route, Handle and
 // HandleFunc with a literal pattern, read from the source so a new route cannot be
 // forgotten here.
 func TestRoutesServerListIsCurrent(t *testing.T) {
 	t.Parallel()
 	var found []string
 	fset := token.NewFileSet()
-	for _, file := range []string{"server.go", "admin.go"} {
+	for _, file := range []string{"server.go", "../admin/admin.go"} {
 		f, err := parser.ParseFile(fset, file, nil, 0)
 		if err != nil {
 			t.Fatal(err)

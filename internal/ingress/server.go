@@ -1,7 +1,3 @@
-// Package ingress is sluice's front door: the HTTP API of docs/http-api.md (submit, status, check,
-// health, metrics, admin) and envoy's gRPC rate limit service. The ingress process that serves
-// them (flags, connections, listeners, the optional in-process drainer) is assembled in
-// internal/process/ingress; this package imports neither it nor the drainer.
 package ingress
 
 import (
@@ -24,6 +20,7 @@ import (
 	"github.com/sluice-io/sluice/internal/admit"
 	"github.com/sluice-io/sluice/internal/audit"
 	"github.com/sluice-io/sluice/internal/console"
+	"github.com/sluice-io/sluice/internal/decide"
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/redact"
 	"github.com/sluice-io/sluice/internal/rules"
@@ -37,10 +34,10 @@ type Server struct {
 	cfg     ServerConfig
 	metrics *metrics
 	mux     *http.ServeMux
-	bufs    sync.Pool
+	bodies  httpx.Bodies
 	refused refusals
-	envoy   *envoyState // envoy parity options (envoy.go)
-	audits  *auditCalls // refused and failed admin calls, cancels (auditcalls.go)
+	checks  *decide.Service // POST /v1/check, POST /json and the gRPC RLS (internal/decide)
+	audits  *auditCalls     // refused and failed admin calls, cancels (auditcalls.go)
 }
 
 // refusals counts this process's 429s per rule between two flushes to Redis (see
@@ -101,7 +98,7 @@ type ServerConfig struct {
 	// GRPCResponseHeaders makes every gRPC check answer carry the rate-limit headers, as
 	// envoy's LIMIT_RESPONSE_HEADERS_ENABLED; otherwise only rules with response_headers.
 	GRPCResponseHeaders bool
-	Envoy               EnvoyConfig // envoy parity options (envoy.go); zero = envoy's defaults
+	Envoy               decide.EnvoyConfig // envoy parity options; zero = envoy's defaults
 	// Ready reports whether NATS and Redis are reachable (GET /readyz); nil = always ready.
 	Ready func(ctx context.Context) error
 	// Admin serves /v1/admin/; nil = 404. It is wrapped in bearer-token authentication.
@@ -153,10 +150,10 @@ func NewServer(cfg ServerConfig) *Server {
 		cfg.Now = time.Now
 	}
 	if cfg.OverrideMaxFactor <= 0 {
-		cfg.OverrideMaxFactor = DefaultOverrideMaxFactor
+		cfg.OverrideMaxFactor = decide.DefaultOverrideMaxFactor
 	}
 	if cfg.OverrideMaxWindow <= 0 {
-		cfg.OverrideMaxWindow = DefaultOverrideMaxWindow
+		cfg.OverrideMaxWindow = decide.DefaultOverrideMaxWindow
 	}
 	if cfg.Unavailable <= 0 {
 		cfg.Unavailable = 2 * time.Second
@@ -168,15 +165,17 @@ func NewServer(cfg ServerConfig) *Server {
 		cfg.Auth = &Auth{Static: []Token{NewStaticToken("admin-token", ScopeOperate, cfg.AdminToken)}}
 	}
 	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registry), mux: http.NewServeMux()}
-	s.envoy = newEnvoyState(cfg.Envoy, cfg.Registry)
+	s.bodies.Max = cfg.MaxBody
+	s.checks = decide.New(decide.Config{Rules: cfg.Rules, Limits: cfg.Limits, GRPCResponseHeaders: cfg.GRPCResponseHeaders,
+		Envoy: cfg.Envoy, OverrideMaxFactor: cfg.OverrideMaxFactor, OverrideMaxWindow: cfg.OverrideMaxWindow,
+		Callers: checkCallersOf(cfg), Bodies: &s.bodies, Registry: cfg.Registry, Logger: cfg.Logger, Now: cfg.Now})
 	s.audits = newAuditCalls(cfg.Audit, cfg.Registry)
 	s.registerStoreFull(cfg.Registry)
-	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	s.route("POST /v1/messages", s.submitAuth(s.handleSubmit))
 	s.route("GET /v1/messages/{id}", s.statusAuth(s.handleStatus))
 	s.route("DELETE /v1/messages/{id}", s.auditCancel(s.submitAuth(s.handleCancel)))
-	s.route("POST /v1/check", s.handleCheck)
-	s.route("POST /json", s.handleEnvoyJSON) // envoyproxy/ratelimit's /json (protojson)
+	s.route("POST /v1/check", s.checks.HandleCheck)
+	s.route("POST /json", s.checks.HandleEnvoyJSON) // envoyproxy/ratelimit's /json (protojson)
 	s.route("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		io.WriteString(w, "ok\n")
@@ -305,43 +304,14 @@ func (s *Server) instrument(route string, h http.Handler) http.Handler {
 
 // readBody reads the request body up to MaxBody; a larger body is a 413.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *[]byte, *httpx.Problem) {
-	if r.ContentLength > s.cfg.MaxBody {
-		p := httpx.TooLarge("the body is larger than " + strconv.FormatInt(s.cfg.MaxBody, 10) + " bytes")
-		return nil, nil, &p
-	}
-	bp := s.bufs.Get().(*[]byte)
-	buf := (*bp)[:0]
-	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := body.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			*bp = buf
-			s.bufs.Put(bp)
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				p := httpx.TooLarge("the body is larger than " + strconv.FormatInt(s.cfg.MaxBody, 10) + " bytes")
-				return nil, nil, &p
-			}
-			p := httpx.BadRequest("", "could not read the body: "+err.Error())
-			return nil, nil, &p
-		}
-	}
-	*bp = buf
-	return buf, bp, nil
+	return s.bodies.Read(w, r)
 }
 
-func (s *Server) releaseBody(bp *[]byte) {
-	if bp != nil && cap(*bp) <= 1<<20 {
-		s.bufs.Put(bp)
-	}
-}
+func (s *Server) releaseBody(bp *[]byte) { s.bodies.Release(bp) }
+
+// Checks is the decision service the server routes /v1/check and /json to; its
+// NewGRPCServer serves the envoy RLS over gRPC.
+func (s *Server) Checks() *decide.Service { return s.checks }
 
 // submitResponse is the body of 202 and 200 answers to POST /v1/messages.
 type submitResponse struct {

@@ -104,7 +104,7 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 // (no rule, no queue, a field at fault) ok is false and o is the answer.
 func (s *Server) prepare(ctx context.Context, req *submitRequest) (sub submission, o outcome, ok bool) {
 	set := s.cfg.Rules()
-	match, ok := set.Match(req.Domain, toRuleEntries(req.Descriptor))
+	match, ok := set.Match(req.Domain, ruleEntries(req.Descriptor))
 	if !ok {
 		return sub, problemOutcome(httpx.NoRule("", set.NoMatchDetail(req.Domain))), false
 	}
@@ -209,29 +209,17 @@ func (s *Server) conclude(ctx context.Context, sub *submission, res admit.Result
 // rejectedOutcome is the 429 #quota-exceeded of an admission refused (res.Decision
 // Rejected: the key's queue full, its admission limit exhausted, or the rule's max_bytes
 // reached), with the violated policies, the Retry-After of the policy that refused and the
-// rate-limit headers. A submission and a dead letter's replay (admin.go) answer it alike;
+// rate-limit headers. A submission and a dead letter's replay (internal/admin) answer it alike;
 // more, when set, is added to the detail ("the dead letter is kept").
 func rejectedOutcome(res admit.Result, more string) outcome {
-	detail := "the queue of this key is full"
-	switch res.Reason {
-	case admit.ReasonLimit:
-		detail = "the admission limit of this key is exhausted"
-	case admit.ReasonRuleFull:
-		detail = "the queue of this rule is full (its max_bytes): no key of it is admitted until its messages drain"
-	}
-	if more != "" {
-		detail += "; " + more
-	}
-	o := problemOutcome(httpx.QuotaExceeded(detail, res.RetryAfter, res.Violated...))
-	o.limit = rateLimitOf(res)
+	p, limit := admit.Refusal(res, more)
+	o := problemOutcome(p)
+	o.limit = limit
 	return o
 }
 
 // rateLimitOf is the rate-limit headers of an admission's answer.
-func rateLimitOf(res admit.Result) httpx.RateLimit {
-	return httpx.RateLimit{Policy: res.Policy, Limit: res.Limit, Remaining: res.Remaining,
-		Reset: res.Reset, Window: res.Window, RetryAfter: res.RetryAfter}
-}
+func rateLimitOf(res admit.Result) httpx.RateLimit { return res.RateLimit() }
 
 // schedule keeps a message with a later delivery time in the retry stream until then
 // (JetStream's message schedules, resolved to whole seconds and never early); it enters its

@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/sluice-io/sluice/internal/decide"
 	"github.com/sluice-io/sluice/internal/httpx"
 	svc "github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
@@ -202,11 +203,11 @@ func declareFlags(c *Config, getenv func(string) string, stderr io.Writer) *proc
 	f.Bool(&c.QuotaMode, "quota-mode", "SLUICE_QUOTA_MODE", false, "every descriptor in quota mode, as envoy's QUOTA_MODE")
 	f.Bool(&c.ResponseDynamicMetadata, "response-dynamic-metadata", "SLUICE_RESPONSE_DYNAMIC_METADATA", false, "add envoy's dynamic_metadata to answers, as envoy's RESPONSE_DYNAMIC_METADATA")
 	f.Bool(&c.GRPCReflection, "grpc-reflection", "SLUICE_GRPC_REFLECTION", false, "serve gRPC server reflection on -grpc")
-	f.Int64(&c.OverrideMaxFactor, "override-max-factor", "SLUICE_OVERRIDE_MAX_FACTOR", svc.DefaultOverrideMaxFactor, "a check's limit override may ask at most this many times its rule's rate, unless the rule's limit_override says")
-	f.Duration(&c.OverrideMaxWindow, "override-max-window", "SLUICE_OVERRIDE_MAX_WINDOW", svc.DefaultOverrideMaxWindow, "the longest window a check's limit override may ask, unless its rule's limit_override says")
+	f.Int64(&c.OverrideMaxFactor, "override-max-factor", "SLUICE_OVERRIDE_MAX_FACTOR", decide.DefaultOverrideMaxFactor, "a check's limit override may ask at most this many times its rule's rate, unless the rule's limit_override says")
+	f.Duration(&c.OverrideMaxWindow, "override-max-window", "SLUICE_OVERRIDE_MAX_WINDOW", decide.DefaultOverrideMaxWindow, "the longest window a check's limit override may ask, unless its rule's limit_override says")
 	f.Bool(&c.GRPCResponseHeaders, "grpc-response-headers", "SLUICE_GRPC_RESPONSE_HEADERS", false, "add rate-limit headers to every gRPC answer, not only for rules with response_headers")
 	f.Bytes(&c.LocalCacheBytes, "local-cache-bytes", "SLUICE_LOCAL_CACHE_SIZE_IN_BYTES", 0, "size of the local over-limit cache, as envoy's LOCAL_CACHE_SIZE_IN_BYTES; 0 disables")
-	f.Int(&c.DetailedMetricValues, "detailed-metric-values", "SLUICE_DETAILED_METRIC_VALUES", svc.DefaultDetailedMetricValues, "distinct values per detailed_metric rule in sluice_checks_detailed_total, the rest counted as _other")
+	f.Int(&c.DetailedMetricValues, "detailed-metric-values", "SLUICE_DETAILED_METRIC_VALUES", decide.DefaultDetailedMetricValues, "distinct values per detailed_metric rule in sluice_checks_detailed_total, the rest counted as _other")
 	// Actions, not settings: no environment variable.
 	f.ListAction(&c.CheckConfig, "check-config", "validate these rules files or directories (comma-separated, as -rules) and exit")
 	f.BoolAction(&c.Version, "version", "print the version and exit")

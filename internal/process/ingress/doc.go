@@ -1,7 +1,7 @@
 // Package ingress is the ingress process, assembled beside the drainer process
 // (internal/process) on the same skeleton: its flags and SLUICE_* variables into a validated
-// Config, the Stack of connections and streams, the handlers of internal/ingress (HTTP API,
-// admin API, envoy's gRPC service) on their listeners, and with -drain a drainer in the same
+// Config, the Stack of connections and streams, the handlers (internal/ingress's HTTP API,
+// internal/admin's admin API, internal/decide's envoy gRPC service) on their listeners, and with -drain a drainer in the same
 // process (process.StartDraining). Handler packages import neither this package nor the
 // drainer; the processes import them (internal/arch holds the arrows). It is its own package,
 // not part of internal/process, so that the drainer binary does not link the HTTP and gRPC

@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluice-io/sluice/bucket"
+	"github.com/sluice-io/sluice/internal/admin"
 	"github.com/sluice-io/sluice/internal/audit"
+	"github.com/sluice-io/sluice/internal/decide"
 	"github.com/sluice-io/sluice/internal/drain"
 	svc "github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
@@ -90,7 +92,7 @@ type Main struct {
 
 	closers []func()
 	httpSrv *http.Server
-	grpcSrv *svc.GRPCServer
+	grpcSrv *decide.GRPCServer
 	once    sync.Once
 }
 
@@ -238,14 +240,14 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := process.Retry(actx, auditLog.Ensure); err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
-	admin := &svc.Admin{Audit: auditLog, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Keys: st.Keys, Queues: st.Queues, Scheduler: st.Scheduler,
+	adminAPI := &admin.Admin{Audit: auditLog, Caller: svc.Caller, Rules: watcher.Current, Overrides: st.Overrides, Current: st.Current, Keys: st.Keys, Queues: st.Queues, Scheduler: st.Scheduler,
 		JS: st.JS, Parking: st.Parking, Dead: st.Dead, Admitter: st.Admitter, Logger: log}
 	srv = svc.NewServer(svc.ServerConfig{
 		Rules: watcher.Current, Admitter: st.Admitter, Status: st.Status, Limits: st.Limits,
-		Admin: admin, Auth: auth, Audit: auditLog, MaxBody: c.MaxBody, MaxBatch: c.MaxBatch, MaxDelay: c.MaxDelay, Registry: reg, Logger: log,
+		Admin: adminAPI, Auth: auth, Audit: auditLog, MaxBody: c.MaxBody, MaxBatch: c.MaxBatch, MaxDelay: c.MaxDelay, Registry: reg, Logger: log,
 		Ready: st.Ready, GRPCResponseHeaders: c.GRPCResponseHeaders, Now: m.Now,
 		CheckClientNames: c.CheckClientNames, OverrideMaxFactor: c.OverrideMaxFactor, OverrideMaxWindow: c.OverrideMaxWindow,
-		Envoy: svc.EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,
+		Envoy: decide.EnvoyConfig{ShadowMode: c.ShadowMode, QuotaMode: c.QuotaMode, ResponseDynamicMetadata: c.ResponseDynamicMetadata,
 			LocalCacheBytes: c.LocalCacheBytes, DetailedMetricValues: c.DetailedMetricValues},
 	})
 	m.Server = srv
@@ -295,11 +297,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("ingress: %w", err)
 		}
 		m.GRPCAddr = gln.Addr()
-		gc := svc.GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log, Reflection: c.GRPCReflection}
+		gc := decide.GRPCConfig{MaxRecvMsgSize: int(min(c.MaxBody, 1<<30)), Logger: log, Reflection: c.GRPCReflection}
 		if m.TLS != nil {
 			gc.TLS = m.TLS.Config()
 		}
-		m.grpcSrv = srv.NewGRPCServer(gc)
+		m.grpcSrv = srv.Checks().NewGRPCServer(gc)
 		go func() {
 			if err := m.grpcSrv.Serve(gln); err != nil {
 				log.Error("ingress: gRPC server stopped", "err", err)

@@ -1,7 +1,7 @@
 // Command rlsfloor is the floor TestEnvoyRatelimitReport measures sluice and
 // envoyproxy/ratelimit against (SLUICE_BENCH_FLOOR=1): an envoy RLS v3 gRPC server that
 // decides nothing. It serves ShouldRateLimit on grpc-go with the ingress's transport
-// options (ingress.GRPCTransportOptions: stream workers, shared write buffer, fixed
+// options (decide.GRPCTransportOptions: stream workers, shared write buffer, fixed
 // flow-control windows) and answers every call with one fixed status shaped as sluice's
 // answers are (a code, current_limit, limit_remaining, duration_until_reset) — OVER_LIMIT
 // for a descriptor whose first entry's key is "hot", OK otherwise, as the benchmark's rules
@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/sluice-io/sluice/internal/ingress"
+	"github.com/sluice-io/sluice/internal/decide"
 )
 
 type floor struct {
@@ -57,7 +57,7 @@ func main() {
 		logger.Error("rlsfloor: listen", "err", err)
 		os.Exit(1)
 	}
-	gs := grpc.NewServer(ingress.GRPCTransportOptions(ingress.GRPCConfig{})...)
+	gs := grpc.NewServer(decide.GRPCTransportOptions(decide.GRPCConfig{})...)
 	rlsv3.RegisterRateLimitServiceServer(gs, floor{})
 	logger.Info("rlsfloor: listening", "addr", ln.Addr().String()) // what the benchmark waits for
 	if err := gs.Serve(ln); err != nil {

@@ -1,4 +1,4 @@
-package ingress
+package decide
 
 import (
 	"testing"
@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-io/sluice/bucket"
+	"github.com/sluice-io/sluice/internal/request"
 	"github.com/sluice-io/sluice/internal/rules"
 )
 
@@ -50,23 +51,23 @@ func FuzzRLSDescriptors(f *testing.F) {
 			}
 			return
 		}
-		if req.Domain == "" || len(req.Domain) > MaxDomainBytes {
+		if req.Domain == "" || len(req.Domain) > request.MaxDomainBytes {
 			t.Fatalf("accepted domain of %d bytes", len(req.Domain))
 		}
-		if len(descs) != len(req.Descriptors) || len(descs) == 0 || len(descs) > MaxCheckDescriptors {
+		if len(descs) != len(req.Descriptors) || len(descs) == 0 || len(descs) > request.MaxCheckDescriptors {
 			t.Fatalf("%d descriptors from %d", len(descs), len(req.Descriptors))
 		}
 		for i, d := range descs {
 			// A descriptor's own hits_addend of 0 checks without counting, as envoy's does
 			// (the oracle said "at least 1" until the fuzzer found one: seed 17d028f6b8f32e4f).
-			if (d.Hits < 1 && !(d.OwnHits && d.Hits == 0)) || d.Hits > MaxHitsAddend {
+			if (d.Hits < 1 && !(d.OwnHits && d.Hits == 0)) || d.Hits > request.MaxHitsAddend {
 				t.Fatalf("descriptor %d: hits %d", i, d.Hits)
 			}
-			if len(d.Entries) == 0 || len(d.Entries) > MaxDescriptorEntries {
+			if len(d.Entries) == 0 || len(d.Entries) > request.MaxDescriptorEntries {
 				t.Fatalf("descriptor %d: %d entries", i, len(d.Entries))
 			}
 			for _, e := range d.Entries {
-				if e.Key == "" || len(e.Key) > MaxKeyBytes || len(e.Value) > MaxKeyBytes {
+				if e.Key == "" || len(e.Key) > request.MaxKeyBytes || len(e.Value) > request.MaxKeyBytes {
 					t.Fatalf("descriptor %d: entry %q=%q accepted", i, e.Key, e.Value)
 				}
 			}

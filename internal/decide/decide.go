@@ -1,4 +1,4 @@
-package ingress
+package decide
 
 import (
 	"context"
@@ -123,13 +123,13 @@ func countsOver(rule *rules.Rule) bool { return !rule.HasQueue() && !rule.AllOrN
 // checked by its admission limit alone, on counters of the checks' own unless the rule
 // says `checks: share` (checkCounters); nothing is queued or parked. An unknown domain or a descriptor no rule matches is OK with no
 // limit. reqHits is the request's own hits_addend (for dynamic metadata).
-func (s *Server) decide(ctx context.Context, transport, domain string, reqHits uint64, descs []checkDescriptor) (checkVerdict, error) {
+func (s *Service) decide(ctx context.Context, transport, domain string, reqHits uint64, descs []checkDescriptor) (checkVerdict, error) {
 	now := s.cfg.Now()
 	entries := make([][]rules.Entry, len(descs))
 	for i := range descs {
 		entries[i] = descs[i].Entries
 	}
-	env := s.envoyState()
+	env := s.envoy
 	v := checkVerdict{Statuses: make([]descriptorVerdict, len(descs))}
 	checked := s.cfg.Rules().Check(domain, entries)
 	if s.cfg.Limits != nil {
@@ -323,7 +323,7 @@ const (
 // of each of the rule's limits, compared exactly in integers. A descriptor without a
 // rule, or whose rule is unlimited or has no limits, has no rate to compare with: only
 // the window is bounded. nil when allowed.
-func (s *Server) overrideAllowed(i int, o *rules.RateLimit, rule *rules.Rule) *httpx.Problem {
+func (s *Service) overrideAllowed(i int, o *rules.RateLimit, rule *rules.Rule) *httpx.Problem {
 	field := descriptorFields[i].at + ".limit"
 	factor, window := s.cfg.OverrideMaxFactor, s.cfg.OverrideMaxWindow
 	factorFrom, windowFrom := "-override-max-factor", "-override-max-window"

@@ -1,4 +1,4 @@
-package ingress
+package decide
 
 import (
 	"context"
@@ -101,7 +101,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := NewServer(ServerConfig{Rules: func() *rules.Set { return set }, Limits: bucket.NewMemory(bucket.MemoryConfig{}),
+	s := New(Config{Rules: func() *rules.Set { return set }, Limits: bucket.NewMemory(bucket.MemoryConfig{}),
 		Envoy: EnvoyConfig{LocalCacheBytes: 4 << 20}})
 	g := &rlsService{s: s}
 	ctx := context.Background()

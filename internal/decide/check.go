@@ -1,4 +1,4 @@
-package ingress
+package decide
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/request"
 	"github.com/sluice-io/sluice/internal/rules"
 )
 
@@ -147,31 +148,31 @@ func protoDuration(d time.Duration) string {
 // decodeCheck reads and validates the body of POST /v1/check (and /json): the domain, the
 // request's hits_addend (0 when not given) and the descriptors, or the problem to answer.
 func decodeCheck(r *http.Request, body []byte) (domain string, reqHits uint64, descs []checkDescriptor, prob *httpx.Problem) {
-	var req checkRequest
-	if p := checkJSONType(r, checkTypes); p != nil {
+	var req request.Check
+	if p := request.CheckJSONType(r, request.CheckTypes); p != nil {
 		return "", 0, nil, p
 	}
-	if p := decodeJSONBytes(body, &req); p != nil {
+	if p := request.DecodeJSON(body, &req); p != nil {
 		return "", 0, nil, p
 	}
-	if p := req.normalize(); p != nil {
+	if p := req.Normalize(); p != nil {
 		return "", 0, nil, p
 	}
-	if p := validateDomain(req.Domain); p != nil {
+	if p := request.ValidateDomain(req.Domain); p != nil {
 		return "", 0, nil, p
 	}
 	if len(req.Descriptors) == 0 {
 		p := httpx.BadRequest("descriptors", "is required: a list of {entries: [{key, value}]}")
 		return "", 0, nil, &p
 	}
-	if len(req.Descriptors) > MaxCheckDescriptors {
-		p := httpx.BadRequest("descriptors", "has more than "+strconv.Itoa(MaxCheckDescriptors)+" descriptors")
+	if len(req.Descriptors) > request.MaxCheckDescriptors {
+		p := httpx.BadRequest("descriptors", "has more than "+strconv.Itoa(request.MaxCheckDescriptors)+" descriptors")
 		return "", 0, nil, &p
 	}
 	hits := int64(1)
 	if req.HitsAddend != nil {
-		if *req.HitsAddend < 0 || *req.HitsAddend > MaxHitsAddend {
-			p := httpx.BadRequest("hits_addend", "must be 0 to "+strconv.FormatInt(MaxHitsAddend, 10))
+		if *req.HitsAddend < 0 || *req.HitsAddend > request.MaxHitsAddend {
+			p := httpx.BadRequest("hits_addend", "must be 0 to "+strconv.FormatInt(request.MaxHitsAddend, 10))
 			return "", 0, nil, &p
 		}
 		if *req.HitsAddend > 0 { // envoy: 0 counts as 1
@@ -181,13 +182,13 @@ func decodeCheck(r *http.Request, body []byte) (domain string, reqHits uint64, d
 	descs = make([]checkDescriptor, len(req.Descriptors))
 	for i, d := range req.Descriptors {
 		at := "descriptors[" + strconv.Itoa(i) + "]"
-		if p := validateEntries(at+".entries", d.Entries); p != nil {
+		if p := request.ValidateEntries(at+".entries", d.Entries); p != nil {
 			return "", 0, nil, p
 		}
-		descs[i] = checkDescriptor{Entries: toRuleEntries(d.Entries), Hits: hits}
+		descs[i] = checkDescriptor{Entries: ruleEntries(d.Entries), Hits: hits}
 		if d.HitsAddend != nil { // envoy: a descriptor's own hits_addend overrides the request's; 0 checks without counting
-			if *d.HitsAddend > MaxHitsAddend {
-				p := httpx.BadRequest(at+".hits_addend", "must be 0 to "+strconv.FormatInt(MaxHitsAddend, 10))
+			if *d.HitsAddend > request.MaxHitsAddend {
+				p := httpx.BadRequest(at+".hits_addend", "must be 0 to "+strconv.FormatInt(request.MaxHitsAddend, 10))
 				return "", 0, nil, &p
 			}
 			descs[i].Hits, descs[i].OwnHits = int64(*d.HitsAddend), true
@@ -210,7 +211,7 @@ func decodeCheck(r *http.Request, body []byte) (domain string, reqHits uint64, d
 	return req.Domain, reqHits, descs, nil
 }
 
-func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+func (s *Service) handleCheck(w http.ResponseWriter, r *http.Request) {
 	allowed, ok := s.httpCheckCaller(w, r)
 	if !ok {
 		return

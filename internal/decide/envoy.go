@@ -1,4 +1,4 @@
-package ingress
+package decide
 
 import (
 	"errors"
@@ -55,8 +55,6 @@ type envoyState struct {
 	mu     sync.Mutex
 	values map[string]map[string]struct{} // rule → values with a series of their own
 }
-
-func (s *Server) envoyState() *envoyState { return s.envoy }
 
 func newEnvoyState(cfg EnvoyConfig, reg prometheus.Registerer) *envoyState {
 	if cfg.DetailedMetricValues < 0 {
@@ -299,7 +297,7 @@ func wholeSeconds(d time.Duration) time.Duration {
 // protojson (camelCase or snake_case names), answered by the same decision as gRPC, in
 // protojson (camelCase, durations "40s"), 429 when OVER_LIMIT. Bad input is a 400 problem
 // naming the field; the limiter store unreachable is a 503 (envoy answers 400 to both).
-func (s *Server) handleEnvoyJSON(w http.ResponseWriter, r *http.Request) {
+func (s *Service) handleEnvoyJSON(w http.ResponseWriter, r *http.Request) {
 	allowed, ok := s.httpCheckCaller(w, r)
 	if !ok {
 		return

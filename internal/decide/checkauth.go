@@ -1,4 +1,4 @@
-package ingress
+package decide
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-io/sluice/internal/tlsx"
+	"github.com/sluice-io/sluice/internal/httpx"
 )
 
 // The check API (POST /v1/check, POST /json, the envoy RLS over gRPC) is open until
@@ -23,58 +23,31 @@ import (
 // whose identity -check-client-names lists (an Envoy or Istio sidecar's). Without this a
 // caller could spend or probe any tenant's limits.
 
-// checkDenied is why a check caller was refused: unauthenticated (no or an unknown
-// credential: 401, Unauthenticated) or forbidden (a credential of another scope or
-// domain: 403, PermissionDenied).
-type checkDenied struct {
-	unauthenticated bool
-	detail          string
-}
-
 // checksOpen reports whether the check API needs no credential (no -submit-tokens).
-func (s *Server) checksOpen() bool { return s.cfg.Auth == nil || s.cfg.Auth.Submit == nil }
+func (s *Service) checksOpen() bool { return s.cfg.Callers == nil }
 
-// checkCaller decides who is calling the check API from a bearer secret (sent: one was
-// given) and a verified client certificate (nil without). domain is the one domain the
-// caller may check ("" = any).
-func (s *Server) checkCaller(secret string, sent bool, cert *x509.Certificate) (domain string, denied *checkDenied) {
+// checkCaller is cfg.Callers' decision.
+func (s *Service) checkCaller(secret string, sent bool, cert *x509.Certificate) (domain string, denied *Denied) {
 	if s.checksOpen() {
 		return "", nil
 	}
-	if sent {
-		t, ok := match(secret, s.cfg.Auth.Submit.Tokens())
-		if !ok {
-			return "", &checkDenied{unauthenticated: true, detail: "unknown check token"}
-		}
-		if t.Scope != ScopeCheck {
-			return "", &checkDenied{detail: fmt.Sprintf("token %q has scope %s; checking needs scope check", t.Name, t.Scope)}
-		}
-		return t.Domain, nil
-	}
-	if cert != nil && tlsx.NameAllowed(cert, s.cfg.CheckClientNames) {
-		return "", nil
-	}
-	detail := "checking needs Authorization: Bearer <a check token>"
-	if len(s.cfg.CheckClientNames) > 0 {
-		detail += " or a client certificate named in -check-client-names"
-	}
-	return "", &checkDenied{unauthenticated: true, detail: detail}
+	return s.cfg.Callers.CheckCaller(secret, sent, cert)
 }
 
 // checkDomain refuses a caller limited to one domain that asks about another.
-func checkDomain(allowed, domain string) *checkDenied {
+func checkDomain(allowed, domain string) *Denied {
 	if allowed == "" || allowed == domain {
 		return nil
 	}
-	return &checkDenied{detail: fmt.Sprintf("this token may check domain %q only", allowed)}
+	return &Denied{Detail: fmt.Sprintf("this token may check domain %q only", allowed)}
 }
 
 // httpCheckCaller is checkCaller for an HTTP request; false when it answered the refusal.
-func (s *Server) httpCheckCaller(w http.ResponseWriter, r *http.Request) (domain string, ok bool) {
+func (s *Service) httpCheckCaller(w http.ResponseWriter, r *http.Request) (domain string, ok bool) {
 	if s.checksOpen() {
 		return "", true
 	}
-	secret, sent := bearer(r)
+	secret, sent := httpx.Bearer(r)
 	var cert *x509.Certificate
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
 		cert = r.TLS.PeerCertificates[0]
@@ -88,25 +61,25 @@ func (s *Server) httpCheckCaller(w http.ResponseWriter, r *http.Request) (domain
 }
 
 // reason is d's label of sluice_checks_refused_total.
-func (d *checkDenied) reason() string {
-	if d.unauthenticated {
+func (d *Denied) reason() string {
+	if d.Unauthenticated {
 		return "unauthenticated"
 	}
 	return "forbidden"
 }
 
-func (s *Server) writeCheckDenied(w http.ResponseWriter, r *http.Request, d *checkDenied) {
+func (s *Service) writeCheckDenied(w http.ResponseWriter, r *http.Request, d *Denied) {
 	s.metrics.checkRefused.WithLabelValues(d.reason(), transportHTTP).Inc()
-	if d.unauthenticated {
-		s.unauthorized(w, r, d.detail)
+	if d.Unauthenticated {
+		httpx.WriteUnauthorized(w, r, d.Detail)
 		return
 	}
-	forbidden(w, d.detail)
+	httpx.WriteProblem(w, httpx.Forbidden(d.Detail))
 }
 
 // grpcCheckCaller is checkCaller for a gRPC call: the `authorization` metadata and the
 // connection's verified client certificate.
-func (s *Server) grpcCheckCaller(ctx context.Context) (domain string, err error) {
+func (s *Service) grpcCheckCaller(ctx context.Context) (domain string, err error) {
 	if s.checksOpen() {
 		return "", nil
 	}
@@ -118,7 +91,7 @@ func (s *Server) grpcCheckCaller(ctx context.Context) (domain string, err error)
 			got = strings.TrimLeft(got, " ")
 			secret, sent = got, found && strings.EqualFold(scheme, "Bearer") && got != ""
 			if !sent {
-				return "", s.grpcDenied(&checkDenied{unauthenticated: true, detail: "authorization metadata: want \"Bearer <a check token>\""})
+				return "", s.grpcDenied(&Denied{Unauthenticated: true, Detail: "authorization metadata: want \"Bearer <a check token>\""})
 			}
 		}
 	}
@@ -132,16 +105,16 @@ func (s *Server) grpcCheckCaller(ctx context.Context) (domain string, err error)
 	return domain, s.grpcDenied(d)
 }
 
-func (s *Server) grpcDenied(d *checkDenied) error {
+func (s *Service) grpcDenied(d *Denied) error {
 	if d != nil {
 		s.metrics.checkRefused.WithLabelValues(d.reason(), transportGRPC).Inc()
 	}
 	switch {
 	case d == nil:
 		return nil
-	case d.unauthenticated:
-		return status.Error(codes.Unauthenticated, d.detail)
+	case d.Unauthenticated:
+		return status.Error(codes.Unauthenticated, d.Detail)
 	default:
-		return status.Error(codes.PermissionDenied, d.detail)
+		return status.Error(codes.PermissionDenied, d.Detail)
 	}
 }

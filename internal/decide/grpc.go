@@ -1,4 +1,4 @@
-package ingress
+package decide
 
 import (
 	"context"
@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/request"
 )
 
 // The envoy rate limit service (envoy.service.ratelimit.v3.RateLimitService) over gRPC:
@@ -40,7 +41,7 @@ import (
 // rlsService implements rlsv3.RateLimitServiceServer on a Server.
 type rlsService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	s *Server
+	s *Service
 }
 
 // ShouldRateLimit decides every descriptor of req. Bad input is InvalidArgument naming the
@@ -92,7 +93,7 @@ func problemText(p *httpx.Problem) string {
 // key must not be empty; its value may be (envoy uses a blank value as a wildcard in local
 // rate limiting; here it is one more distinct value).
 func rlsDescriptors(req *rlsv3.RateLimitRequest) ([]checkDescriptor, *httpx.Problem) {
-	if p := validateDomain(req.GetDomain()); p != nil {
+	if p := request.ValidateDomain(req.GetDomain()); p != nil {
 		return nil, p
 	}
 	ds := req.GetDescriptors()
@@ -100,26 +101,26 @@ func rlsDescriptors(req *rlsv3.RateLimitRequest) ([]checkDescriptor, *httpx.Prob
 		p := httpx.BadRequest("descriptors", "is required: a list of {entries: [{key, value}]}")
 		return nil, &p
 	}
-	if len(ds) > MaxCheckDescriptors {
-		p := httpx.BadRequest("descriptors", "has more than "+strconv.Itoa(MaxCheckDescriptors)+" descriptors")
+	if len(ds) > request.MaxCheckDescriptors {
+		p := httpx.BadRequest("descriptors", "has more than "+strconv.Itoa(request.MaxCheckDescriptors)+" descriptors")
 		return nil, &p
 	}
 	hits := int64(max(req.GetHitsAddend(), 1)) // envoy: 0 counts as 1
 	out := make([]checkDescriptor, len(ds))
-	es := make([]entry, 0, 4)
+	es := make([]request.Entry, 0, 4)
 	for i, d := range ds {
 		at, atEntries := descriptorFields[i].at, descriptorFields[i].entries
 		es = es[:0]
 		for _, e := range d.GetEntries() {
-			es = append(es, entry{Key: e.GetKey(), Value: e.GetValue()})
+			es = append(es, request.Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
-		if p := validateEntries(atEntries, es); p != nil {
+		if p := request.ValidateEntries(atEntries, es); p != nil {
 			return nil, p
 		}
-		out[i] = checkDescriptor{Entries: toRuleEntries(es), Hits: hits}
+		out[i] = checkDescriptor{Entries: ruleEntries(es), Hits: hits}
 		if h := d.GetHitsAddend(); h != nil { // a descriptor's own hits_addend overrides the request's
-			if h.GetValue() > MaxHitsAddend {
-				p := httpx.BadRequest(at+".hits_addend", "must be 0 to "+strconv.FormatInt(MaxHitsAddend, 10))
+			if h.GetValue() > request.MaxHitsAddend {
+				p := httpx.BadRequest(at+".hits_addend", "must be 0 to "+strconv.FormatInt(request.MaxHitsAddend, 10))
 				return nil, &p
 			}
 			out[i].Hits, out[i].OwnHits = int64(h.GetValue()), true // 0 checks without counting, as envoy
@@ -151,7 +152,7 @@ func rlsDescriptors(req *rlsv3.RateLimitRequest) ([]checkDescriptor, *httpx.Prob
 
 // descriptorFields names the fields of descriptor i in validation problems, built once
 // rather than on every request.
-var descriptorFields = func() (f [MaxCheckDescriptors]struct{ at, entries string }) {
+var descriptorFields = func() (f [request.MaxCheckDescriptors]struct{ at, entries string }) {
 	for i := range f {
 		f[i].at = "descriptors[" + strconv.Itoa(i) + "]"
 		f[i].entries = f[i].at + ".entries"
@@ -301,7 +302,7 @@ type GRPCServer struct {
 
 // NewGRPCServer builds the gRPC server of s. Serve it with Serve(listener); stop it with
 // Stop (graceful within a deadline).
-func (s *Server) NewGRPCServer(c GRPCConfig) *GRPCServer {
+func (s *Service) NewGRPCServer(c GRPCConfig) *GRPCServer {
 	c = c.withDefaults()
 	opts := append(GRPCTransportOptions(c), grpc.ChainUnaryInterceptor(s.grpcObserve(c.Logger)))
 	if c.TLS != nil {
@@ -321,14 +322,14 @@ func (s *Server) NewGRPCServer(c GRPCConfig) *GRPCServer {
 
 // GRPCTransportOptions are the options of NewGRPCServer's grpc-go server for c, but for its
 // credentials and interceptor: sizes, streams, keepalive, stream workers and flow control.
-// The benchmark's floor server (testdata/rlsfloor) runs with them too.
+// The benchmark's floor server (internal/ingress/testdata/rlsfloor) runs with them too.
 func GRPCTransportOptions(c GRPCConfig) []grpc.ServerOption {
 	c = c.withDefaults()
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(c.MaxRecvMsgSize),
 		// Metadata is bounded as HTTP headers are (grpc-go's default is 16 MiB): a longer
 		// header list is refused before it reaches a handler.
-		grpc.MaxHeaderListSize(MaxHeaderBytes),
+		grpc.MaxHeaderListSize(httpx.MaxHeaderBytes),
 		grpc.MaxConcurrentStreams(c.MaxConcurrentStreams),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: c.KeepaliveTime, Timeout: c.KeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.KeepaliveMinPing, PermitWithoutStream: true}),
@@ -368,7 +369,7 @@ func (g *GRPCServer) Stop(timeout time.Duration) {
 
 // grpcObserve records sluice_grpc_request_duration_seconds{method,code} and turns a panic
 // into Internal (grpc-go would let it kill the process), logging it once with its stack.
-func (s *Server) grpcObserve(log *slog.Logger) grpc.UnaryServerInterceptor {
+func (s *Service) grpcObserve(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		start := time.Now()
 		defer func() {

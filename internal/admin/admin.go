@@ -1,4 +1,4 @@
-package ingress
+package admin
 
 import (
 	"context"
@@ -45,6 +45,9 @@ type Admin struct {
 	Logger    *slog.Logger
 	// Audit records every operator change (who, what, before/after); nil = log lines only.
 	Audit *audit.Log
+	// Caller names who made a request and with which scope (the admin token that the
+	// server's authentication put in its context): audit records and whoami. nil = nobody.
+	Caller func(ctx context.Context) (name, scope string)
 
 	mux     *http.ServeMux
 	once    sync.Once
@@ -599,7 +602,11 @@ func (a *Admin) replayDead(w http.ResponseWriter, r *http.Request) {
 	if res.Outcome != retry.Admitted {
 		// The same 429 as a submission to the key gets: #quota-exceeded, its violated
 		// policies, Retry-After and rate-limit headers.
-		writeOutcome(w, rejectedOutcome(adm, "the dead letter is kept"))
+		p, limit := admit.Refusal(adm, "the dead letter is kept")
+		if limit.Policy != "" {
+			httpx.SetRateLimitHeaders(w.Header(), limit)
+		}
+		httpx.WriteProblem(w, p)
 		return
 	}
 	a.record(r, audit.Record{Action: audit.ActionReplay, Queue: a.ruleOfID(id), Target: id,
@@ -767,6 +774,24 @@ type adminHooks struct {
 	afterAdmit  atomic.Pointer[func(int)] // a replay: the letter is back in its queue, its dead letter not yet removed
 }
 
+// SetHooks sets the test seams (see adminHooks): afterStore runs once a PATCH's override
+// is stored, afterReplay after each dead letter a replay-all handled (with their count),
+// afterAdmit once a replayed dead letter is back in its queue, before its dead letter is
+// removed. nil leaves a hook as it is. Tests only.
+func (a *Admin) SetHooks(afterStore func(), afterReplay func(n int), afterAdmit func()) {
+	if afterStore != nil {
+		f := func(int) { afterStore() }
+		a.hooks.afterStore.Store(&f)
+	}
+	if afterReplay != nil {
+		a.hooks.afterReplay.Store(&afterReplay)
+	}
+	if afterAdmit != nil {
+		g := func(int) { afterAdmit() }
+		a.hooks.afterAdmit.Store(&g)
+	}
+}
+
 func (h *adminHooks) run(p *atomic.Pointer[func(int)]) { h.runN(p, 0) }
 
 func (h *adminHooks) runN(p *atomic.Pointer[func(int)], n int) {
@@ -828,8 +853,8 @@ func (d *drainedMeter) rate(rule string, left uint64, now time.Time) float64 {
 // record writes an operator change to the audit trail (and the log), naming the token
 // that made it.
 func (a *Admin) record(r *http.Request, rec audit.Record) {
-	t, _ := TokenOf(r.Context())
-	rec.Actor, rec.Scope, rec.Remote = t.Name, t.Scope, r.RemoteAddr
+	rec.Actor, rec.Scope = a.caller(r.Context())
+	rec.Remote = r.RemoteAddr
 	if a.Audit == nil {
 		a.Logger.Info("audit: "+rec.Action, "actor", rec.Actor, "scope", rec.Scope, "queue", rec.Queue, "target", rec.Target,
 			"before", rec.Before, "after", rec.After, "result", rec.Result)
@@ -876,8 +901,16 @@ func overrideView(o overrides.Override) map[string]any {
 // whoami answers the calling token's name and scope, so the console can show read-only
 // controls to a read token.
 func (a *Admin) whoami(w http.ResponseWriter, r *http.Request) {
-	t, _ := TokenOf(r.Context())
-	httpx.WriteJSON(w, http.StatusOK, map[string]any{"name": t.Name, "scope": t.Scope})
+	name, scope := a.caller(r.Context())
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"name": name, "scope": scope})
+}
+
+// caller is Caller's answer for ctx; "", "" without Caller.
+func (a *Admin) caller(ctx context.Context) (name, scope string) {
+	if a.Caller == nil {
+		return "", ""
+	}
+	return a.Caller(ctx)
 }
 
 // listAudit answers the audit trail, newest first, ?limit (default 100, at most 1000) per
