@@ -188,7 +188,7 @@ func TestAdminKeyOverrideTwoProcessesAndRestart(t *testing.T) {
 	procs := make([]*ingress.Main, 3)
 	run := func(i int) {
 		cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
-			"-admin-token", "s3cret", "-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
+			"-admin-token", "s3cret-0123456789", "-shutdown-timeout", "2s"}, func(string) string { return "" }, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -203,7 +203,7 @@ func TestAdminKeyOverrideTwoProcessesAndRestart(t *testing.T) {
 	}
 	run(0)
 	run(1)
-	e := &env{t: t, base: "http://" + procs[0].Addr.String(), nats: n, main: procs[0], token: "s3cret"}
+	e := &env{t: t, base: "http://" + procs[0].Addr.String(), nats: n, main: procs[0], token: "s3cret-0123456789"}
 	start := time.Now()
 	if p := e.admin("PATCH", "/v1/admin/queues/orders/keys/m-42", `{"paused":true,"for":"1h"}`); p.code != 200 || p.body["paused"] != true {
 		t.Fatalf("patch: %d %s", p.code, p.raw)
