@@ -93,7 +93,10 @@ func TestMaxInFlightKeepsOutflowWithASlowSink(t *testing.T) {
 	if most < 18 {
 		t.Errorf("at most %d deliveries at once: a 2 s sink at 10/s needs 20", most)
 	}
-	// The rate over 10 s of steady state (from the 10th delivery), ±1 %.
+	// The rate over 10 s of steady state (from the 10th delivery): never above 10/s (+1 for a
+	// window that starts between two slots), and below it by at most 5 % — a loaded 2-core
+	// machine running make test delivered 97 of 100 here (late starts lose their slot time;
+	// they never make up for it with a burst).
 	from := starts[10]
 	in := 0
 	for _, s := range starts {
@@ -101,8 +104,8 @@ func TestMaxInFlightKeepsOutflowWithASlowSink(t *testing.T) {
 			in++
 		}
 	}
-	if in < 99 || in > 101 {
-		t.Errorf("%d deliveries in 10 s of one key at 10/s with a 2 s sink, want 100 ± 1", in)
+	if in < 95 || in > 101 {
+		t.Errorf("%d deliveries in 10 s of one key at 10/s with a 2 s sink, want 95 to 101", in)
 	}
 	// The slots are 100 ms apart; a start that was late (a busy machine, -race) may be
 	// followed by one on its own slot, closer than 100 ms. No three starts within one
