@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-io/sluice/internal/backoff"
+	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/queue"
@@ -69,8 +70,8 @@ type okey struct {
 	after      uint64
 	pendingDel int
 	// every: the key's interval when it was last dispatched (0: no per-key outflow).
-	every time.Duration
-	emptied    bool
+	every   time.Duration
+	emptied bool
 }
 
 // opart is one ownership partition this drainer holds.
@@ -138,6 +139,8 @@ type orule struct {
 
 	work chan *job
 	sub  *nats.Subscription
+	// stopKeys ends the subscription to per-key override changes (nil: none).
+	stopKeys func()
 }
 
 type atomicRule struct {
@@ -226,6 +229,14 @@ func (d *Drainer) manageOwn() {
 					d.log.Error("own engine: cannot subscribe to the rule's subjects: new work is found by the repair listing only",
 						"rule", r.Name, "err", err, "repair_every", d.cfg.RepairEvery)
 				}
+				if sub, ok := d.cfg.KeyOverrides.(keyOverrideSubscriber); ok {
+					name := r.Name
+					o.stopKeys = sub.Subscribe(func(rule, key string) {
+						if rule == name {
+							go o.keyChanged(key) // the index's goroutine must not wait for o.mu
+						}
+					})
+				}
 				ruleLoops.Add(1)
 				go func() { defer ruleLoops.Done(); o.run() }()
 				d.log.Info("draining rule", "rule", r.Name, "engine", EngineOwn, "partitions", o.n)
@@ -291,6 +302,9 @@ func (o *orule) run() {
 	}
 	defer func() {
 		close(o.work)
+		if o.stopKeys != nil {
+			o.stopKeys()
+		}
 		if o.sub != nil {
 			_ = o.sub.Unsubscribe()
 		}
@@ -363,6 +377,21 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 			heap.Pop(&o.heap)
 			continue // the partition is being lost or given up: its keys go with it
 		}
+		// The key's override (sluice tune --key) is read at every dispatch: an in-memory
+		// lookup, so a change is obeyed at the key's next slot (and re-times a waiting key
+		// at once through keyChanged).
+		every := pol.Outflow.Every
+		if ko, ok := o.keyOverride(r.Name, k.key, now); ok {
+			if ko.Paused {
+				// Held where it is (order kept); looked at again within keyPausedRecheck, or
+				// at once when its override changes.
+				o.schedule(k, now.Add(keyPausedRecheck))
+				continue
+			}
+			if !ko.Outflow.Zero() {
+				every = ko.Outflow.Every()
+			}
+		}
 		slot := maxTime(k.tat, now)
 		if pol.Outflow.TotalEvery > 0 {
 			o.tot.every = pol.Outflow.TotalEvery
@@ -384,7 +413,7 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 		heap.Pop(&o.heap)
 		// GCRA: a key dispatched less than one interval late keeps its grid (a late timer does
 		// not lower its outflow); later than that, its next slot counts from now.
-		if every := pol.Outflow.Every; every > 0 {
+		if every > 0 {
 			if now.Sub(k.tat) < every {
 				k.tat = k.tat.Add(every)
 				if k.tat.Before(now) {
@@ -397,7 +426,7 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 			// delivery) does not keep its grid: the next one would follow right behind it.
 			k.tat = maxTime(k.tat, now.Add(every-gridSlack(every)))
 		}
-		k.every = pol.Outflow.Every
+		k.every = every
 		d.m.lag.WithLabelValues(r.Name).Observe(max(0, now.Sub(slot).Seconds()))
 		k.running++
 		k.noticed = false
@@ -550,6 +579,53 @@ func (o *orule) worker() {
 		o.mu.Unlock()
 		o.poke()
 	}
+}
+
+// keyPausedRecheck is how often a paused key's override is read again (a change also
+// re-times it at once when the index can be subscribed to): obeyed within 1 s.
+const keyPausedRecheck = 200 * time.Millisecond
+
+// keyOverride is k's override in force at now, if any (Config.KeyOverrides).
+func (o *orule) keyOverride(rule, key string, now time.Time) (overrides.KeyOverride, bool) {
+	if o.d.cfg.KeyOverrides == nil {
+		return overrides.KeyOverride{}, false
+	}
+	return o.d.cfg.KeyOverrides.LookupAt(rule, key, now)
+}
+
+// keyChanged re-times a known key of the rule whose override changed (key "": every key):
+// its next slot counts from its last dispatch at its new interval, so a key raised from 1/min
+// to 20/s does not wait out the minute. A key at a worker is re-timed when it returns.
+func (o *orule) keyChanged(key string) {
+	r := o.rule.Load()
+	if r == nil {
+		return
+	}
+	pol := o.d.cfg.Policy(r)
+	now := time.Now()
+	o.mu.Lock()
+	retime := func(k *okey) {
+		every := pol.Outflow.Every
+		if ko, ok := o.keyOverride(o.name, k.key, now); ok && !ko.Outflow.Zero() {
+			every = ko.Outflow.Every()
+		}
+		if k.every > 0 {
+			k.tat = k.tat.Add(every - k.every) // last dispatch + the new interval
+			k.every = every
+		}
+		if k.idx >= 0 {
+			o.schedule(k, maxTime(k.tat, now))
+		}
+	}
+	if key == "" {
+		for _, k := range o.keys {
+			retime(k)
+		}
+	} else if k := o.keys[key]; k != nil {
+		retime(k)
+	}
+	o.mu.Unlock()
+	o.poke()
 }
 
 // gridSlack is how late a key's dispatch may be and still keep its GCRA grid: timer jitter,

@@ -1,0 +1,118 @@
+package drain_test
+
+import (
+	"context"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/overrides"
+	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/waittest"
+)
+
+// keyIndex opens a per-key override index on the env's JetStream, as each process does
+// (its own index on the shared bucket).
+func (e *env) keyIndex() *overrides.KeyIndex {
+	e.t.Helper()
+	ctx := context.Background()
+	ks, err := overrides.OpenKeys(ctx, e.js, overrides.KeyConfig{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	x := overrides.NewKeyIndex(ks, overrides.KeyIndexConfig{SweepEvery: -1})
+	if err := x.Start(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(x.Stop)
+	return x
+}
+
+// starts returns the sorted delivery starts of key at or after from.
+func (s *stampSink) starts(key string, from time.Time) []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []time.Time
+	for _, t := range s.at[key] {
+		if !t.Before(from) {
+			out = append(out, t)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	return out
+}
+
+func between(ts []time.Time, from, to time.Time) int {
+	n := 0
+	for _, t := range ts {
+		if !t.Before(from) && t.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestSteerKeyOverrideOwnEngine: with two drainers (own engine, each with its own index on
+// the shared bucket), a key override of 20/s where the rule says 5/s, and a paused key, are
+// obeyed within 1 s of being written; the other key keeps the rule's 5/s; removing the
+// pause resumes the key within 1 s. Fails on an engine that ignores Config.KeyOverrides.
+func TestSteerKeyOverrideOwnEngine(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.rule("steer", 5, 0, nil)
+	e.publish(r, []string{"fast"}, 120)
+	e.publish(r, []string{"slow", "held"}, 40)
+	sink := &stampSink{}
+	ctx := context.Background()
+	for range 2 {
+		x := e.keyIndex()
+		e.drainer(ctx, sink, func(c *drain.Config) { ownEngine(c); c.KeyOverrides = x })
+	}
+	waittest.Eventually(t, 30*time.Second, "the drainers deliver", func() bool { return sink.n.Load() >= 3 })
+
+	ks, err := overrides.OpenKeys(ctx, e.js, overrides.KeyConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	if _, err := ks.PutKeys(ctx, r.Name, []overrides.KeyWrite{
+		{Key: "fast", Override: overrides.KeyOverride{Outflow: rules.Rate{Requests: 20, Interval: time.Second}}},
+		{Key: "held", Override: overrides.KeyOverride{Paused: true}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	from, to := t0.Add(time.Second), t0.Add(3*time.Second)
+	waittest.Eventually(t, 10*time.Second, "two seconds of deliveries after the override took effect", func() bool {
+		return time.Now().After(to)
+	})
+	fast, slow, held := sink.starts("fast", from), sink.starts("slow", from), sink.starts("held", from)
+	nf, ns, nh := between(fast, from, to), between(slow, from, to), between(held, from, to)
+	t.Logf("in the 2 s from 1 s after the override: fast %d (20/s override), slow %d (rule 5/s), held %d (paused)", nf, ns, nh)
+	if nf < 34 || nf > 42 {
+		t.Errorf("fast: %d deliveries in 2 s, want ~40 (its override of 20/s)", nf)
+	}
+	if ns < 8 || ns > 12 {
+		t.Errorf("slow: %d deliveries in 2 s, want ~10 (the rule's 5/s)", ns)
+	}
+	if nh != 0 {
+		t.Errorf("held: %d deliveries from 1 s after its pause, want 0", nh)
+	}
+	// Never above the override: two starts of fast at least ~1/20 s apart (timer slack).
+	for i := 1; i < len(fast); i++ {
+		if gap := fast[i].Sub(fast[i-1]); gap < 45*time.Millisecond {
+			t.Errorf("fast: two deliveries %v apart, want ≥ 50ms less timer slack", gap)
+			break
+		}
+	}
+
+	// Unpause: the held key goes on within 1 s.
+	t1 := time.Now()
+	if _, err := ks.PutKeys(ctx, r.Name, []overrides.KeyWrite{{Key: "held"}}); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Eventually(t, 5*time.Second, "the unpaused key delivers", func() bool { return len(sink.starts("held", t1)) > 0 })
+	if took := sink.starts("held", t1)[0].Sub(t1); took > time.Second {
+		t.Errorf("held: first delivery %v after its pause was removed, want ≤ 1s", took)
+	}
+}
