@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-io/sluice/internal/backoff"
 	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/spacing"
 	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/queue"
 )
@@ -70,8 +71,11 @@ type okey struct {
 	after      uint64
 	pendingDel int
 	// every: the key's interval when it was last dispatched (0: no per-key outflow).
-	every   time.Duration
-	emptied bool
+	every time.Duration
+	// lastStart: when the key's last delivery was handed to the sink (delivery.spacing:
+	// strict keeps the next one at least every after it).
+	lastStart time.Time
+	emptied   bool
 }
 
 // opart is one ownership partition this drainer holds.
@@ -392,6 +396,13 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 				every = ko.Outflow.Every()
 			}
 		}
+		strict := r.Delivery.Spacing == rules.SpacingStrict
+		if next := spacing.NextSlot(k.tat, k.lastStart, now, every, strict); strict && next.After(now) {
+			// delivery.spacing strict: never closer than every to the previous actual start
+			// (which a late delivery pushed back), not merely on the GCRA grid.
+			o.schedule(k, next)
+			continue
+		}
 		slot := maxTime(k.tat, now)
 		if pol.Outflow.TotalEvery > 0 {
 			o.tot.every = pol.Outflow.TotalEvery
@@ -581,6 +592,28 @@ func (o *orule) worker() {
 	}
 }
 
+// strictStart holds a delivery of k until at least every after the key's previous start
+// (delivery.spacing: strict) and records its own start. The pacer already dispatches no
+// earlier; this covers the time between dispatch and the sink (a pop, a status write) and
+// several deliveries of a key in flight, which reserve their starts in turn.
+func (o *orule) strictStart(k *okey, every time.Duration) {
+	for {
+		now := time.Now()
+		o.mu.Lock()
+		at := now
+		if !k.lastStart.IsZero() {
+			at = maxTime(now, k.lastStart.Add(every))
+		}
+		if !at.After(now) {
+			k.lastStart = now // the GCRA grid (tat) was advanced at dispatch
+			o.mu.Unlock()
+			return
+		}
+		o.mu.Unlock()
+		time.Sleep(at.Sub(now)) // at most every: then checked again (another may have gone)
+	}
+}
+
 // keyPausedRecheck is how often a paused key's override is read again (a change also
 // re-times it at once when the index can be subscribed to): obeyed within 1 s.
 const keyPausedRecheck = 200 * time.Millisecond
@@ -757,6 +790,9 @@ func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
 	// The partition's ctx is cancelled when its lease is lost or lapses: the delivery stops
 	// before another drainer may own the key. The sink applies sink.timeout itself.
 	dctx := telemetry.Context(ctx, m.TraceParent, m.TraceState)
+	if r.Delivery.Spacing == rules.SpacingStrict && k.every > 0 {
+		o.strictStart(k, k.every)
+	}
 	var out Outcome
 	if telemetry.On() {
 		sctx, sp := d.startDelivery(dctx, r, m, attempt, &heldKey{key: k.key, fence: fence})

@@ -3,6 +3,7 @@ package drain_test
 import (
 	"context"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/waittest"
+	"github.com/sluice-io/sluice/queue"
 )
 
 // keyIndex opens a per-key override index on the env's JetStream, as each process does
@@ -114,5 +116,45 @@ func TestSteerKeyOverrideOwnEngine(t *testing.T) {
 	waittest.Eventually(t, 5*time.Second, "the unpaused key delivers", func() bool { return len(sink.starts("held", t1)) > 0 })
 	if took := sink.starts("held", t1)[0].Sub(t1); took > time.Second {
 		t.Errorf("held: first delivery %v after its pause was removed, want ≤ 1s", took)
+	}
+}
+
+// jitterSink answers every third delivery slowly: without strict spacing the
+// key's next delivery follows on its grid slot right behind a late one.
+type jitterSink struct {
+	stampSink
+	i atomic.Int64
+}
+
+func (s *jitterSink) Deliver(ctx context.Context, r *rules.Rule, m queue.Message) drain.Outcome {
+	out := s.stampSink.Deliver(ctx, r, m)
+	if s.i.Add(1)%3 == 0 {
+		time.Sleep(15 * time.Millisecond) // a slow answer: the key's next slot may have passed
+	}
+	return out
+}
+
+// TestSteerStrictSpacingOwnEngine: with delivery.spacing strict, over 240 deliveries of
+// 4 keys at 50/s (and slow answers that make later slots pass), no two deliveries of a key
+// start closer than 1/outflow (20ms).
+func TestSteerStrictSpacingOwnEngine(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.rule("strict", 50, 0, func(r *rules.Rule) { r.Delivery.Spacing = rules.SpacingStrict })
+	keys := keyNames(4)
+	e.publish(r, keys, 60)
+	sink := &jitterSink{}
+	e.drainer(context.Background(), sink, ownEngine)
+	waittest.Eventually(t, time.Minute, "every message delivered", func() bool { return sink.n.Load() >= 240 })
+	minGap := time.Hour
+	for _, k := range keys {
+		st := sink.starts(k, time.Time{})
+		for i := 1; i < len(st); i++ {
+			minGap = min(minGap, st[i].Sub(st[i-1]))
+		}
+	}
+	t.Logf("smallest gap between two starts of a key over %d deliveries: %v (interval 20ms)", sink.n.Load(), minGap)
+	if minGap < 20*time.Millisecond {
+		t.Errorf("two deliveries of a key started %v apart, want ≥ 20ms (delivery.spacing strict)", minGap)
 	}
 }
