@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/spacing"
 	"github.com/sluice-io/sluice/internal/telemetry"
+	"github.com/sluice-io/sluice/internal/window"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -771,6 +772,26 @@ func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
 	}
 	if m.Attempt >= limit {
 		return o.afterDead(k, d.dead(ctx, r, p, m, m.LastError, now)), true
+	}
+	if w := r.Delivery.Window; w.Set {
+		// delivery.window: a head outside its window (in its own zone when the window
+		// follows the message's) is not delivered and spends nothing; the key waits for the
+		// window with its later messages behind it, so order and outflow are kept.
+		var zone *time.Location
+		if name := m.Headers[window.HeaderTimeZone]; name != "" {
+			zone, _ = window.LoadZone(name) // validated at submit; a bad one falls back to the rule's
+		}
+		loc := w.Location(zone)
+		if !w.Open(now, loc) {
+			if multi {
+				o.mu.Lock()
+				if k.after == p.Seq {
+					k.after = after // the head is read again when its window opens
+				}
+				o.mu.Unlock()
+			}
+			return w.NextOpen(now, loc), true
+		}
 	}
 	attempt := m.Attempt + 1
 	m.Fence = fence

@@ -2,15 +2,21 @@ package drain_test
 
 import (
 	"context"
+	"slices"
 	"sort"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/waittest"
+	"github.com/sluice-io/sluice/internal/window"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -157,4 +163,88 @@ func TestSteerStrictSpacingOwnEngine(t *testing.T) {
 	if minGap < 20*time.Millisecond {
 		t.Errorf("two deliveries of a key started %v apart, want ≥ 20ms (delivery.spacing strict)", minGap)
 	}
+}
+
+// TestSteerWindowOwnEngine: a rule's delivery.window follows each message's zone (the
+// Sluice-Time-Zone header), UTC for the others. The window opens 2 s from now on Seoul's
+// wall clock: the Seoul key's messages wait for it and go in order once it opens; the key
+// without a zone is judged in UTC, where the window is 9 hours away, and delivers nothing.
+func TestSteerWindowOwnEngine(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	seoul, err := time.LoadLocation("Asia/Seoul")
+	if err != nil {
+		t.Skip("no tz database:", err)
+	}
+	opens := time.Now().Add(2 * time.Second).Truncate(time.Millisecond)
+	local := opens.In(seoul)
+	from := time.Duration(local.Hour())*time.Hour + time.Duration(local.Minute())*time.Minute +
+		time.Duration(local.Second())*time.Second + time.Duration(local.Nanosecond())
+	r := e.rule("window", 100, 0, func(r *rules.Rule) {
+		r.Delivery.Window = window.Window{From: from, To: min(from+time.Hour, 24*time.Hour), FromMessage: true, Set: true}
+	})
+	ctx := context.Background()
+	var ids []string
+	for i := range 5 {
+		for _, k := range []string{"seoul", "utc"} {
+			m := queue.Message{ID: uuid.Must(uuid.NewV7()).String(), Rule: r.Name, Key: k, Payload: []byte(strconv.Itoa(i)), CreatedAt: time.Now()}
+			if k == "seoul" {
+				m.Headers = map[string]string{window.HeaderTimeZone: "Asia/Seoul"}
+				ids = append(ids, m.ID)
+			}
+			if _, err := e.q.Enqueue(ctx, r.Name, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sink := &orderSink{}
+	e.drainer(ctx, sink, ownEngine)
+	waittest.Eventually(t, 30*time.Second, "the Seoul key's messages delivered once its window opens", func() bool { return len(sink.ids("seoul")) >= 5 })
+	first := sink.first("seoul")
+	t.Logf("window opened at %s; first delivery %v after it", opens.Format(time.RFC3339Nano), first.Sub(opens))
+	if first.Before(opens) {
+		t.Errorf("delivered %v before its window opened", opens.Sub(first))
+	}
+	if first.Sub(opens) > time.Second {
+		t.Errorf("first delivery %v after the window opened, want ≤ 1s", first.Sub(opens))
+	}
+	if got := sink.ids("seoul"); !slices.Equal(got, ids) {
+		t.Errorf("Seoul key delivered %v, want %v in order", got, ids)
+	}
+	if n := len(sink.ids("utc")); n != 0 {
+		t.Errorf("the key without a zone (UTC: window 9 h away) delivered %d, want 0", n)
+	}
+}
+
+// orderSink records each key's delivered ids in order and its first delivery's start.
+type orderSink struct {
+	mu     sync.Mutex
+	got    map[string][]string
+	first0 map[string]time.Time
+}
+
+func (s *orderSink) Deliver(_ context.Context, _ *rules.Rule, m queue.Message) drain.Outcome {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.got == nil {
+		s.got, s.first0 = map[string][]string{}, map[string]time.Time{}
+	}
+	if _, ok := s.first0[m.Key]; !ok {
+		s.first0[m.Key] = now
+	}
+	s.got[m.Key] = append(s.got[m.Key], m.ID)
+	return drain.OutcomeDelivered()
+}
+
+func (s *orderSink) ids(key string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.got[key])
+}
+
+func (s *orderSink) first(key string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.first0[key]
 }
