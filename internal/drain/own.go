@@ -19,7 +19,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-io/sluice/internal/adaptive"
 	"github.com/sluice-io/sluice/internal/backoff"
+	"github.com/sluice-io/sluice/internal/breaker"
 	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/spacing"
@@ -144,6 +146,13 @@ type orule struct {
 
 	work chan *job
 	sub  *nats.Subscription
+	// Steering state (delivery.adaptive, sink.breaker): one of each per rule, rebuilt when
+	// the rule's options change (steer).
+	steerMu sync.Mutex
+	lim     *adaptive.Limiter
+	limCfg  adaptive.Config
+	brk     *breaker.Breaker
+	brkCfg  breaker.Config
 	// stopKeys ends the subscription to per-key override changes (nil: none).
 	stopKeys func()
 }
@@ -254,6 +263,7 @@ func (d *Drainer) manageOwn() {
 				delete(d.orules, name)
 				d.ownLeaving = append(d.ownLeaving, name)
 				d.m.depth.DeleteLabelValues(name)
+				d.brkM.Forget(name)
 				d.log.Info("rule gone: no longer draining it", "rule", name)
 			}
 		}
@@ -395,6 +405,22 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 			}
 			if !ko.Outflow.Zero() {
 				every = ko.Outflow.Every()
+			}
+		}
+		lim, brk := o.steer(r)
+		if lim != nil {
+			// delivery.adaptive: the key's outflow as the sink's answers left it (never
+			// above the configured one), and a sink's Retry-After holds the key.
+			every = lim.Every(k.key, every)
+			if h := lim.HeldUntil(k.key); h.After(now) {
+				o.schedule(k, h)
+				continue
+			}
+		}
+		if brk != nil {
+			if u := brk.Until(); u.After(now) {
+				o.schedule(k, u) // sink.breaker open: the rule's keys wait for its probe
+				continue
 			}
 		}
 		strict := r.Delivery.Spacing == rules.SpacingStrict
@@ -615,6 +641,50 @@ func (o *orule) strictStart(k *okey, every time.Duration) {
 	}
 }
 
+// steer returns the rule's adaptive limiter and breaker (nil when the rule does not ask for
+// them), built once and rebuilt when the rule's options change (a rules reload).
+func (o *orule) steer(r *rules.Rule) (*adaptive.Limiter, *breaker.Breaker) {
+	o.steerMu.Lock()
+	defer o.steerMu.Unlock()
+	if !r.Delivery.Adaptive.Enabled {
+		o.lim = nil
+	} else if c := adaptive.FromRule(r.Delivery.Adaptive); o.lim == nil || c != o.limCfg {
+		o.lim, o.limCfg = adaptive.New(c), c
+	}
+	if !r.Sink.Breaker.Enabled {
+		o.brk = nil
+	} else if c := breaker.FromRule(r.Sink.Breaker); o.brk == nil || c != o.brkCfg {
+		o.brk, o.brkCfg = breaker.New(r.Name, c, o.d.brkM), c
+	}
+	return o.lim, o.brk
+}
+
+// steerOutcome tells the rule's limiter and breaker what the sink answered
+// (docs/design.md "Steering keys"): 2xx raises the key's outflow back and closes the
+// breaker; 429, 503 and timeouts lower the key's outflow; no answer, a timeout or a 5xx
+// other than 503 count against the breaker; another 4xx shows the sink works. The verdict
+// (retry, dead letter) is decided as without them.
+func steerOutcome(lim *adaptive.Limiter, brk *breaker.Breaker, key string, out Outcome, now time.Time) {
+	throttle := out.Status == 429 || out.Status == 503 || out.Timeout
+	failure := out.Verdict != Delivered && (out.Timeout || (out.Status == 0 && out.Verdict == Retry) || (out.Status >= 500 && out.Status != 503))
+	if lim != nil {
+		switch {
+		case out.Verdict == Delivered:
+			lim.OnSuccess(key, now)
+		case throttle:
+			lim.OnThrottle(key, now, out.RetryAfter)
+		}
+	}
+	if brk != nil {
+		switch {
+		case failure:
+			brk.OnFailure(key, now)
+		case out.Verdict == Delivered || (out.Status >= 400 && out.Status < 500 && out.Status != 429):
+			brk.OnSuccess(now)
+		}
+	}
+}
+
 // keyPausedRecheck is how often a paused key's override is read again (a change also
 // re-times it at once when the index can be subscribed to): obeyed within 1 s.
 const keyPausedRecheck = 200 * time.Millisecond
@@ -670,6 +740,11 @@ func gridSlack(every time.Duration) time.Duration { return min(every/10, 2*time.
 // removed with the next renewal, in one call. Caller holds o.mu.
 func (o *orule) forget(k *okey) {
 	delete(o.keys, k.key)
+	o.steerMu.Lock()
+	if o.lim != nil {
+		o.lim.Forget(k.key) // an idle key starts again at the configured outflow
+	}
+	o.steerMu.Unlock()
 	if len(o.emptied) < 100_000 {
 		o.emptied = append(o.emptied, k.key)
 	}
@@ -793,6 +868,19 @@ func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
 			return w.NextOpen(now, loc), true
 		}
 	}
+	lim, brk := o.steer(r)
+	if brk != nil && !brk.Allow(time.Now()) {
+		// The breaker refuses: no attempt counted, nothing recorded on the message; the
+		// key is back at the breaker's next opening.
+		if multi {
+			o.mu.Lock()
+			if k.after == p.Seq {
+				k.after = after
+			}
+			o.mu.Unlock()
+		}
+		return maxTime(brk.Until(), time.Now().Add(10*time.Millisecond)), true
+	}
 	attempt := m.Attempt + 1
 	m.Fence = fence
 	if !multi && k.every > 0 {
@@ -824,6 +912,7 @@ func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
 	}
 	if ctx.Err() == nil {
 		d.m.responses.WithLabelValues(r.Name, responseClass(out)).Inc()
+		steerOutcome(lim, brk, k.key, out, time.Now())
 	}
 	if ctx.Err() != nil {
 		// Lost the partition (or hard stop) during the delivery: only an accepted delivery is

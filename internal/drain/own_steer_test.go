@@ -2,9 +2,11 @@ package drain_test
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +17,8 @@ import (
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/sink"
+	"github.com/sluice-io/sluice/internal/sinktest"
 	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/internal/window"
 	"github.com/sluice-io/sluice/queue"
@@ -247,4 +251,90 @@ func (s *orderSink) first(key string) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.first0[key]
+}
+
+// TestSteerAdaptiveOwnEngine: a rule at 10/s per key with delivery.adaptive, against a real
+// HTTP sink that admits 7/s per key (429 with Retry-After above it): after convergence each
+// key's accepted throughput is near 7/s and few attempts are answered 429.
+func TestSteerAdaptiveOwnEngine(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hs, _ := sinktest.StartLimited(t, 7, time.Second)
+	r := e.rule("adaptive", 10, 0, func(r *rules.Rule) {
+		r.Sink.URL = hs.URL
+		r.Delivery.Adaptive = rules.Adaptive{Enabled: true}
+		r.Delivery.MaxAttempts = 100
+	})
+	keys := keyNames(3)
+	e.publish(r, keys, 300)
+	httpSink, err := sink.NewHTTP(sink.HTTPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	e.drainer(context.Background(), httpSink, ownEngine)
+	from, to := start.Add(15*time.Second), start.Add(30*time.Second)
+	waittest.Eventually(t, time.Minute, "30 s of deliveries", func() bool { return time.Now().After(to) })
+	var acc, throttled int
+	for _, dl := range hs.All() {
+		if dl.At.Before(from) || !dl.At.Before(to) {
+			continue
+		}
+		if dl.Answered == 429 {
+			throttled++
+		} else {
+			acc++
+		}
+	}
+	secs := to.Sub(from).Seconds()
+	perKey := float64(acc) / secs / float64(len(keys))
+	share := float64(throttled) / float64(max(1, acc+throttled))
+	t.Logf("after convergence (15-30 s): %.2f/s accepted per key (sink admits 7/s, rule 10/s), %d of %d attempts answered 429 (%.1f%%)",
+		perKey, throttled, acc+throttled, 100*share)
+	if perKey < 6 || perKey > 7.2 {
+		t.Errorf("%.2f/s accepted per key, want near 7/s", perKey)
+	}
+	if share > 0.10 {
+		t.Errorf("%.1f%% of attempts answered 429 after convergence, want ≤ 10%%", 100*share)
+	}
+}
+
+// syncBuf is a log destination safe for the drainer's goroutines.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestSteerClaimEngineWarnsOnce: under the claim engine a rule with steering options is
+// drained without them, and the drainer says so once per rule (not on every rules poll).
+func TestSteerClaimEngineWarnsOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.rule("steered", 10, 0, func(r *rules.Rule) {
+		r.Delivery.Spacing = rules.SpacingStrict
+		r.Sink.Breaker = rules.Breaker{Enabled: true}
+	})
+	e.rule("plain", 10, 0, nil)
+	var buf syncBuf
+	e.drainer(context.Background(), &stampSink{}, func(c *drain.Config) {
+		c.Engine = drain.EngineClaim
+		c.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	})
+	waittest.Eventually(t, 10*time.Second, "the warning", func() bool { return strings.Contains(buf.String(), "steering options") })
+	time.Sleep(300 * time.Millisecond) // several rules polls (RulesEvery 50ms): no repeat
+	out := buf.String()
+	if n := strings.Count(out, "steering options"); n != 1 {
+		t.Errorf("%d warnings, want 1:\n%s", n, out)
+	}
+	if !strings.Contains(out, "rule=steered") || !strings.Contains(out, "delivery.spacing") || !strings.Contains(out, "sink.breaker") {
+		t.Errorf("warning does not name the rule and its options:\n%s", out)
+	}
 }
