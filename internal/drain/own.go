@@ -78,7 +78,10 @@ type okey struct {
 	// lastStart: when the key's last delivery was handed to the sink (delivery.spacing:
 	// strict keeps the next one at least every after it).
 	lastStart time.Time
-	emptied   bool
+	// brkWait: the key waits for the rule's breaker (not a retry's backoff or a window):
+	// breakerClosed brings it forward. Guarded by o.mu.
+	brkWait bool
+	emptied bool
 }
 
 // opart is one ownership partition this drainer holds.
@@ -419,6 +422,7 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 		}
 		if brk != nil {
 			if u := brk.Until(); u.After(now) {
+				k.brkWait = true
 				o.schedule(k, u) // sink.breaker open: the rule's keys wait for its probe
 				continue
 			}
@@ -449,6 +453,7 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 			o.tot.n--
 		}
 		heap.Pop(&o.heap)
+		k.brkWait = false
 		// GCRA: a key dispatched less than one interval late keeps its grid (a late timer does
 		// not lower its outflow); later than that, its next slot counts from now.
 		if every > 0 {
@@ -657,6 +662,21 @@ func (o *orule) steer(r *rules.Rule) (*adaptive.Limiter, *breaker.Breaker) {
 		o.brk, o.brkCfg = breaker.New(r.Name, c, o.d.brkM), c
 	}
 	return o.lim, o.brk
+}
+
+// breakerClosed brings forward the keys that waited for the breaker (put back at its
+// probe's timeout while half-open): the sink works again, so they go at their own slots.
+func (o *orule) breakerClosed() {
+	now := time.Now()
+	o.mu.Lock()
+	for _, k := range o.keys {
+		if k.brkWait && k.idx >= 0 && k.at.After(now) {
+			k.brkWait = false
+			o.schedule(k, maxTime(k.tat, now))
+		}
+	}
+	o.mu.Unlock()
+	o.poke()
 }
 
 // steerOutcome tells the rule's limiter and breaker what the sink answered
@@ -872,13 +892,12 @@ func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
 	if brk != nil && !brk.Allow(time.Now()) {
 		// The breaker refuses: no attempt counted, nothing recorded on the message; the
 		// key is back at the breaker's next opening.
-		if multi {
-			o.mu.Lock()
-			if k.after == p.Seq {
-				k.after = after
-			}
-			o.mu.Unlock()
+		o.mu.Lock()
+		if multi && k.after == p.Seq {
+			k.after = after
 		}
+		k.brkWait = true
+		o.mu.Unlock()
 		return maxTime(brk.Until(), time.Now().Add(10*time.Millisecond)), true
 	}
 	attempt := m.Attempt + 1
@@ -912,7 +931,11 @@ func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
 	}
 	if ctx.Err() == nil {
 		d.m.responses.WithLabelValues(r.Name, responseClass(out)).Inc()
+		wasClosed := brk == nil || brk.State() == breaker.Closed
 		steerOutcome(lim, brk, k.key, out, time.Now())
+		if !wasClosed && brk.State() == breaker.Closed {
+			o.breakerClosed()
+		}
 	}
 	if ctx.Err() != nil {
 		// Lost the partition (or hard stop) during the delivery: only an accepted delivery is

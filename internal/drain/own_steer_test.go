@@ -338,3 +338,48 @@ func TestSteerClaimEngineWarnsOnce(t *testing.T) {
 		t.Errorf("warning does not name the rule and its options:\n%s", out)
 	}
 }
+
+// TestSteerBreakerOwnEngine: a real HTTP sink answers 500 to every key for 3 s. With
+// sink.breaker the rule's deliveries stop after the failures that open it and only probes
+// reach the sink (refused deliveries spend no attempt); when the sink recovers a probe
+// closes the breaker and every message is delivered.
+func TestSteerBreakerOwnEngine(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hs := sinktest.Start(t)
+	var down atomic.Bool
+	down.Store(true)
+	hs.Answer(func(sinktest.Delivery) (int, string) {
+		if down.Load() {
+			return 500, ""
+		}
+		return 200, ""
+	})
+	r := e.rule("breaker", 20, 0, func(r *rules.Rule) {
+		r.Sink.URL = hs.URL
+		r.Delivery.MaxAttempts = 1000
+		r.Sink.Breaker = rules.Breaker{Enabled: true, Failures: 4, MinKeys: 2, Within: 5 * time.Second,
+			CoolDown: 500 * time.Millisecond, MaxCoolDown: 500 * time.Millisecond}
+	})
+	keys := keyNames(4)
+	e.publish(r, keys, 10)
+	httpSink, err := sink.NewHTTP(sink.HTTPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	e.drainer(context.Background(), httpSink, ownEngine)
+	outage := start.Add(3 * time.Second)
+	waittest.Eventually(t, 10*time.Second, "the outage", func() bool { return time.Now().After(outage) })
+	down.Store(false)
+	during := len(hs.All())
+	t.Cleanup(func() { t.Logf("at the end: %d attempts, %d accepted", len(hs.All()), len(hs.Accepted())) })
+	waittest.Eventually(t, 30*time.Second, "every message delivered after the sink recovers", func() bool { return len(hs.Accepted()) >= 40 })
+	t.Logf("3 s outage over 4 keys at 20/s (backoff 10-40 ms): %d attempts reached the sink during it; all 40 delivered %v after it",
+		during, time.Since(outage).Round(time.Millisecond))
+	// 4 failures to open, then one probe per 500 ms cool-down (~6), with slack for answers in
+	// flight; without the breaker it is hundreds.
+	if during > 20 {
+		t.Errorf("%d attempts during the outage, want ≤ 20 (breaker open: probes only)", during)
+	}
+}
