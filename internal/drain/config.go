@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-io/sluice/internal/delivery"
+	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/queue"
 )
@@ -97,6 +98,11 @@ type Config struct {
 	// by one from Redis; EngineOwn owns whole partitions and paces their keys in memory
 	// (own.go). Every drainer of a deployment must run the same engine.
 	Engine string
+	// KeyOverrides, when set, gives each key's override (sluice tune --key, PATCH
+	// /v1/admin/queues/{name}/keys/{key}): the own engine reads it for every dispatch of a key
+	// (an in-memory lookup), so a key's outflow or pause follows its override within one
+	// pacing tick. The claim engine does not read it. Default nil: no per-key overrides.
+	KeyOverrides KeyOverrides
 	// OwnPartitions is each rule's ownership partition count (engine own): the unit drainers
 	// share. Default queue.DefaultOwnPartitions (16); at most queue.MaxPartitions.
 	OwnPartitions int
@@ -250,4 +256,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("drain: invalid config: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// KeyOverrides is where the own engine reads per-key overrides (overrides.KeyIndex).
+// Subscribe (optional: checked with a type assertion) tells the engine of a change at once,
+// so a key waiting on its old interval is re-timed without waiting for it.
+type KeyOverrides interface {
+	LookupAt(rule, key string, now time.Time) (overrides.KeyOverride, bool)
+}
+
+// keyOverrideSubscriber is the optional part of KeyOverrides (overrides.KeyIndex has it).
+type keyOverrideSubscriber interface {
+	Subscribe(fn func(rule, key string)) (stop func())
 }

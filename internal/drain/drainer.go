@@ -8,6 +8,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-io/sluice/internal/breaker"
+	"github.com/sluice-io/sluice/internal/rules"
 )
 
 // ErrStopped is returned by Start after the Drainer was stopped: a Drainer runs once.
@@ -33,6 +38,8 @@ type Drainer struct {
 	cfg Config
 	log *slog.Logger
 	m   *metrics
+	// brkM are the sink breakers' collectors (own engine), registered once per Drainer.
+	brkM *breaker.Metrics
 
 	mu       sync.Mutex
 	started  bool
@@ -75,7 +82,12 @@ func New(cfg Config) (*Drainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("drain: metrics: %w", err)
 	}
+	brkM, err := breakerMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("drain: metrics: %w", err)
+	}
 	d := &Drainer{
+		brkM:       brkM,
 		cfg:        cfg,
 		log:        cfg.Logger.With("drainer", cfg.Owner),
 		m:          m,
@@ -230,6 +242,12 @@ func (d *Drainer) manage() {
 				go func() { defer claimLoops.Done(); d.claimLoop(c) }()
 				go func() { defer d.renewers.Done(); d.renewLoop(c) }()
 				d.log.Info("draining rule", "rule", r.Name)
+				if opts := SteeringOptions(r); len(opts) > 0 {
+					// Once per rule, when its draining starts: the claim engine has no
+					// per-key pacing in memory to apply them to.
+					d.log.Warn("rule uses steering options the claim engine does not apply: run the drainers with -engine own",
+						"rule", r.Name, "options", opts, "engine", EngineClaim)
+				}
 			}
 		}
 		d.claimersMu.Lock()
@@ -250,4 +268,51 @@ func (d *Drainer) manage() {
 			return
 		}
 	}
+}
+
+// breakerSets holds one breaker.Metrics per Registerer: several drainers in one process
+// (tests, `sluice dev`) share the collectors, registered once.
+var breakerSets sync.Map // prometheus.Registerer → *breaker.Metrics
+
+func breakerMetrics(reg prometheus.Registerer) (*breaker.Metrics, error) {
+	if reg == nil {
+		return breaker.NewMetrics(), nil
+	}
+	if m, ok := breakerSets.Load(reg); ok {
+		return m.(*breaker.Metrics), nil
+	}
+	m := breaker.NewMetrics()
+	if got, loaded := breakerSets.LoadOrStore(reg, m); loaded {
+		return got.(*breaker.Metrics), nil
+	}
+	for _, c := range m.Collectors() {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				breakerSets.Delete(reg)
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+// SteeringOptions lists the options of r that only the own engine applies (per-key
+// overrides aside): delivery.spacing strict, delivery.window, delivery.adaptive,
+// sink.breaker.
+func SteeringOptions(r *rules.Rule) []string {
+	var out []string
+	if r.Delivery.Spacing == rules.SpacingStrict {
+		out = append(out, "delivery.spacing")
+	}
+	if r.Delivery.Window.Set {
+		out = append(out, "delivery.window")
+	}
+	if r.Delivery.Adaptive.Enabled {
+		out = append(out, "delivery.adaptive")
+	}
+	if r.Sink.Breaker.Enabled {
+		out = append(out, "sink.breaker")
+	}
+	return out
 }

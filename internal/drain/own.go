@@ -19,9 +19,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-io/sluice/internal/adaptive"
 	"github.com/sluice-io/sluice/internal/backoff"
+	"github.com/sluice-io/sluice/internal/breaker"
+	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/spacing"
 	"github.com/sluice-io/sluice/internal/telemetry"
+	"github.com/sluice-io/sluice/internal/window"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -70,7 +75,13 @@ type okey struct {
 	pendingDel int
 	// every: the key's interval when it was last dispatched (0: no per-key outflow).
 	every time.Duration
-	emptied    bool
+	// lastStart: when the key's last delivery was handed to the sink (delivery.spacing:
+	// strict keeps the next one at least every after it).
+	lastStart time.Time
+	// brkWait: the key waits for the rule's breaker (not a retry's backoff or a window):
+	// breakerClosed brings it forward. Guarded by o.mu.
+	brkWait bool
+	emptied bool
 }
 
 // opart is one ownership partition this drainer holds.
@@ -138,6 +149,15 @@ type orule struct {
 
 	work chan *job
 	sub  *nats.Subscription
+	// Steering state (delivery.adaptive, sink.breaker): one of each per rule, rebuilt when
+	// the rule's options change (steer).
+	steerMu sync.Mutex
+	lim     *adaptive.Limiter
+	limCfg  adaptive.Config
+	brk     *breaker.Breaker
+	brkCfg  breaker.Config
+	// stopKeys ends the subscription to per-key override changes (nil: none).
+	stopKeys func()
 }
 
 type atomicRule struct {
@@ -226,6 +246,14 @@ func (d *Drainer) manageOwn() {
 					d.log.Error("own engine: cannot subscribe to the rule's subjects: new work is found by the repair listing only",
 						"rule", r.Name, "err", err, "repair_every", d.cfg.RepairEvery)
 				}
+				if sub, ok := d.cfg.KeyOverrides.(keyOverrideSubscriber); ok {
+					name := r.Name
+					o.stopKeys = sub.Subscribe(func(rule, key string) {
+						if rule == name {
+							go o.keyChanged(key) // the index's goroutine must not wait for o.mu
+						}
+					})
+				}
 				ruleLoops.Add(1)
 				go func() { defer ruleLoops.Done(); o.run() }()
 				d.log.Info("draining rule", "rule", r.Name, "engine", EngineOwn, "partitions", o.n)
@@ -238,6 +266,7 @@ func (d *Drainer) manageOwn() {
 				delete(d.orules, name)
 				d.ownLeaving = append(d.ownLeaving, name)
 				d.m.depth.DeleteLabelValues(name)
+				d.brkM.Forget(name)
 				d.log.Info("rule gone: no longer draining it", "rule", name)
 			}
 		}
@@ -291,6 +320,9 @@ func (o *orule) run() {
 	}
 	defer func() {
 		close(o.work)
+		if o.stopKeys != nil {
+			o.stopKeys()
+		}
 		if o.sub != nil {
 			_ = o.sub.Unsubscribe()
 		}
@@ -363,6 +395,45 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 			heap.Pop(&o.heap)
 			continue // the partition is being lost or given up: its keys go with it
 		}
+		// The key's override (sluice tune --key) is read at every dispatch: an in-memory
+		// lookup, so a change is obeyed at the key's next slot (and re-times a waiting key
+		// at once through keyChanged).
+		every := pol.Outflow.Every
+		if ko, ok := o.keyOverride(r.Name, k.key, now); ok {
+			if ko.Paused {
+				// Held where it is (order kept); looked at again within keyPausedRecheck, or
+				// at once when its override changes.
+				o.schedule(k, now.Add(keyPausedRecheck))
+				continue
+			}
+			if !ko.Outflow.Zero() {
+				every = ko.Outflow.Every()
+			}
+		}
+		lim, brk := o.steer(r)
+		if lim != nil {
+			// delivery.adaptive: the key's outflow as the sink's answers left it (never
+			// above the configured one), and a sink's Retry-After holds the key.
+			every = lim.Every(k.key, every)
+			if h := lim.HeldUntil(k.key); h.After(now) {
+				o.schedule(k, h)
+				continue
+			}
+		}
+		if brk != nil {
+			if u := brk.Until(); u.After(now) {
+				k.brkWait = true
+				o.schedule(k, u) // sink.breaker open: the rule's keys wait for its probe
+				continue
+			}
+		}
+		strict := r.Delivery.Spacing == rules.SpacingStrict
+		if next := spacing.NextSlot(k.tat, k.lastStart, now, every, strict); strict && next.After(now) {
+			// delivery.spacing strict: never closer than every to the previous actual start
+			// (which a late delivery pushed back), not merely on the GCRA grid.
+			o.schedule(k, next)
+			continue
+		}
 		slot := maxTime(k.tat, now)
 		if pol.Outflow.TotalEvery > 0 {
 			o.tot.every = pol.Outflow.TotalEvery
@@ -382,9 +453,10 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 			o.tot.n--
 		}
 		heap.Pop(&o.heap)
+		k.brkWait = false
 		// GCRA: a key dispatched less than one interval late keeps its grid (a late timer does
 		// not lower its outflow); later than that, its next slot counts from now.
-		if every := pol.Outflow.Every; every > 0 {
+		if every > 0 {
 			if now.Sub(k.tat) < every {
 				k.tat = k.tat.Add(every)
 				if k.tat.Before(now) {
@@ -397,7 +469,7 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 			// delivery) does not keep its grid: the next one would follow right behind it.
 			k.tat = maxTime(k.tat, now.Add(every-gridSlack(every)))
 		}
-		k.every = pol.Outflow.Every
+		k.every = every
 		d.m.lag.WithLabelValues(r.Name).Observe(max(0, now.Sub(slot).Seconds()))
 		k.running++
 		k.noticed = false
@@ -552,6 +624,134 @@ func (o *orule) worker() {
 	}
 }
 
+// strictStart holds a delivery of k until at least every after the key's previous start
+// (delivery.spacing: strict) and records its own start. The pacer already dispatches no
+// earlier; this covers the time between dispatch and the sink (a pop, a status write) and
+// several deliveries of a key in flight, which reserve their starts in turn.
+func (o *orule) strictStart(k *okey, every time.Duration) {
+	for {
+		now := time.Now()
+		o.mu.Lock()
+		at := now
+		if !k.lastStart.IsZero() {
+			at = maxTime(now, k.lastStart.Add(every))
+		}
+		if !at.After(now) {
+			k.lastStart = now // the GCRA grid (tat) was advanced at dispatch
+			o.mu.Unlock()
+			return
+		}
+		o.mu.Unlock()
+		time.Sleep(at.Sub(now)) // at most every: then checked again (another may have gone)
+	}
+}
+
+// steer returns the rule's adaptive limiter and breaker (nil when the rule does not ask for
+// them), built once and rebuilt when the rule's options change (a rules reload).
+func (o *orule) steer(r *rules.Rule) (*adaptive.Limiter, *breaker.Breaker) {
+	o.steerMu.Lock()
+	defer o.steerMu.Unlock()
+	if !r.Delivery.Adaptive.Enabled {
+		o.lim = nil
+	} else if c := adaptive.FromRule(r.Delivery.Adaptive); o.lim == nil || c != o.limCfg {
+		o.lim, o.limCfg = adaptive.New(c), c
+	}
+	if !r.Sink.Breaker.Enabled {
+		o.brk = nil
+	} else if c := breaker.FromRule(r.Sink.Breaker); o.brk == nil || c != o.brkCfg {
+		o.brk, o.brkCfg = breaker.New(r.Name, c, o.d.brkM), c
+	}
+	return o.lim, o.brk
+}
+
+// breakerClosed brings forward the keys that waited for the breaker (put back at its
+// probe's timeout while half-open): the sink works again, so they go at their own slots.
+func (o *orule) breakerClosed() {
+	now := time.Now()
+	o.mu.Lock()
+	for _, k := range o.keys {
+		if k.brkWait && k.idx >= 0 && k.at.After(now) {
+			k.brkWait = false
+			o.schedule(k, maxTime(k.tat, now))
+		}
+	}
+	o.mu.Unlock()
+	o.poke()
+}
+
+// steerOutcome tells the rule's limiter and breaker what the sink answered
+// (docs/design.md "Steering keys"): 2xx raises the key's outflow back and closes the
+// breaker; 429, 503 and timeouts lower the key's outflow; no answer, a timeout or a 5xx
+// other than 503 count against the breaker; another 4xx shows the sink works. The verdict
+// (retry, dead letter) is decided as without them.
+func steerOutcome(lim *adaptive.Limiter, brk *breaker.Breaker, key string, out Outcome, now time.Time) {
+	throttle := out.Status == 429 || out.Status == 503 || out.Timeout
+	failure := out.Verdict != Delivered && (out.Timeout || (out.Status == 0 && out.Verdict == Retry) || (out.Status >= 500 && out.Status != 503))
+	if lim != nil {
+		switch {
+		case out.Verdict == Delivered:
+			lim.OnSuccess(key, now)
+		case throttle:
+			lim.OnThrottle(key, now, out.RetryAfter)
+		}
+	}
+	if brk != nil {
+		switch {
+		case failure:
+			brk.OnFailure(key, now)
+		case out.Verdict == Delivered || (out.Status >= 400 && out.Status < 500 && out.Status != 429):
+			brk.OnSuccess(now)
+		}
+	}
+}
+
+// keyPausedRecheck is how often a paused key's override is read again (a change also
+// re-times it at once when the index can be subscribed to): obeyed within 1 s.
+const keyPausedRecheck = 200 * time.Millisecond
+
+// keyOverride is k's override in force at now, if any (Config.KeyOverrides).
+func (o *orule) keyOverride(rule, key string, now time.Time) (overrides.KeyOverride, bool) {
+	if o.d.cfg.KeyOverrides == nil {
+		return overrides.KeyOverride{}, false
+	}
+	return o.d.cfg.KeyOverrides.LookupAt(rule, key, now)
+}
+
+// keyChanged re-times a known key of the rule whose override changed (key "": every key):
+// its next slot counts from its last dispatch at its new interval, so a key raised from 1/min
+// to 20/s does not wait out the minute. A key at a worker is re-timed when it returns.
+func (o *orule) keyChanged(key string) {
+	r := o.rule.Load()
+	if r == nil {
+		return
+	}
+	pol := o.d.cfg.Policy(r)
+	now := time.Now()
+	o.mu.Lock()
+	retime := func(k *okey) {
+		every := pol.Outflow.Every
+		if ko, ok := o.keyOverride(o.name, k.key, now); ok && !ko.Outflow.Zero() {
+			every = ko.Outflow.Every()
+		}
+		if k.every > 0 {
+			k.tat = k.tat.Add(every - k.every) // last dispatch + the new interval
+			k.every = every
+		}
+		if k.idx >= 0 {
+			o.schedule(k, maxTime(k.tat, now))
+		}
+	}
+	if key == "" {
+		for _, k := range o.keys {
+			retime(k)
+		}
+	} else if k := o.keys[key]; k != nil {
+		retime(k)
+	}
+	o.mu.Unlock()
+	o.poke()
+}
+
 // gridSlack is how late a key's dispatch may be and still keep its GCRA grid: timer jitter,
 // which must not lower a key's outflow. Anything later counts the next slot from itself.
 func gridSlack(every time.Duration) time.Duration { return min(every/10, 2*time.Millisecond) }
@@ -560,6 +760,11 @@ func gridSlack(every time.Duration) time.Duration { return min(every/10, 2*time.
 // removed with the next renewal, in one call. Caller holds o.mu.
 func (o *orule) forget(k *okey) {
 	delete(o.keys, k.key)
+	o.steerMu.Lock()
+	if o.lim != nil {
+		o.lim.Forget(k.key) // an idle key starts again at the configured outflow
+	}
+	o.steerMu.Unlock()
 	if len(o.emptied) < 100_000 {
 		o.emptied = append(o.emptied, k.key)
 	}
@@ -663,6 +868,38 @@ func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
 	if m.Attempt >= limit {
 		return o.afterDead(k, d.dead(ctx, r, p, m, m.LastError, now)), true
 	}
+	if w := r.Delivery.Window; w.Set {
+		// delivery.window: a head outside its window (in its own zone when the window
+		// follows the message's) is not delivered and spends nothing; the key waits for the
+		// window with its later messages behind it, so order and outflow are kept.
+		var zone *time.Location
+		if name := m.Headers[window.HeaderTimeZone]; name != "" {
+			zone, _ = window.LoadZone(name) // validated at submit; a bad one falls back to the rule's
+		}
+		loc := w.Location(zone)
+		if !w.Open(now, loc) {
+			if multi {
+				o.mu.Lock()
+				if k.after == p.Seq {
+					k.after = after // the head is read again when its window opens
+				}
+				o.mu.Unlock()
+			}
+			return w.NextOpen(now, loc), true
+		}
+	}
+	lim, brk := o.steer(r)
+	if brk != nil && !brk.Allow(time.Now()) {
+		// The breaker refuses: no attempt counted, nothing recorded on the message; the
+		// key is back at the breaker's next opening.
+		o.mu.Lock()
+		if multi && k.after == p.Seq {
+			k.after = after
+		}
+		k.brkWait = true
+		o.mu.Unlock()
+		return maxTime(brk.Until(), time.Now().Add(10*time.Millisecond)), true
+	}
 	attempt := m.Attempt + 1
 	m.Fence = fence
 	if !multi && k.every > 0 {
@@ -681,6 +918,9 @@ func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
 	// The partition's ctx is cancelled when its lease is lost or lapses: the delivery stops
 	// before another drainer may own the key. The sink applies sink.timeout itself.
 	dctx := telemetry.Context(ctx, m.TraceParent, m.TraceState)
+	if r.Delivery.Spacing == rules.SpacingStrict && k.every > 0 {
+		o.strictStart(k, k.every)
+	}
 	var out Outcome
 	if telemetry.On() {
 		sctx, sp := d.startDelivery(dctx, r, m, attempt, &heldKey{key: k.key, fence: fence})
@@ -691,6 +931,11 @@ func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
 	}
 	if ctx.Err() == nil {
 		d.m.responses.WithLabelValues(r.Name, responseClass(out)).Inc()
+		wasClosed := brk == nil || brk.State() == breaker.Closed
+		steerOutcome(lim, brk, k.key, out, time.Now())
+		if !wasClosed && brk.State() == breaker.Closed {
+			o.breakerClosed()
+		}
 	}
 	if ctx.Err() != nil {
 		// Lost the partition (or hard stop) during the delivery: only an accepted delivery is

@@ -78,6 +78,9 @@ func StartDraining(ctx context.Context, d DrainDeps) (*Draining, error) {
 	}
 	cfg := d.Drain
 	cfg.Queues, cfg.Scheduler = st.Queues, st.Scheduler
+	if st.Keys != nil {
+		cfg.KeyOverrides = st.Keys // per-key overrides, applied by the own engine
+	}
 	cfg.Rules = func() []*rules.Rule { return d.Rules().QueueRules() }
 	counting := &countingSink{Sink: sink.Multi{HTTP: httpSink, NATS: natsSink}}
 	cfg.Sink = counting
