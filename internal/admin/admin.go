@@ -320,13 +320,8 @@ func (a *Admin) patchQueue(w http.ResponseWriter, r *http.Request) {
 	if rule == nil {
 		return
 	}
-	if p := checkPatchType(r); p != nil {
-		httpx.WriteProblem(w, *p)
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
-	if err != nil {
-		httpx.WriteProblem(w, httpx.BadRequest("", "could not read the body"))
+	body, ok := readPatch(w, r)
+	if !ok {
 		return
 	}
 	patch, err := overrides.ParsePatch(body)
@@ -958,4 +953,19 @@ func (a *Admin) ruleOfID(id string) string {
 		}
 	}
 	return ""
+}
+
+// readPatch reads a PATCH body (a JSON merge patch, at most 64 KiB), answering the problem
+// itself when the media type is wrong or the body cannot be read.
+func readPatch(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if p := checkPatchType(r); p != nil {
+		httpx.WriteProblem(w, *p)
+		return nil, false
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	if err != nil {
+		httpx.WriteProblem(w, httpx.BadRequest("", "could not read the body"))
+		return nil, false
+	}
+	return body, true
 }

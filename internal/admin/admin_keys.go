@@ -125,13 +125,8 @@ func (a *Admin) patchKey(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if p := checkPatchType(r); p != nil {
-		httpx.WriteProblem(w, *p)
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
-	if err != nil {
-		httpx.WriteProblem(w, httpx.BadRequest("", "could not read the body"))
+	body, ok := readPatch(w, r)
+	if !ok {
 		return
 	}
 	patch, err := overrides.ParseKeyPatch(body)
