@@ -31,6 +31,10 @@ type system struct {
 	sink *sinktest.Sink
 }
 
+// scenariosToken is the admin token of the system startSystem runs (at least 16 characters,
+// as outside sluice dev).
+const scenariosToken = "scenarios-token-0123"
+
 func startSystem(t *testing.T, rulesYAML string) *system {
 	t.Helper()
 	sink := sinktest.Start(t)
@@ -42,7 +46,7 @@ func startSystem(t *testing.T, rulesYAML string) *system {
 	n := natstest.Start(t)
 	r := redistest.Start(t, redistest.Options{})
 	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-nats", n.URL(), "-redis", r.URL(),
-		"-drain", "-status-keep", "1h", "-readmit-max-backoff", "2s", "-shutdown-timeout", "2s", "-admin-token", "scenarios-token-0123"}, func(string) string { return "" }, io.Discard)
+		"-drain", "-status-keep", "1h", "-readmit-max-backoff", "2s", "-shutdown-timeout", "2s", "-admin-token", scenariosToken}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +78,7 @@ func (s *system) get(path string, admin bool) answer {
 	s.t.Helper()
 	req, _ := http.NewRequest("GET", s.base+path, nil)
 	if admin {
-		req.Header.Set("Authorization", "Bearer t")
+		req.Header.Set("Authorization", "Bearer "+scenariosToken)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -105,7 +109,7 @@ func (s *system) postJSON(body string) answer {
 func (s *system) patchQueue(name, body string) {
 	s.t.Helper()
 	req, _ := http.NewRequest("PATCH", s.base+"/v1/admin/queues/"+name, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer t")
+	req.Header.Set("Authorization", "Bearer "+scenariosToken)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
