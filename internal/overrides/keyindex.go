@@ -292,30 +292,7 @@ func (x *KeyIndex) Stop() {
 }
 
 func (x *KeyIndex) watchLoop(ctx context.Context) {
-	backoff := x.cfg.Backoff
-	var lastLog time.Time
-	for ctx.Err() == nil {
-		synced, err := x.watch(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if synced {
-			backoff = x.cfg.Backoff
-		}
-		if err == nil {
-			continue
-		}
-		if now := time.Now(); now.Sub(lastLog) >= errLogEvery {
-			x.cfg.Logger.Warn("key overrides watch failed; retrying", "bucket", x.store.Bucket(), "err", err, "backoff", backoff)
-			lastLog = now
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, maxBackoff)
-	}
+	rewatch(ctx, x.cfg.Backoff, x.cfg.Logger, "key overrides watch failed; retrying", x.store.Bucket(), x.watch)
 }
 
 // watch is Watcher.watch for keys: a complete read replaces the index, then changes

@@ -177,12 +177,18 @@ func (w *Watcher) run(ctx context.Context) {
 	w.rewatch(ctx, w.watch)
 }
 
-// rewatch calls watch until ctx ends: again at once when it returns without an error (a
-// deliberate re-watch), after a backoff when it fails. The backoff starts at cfg.Backoff,
-// doubles up to maxBackoff, and starts over once a watch completed a read of the bucket.
-// watch is a parameter so that a test can run this timing in virtual time.
+// rewatch runs watch under Watcher's backoff and logger: see rewatch.
 func (w *Watcher) rewatch(ctx context.Context, watch func(context.Context) (synced bool, err error)) {
-	backoff := w.cfg.Backoff
+	rewatch(ctx, w.cfg.Backoff, w.cfg.Logger, "overrides watch failed; retrying", w.store.Bucket(), watch)
+}
+
+// rewatch calls watch until ctx ends: again at once when it returns without an error (a
+// deliberate re-watch), after a backoff when it fails. The backoff starts at first,
+// doubles up to maxBackoff, and starts over once a watch completed a read of the bucket.
+// Failures are logged as msg at most once per errLogEvery. watch is a parameter so that a
+// test can run this timing in virtual time; Watcher and KeyIndex share it.
+func rewatch(ctx context.Context, first time.Duration, log *slog.Logger, msg, bucket string, watch func(context.Context) (synced bool, err error)) {
+	backoff := first
 	var lastLog time.Time
 	failures := 0
 	for ctx.Err() == nil {
@@ -191,15 +197,14 @@ func (w *Watcher) rewatch(ctx context.Context, watch func(context.Context) (sync
 			return
 		}
 		if synced {
-			backoff, failures = w.cfg.Backoff, 0
+			backoff, failures = first, 0
 		}
 		if err == nil {
 			continue // a deliberate re-watch (reconnect, resync): at once
 		}
 		failures++
 		if now := time.Now(); now.Sub(lastLog) >= errLogEvery {
-			w.cfg.Logger.Warn("overrides watch failed; retrying", "bucket", w.store.Bucket(),
-				"err", err, "failures", failures, "backoff", backoff)
+			log.Warn(msg, "bucket", bucket, "err", err, "failures", failures, "backoff", backoff)
 			lastLog = now
 		}
 		t := time.NewTimer(backoff)
