@@ -232,17 +232,7 @@ func (s *Service) handleCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, err := s.decide(r.Context(), transportHTTP, domain, reqHits, descs)
-	var refused *overrideRefused
-	switch {
-	case errors.As(err, &refused):
-		s.metrics.checkRefused.WithLabelValues("limit_override", transportHTTP).Inc()
-		httpx.WriteProblem(w, refused.problem)
-		return
-	case errors.Is(err, errLimitsInvalid):
-		s.internalError(w, "", err)
-		return
-	case err != nil:
-		httpx.WriteProblem(w, httpx.Unavailable("", "the limiter store is unreachable", time.Second))
+	if s.writeDecideError(w, err) {
 		return
 	}
 	resp := checkResponse{OverallCode: codeOK, Statuses: make([]checkStatus, len(v.Statuses)), DynamicMetadata: v.DynamicMetadata}
@@ -272,4 +262,23 @@ func (s *Service) handleCheck(w http.ResponseWriter, r *http.Request) {
 		code = http.StatusTooManyRequests
 	}
 	httpx.WriteJSON(w, code, resp)
+}
+
+// writeDecideError answers an HTTP check (/v1/check or /json) whose decision failed and
+// reports whether it did: a refused limit override is the client's 400, limits the store
+// cannot count are a 500, anything else the store being unreachable (503, retry in 1 s).
+func (s *Service) writeDecideError(w http.ResponseWriter, err error) bool {
+	var refused *overrideRefused
+	switch {
+	case err == nil:
+		return false
+	case errors.As(err, &refused):
+		s.metrics.checkRefused.WithLabelValues("limit_override", transportHTTP).Inc()
+		httpx.WriteProblem(w, refused.problem)
+	case errors.Is(err, errLimitsInvalid):
+		s.internalError(w, "", err)
+	default:
+		httpx.WriteProblem(w, httpx.Unavailable("", "the limiter store is unreachable", time.Second))
+	}
+	return true
 }

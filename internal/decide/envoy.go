@@ -1,7 +1,6 @@
 package decide
 
 import (
-	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -323,17 +322,7 @@ func (s *Service) handleEnvoyJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, err := s.decide(r.Context(), transportHTTP, req.GetDomain(), uint64(req.GetHitsAddend()), descs)
-	var refused *overrideRefused
-	switch {
-	case errors.As(err, &refused):
-		s.metrics.checkRefused.WithLabelValues("limit_override", transportHTTP).Inc()
-		httpx.WriteProblem(w, refused.problem)
-		return
-	case errors.Is(err, errLimitsInvalid):
-		s.internalError(w, "", err)
-		return
-	case err != nil:
-		httpx.WriteProblem(w, httpx.Unavailable("", "the limiter store is unreachable", time.Second))
+	if s.writeDecideError(w, err) {
 		return
 	}
 	out, err := protojson.Marshal(rlsResponse(v))
