@@ -505,14 +505,9 @@ func (a *Admin) listDead(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var after uint64
-	if v := q.Get("after"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			httpx.WriteProblem(w, httpx.BadRequest("after", "must be the cursor of a previous page"))
-			return
-		}
-		after = n
+	after, ok := queryCursor(w, q, "must be the cursor of a previous page")
+	if !ok {
+		return
 	}
 	list, next, err := a.Dead.List(r.Context(), name, limit, after)
 	if err != nil {
@@ -665,14 +660,9 @@ func (a *Admin) replayAllDead(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var cursor uint64
-	if v := q.Get("after"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			httpx.WriteProblem(w, httpx.BadRequest("after", "must be the cursor of a previous answer's next"))
-			return
-		}
-		cursor = n
+	cursor, ok := queryCursor(w, q, "must be the cursor of a previous answer's next")
+	if !ok {
+		return
 	}
 	ctx := r.Context()
 	var replayed, kept, failed, keptInRow int
@@ -797,6 +787,21 @@ func (h *adminHooks) runN(p *atomic.Pointer[func(int)], n int) {
 
 // queryInt reads the query parameter name as a whole number from 1 to most (def when
 // absent); otherwise it answers 400 naming the parameter and reports false.
+// queryCursor reads the optional query parameter after, a page cursor (0 when absent),
+// answering 400 with detail when it is not one.
+func queryCursor(w http.ResponseWriter, q url.Values, detail string) (uint64, bool) {
+	v := q.Get("after")
+	if v == "" {
+		return 0, true
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		httpx.WriteProblem(w, httpx.BadRequest("after", detail))
+		return 0, false
+	}
+	return n, true
+}
+
 func queryInt(w http.ResponseWriter, q url.Values, name string, def, most int) (int, bool) {
 	v := q.Get(name)
 	if v == "" {
