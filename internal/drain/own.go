@@ -454,20 +454,11 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 		}
 		heap.Pop(&o.heap)
 		k.brkWait = false
-		// GCRA: a key dispatched less than one interval late keeps its grid (a late timer does
-		// not lower its outflow); later than that, its next slot counts from now.
+		// GCRA: a key dispatched late by no more than timer jitter keeps its grid (a late timer
+		// does not lower its outflow); later than that (the key waited for its own previous
+		// delivery), its next slot counts from now, or the next would follow right behind it.
 		if every > 0 {
-			if now.Sub(k.tat) < every {
-				k.tat = k.tat.Add(every)
-				if k.tat.Before(now) {
-					k.tat = now.Add(every)
-				}
-			} else {
-				k.tat = now.Add(every)
-			}
-			// A dispatch late by more than timer jitter (the key waited for its own previous
-			// delivery) does not keep its grid: the next one would follow right behind it.
-			k.tat = maxTime(k.tat, now.Add(every-gridSlack(every)))
+			k.tat = maxTime(k.tat.Add(every), now.Add(every-gridSlack(every)))
 		}
 		k.every = every
 		d.m.lag.WithLabelValues(r.Name).Observe(max(0, now.Sub(slot).Seconds()))
