@@ -28,6 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-io/sluice/internal/drain"
+	"github.com/sluice-io/sluice/internal/loadtest"
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/rules"
@@ -432,36 +433,12 @@ func asynqRun(t *testing.T, e *env, rsrv *redistest.Server, ps *peerSink, redisP
 	}, nil)
 }
 
-// The BullMQ release the study installs (npm, in the user's cache), pinned so runs compare;
-// the same as the admission report's (internal/ingress), so one install serves both.
-const (
-	peerBullMQVersion  = "6.7.0"
-	peerIORedisVersion = "6.0.0"
-)
-
 // installBullMQ installs BullMQ and ioredis (once) and writes the worker script; it returns
 // the directory to run node in.
 func installBullMQ() (string, error) {
-	if _, err := exec.LookPath("node"); err != nil {
-		return "", fmt.Errorf("no node: %w", err)
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		return "", fmt.Errorf("no npm: %w", err)
-	}
-	cache, err := os.UserCacheDir()
+	dir, err := loadtest.InstallBullMQ()
 	if err != nil {
 		return "", err
-	}
-	dir := filepath.Join(cache, "sluice-bench", "bullmq-"+peerBullMQVersion+"-ioredis-"+peerIORedisVersion)
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "ioredis")); err != nil {
-		os.MkdirAll(dir, 0o755)
-		os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"name":"sluice-bench-bullmq","private":true}`), 0o644)
-		cmd := exec.Command(npm, "install", "--no-audit", "--no-fund", "bullmq@"+peerBullMQVersion, "ioredis@"+peerIORedisVersion)
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("npm install bullmq@%s: %v: %s", peerBullMQVersion, err, out)
-		}
 	}
 	return dir, os.WriteFile(filepath.Join(dir, "drain-worker.js"), []byte(bullWorkerJS), 0o644)
 }
@@ -604,7 +581,7 @@ func (s *peerSink) measure(t *testing.T, e *env, redisPID, nodePID int, n int64,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	self0, redis0, node0 := selfCPU(), procStatCPU(redisPID), procStatCPU(nodePID)
+	self0, redis0, node0 := selfCPU(), loadtest.ProcCPU(redisPID), loadtest.ProcCPU(nodePID)
 	begin := time.Now()
 	stop := start(ctx)
 	var stalled error
@@ -618,7 +595,7 @@ func (s *peerSink) measure(t *testing.T, e *env, redisPID, nodePID int, n int64,
 		}
 		time.Sleep(20 * time.Millisecond) // polling the sink's count: the study's own clock, not a test's wait
 	}
-	self1, redis1, node1 := selfCPU(), procStatCPU(redisPID), procStatCPU(nodePID)
+	self1, redis1, node1 := selfCPU(), loadtest.ProcCPU(redisPID), loadtest.ProcCPU(nodePID)
 	cmds := redisCalls(t, e.rdb)
 	stop() // a drainer's Stop finishes its deletes; only then its ctx ends
 	cancel()
@@ -705,26 +682,6 @@ func selfCPU() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// procStatCPU is the CPU time process pid has used (utime + stime of /proc/<pid>/stat); 0
-// for pid 0 or a process that is gone.
-func procStatCPU(pid int) time.Duration {
-	if pid == 0 {
-		return 0
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
 }
 
 func loadAvg() string {

@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-io/sluice/internal/loadtest"
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/process/ingress"
 	"github.com/sluice-io/sluice/internal/redistest"
@@ -384,13 +385,6 @@ func serve(t *testing.T, h http.Handler) string {
 	return "http://" + ln.Addr().String()
 }
 
-// The BullMQ release the report installs (npm), and the Redis client it needs, pinned so
-// runs compare.
-const (
-	bullmqVersion  = "6.7.0"
-	ioredisVersion = "6.0.0"
-)
-
 // startBullMQ installs BullMQ (once, in the user's cache) and runs a minimal Node server
 // whose handler calls queue.add with the body (jobId from the Idempotency-Key), with
 // removeOnComplete as its users set it. It returns the server's URL and pid.
@@ -399,20 +393,9 @@ func startBullMQ(t *testing.T, redisAddr string) (string, int, error) {
 	if err != nil {
 		return "", 0, fmt.Errorf("no node: %w", err)
 	}
-	npm, err := exec.LookPath("npm")
+	dir, err := loadtest.InstallBullMQ()
 	if err != nil {
-		return "", 0, fmt.Errorf("no npm: %w", err)
-	}
-	cache, _ := os.UserCacheDir()
-	dir := filepath.Join(cache, "sluice-bench", "bullmq-"+bullmqVersion+"-ioredis-"+ioredisVersion)
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "ioredis")); err != nil {
-		os.MkdirAll(dir, 0o755)
-		os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"name":"sluice-bench-bullmq","private":true}`), 0o644)
-		cmd := exec.Command(npm, "install", "--no-audit", "--no-fund", "bullmq@"+bullmqVersion, "ioredis@"+ioredisVersion)
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", 0, fmt.Errorf("npm install bullmq@%s: %v: %s", bullmqVersion, err, out)
-		}
+		return "", 0, err
 	}
 	host, port, _ := net.SplitHostPort(redisAddr)
 	script := `
@@ -470,26 +453,7 @@ func cpuTime(rdb *redis.Client, pid int) (total, redisCPU time.Duration) {
 			redisCPU += time.Duration(f * float64(time.Second))
 		}
 	}
-	return time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) + redisCPU + procCPU(pid), redisCPU
-}
-
-// procCPU is the CPU time process pid has used (user + system), from /proc; 0 for pid 0.
-func procCPU(pid int) time.Duration {
-	if pid == 0 {
-		return 0
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+	return time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) + redisCPU + loadtest.ProcCPU(pid), redisCPU
 }
 
 // TestBatchReport measures batch submission: messages/s admitted through batches of 100

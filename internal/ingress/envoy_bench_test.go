@@ -354,10 +354,10 @@ func TestEnvoyRatelimitReport(t *testing.T) {
 					}
 					var rc counts
 					a0, r0 := cpuTime(rdb, 0)
-					p0 := procCPU(s.proc.Pid())
+					p0 := loadtest.ProcCPU(s.proc.Pid())
 					st, err := load(s.addr, conc, wl, &rc)
 					a1, r1 := cpuTime(rdb, 0)
-					p1 := procCPU(s.proc.Pid())
+					p1 := loadtest.ProcCPU(s.proc.Pid())
 					if err != nil {
 						t.Fatalf("%s: %v", s.name, err)
 					}
