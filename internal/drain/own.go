@@ -457,8 +457,12 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 		// GCRA: a key dispatched late by no more than timer jitter keeps its grid (a late timer
 		// does not lower its outflow); later than that (the key waited for its own previous
 		// delivery), its next slot counts from now, or the next would follow right behind it.
-		if every > 0 {
+		switch {
+		case every <= 0:
+		case now.Sub(k.tat) < every:
 			k.tat = maxTime(k.tat.Add(every), now.Add(every-gridSlack(every)))
+		default:
+			k.tat = now.Add(every)
 		}
 		k.every = every
 		d.m.lag.WithLabelValues(r.Name).Observe(max(0, now.Sub(slot).Seconds()))
