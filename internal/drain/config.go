@@ -94,9 +94,10 @@ type Config struct {
 	// StopTimeout bounds a soft Stop: in-flight deliveries that have not finished by then are
 	// cancelled (they stay queued and are delivered again later). Default 30s.
 	StopTimeout time.Duration
-	// Engine is how keys are shared among drainers: EngineClaim (default) claims due keys one
-	// by one from Redis; EngineOwn owns whole partitions and paces their keys in memory
-	// (own.go). Every drainer of a deployment must run the same engine.
+	// Engine is how keys are shared among drainers: EngineOwn (default) owns whole partitions
+	// and paces their keys in memory (own.go); EngineClaim (deprecated, kept for this release
+	// so a deployment can cut over) claims due keys one by one from Redis. Every drainer of a
+	// deployment must run the same engine (docs/operations.md "Cutting over to the own engine").
 	Engine string
 	// KeyOverrides, when set, gives each key's override (sluice tune --key, PATCH
 	// /v1/admin/queues/{name}/keys/{key}): the own engine reads it for every dispatch of a key
@@ -175,7 +176,7 @@ func (c Config) WithDefaults() Config {
 		c.StopTimeout = 30 * time.Second
 	}
 	if c.Engine == "" {
-		c.Engine = EngineClaim
+		c.Engine = EngineOwn
 	}
 	if c.OwnPartitions == 0 {
 		c.OwnPartitions = queue.DefaultOwnPartitions

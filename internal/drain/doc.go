@@ -6,8 +6,8 @@
 //
 // # Engines
 //
-// Config.Engine picks how drainers share keys. EngineClaim (the default, described below)
-// claims due keys one by one from Redis. EngineOwn (own.go, own_lease.go) owns whole
+// Config.Engine picks how drainers share keys. EngineClaim (deprecated, described below)
+// claims due keys one by one from Redis. EngineOwn (the default; own.go, own_lease.go) owns whole
 // ownership partitions of each rule through leases renewed in one Redis call for every rule,
 // learns of work from a core NATS subscription to the rule's subjects and from the stream's
 // subject list, paces keys in memory and deletes without waiting: Redis is not on the path of

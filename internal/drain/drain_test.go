@@ -544,11 +544,11 @@ func TestHungDrainerIsReplacedAfterItsLease(t *testing.T) {
 		<-release // a stuck process: ignores its context
 		return drain.OutcomeDelivered()
 	}}
-	e.drainer(context.Background(), hung, func(c *drain.Config) { c.Lease = time.Second; c.Workers = 1 })
+	e.drainer(context.Background(), hung, func(c *drain.Config) { claimEngine(c); c.Lease = time.Second; c.Workers = 1 })
 	t.Cleanup(func() { close(release) }) // before the drainer's Stop (cleanups run last-in first-out)
 	since := <-entered
 	sink := &recSink{}
-	e.drainer(context.Background(), sink, func(c *drain.Config) { c.Lease = time.Second })
+	e.drainer(context.Background(), sink, func(c *drain.Config) { claimEngine(c); c.Lease = time.Second })
 	waittest.Eventually(t, 20*time.Second, "takeover", func() bool { return sink.count() == 2 })
 	got := sink.deliveries()
 	if got[0].ID != m.ID || got[1].Payload != `"y"` {

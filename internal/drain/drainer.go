@@ -130,6 +130,11 @@ func (d *Drainer) Start(ctx context.Context) error {
 	}
 	go d.maintain()
 	go d.waitStop()
+	if d.cfg.Engine == EngineClaim {
+		// Once per drainer: the claim engine stays selectable for this release only, so a
+		// deployment can cut over (docs/operations.md "Cutting over to the own engine").
+		d.log.Warn("engine claim is deprecated and will be removed in a later release: cut over to -engine own (stop every claim drainer, then start own ones)", "engine", EngineClaim)
+	}
 	d.log.Info("drainer started", "engine", d.cfg.Engine, "workers_per_rule", d.cfg.Workers, "lookahead", d.cfg.Lookahead, "lease", d.cfg.Lease, "lease_renew", d.cfg.LeaseRenew)
 	return nil
 }

@@ -57,6 +57,7 @@ func TestRedisOutagePausesAndReconcileRepairs(t *testing.T) {
 	logs := &syncBuffer{}
 	sink := &recSink{}
 	e.drainer(context.Background(), sink, func(c *drain.Config) {
+		claimEngine(c)
 		c.RedisBackoff = 20 * time.Millisecond
 		c.ReconcileEvery = 50 * time.Millisecond
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))

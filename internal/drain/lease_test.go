@@ -208,6 +208,7 @@ func TestLostLeaseIsFencedAtTheSink(t *testing.T) {
 	regA := prometheus.NewRegistry()
 	deadA, deadB := &deadRec{}, &deadRec{}
 	e.drainer(context.Background(), httpSink, func(c *drain.Config) {
+		claimEngine(c)
 		c.Registerer, c.DeadLetters = regA, deadA
 		c.Workers, c.MaxClaimed, c.ClaimBatch = 1, 1, 1
 		c.Lease = time.Second // renewed every 333 ms
@@ -230,7 +231,7 @@ func TestLostLeaseIsFencedAtTheSink(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	e.drainer(context.Background(), httpSink, func(c *drain.Config) { c.DeadLetters = deadB })
+	e.drainer(context.Background(), httpSink, func(c *drain.Config) { claimEngine(c); c.DeadLetters = deadB })
 	waittest.Eventually(t, 20*time.Second, "B's first accepted delivery", func() bool { a, _, _, _ := srv.snapshot(); return len(a) >= 1 })
 	openGate() // A's request, still at the sink, is answered now
 	waittest.Eventually(t, 20*time.Second, "all three accepted", func() bool { a, _, _, _ := srv.snapshot(); return len(a) == 3 })
@@ -448,6 +449,7 @@ func TestLostClaimIsNotDelivered(t *testing.T) {
 	}}
 	regA := prometheus.NewRegistry()
 	a := e.drainer(context.Background(), sinkA, func(c *drain.Config) {
+		claimEngine(c)
 		c.Registerer = regA
 		c.Workers, c.MaxClaimed = 1, 2 // busy and k: A cannot claim k again while both wait
 		c.Lease = time.Second          // renewed every 333 ms
@@ -520,6 +522,7 @@ func TestSinkIgnoringItsDeadlineIsAbandoned(t *testing.T) {
 	}}
 	reg := prometheus.NewRegistry()
 	e.drainer(context.Background(), sink, func(c *drain.Config) {
+		claimEngine(c)
 		c.Registerer = reg
 		c.Workers, c.MaxClaimed = 1, 1
 		c.Lease = time.Second // LeaseRenew 333 ms: abandoned 100 + 333 + 333 ms after it started

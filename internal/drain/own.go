@@ -148,7 +148,9 @@ type orule struct {
 	}
 
 	work chan *job
-	sub  *nats.Subscription
+	// sinkFreed (cap 1): a delivery gave its sink.max_in_flight slot back (ownSlotsNeeded).
+	sinkFreed chan struct{}
+	sub       *nats.Subscription
 	// Steering state (delivery.adaptive, sink.breaker): one of each per rule, rebuilt when
 	// the rule's options change (steer).
 	steerMu sync.Mutex
@@ -236,7 +238,8 @@ func (d *Drainer) manageOwn() {
 			o, ok := d.orules[r.Name]
 			if !ok {
 				o = &orule{d: d, name: r.Name, n: d.cfg.OwnPartitions, quit: make(chan struct{}), wake: make(chan struct{}, 1),
-					parts: map[int]*opart{}, keys: map[string]*okey{}, work: make(chan *job, d.cfg.Workers), inflight: map[*job]struct{}{}}
+					parts: map[int]*opart{}, keys: map[string]*okey{}, work: make(chan *job, d.cfg.Workers), inflight: map[*job]struct{}{},
+					sinkFreed: make(chan struct{}, 1)}
 				d.orules[r.Name] = o
 			}
 			o.rule.Store(r)
@@ -373,7 +376,11 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 	d := o.d
 	limit := d.cfg.Workers
 	if r.Sink.MaxInFlight > 0 {
-		limit = min(limit, max(1, o.sinkShare(r.Sink.MaxInFlight)))
+		if o.ownSlotsNeeded(r) {
+			limit = min(limit, r.Sink.MaxInFlight) // the Redis slots hold the rule-wide cap
+		} else {
+			limit = min(limit, max(1, o.sinkShare(r.Sink.MaxInFlight)))
+		}
 	}
 	if pol.Outflow.TotalEvery > 0 {
 		if n := o.needSlots(time.Now()); n > 0 {
@@ -483,8 +490,8 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 
 // sinkShare is this drainer's part of the rule's sink.max_in_flight: the cap split over the
 // live drainers (max/N each, one more for the first max mod N by name), so the parts add up
-// to the cap. With fewer slots than drainers each still delivers one at a time: the cap is
-// then N (docs/design.md).
+// to the cap. With fewer slots than drainers the deliveries take Redis slots instead
+// (ownSlotsNeeded, docs/design.md).
 func (o *orule) sinkShare(max int) int {
 	o.mu.Lock()
 	n, rank := o.members, o.rank
@@ -897,6 +904,23 @@ func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
 	}
 	attempt := m.Attempt + 1
 	m.Fence = fence
+	var slot string
+	if o.ownSlotsNeeded(r) {
+		// sink.max_in_flight below the live drainers: the cap is held through Redis slots
+		// (sinkslots.go). Taken before the key's next slot is counted, so a wait for the
+		// sink does not bring the key's next delivery closer to this one.
+		var took bool
+		if slot, took = o.takeOwnSinkSlot(ctx, r); !took {
+			if multi {
+				o.mu.Lock()
+				if k.after == p.Seq {
+					k.after = after // not delivered: read again
+				}
+				o.mu.Unlock()
+			}
+			return time.Time{}, false
+		}
+	}
 	if !multi && k.every > 0 {
 		// The key's next slot counts from when this delivery reaches the sink, not from its
 		// dispatch: a slow pop followed by a fast one would otherwise bring two deliveries
@@ -923,6 +947,9 @@ func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
 		endDelivery(sp, out)
 	} else {
 		out = d.cfg.Sink.Deliver(dctx, r, m)
+	}
+	if slot != "" {
+		o.giveOwnSinkSlot(r, slot) // the sink has answered: the slot is free
 	}
 	if ctx.Err() == nil {
 		d.m.responses.WithLabelValues(r.Name, responseClass(out)).Inc()

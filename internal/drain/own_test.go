@@ -22,6 +22,11 @@ import (
 
 func ownEngine(c *drain.Config) { c.Engine = drain.EngineOwn }
 
+// claimEngine pins a test to the (deprecated) claim engine: it reaches into the claim
+// engine's Redis state (held, lease, due) or times its lease and reconciler. Its own-engine
+// counterpart is named TestOwnEngine….
+func claimEngine(c *drain.Config) { c.Engine = drain.EngineClaim }
+
 // publish stores n messages per key the way a plain queue admission does: one JetStream
 // publish each, no Redis.
 func (e *env) publish(r *rules.Rule, keys []string, n int) {

@@ -79,3 +79,88 @@ func (d *Drainer) giveSinkSlot(c *claimer, r *rules.Rule, slot string) {
 	default:
 	}
 }
+
+// The own engine splits sink.max_in_flight over the live drainers in memory (sinkShare):
+// no Redis per delivery. That cannot hold a cap below the number of drainers (each needs
+// at least one delivery at a time), so only for such a rule — a rare configuration — each
+// delivery takes one of the Redis slots above, as the claim engine's do.
+
+// ownSlotsNeeded tells whether r's deliveries take Redis slots on this drainer: its cap is
+// below the rule's live drainers (as the last renewal counted them).
+func (o *orule) ownSlotsNeeded(r *rules.Rule) bool {
+	if r.Sink.MaxInFlight <= 0 {
+		return false
+	}
+	o.mu.Lock()
+	n := o.members
+	o.mu.Unlock()
+	return n > r.Sink.MaxInFlight
+}
+
+// ownSinkSlotLease bounds how long a slot outlives a drainer that died holding it: longer
+// than a delivery may take before the sweep abandons it (sink.timeout + OwnRenew), so an
+// abandoned delivery still at the sink keeps its slot.
+func (d *Drainer) ownSinkSlotLease(r *rules.Rule) time.Duration {
+	return sinkTimeout(r) + 2*d.cfg.OwnRenew + time.Second
+}
+
+// takeOwnSinkSlot waits until one of r's slots is free and takes it. took is false when
+// ctx ends (the partition was lost or lapsed, a hard stop), the rule is gone or the drainer
+// stops: the message is then not delivered (it stays queued). A Redis error waits
+// RedisBackoff and asks again: the cap is never skipped, and the partition's deadline (no
+// renewal reaches Redis either) ends the wait.
+func (o *orule) takeOwnSinkSlot(ctx context.Context, r *rules.Rule) (slot string, took bool) {
+	d := o.d
+	slot = d.cfg.Owner + "#" + strconv.FormatUint(d.slotSeq.Add(1), 10)
+	waited := false
+	for {
+		if d.stopping() {
+			return "", false
+		}
+		ok, wait, err := d.cfg.Scheduler.AcquireInFlight(ctx, r.Name, slot, r.Sink.MaxInFlight, d.ownSinkSlotLease(r))
+		switch {
+		case ok:
+			return slot, true
+		case err != nil:
+			if ctx.Err() != nil {
+				return "", false
+			}
+			if d.redisLog.allow() {
+				d.log.Error("taking a sink slot failed: the delivery waits", "rule", r.Name, "err", err)
+			}
+			wait = d.cfg.RedisBackoff
+		default:
+			if !waited {
+				waited = true
+				d.m.slotWaits.WithLabelValues(r.Name).Inc()
+			}
+			wait = min(wait, sinkSlotPoll)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-o.sinkFreed:
+			t.Stop()
+		case <-o.quit:
+			t.Stop()
+			return "", false
+		case <-ctx.Done():
+			t.Stop()
+			return "", false
+		}
+	}
+}
+
+// giveOwnSinkSlot gives a slot back and wakes one delivery of the rule waiting for it.
+func (o *orule) giveOwnSinkSlot(r *rules.Rule, slot string) {
+	d := o.d
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), postTimeout)
+	defer cancel()
+	if err := d.cfg.Scheduler.ReleaseInFlight(ctx, r.Name, slot); err != nil && d.redisLog.allow() {
+		d.log.Error("giving a sink slot back failed: it frees when its lease ends", "rule", r.Name, "err", err, "lease", d.ownSinkSlotLease(r))
+	}
+	select {
+	case o.sinkFreed <- struct{}{}:
+	default:
+	}
+}

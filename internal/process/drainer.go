@@ -59,7 +59,7 @@ type DrainerConfig struct {
 	Workers           int           // -workers: deliveries in flight per queue rule; default 32
 	Lease             time.Duration // -lease: default 2.5s, at least 500ms
 	LeaseRenew        time.Duration // -lease-renew: default 0s = Lease/3; at most Lease/2
-	Engine            string        // -engine: claim (default) or own
+	Engine            string        // -engine: own (default) or claim (deprecated)
 	OwnPartitions     int           // -own-partitions: ownership partitions per rule (engine own); default 16
 	OwnLease          time.Duration // -own-lease: ownership lease (engine own); default 1.5s
 	RepairEvery       time.Duration // -repair-every: stream listing for unnoticed keys (engine own); default 30s
@@ -97,7 +97,7 @@ func drainerFlags(c *DrainerConfig, getenv func(string) string, stderr io.Writer
 	f.Int(&c.Workers, "workers", "SLUICE_WORKERS", 32, "deliveries in flight at once per queue rule; each rule has its own")
 	f.Duration(&c.Lease, "lease", "SLUICE_LEASE", 2500*time.Millisecond, "claim lease: a dead drainer's keys are claimed again within it")
 	f.Duration(&c.LeaseRenew, "lease-renew", "SLUICE_LEASE_RENEW", 0, "renewal period of held leases, at most lease/2; 0s = lease/3")
-	f.String(&c.Engine, "engine", "SLUICE_ENGINE", "claim", "how drainers share keys: claim (each key claimed in Redis) or own (whole partitions owned, keys paced in memory); every drainer must run the same")
+	f.String(&c.Engine, "engine", "SLUICE_ENGINE", "own", "how drainers share keys: own (whole partitions owned, keys paced in memory) or claim (deprecated: each key claimed in Redis, removed in a later release); every drainer must run the same (docs/operations.md: cut-over)")
 	f.Int(&c.OwnPartitions, "own-partitions", "SLUICE_OWN_PARTITIONS", 16, "engine own: ownership partitions per rule, the unit drainers share")
 	f.Duration(&c.OwnLease, "own-lease", "SLUICE_OWN_LEASE", 1500*time.Millisecond, "engine own: ownership lease, renewed every third of it; a dead drainer's partitions are owned again within lease + lease/3")
 	f.Duration(&c.RepairEvery, "repair-every", "SLUICE_REPAIR_EVERY", 30*time.Second, "engine own: how often each rule's stream is listed for keys with messages no notice announced (the longest such a key waits)")
