@@ -52,7 +52,7 @@ type faultParams struct {
 	jitter time.Duration
 	// verify bounds the wait for every acknowledged message to arrive.
 	verify time.Duration
-	// engine is the drainers' -engine (SLUICE_ENGINE); "" is their default (claim).
+	// engine is the drainers' -engine (SLUICE_ENGINE); "" is their default (own).
 	engine string
 }
 

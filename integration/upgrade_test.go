@@ -45,6 +45,13 @@ const (
 //	   keys held ("owner next") and the new drainer takes over.
 //	C  both versions of each at once (the middle of a rollout).
 //
+// v0.3.0 has only the claim engine, and a claim drainer and an own drainer would deliver the
+// same keys, so this tree's drainers run -engine claim (deprecated, kept for this) while any
+// v0.3.0 drainer runs. Then:
+//
+//	D  the cut-over to the own engine (docs/operations.md): every claim drainer stopped
+//	   (SIGTERM), then two own drainers started, under load.
+//
 // It builds the release's commit with `git worktree`, so it runs only when asked (make
 // faults).
 func TestRollingUpgrade(t *testing.T) {
@@ -64,7 +71,9 @@ func TestRollingUpgrade(t *testing.T) {
 	c.writeRules(faultRules)
 	// As the upgrade steps of docs/operations.md say: new ingresses claim idempotency keys in v0.3's
 	// layout too while v0.3 ingresses run.
-	c.procEnv = []string{"SLUICE_LEGACY_IDEMPOTENCY_KEYS=true"}
+	// This tree's drainers run the claim engine as long as v0.3.0 drainers run (phase D cuts
+	// over to own).
+	c.procEnv = []string{"SLUICE_LEGACY_IDEMPOTENCY_KEYS=true", "SLUICE_ENGINE=claim"}
 	c.replicas = "3"
 	waitR3(t, c.js)
 
@@ -272,6 +281,23 @@ func TestRollingUpgrade(t *testing.T) {
 	t.Logf("stream configurations once the new processes restarted: %s", after)
 	if strings.Contains(after, "old") {
 		t.Errorf("a stream keeps the old release's configuration after the new processes restarted: %s", after)
+	}
+
+	// D: the cut-over from the claim engine to the own engine, as docs/operations.md says:
+	// stop every claim drainer (a soft stop hands its keys back), then start own drainers.
+	// Admission goes on throughout; the keys wait while no drainer runs.
+	c.ingress, c.drainers = []*proctest.Proc{ingNew}, []*proctest.Proc{drNew}
+	c.procEnv = []string{"SLUICE_ENGINE=own"}
+	phase("D", "e-", "cut-over to the own engine: the claim drainer stopped (SIGTERM), then two own drainers started", func() {
+		if err := drNew.Term(10 * time.Second); err != nil {
+			t.Errorf("claim drainer on SIGTERM: %v", err)
+		}
+		c.drainers = []*proctest.Proc{newDrainer("drainer-own-1"), newDrainer("drainer-own-2")}
+	})
+	for _, p := range c.drainers {
+		if !p.Running() {
+			t.Errorf("%s exited", p.Name())
+		}
 	}
 	writeUpgradeTable(t, rows, mixed, after, idem)
 }
