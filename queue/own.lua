@@ -5,6 +5,7 @@
 -- KEYS[1] members ZSET   drainer -> expiry of its announcement (µs, Redis's clock)
 -- KEYS[2] leases  HASH   partition -> "<owner> <fence> <expiry µs>"
 -- KEYS[3] fence   STRING the last fencing token handed out (never below Redis's time in µs)
+-- KEYS[4] parts   STRING the partition count the rule's leases are taken under
 --
 -- ARGV[1] now    0: Redis's own clock (TIME); else µs since the Unix epoch (tests)
 -- ARGV[2] lease  µs: a lease (and the announcement) ends at now + lease
@@ -31,8 +32,15 @@
 -- A partition held by another live member is never taken: it frees it at its own next call,
 -- so a join converges within two renewal periods and a dead drainer's partitions are free
 -- once its leases expire.
+--
+-- Partition count: drainers must agree on P (a lease names a partition number, which means
+-- other keys under another P, so two counts would own the same keys twice). KEYS[4] records
+-- the count the leases are taken under; it changes only while no other drainer holds an
+-- unexpired lease. A drainer whose P differs takes nothing, gives up what it held (it stopped
+-- delivering at its own deadline), withdraws its announcement (the others' shares count
+-- only agreeing drainers) and is answered {now, 0, -agreed P}.
 
-local members, leases, fencekey = KEYS[1], KEYS[2], KEYS[3]
+local members, leases, fencekey, partskey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = tonumber(ARGV[1])
 if now == 0 then
   local t = redis.call('TIME')
@@ -46,6 +54,26 @@ for i = 7, #ARGV do giving[tonumber(ARGV[i])] = true end
 local cur = redis.call('HGETALL', leases)
 local mine, taken = {}, {}
 local drop = {}
+local foreign = false
+for i = 1, #cur, 2 do
+  local who, _, exp = string.match(cur[i + 1], '^(%S+) (%S+) (%S+)$')
+  if who ~= owner and tonumber(exp) and tonumber(exp) > now then foreign = true end
+end
+local agreed = tonumber(redis.call('GET', partskey) or '0')
+if agreed ~= P and not leave then
+  if agreed == 0 or not foreign then
+    redis.call('SET', partskey, P)
+    agreed = P
+  else
+    local mineAll = {}
+    for i = 1, #cur, 2 do
+      if string.match(cur[i + 1], '^(%S+) ') == owner then mineAll[#mineAll + 1] = cur[i] end
+    end
+    if #mineAll > 0 then redis.call('HDEL', leases, unpack(mineAll)) end
+    redis.call('ZREM', members, owner)
+    return {now, 0, -agreed}
+  end
+end
 for i = 1, #cur, 2 do
   local p = tonumber(cur[i])
   local who, tok, exp = string.match(cur[i + 1], '^(%S+) (%S+) (%S+)$')

@@ -24,6 +24,8 @@ import (
 //	<prefix>sl:{T.own}:members ZSET  drainer -> expiry of its announcement (µs, Redis's clock)
 //	<prefix>sl:{T.own}:leases  HASH  partition -> "<owner> <fence> <expiry µs>"
 //	<prefix>sl:{T.own}:fence   STRING the last fencing token handed out
+//	<prefix>sl:{T.own}:parts   STRING the partition count the leases are taken under (drainers
+//	                                  with another -own-partitions own nothing: Owned.Mismatch)
 //	<prefix>sl:{T.own}:pace:<p> HASH key -> the key's next allowed time (µs), for keys whose
 //	                                  next slot is further ahead than a handover takes
 //	<prefix>sl:{T.own}:try     HASH  key -> retry state of the key's head (strict ordering,
@@ -74,7 +76,12 @@ type Owned struct {
 	// Surplus are owned partitions (in Fences) above this drainer's share: stop delivering
 	// them and name them in OwnRequest.GiveUp next time.
 	Surplus map[int]bool
-	Err     error
+	// Mismatch, when not 0, is the partition count the rule's leases are held under by other
+	// drainers, which differs from this request's Partitions: this drainer owns nothing of the
+	// rule (and is not counted in Members) until they agree — the count changes only once no
+	// other drainer holds a lease.
+	Mismatch int
+	Err      error
 }
 
 func (s *Scheduler) ownKey(rule, name string) string {
@@ -126,6 +133,9 @@ func (s *Scheduler) Own(ctx context.Context, now time.Time, reqs []OwnRequest) [
 			continue
 		}
 		o := Owned{Now: fromUS(vals[0]), Members: int(vals[1]), Rank: int(vals[2]), Fences: make(map[int]int64, (len(vals)-3)/2), Surplus: map[int]bool{}}
+		if o.Rank < 0 {
+			o.Mismatch, o.Rank = -o.Rank, 0
+		}
 		for j := 3; j < len(vals); j += 2 {
 			f := vals[j+1]
 			if f < 0 {
@@ -140,7 +150,7 @@ func (s *Scheduler) Own(ctx context.Context, now time.Time, reqs []OwnRequest) [
 }
 
 func (s *Scheduler) ownKeys(r OwnRequest) []string {
-	return []string{s.ownKey(r.Rule, "members"), s.ownKey(r.Rule, "leases"), s.ownKey(r.Rule, "fence")}
+	return []string{s.ownKey(r.Rule, "members"), s.ownKey(r.Rule, "leases"), s.ownKey(r.Rule, "fence"), s.ownKey(r.Rule, "parts")}
 }
 
 func ownArgs(now time.Time, r OwnRequest) []any {

@@ -143,3 +143,42 @@ func TestOwnershipPacesAndRetries(t *testing.T) {
 		t.Fatalf("due after ForgetDue: %d, %v; want 1", due, err)
 	}
 }
+
+// TestOwnershipPartitionCountMustAgree: a drainer whose partition count differs from the
+// one the rule's leases are held under owns nothing (it would own the same keys twice: a
+// partition number means other keys under another count), is told the count in force and
+// is not counted among the members (the others' shares cover every partition). Once no
+// other drainer holds a lease, the count changes to the newcomer's.
+func TestOwnershipPartitionCountMustAgree(t *testing.T) {
+	t.Parallel()
+	ss := newSchedulers(t, 2)
+	ctx := context.Background()
+	own := func(s *queue.Scheduler, owner string, parts int, at time.Duration, leave bool) queue.Owned {
+		t.Helper()
+		o := s.Own(ctx, t0.Add(at), []queue.OwnRequest{{Rule: "r", Owner: owner, Partitions: parts, Lease: time.Second, Leave: leave}})[0]
+		if o.Err != nil {
+			t.Fatal(o.Err)
+		}
+		return o
+	}
+	if a := own(ss[0], "A", 8, 0, false); len(a.Fences) != 8 || a.Mismatch != 0 {
+		t.Fatalf("A alone with 8: %+v", a)
+	}
+	if b := own(ss[1], "B", 16, 100*time.Millisecond, false); len(b.Fences) != 0 || b.Mismatch != 8 || b.Members != 0 {
+		t.Fatalf("B with 16 while A holds 8: %+v, want nothing owned and the count in force (8)", b)
+	}
+	if a := own(ss[0], "A", 8, 200*time.Millisecond, false); len(a.Fences) != 8 || len(a.Surplus) != 0 || a.Members != 1 {
+		t.Fatalf("A after B's attempt: %+v, want all 8 partitions, B not counted", a)
+	}
+	own(ss[0], "A", 8, 300*time.Millisecond, true) // A stops
+	if b := own(ss[1], "B", 16, 400*time.Millisecond, false); len(b.Fences) != 16 || b.Mismatch != 0 {
+		t.Fatalf("B with 16 once A left: %+v, want all 16", b)
+	}
+	if a := own(ss[0], "A", 8, 500*time.Millisecond, false); len(a.Fences) != 0 || a.Mismatch != 16 {
+		t.Fatalf("A with 8 back while B holds 16: %+v", a)
+	}
+	// A dead drainer's expired leases do not hold the count: B dies (no leave), A takes over.
+	if a := own(ss[0], "A", 8, 2*time.Second, false); len(a.Fences) != 8 || a.Mismatch != 0 {
+		t.Fatalf("A with 8 after B's leases expired: %+v", a)
+	}
+}

@@ -70,6 +70,8 @@ type Drainer struct {
 	slotSeq    atomic.Uint64 // names each sink.max_in_flight slot this drainer takes
 	natsLog    throttle
 	releaseLog throttle
+	// ownMismatchLog: -own-partitions differs from the other drainers' (own_lease.go).
+	ownMismatchLog throttle
 }
 
 // New returns a Drainer; cfg is completed with WithDefaults and validated.
@@ -87,18 +89,19 @@ func New(cfg Config) (*Drainer, error) {
 		return nil, fmt.Errorf("drain: metrics: %w", err)
 	}
 	d := &Drainer{
-		brkM:       brkM,
-		cfg:        cfg,
-		log:        cfg.Logger.With("drainer", cfg.Owner),
-		m:          m,
-		soft:       make(chan struct{}),
-		flushed:    make(chan struct{}),
-		done:       make(chan struct{}),
-		claimers:   map[string]*claimer{},
-		orules:     map[string]*orule{},
-		redisLog:   throttle{every: 30 * time.Second},
-		natsLog:    throttle{every: 30 * time.Second},
-		releaseLog: throttle{every: 30 * time.Second},
+		brkM:           brkM,
+		cfg:            cfg,
+		log:            cfg.Logger.With("drainer", cfg.Owner),
+		m:              m,
+		soft:           make(chan struct{}),
+		flushed:        make(chan struct{}),
+		done:           make(chan struct{}),
+		claimers:       map[string]*claimer{},
+		orules:         map[string]*orule{},
+		redisLog:       throttle{every: 30 * time.Second},
+		natsLog:        throttle{every: 30 * time.Second},
+		releaseLog:     throttle{every: 30 * time.Second},
+		ownMismatchLog: throttle{every: 30 * time.Second},
 	}
 	return d, nil
 }

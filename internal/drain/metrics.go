@@ -17,6 +17,7 @@ type metrics struct {
 	slotWaits  *prometheus.CounterVec   // rule: deliveries that waited for a sink.max_in_flight slot
 	partsOwned *prometheus.GaugeVec     // rule: ownership partitions this drainer owns (own engine)
 	renewFails *prometheus.CounterVec   // rule: ownership renewals that failed (own engine)
+	partsDiff  *prometheus.GaugeVec     // rule: 1 while this drainer's -own-partitions differs from the other drainers'
 
 	// The on-call's signals (signals.go).
 	inQueue   *prometheus.HistogramVec // rule: admission → first delivery start, seconds
@@ -66,6 +67,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_ownership_renew_failures_total",
 			Help: "Ownership lease renewals of the rule that failed (engine own); partitions stop delivering when their leases run out.",
 		}, []string{"rule"}),
+		partsDiff: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_ownership_partitions_mismatch",
+			Help: "1 while this drainer's -own-partitions differs from the count the rule's leases are held under by other drainers (engine own): it owns none of the rule's partitions meanwhile.",
+		}, []string{"rule"}),
 	}
 	m.addSignals()
 	if reg == nil {
@@ -95,6 +100,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.renewFails, err = register(reg, m.renewFails); err != nil {
+		return nil, err
+	}
+	if m.partsDiff, err = register(reg, m.partsDiff); err != nil {
 		return nil, err
 	}
 	if err := m.registerSignals(reg); err != nil {

@@ -144,6 +144,17 @@ func (o *orule) applyOwned(res queue.Owned, sent, got time.Time) {
 		}
 		return
 	}
+	if res.Mismatch > 0 {
+		// Owning partitions under two counts would own the same keys twice: this drainer
+		// owns none of the rule's until the drainers agree (docs/design.md "Ownership").
+		d.m.partsDiff.WithLabelValues(o.name).Set(1)
+		if d.ownMismatchLog.allow() {
+			d.log.Error("own engine: -own-partitions differs from the other drainers': this drainer owns none of the rule's partitions until they agree (stop the drainers with the other count, or restart this one with it)",
+				"rule", o.name, "own_partitions", o.n, "other_drainers", res.Mismatch)
+		}
+	} else {
+		d.m.partsDiff.WithLabelValues(o.name).Set(0)
+	}
 	margin := d.ownMargin()
 	deadline := sent.Add(d.cfg.OwnLease - margin)
 	var acquired []*opart
