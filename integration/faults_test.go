@@ -334,7 +334,7 @@ func faultDrainerKill(t *testing.T, p faultParams) faultRow {
 		}
 	}
 	return faultRow{Fault: "drainer SIGKILL mid-delivery (sink 300 ms slow)", V: v, Recovery: worst,
-		What: "kill → next delivery of the last stalled key (claim lease)",
+		What: "kill → next delivery of the last stalled key (lease)",
 		Note: fmt.Sprintf("%d deliveries in flight in the killed drainer; the other took over; killed one restarted after %v", inflightAtKill, p.downtime)}
 }
 

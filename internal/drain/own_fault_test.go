@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -445,5 +446,81 @@ func TestOwnEngineSinkMaxInFlightBelowTheDrainers(t *testing.T) {
 		if n != 1 {
 			t.Errorf("message %s delivered %d times", id, n)
 		}
+	}
+}
+
+// gaugeValue reads a gauge of one rule from reg (-1 when absent).
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name, rule string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "rule" && l.GetValue() == rule {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// TestOwnEngineOwnPartitionsDisagreementIsDetected: drainer A runs with 16 ownership
+// partitions, B is started with 32 (a changed -own-partitions rolled out to one drainer).
+// Owning partitions under both counts would give some keys two owners; instead B owns none
+// and says so (sluice_ownership_partitions_mismatch 1, an error log), A owns all 16 and
+// delivers everything once. Once A stops, B owns the rule's keys under 32 partitions.
+func TestOwnEngineOwnPartitionsDisagreementIsDetected(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.rule("own-parts", 1000, 0, nil)
+	sinkA, sinkB := newCallSink(nil), newCallSink(nil)
+	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()
+	logB := &syncBuffer{}
+	a := e.drainer(context.Background(), sinkA, func(c *drain.Config) { ownEngine(c); c.Owner = "A"; c.Registerer = regA })
+	waittest.Eventually(t, 20*time.Second, "A owning 16 partitions", func() bool { return gaugeValue(t, regA, "sluice_partitions_owned", r.Name) == 16 })
+	e.drainer(context.Background(), sinkB, func(c *drain.Config) {
+		ownEngine(c)
+		c.Owner, c.Registerer, c.OwnPartitions = "B", regB, 32
+		c.Logger = slog.New(slog.NewTextHandler(logB, nil))
+	})
+	waittest.Eventually(t, 20*time.Second, "B reporting the disagreement", func() bool {
+		return gaugeValue(t, regB, "sluice_ownership_partitions_mismatch", r.Name) == 1
+	})
+	keys := keyNames(40)
+	e.publish(r, keys, 3)
+	waittest.Eventually(t, 30*time.Second, "every message delivered", func() bool { return len(sinkA.snapshot())+len(sinkB.snapshot()) >= len(keys)*3 })
+	if n := len(sinkB.snapshot()); n != 0 {
+		t.Errorf("B (32 partitions) delivered %d messages while A held the rule's leases under 16", n)
+	}
+	if got := gaugeValue(t, regA, "sluice_partitions_owned", r.Name); got != 16 {
+		t.Errorf("A owns %v partitions, want all 16 (B is not counted)", got)
+	}
+	if !strings.Contains(logB.String(), "-own-partitions differs") {
+		t.Errorf("B did not log the disagreement:\n%s", logB.String())
+	}
+	a.Stop() // A gives its partitions up: B's count is taken
+	waittest.Eventually(t, 20*time.Second, "B owning 32 partitions", func() bool {
+		return gaugeValue(t, regB, "sluice_partitions_owned", r.Name) == 32 && gaugeValue(t, regB, "sluice_ownership_partitions_mismatch", r.Name) == 0
+	})
+	e.publish(r, keys, 1)
+	waittest.Eventually(t, 30*time.Second, "the later messages delivered by B", func() bool { return len(sinkB.snapshot()) >= len(keys) })
+	seen := map[string]int{}
+	for _, c := range append(sinkA.snapshot(), sinkB.snapshot()...) {
+		seen[c.id]++
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("message %s delivered %d times", id, n)
+		}
+	}
+	if len(seen) != len(keys)*4 {
+		t.Errorf("%d messages delivered, want %d", len(seen), len(keys)*4)
 	}
 }
