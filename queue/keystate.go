@@ -9,7 +9,9 @@ import (
 )
 
 // KeyState is what the scheduler knows of one key: whether a drainer holds it (its head is
-// being delivered) and the retry state of its head, if the head failed before.
+// being delivered: the claim engine's claims; the own engine keeps no per-key state in Redis
+// while it delivers) and the retry state of its head, if the head failed before (either
+// engine's: the own engine writes it only when a delivery fails).
 type KeyState struct {
 	Held  bool
 	Retry *RetryState
@@ -21,12 +23,16 @@ func (s *Scheduler) KeyState(ctx context.Context, rule, key string) (KeyState, e
 	pipe := s.rdb.Pipeline()
 	held := pipe.HExists(ctx, k.held, key)
 	try := pipe.HGet(ctx, k.try, key)
+	ownTry := pipe.HGet(ctx, s.ownKey(rule, "try"), key)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return KeyState{}, fmt.Errorf("queue: state of a key of rule %q: %w", rule, err)
 	}
 	st := KeyState{Held: held.Val()}
-	if try.Err() == nil {
-		if r, ok := decodeRetryState(try.Val()); ok {
+	for _, c := range []*redis.StringCmd{try, ownTry} {
+		if c.Err() != nil {
+			continue
+		}
+		if r, ok := decodeRetryState(c.Val()); ok && (st.Retry == nil || r.Attempts > st.Retry.Attempts) {
 			st.Retry = &r
 		}
 	}

@@ -182,3 +182,29 @@ func TestOwnershipPartitionCountMustAgree(t *testing.T) {
 		t.Fatalf("A with 8 after B's leases expired: %+v", a)
 	}
 }
+
+// TestKeyStateReadsTheOwnEnginesRetryState: the status API shows a failed head as retrying
+// from KeyState; under the own engine (the default) the retry state lives with the
+// ownership state, and KeyState reads it there too (before, such a head showed as queued).
+func TestKeyStateReadsTheOwnEnginesRetryState(t *testing.T) {
+	t.Parallel()
+	s := newSchedulers(t, 1)[0]
+	ctx := context.Background()
+	if st, err := s.KeyState(ctx, "r", "k"); err != nil || st.Retry != nil || st.Held {
+		t.Fatalf("a key without state: %+v, %v", st, err)
+	}
+	want := queue.RetryState{MsgID: "m1", Attempts: 3, LastError: "sink: http 503"}
+	if err := s.SetOwnRetry(ctx, "r", "k", &want); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.KeyState(ctx, "r", "k")
+	if err != nil || st.Retry == nil || *st.Retry != want || st.Held {
+		t.Fatalf("after the own engine's failed delivery: %+v, %v; want retry %+v", st, err, want)
+	}
+	if err := s.SetOwnRetry(ctx, "r", "k", nil); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.KeyState(ctx, "r", "k"); err != nil || st.Retry != nil {
+		t.Fatalf("after the success that follows: %+v, %v", st, err)
+	}
+}
