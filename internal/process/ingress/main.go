@@ -120,10 +120,13 @@ func (c Config) withDefaults() Config {
 	for _, f := range []struct {
 		p *int
 		v int
-	}{{&c.Replicas, d.Replicas}, {&c.MaxBatch, d.MaxBatch}, {&c.DrainWorkers, d.DrainWorkers}} {
+	}{{&c.Replicas, d.Replicas}, {&c.MaxBatch, d.MaxBatch}, {&c.Workers, d.Workers}} {
 		if *f.p == 0 {
 			*f.p = f.v
 		}
+	}
+	if c.Engine == "" {
+		c.Engine = d.Engine
 	}
 	return c
 }
@@ -257,7 +260,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		proc, err := process.StartDraining(context.WithoutCancel(ctx), process.DrainDeps{
 			Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
 			SinkTLS: sinkTLS, Signer: signer, SignScheme: sign.Scheme(c.SignScheme), SinkDial: m.SinkDial,
-			Drain:   drain.Config{Workers: c.DrainWorkers, StopTimeout: c.ShutdownTimeout},
+			Drain:   drain.Config{Workers: c.Workers, StopTimeout: c.ShutdownTimeout, Engine: c.Engine},
 			Readmit: retry.ReadmitterConfig{MaxBackoff: c.ReadmitMaxBackoff},
 		})
 		if err != nil {
