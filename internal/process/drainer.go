@@ -15,13 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/rules"
-	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/telemetry"
-	"github.com/sluice-io/sluice/internal/tlsx"
-	"github.com/sluice-io/sluice/retry"
 )
 
 // RunDrainer is the drainer binary: flags, -version, or the process until ctx ends, then
@@ -149,18 +145,7 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	var tlsSrv *tlsx.Server
-	if c.TLSCert != "" {
-		if tlsSrv, err = tlsx.NewServer(tlsx.ServerFiles{CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA, ClientNames: c.TLSClientNames, Logger: log}); err != nil {
-			return fmt.Errorf("drainer: %w", err)
-		}
-		reg.MustRegister(tlsSrv.NotAfterCollector())
-	}
-	sinkTLS, err := tlsx.NewClient("-sink-ca", c.SinkCA)
-	if err != nil {
-		return fmt.Errorf("drainer: %w", err)
-	}
-	signer, err := sign.NewSigner(c.SignKeys, log)
+	tlsSrv, sinkTLS, signer, err := c.OpenTLS(log, reg)
 	if err != nil {
 		return fmt.Errorf("drainer: %w", err)
 	}
@@ -177,26 +162,19 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 	}
 	m.closers = append(m.closers, watcher.Stop)
 
-	st, err := Open(ctx, StackConfig{
-		Name: "drainer", NATSURL: c.NATSURL, RedisURL: c.RedisURL, Replicas: c.Replicas,
-		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey, NATSCreds: c.NATSCreds, NATSNKey: c.NATSNKey,
-		RedisTLS:   RedisTLS{CA: c.RedisCA, Cert: c.RedisCert, Key: c.RedisKey},
-		StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
-		RetryMaxBytes: c.RetryMaxBytes, DeadMaxBytes: c.DeadMaxBytes, DeadDropOldest: c.DeadDropOldest, Registry: reg,
-		Rules: watcher.Current, Logger: log, RedisPoolSize: 2*c.Workers + 16,
-	})
+	sc := c.StackConfig("drainer")
+	sc.Registry, sc.Rules, sc.Logger, sc.RedisPoolSize = reg, watcher.Current, log, 2*c.Workers+16
+	st, err := Open(ctx, sc)
 	if err != nil {
 		return err
 	}
 	m.Stack = st
 	m.closers = append(m.closers, st.Close)
-	proc, err := StartDraining(bg, DrainDeps{
-		Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
-		SinkTLS: sinkTLS, Signer: signer, SignScheme: sign.Scheme(c.SignScheme),
-		Drain: drain.Config{Workers: c.Workers, StopTimeout: c.ShutdownTimeout, Lease: c.Lease, LeaseRenew: c.LeaseRenew,
-			Engine: c.Engine, OwnPartitions: c.OwnPartitions, OwnLease: c.OwnLease, RepairEvery: c.RepairEvery},
-		Readmit: retry.ReadmitterConfig{MaxBackoff: c.ReadmitMaxBackoff},
-	})
+	deps := c.DrainDeps(sinkTLS, signer)
+	deps.Stack, deps.Rules, deps.Logger, deps.Registerer = st, watcher.Current, log, reg
+	deps.Drain.Lease, deps.Drain.LeaseRenew = c.Lease, c.LeaseRenew
+	deps.Drain.OwnPartitions, deps.Drain.OwnLease, deps.Drain.RepairEvery = c.OwnPartitions, c.OwnLease, c.RepairEvery
+	proc, err := StartDraining(bg, deps)
 	if err != nil {
 		return err
 	}

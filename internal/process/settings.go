@@ -3,10 +3,15 @@ package process
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/sign"
+	"github.com/sluice-io/sluice/internal/tlsx"
+	"github.com/sluice-io/sluice/retry"
 )
 
 // Role names the process that declares the shared settings. A few flags say something
@@ -195,4 +200,49 @@ func (s *Settings) Validate(r Role, connect bool) error {
 		return err
 	}
 	return CheckRedisTLS(s.RedisURL, s.RedisCA, s.RedisCert, s.RedisKey)
+}
+
+// OpenTLS reads the certificates and keys the settings name: the listeners' (nil without
+// -tls-cert; its expiry gauge registered on reg), the sinks' CA (-sink-ca) and the signing
+// keys (-sign-keys). Both processes call it first: a process that cannot serve or deliver
+// as configured must not start.
+func (s *Settings) OpenTLS(log *slog.Logger, reg prometheus.Registerer) (listeners *tlsx.Server, sinks *tlsx.Client, signer *sign.Signer, err error) {
+	if s.TLSCert != "" {
+		listeners, err = tlsx.NewServer(tlsx.ServerFiles{CertFile: s.TLSCert, KeyFile: s.TLSKey, ClientCAFile: s.TLSClientCA, ClientNames: s.TLSClientNames, Logger: log})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		reg.MustRegister(listeners.NotAfterCollector())
+	}
+	if sinks, err = tlsx.NewClient("-sink-ca", s.SinkCA); err != nil {
+		return nil, nil, nil, err
+	}
+	if signer, err = sign.NewSigner(s.SignKeys, log); err != nil {
+		return nil, nil, nil, err
+	}
+	return listeners, sinks, signer, nil
+}
+
+// StackConfig is the part of a process's StackConfig the settings say: NATS and Redis and
+// how to reach them, and the streams both processes create. The process adds the rest
+// (rules, logger, registry, its own knobs).
+func (s *Settings) StackConfig(name string) StackConfig {
+	return StackConfig{
+		Name: name, NATSURL: s.NATSURL, RedisURL: s.RedisURL, Replicas: s.Replicas,
+		NATSCA: s.NATSCA, NATSCert: s.NATSCert, NATSKey: s.NATSKey, NATSCreds: s.NATSCreds, NATSNKey: s.NATSNKey,
+		RedisTLS:   RedisTLS{CA: s.RedisCA, Cert: s.RedisCert, Key: s.RedisKey},
+		StatusKeep: s.StatusKeep, StatusKeepMax: s.StatusKeepMax,
+		RetryMaxBytes: s.RetryMaxBytes, DeadMaxBytes: s.DeadMaxBytes, DeadDropOldest: s.DeadDropOldest,
+	}
+}
+
+// DrainDeps is the part of a drainer's DrainDeps the settings say: the drain loop's workers,
+// engine and stop timeout, the re-admitter's backoff, the sinks' TLS and the signatures. The
+// process adds the stack, the rules, the logger and the registry (the drainer, its leases).
+func (s *Settings) DrainDeps(sinks *tlsx.Client, signer *sign.Signer) DrainDeps {
+	return DrainDeps{
+		SinkTLS: sinks, Signer: signer, SignScheme: sign.Scheme(s.SignScheme),
+		Drain:   drain.Config{Workers: s.Workers, StopTimeout: s.ShutdownTimeout, Engine: s.Engine},
+		Readmit: retry.ReadmitterConfig{MaxBackoff: s.ReadmitMaxBackoff},
+	}
 }
