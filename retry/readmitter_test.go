@@ -384,8 +384,8 @@ func TestReadmitterSurvivesRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.handled.wait(t, 10*time.Second, ResultAdmitted, 1) // some re-admitted
-	first.Stop()                             // the drainer process restarts…
-	if err := e.node.Restart(); err != nil { // …and so does NATS
+	first.Stop()                                         // the drainer process restarts…
+	if err := e.node.Restart(); err != nil {             // …and so does NATS
 		t.Fatal(err)
 	}
 	// As a restarted drainer would, start once this client is back and JetStream answers
