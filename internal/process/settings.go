@@ -69,7 +69,8 @@ type Settings struct {
 
 	// Drain settings: the drainer's, and those of the ingress's in-process drainer (-drain).
 	Workers int // -workers (drainer), -drain-workers (ingress): deliveries in flight per queue rule.
-	// Engine is how drainers share keys: drain.EngineClaim or drain.EngineOwn. -engine.
+	// Engine is how drainers share keys: drain.EngineClaim or drain.EngineOwn. -engine;
+	// every drainer must run the same (the ingress's -drain drainer runs it).
 	Engine string
 	// ReadmitMaxBackoff caps the wait between two re-admission attempts of a parked
 	// message that still finds no room. -readmit-max-backoff.
