@@ -61,12 +61,12 @@ func TestReadmitterErrorLogIsThrottled(t *testing.T) {
 		for range 3 {
 			r.logError("fired message", down)
 		}
-		time.Sleep(999 * time.Millisecond)
+		time.Sleep(999 * time.Millisecond) // the scenario, in the bubble's virtual time: just within the second
 		r.logError("fired message", down)
 		if n := len(lines()); n != 1 {
 			t.Fatalf("%d lines within the first second, want 1:\n%s", n, logs.String())
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // the scenario, in virtual time: the second is over
 		r.logError("fired message", down)
 		got := lines()
 		if len(got) != 2 || !strings.Contains(got[1], "suppressed=3") {

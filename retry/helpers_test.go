@@ -26,6 +26,8 @@ type env struct {
 	store *Store
 	dead  *DeadLetters
 	rules *ruleSet
+	// handled: what the env's re-admitters (startReadmitter) did with each fired message.
+	handled *handledLog
 }
 
 func newEnv(t *testing.T) *env {
@@ -33,7 +35,7 @@ func newEnv(t *testing.T) *env {
 	node := natstest.Start(t)
 	_, js := natstest.Connect(t, node.URL())
 	n := testSeq.Add(1)
-	e := &env{node: node, js: js, rules: &ruleSet{m: map[string]Rule{}}}
+	e := &env{node: node, js: js, rules: &ruleSet{m: map[string]Rule{}}, handled: newHandledLog()}
 	var err error
 	e.store, err = NewStore(js, Config{Stream: fmt.Sprintf("T%d_RETRY", n), SubjectPrefix: fmt.Sprintf("t%d", n)})
 	if err != nil {
@@ -156,6 +158,7 @@ func startReadmitter(t *testing.T, e *env, admit AdmitFunc, mod func(*Readmitter
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.handled = e.handled.record
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := r.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -176,4 +179,52 @@ func streamMsgs(t *testing.T, e *env) uint64 {
 		t.Fatal(err)
 	}
 	return info.State.Msgs
+}
+
+// handledLog counts the results of the fired messages the env's re-admitters handled (their
+// handled hook): a test waits on it for an outcome instead of polling for it.
+type handledLog struct {
+	mu      sync.Mutex
+	n       map[string]int // by result
+	changed chan struct{}  // closed, and replaced, at every record
+}
+
+func newHandledLog() *handledLog {
+	return &handledLog{n: map[string]int{}, changed: make(chan struct{})}
+}
+
+func (h *handledLog) record(_, result string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n[result]++
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+// count is how many fired messages were handled with result so far.
+func (h *handledLog) count(result string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[result]
+}
+
+// wait returns once n fired messages were handled with result, and fails the test if
+// they were not within the given time (a bound for a failing test only).
+func (h *handledLog) wait(t testing.TB, within time.Duration, result string, n int) {
+	t.Helper()
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	for {
+		h.mu.Lock()
+		got, changed := h.n[result], h.changed
+		h.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatalf("not within %s: %d fired messages handled %q (got %d)", within, n, result, got)
+		}
+	}
 }

@@ -262,6 +262,11 @@ type Readmitter struct {
 	errMu   sync.Mutex
 	lastLog time.Time
 	muted   int
+
+	// handled, when set (by this package's tests, before Start), is told each fired
+	// message's result once it is stored and acked (or nak'd, for ResultError): tests wait
+	// on it instead of polling for the outcome.
+	handled func(rule, result string)
 }
 
 // NewReadmitter returns a Readmitter; it does nothing until Start.
@@ -568,6 +573,9 @@ func (r *Readmitter) handle(ctx context.Context, msg jetstream.Msg, held keyHold
 			n = int(md.NumDelivered)
 		}
 		_ = msg.NakWithDelay(backoff.Exponential(r.cfg.MinBackoff, r.cfg.ErrorBackoff, n, nil))
+		if r.handled != nil {
+			r.handled(m.Rule, ResultError)
+		}
 		return
 	}
 	r.runs.WithLabelValues(m.Rule, result).Inc()
@@ -575,6 +583,9 @@ func (r *Readmitter) handle(ctx context.Context, msg jetstream.Msg, held keyHold
 		// The outcome is stored; a lost ack only means the message is handled again,
 		// which every outcome tolerates.
 		r.logError("ack", err, "rule", m.Rule, "id", m.ID)
+	}
+	if r.handled != nil {
+		r.handled(m.Rule, result)
 	}
 }
 

@@ -32,7 +32,7 @@ func TestReadmitterAdmitsWhenThereIsRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waittest.Eventually(t, 15*time.Second, "re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
+	e.handled.wait(t, 15*time.Second, ResultAdmitted, 1)
 	calls, adm := q.snapshot()
 	got, ok := adm[m.ID]
 	if !ok {
@@ -94,7 +94,10 @@ func TestReadmitterReparksWhileFull(t *testing.T) {
 	if _, err := e.store.Park(ctx, rule.Name, m, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	waittest.Eventually(t, 20*time.Second, "admitted on the third try", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
+	e.handled.wait(t, 20*time.Second, ResultAdmitted, 1) // on the third try
+	if n := e.handled.count(ResultReparked); n != 2 {
+		t.Errorf("%d re-parks before the admission, want 2", n)
+	}
 	calls, _ := q.snapshot()
 	if len(calls) != 3 {
 		t.Fatalf("%d Admit calls, want 3", len(calls))
@@ -137,12 +140,11 @@ func TestReadmitterDeadAfterMaxAge(t *testing.T) {
 	if _, err := e.store.Park(ctx, rule.Name, m, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	var dl DeadLetter
-	waittest.Eventually(t, 20*time.Second, "dead after park.max_age", func() bool {
-		var err error
-		dl, err = e.dead.Get(ctx, m.ID)
-		return err == nil
-	})
+	e.handled.wait(t, 20*time.Second, ResultDead, 1) // after park.max_age
+	dl, err := e.dead.Get(ctx, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if el := time.Since(start); el < 3*time.Second || el > 10*time.Second {
 		t.Errorf("dead after %s, want about the 3s max_age", el)
 	}
@@ -167,12 +169,11 @@ func TestReadmitterRuleRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.rules.remove(rule.Name)
-	var dl DeadLetter
-	waittest.Eventually(t, 15*time.Second, "dead: rule removed", func() bool {
-		var err error
-		dl, err = e.dead.Get(ctx, m.ID)
-		return err == nil
-	})
+	e.handled.wait(t, 15*time.Second, ResultDead, 1) // the rule was removed
+	dl, err := e.dead.Get(ctx, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if dl.Reason != ReasonRuleRemoved || dl.Message.Rule != "gone" {
 		t.Errorf("dead letter %+v, want reason %q of rule gone", dl, ReasonRuleRemoved)
 	}
@@ -196,7 +197,7 @@ func TestReadmitterDeliveryRetry(t *testing.T) {
 	if n, _ := e.store.Parked(ctx, rule.Name); n != 0 {
 		t.Errorf("a delivery retry counted as parked (%d)", n)
 	}
-	waittest.Eventually(t, 15*time.Second, "delivery retry re-admitted", func() bool { c, _ := q.snapshot(); return len(c) == 1 })
+	e.handled.wait(t, 15*time.Second, ResultAdmitted, 1) // the delivery retry
 	calls, _ := q.snapshot()
 	c := calls[0]
 	if c.m.ID != m.ID || c.m.Attempt != 2 || c.m.LastError != m.LastError || !c.m.ParkedFrom.IsZero() {
@@ -222,7 +223,10 @@ func TestReadmitterErrorIsRetried(t *testing.T) {
 	if _, err := e.store.Park(context.Background(), rule.Name, m, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	waittest.Eventually(t, 15*time.Second, "admitted after an Admit error", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
+	e.handled.wait(t, 15*time.Second, ResultAdmitted, 1)
+	if n := e.handled.count(ResultError); n != 1 {
+		t.Errorf("%d failed handlings before the admission, want the 1 Admit error", n)
+	}
 }
 
 // Two re-admitters share the work; when one is too slow and its message is delivered
@@ -345,7 +349,7 @@ func TestReadmitterStartStopTwice(t *testing.T) {
 	// The stopped re-admitter may have left the consumer's pin on one of its last pulls
 	// (it got no message, so it cannot know and does not unpin): the pin then moves after
 	// its TTL (10 s).
-	waittest.Eventually(t, 20*time.Second, "handled by the next re-admitter", func() bool { _, adm := q.snapshot(); return len(adm) == 1 })
+	e.handled.wait(t, 20*time.Second, ResultAdmitted, 1) // by the next re-admitter
 }
 
 func TestReadmitterConfigValidate(t *testing.T) {
@@ -375,12 +379,13 @@ func TestReadmitterSurvivesRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	first.handled = e.handled.record
 	if err := first.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waittest.Eventually(t, 10*time.Second, "some re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) > 0 })
-	first.Stop()                             // the drainer process restarts…
-	if err := e.node.Restart(); err != nil { // …and so does NATS
+	e.handled.wait(t, 10*time.Second, ResultAdmitted, 1) // some re-admitted
+	first.Stop()                                         // the drainer process restarts…
+	if err := e.node.Restart(); err != nil {             // …and so does NATS
 		t.Fatal(err)
 	}
 	// As a restarted drainer would, start once this client is back and JetStream answers
@@ -392,7 +397,7 @@ func TestReadmitterSurvivesRestarts(t *testing.T) {
 		return err == nil
 	})
 	startReadmitter(t, e, q.Admit, nil)
-	waittest.Eventually(t, 30*time.Second, "all re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) == n })
+	waittest.Eventually(t, 30*time.Second, "all re-admitted", func() bool { _, adm := q.snapshot(); return len(adm) == n }) // distinct messages: a redelivery after the restart is handled twice
 	waittest.Eventually(t, 10*time.Second, "the retry stream is empty", func() bool {
 		st, err := e.js.Stream(ctx, e.store.cfg.Stream)
 		if err != nil {
@@ -458,15 +463,18 @@ func startRecovery(t *testing.T) (*env, string, *fakeQueue, *Readmitter) {
 func readmitted(t *testing.T, e *env, q *fakeQueue, rule, key, what string) queue.Message {
 	t.Helper()
 	m := newMessage(rule, key)
+	before := e.handled.count(ResultAdmitted)
 	if _, err := e.store.Park(context.Background(), rule, m, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	waittest.Eventually(t, 30*time.Second, what, func() bool {
-		_, adm := q.snapshot()
-		_, ok := adm[m.ID]
-		return ok
-	})
-	return m
+	// Each admission wakes the wait; a redelivered earlier message may come first.
+	for n := before + 1; ; n++ {
+		e.handled.wait(t, 30*time.Second, ResultAdmitted, n)
+		if _, adm := q.snapshot(); adm[m.ID].ID == m.ID {
+			return m
+		}
+		t.Logf("%s: waiting on (admissions so far: %d)", what, n)
+	}
 }
 
 // A re-admitter that stops while it holds the consumer's pin gives it up: the next one takes
@@ -481,6 +489,7 @@ func TestStoppingReadmitterGivesThePinUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r1.handled = e.handled.record
 	if err := r1.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +503,7 @@ func TestStoppingReadmitterGivesThePinUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waittest.Eventually(t, 15*time.Second, "the second message re-admitted by the next re-admitter", func() bool { _, adm := q2.snapshot(); return len(adm) == 1 })
+	e.handled.wait(t, 15*time.Second, ResultAdmitted, 2) // the second message, by the next re-admitter
 	if late := time.Since(fire); late > 5*time.Second {
 		t.Errorf("the next re-admitter took the message %v after it fired: the pin was not given up", late)
 	}

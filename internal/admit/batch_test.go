@@ -696,8 +696,16 @@ func TestUndoWhileRedisIsDownIsSentLater(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rdb.Do(ctx, "BGREWRITEAOF")
-	time.Sleep(1500 * time.Millisecond) // the AOF fsyncs every second
+	// The counts must be on disk before the kill: a rewrite writes and fsyncs a new AOF
+	// holding them, and INFO says when it is done (no waiting on the once-a-second fsync).
+	if err := rdb.Do(ctx, "BGREWRITEAOF").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Eventually(t, 10*time.Second, "the AOF rewritten", func() bool {
+		info, err := rdb.Info(ctx, "persistence").Result()
+		return err == nil && strings.Contains(info, "aof_rewrite_in_progress:0") &&
+			strings.Contains(info, "aof_rewrite_scheduled:0") && strings.Contains(info, "aof_last_bgrewrite_status:ok")
+	})
 	srv.Stop()
 	if _, _, err := r.b.Count("r", "k", 10, t0).Wait(); err == nil || !r.b.Down() {
 		t.Fatalf("count with Redis stopped: %v, Down %v", err, r.b.Down())

@@ -164,10 +164,12 @@ func Start(ctx context.Context, c Config, log *slog.Logger) (_ *Stack, err error
 
 	s.Ingress = &ingress.Main{
 		Config: ingress.Config{
-			Rules: c.Rules, HTTPAddr: c.HTTPAddr, GRPCAddr: c.GRPCAddr,
-			NATSURL: ns.URL(), RedisURL: rs.URL(), AdminToken: c.AdminToken,
-			Drain: true, StatusKeep: c.StatusKeep, RulesPoll: c.RulesPoll, ShutdownTimeout: c.ShutdownTimeout,
-			LogFormat: "text", LogLevel: c.LogLevel,
+			Settings: process.Settings{
+				Rules: c.Rules, HTTPAddr: c.HTTPAddr, NATSURL: ns.URL(), RedisURL: rs.URL(),
+				StatusKeep: c.StatusKeep, RulesPoll: c.RulesPoll, ShutdownTimeout: c.ShutdownTimeout,
+				LogFormat: "text", LogLevel: c.LogLevel,
+			},
+			GRPCAddr: c.GRPCAddr, AdminToken: c.AdminToken, Drain: true,
 			GRPCReflection: true, // grpcurl against a dev stack needs no protos
 		},
 		Logger:   log,

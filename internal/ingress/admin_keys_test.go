@@ -152,7 +152,7 @@ func TestAdminKeyOverridesRemovedWithTheirRule(t *testing.T) {
 	if !waittest.Within(time.Second, func() bool { return keys.Len() == 2 }) {
 		t.Fatalf("index holds %d", keys.Len())
 	}
-	time.Sleep(10 * time.Millisecond) // the overrides' UpdatedAt (ms) precedes the removal
+	waittest.NextMillisecond() // the overrides' UpdatedAt (ms) precedes the removal
 	without := testRules[strings.Index(testRules, "---")+4:]
 	if err := os.WriteFile(path, []byte(without), 0o644); err != nil {
 		t.Fatal(err)

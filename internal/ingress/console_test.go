@@ -413,8 +413,7 @@ descriptors:
 	b.do("narrow", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)))
 	for _, page := range []string{"queues", "queue/orders", "dead?queue=orders", "audit"} {
 		b.do("open "+page, chromedp.Navigate(e.base+"/ui/#/"+page))
-		b.wait(page, `document.querySelector("main section:not([hidden])") !== null`)
-		time.Sleep(300 * time.Millisecond)
+		b.wait(page, `document.body.dataset.shown === "#/`+page+`" && document.body.dataset.busy === undefined`)
 		if w := b.eval(`String(document.documentElement.scrollWidth)`); w != "390" {
 			t.Errorf("%s at 390 px: the page is %s px wide", page, w)
 		}
@@ -453,7 +452,7 @@ descriptors:
 // Replay) reaching past the right edge.
 func (b *browser) noOverflow(what string) {
 	b.t.Helper()
-	time.Sleep(100 * time.Millisecond) // a refresh may be laying out
+	b.wait("no refresh under way", `document.body.dataset.busy === undefined`)
 	raw := b.eval(`JSON.stringify((() => {
 		const vw = document.documentElement.clientWidth, bad = [];
 		if (document.documentElement.scrollWidth > vw) bad.push("the page is " + document.documentElement.scrollWidth + " px wide");

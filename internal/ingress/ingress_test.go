@@ -256,7 +256,7 @@ func TestAdmissionLimitParksUntilTheWindowFrees(t *testing.T) {
 	e := start(t, nil)
 	user := [][2]string{{"message_type", "marketing"}, {"user_id", "u-7"}}
 	if time.Now().Second() == 59 { // keep all three submissions inside one minute
-		time.Sleep(1100 * time.Millisecond)
+		time.Sleep(1100 * time.Millisecond) // the scenario: a minute's window, so start in the next minute
 	}
 	sent := time.Now()
 	for i := 0; i < 2; i++ {

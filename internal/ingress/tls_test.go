@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/process/ingress"
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/sign"
@@ -290,7 +291,7 @@ func TestTLSFlagErrors(t *testing.T) {
 		}
 	}
 	// A missing certificate file stops the process at start, naming the flag.
-	m := &ingress.Main{Config: ingress.Config{Rules: []string{"testdata/none"}, TLSCert: "/nonexistent.crt", TLSKey: "/nonexistent.key"},
+	m := &ingress.Main{Config: ingress.Config{Settings: process.Settings{Rules: []string{"testdata/none"}, TLSCert: "/nonexistent.crt", TLSKey: "/nonexistent.key"}},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if err := m.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "-tls-cert") {
 		t.Fatalf("Run with a missing certificate: %v", err)
@@ -337,7 +338,7 @@ func TestSecurityFlagsFromEnv(t *testing.T) {
 	// A bad token file stops the start, naming the flag, file and line.
 	bad := filepath.Join(t.TempDir(), "tokens")
 	os.WriteFile(bad, []byte("ok read 0123456789abcdef0123\nalice admin 0123456789abcdef0123\n"), 0o600)
-	m := &ingress.Main{Config: ingress.Config{Rules: []string{"testdata/none"}, AdminTokensFile: bad},
+	m := &ingress.Main{Config: ingress.Config{Settings: process.Settings{Rules: []string{"testdata/none"}}, AdminTokensFile: bad},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if err := m.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "-admin-tokens: "+bad+":2: scope \"admin\"") {
 		t.Fatalf("Run with a bad token file: %v", err)

@@ -25,7 +25,7 @@ func healthServer(t *testing.T) string {
 	}
 	gs := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if r, ok := req.(*healthpb.HealthCheckRequest); ok && r.Service == "slow" {
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // the scenario: a slow service
 		}
 		return h(ctx, req)
 	}))

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-io/sluice/internal/natstest"
 	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -363,7 +364,7 @@ func TestKeyOverridesRemovedWithTheirRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, x, time.Second, func() bool { return x.Len() == 4 })
-	time.Sleep(5 * time.Millisecond) // UpdatedAt has millisecond resolution: the removal comes after
+	waittest.NextMillisecond() // UpdatedAt has millisecond resolution: the removal comes after
 	mu.Lock()
 	cur = keyRules(t, false)
 	mu.Unlock()
@@ -400,15 +401,12 @@ func TestKeyOverridesSurviveRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var s2 *overrides.KeyStore
-	for {
-		var err error
-		if s2, err = overrides.OpenKeys(ctx, js2, overrides.KeyConfig{Bucket: bucket}); err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var openErr error
+	if !waittest.Within(30*time.Second, func() bool {
+		s2, openErr = overrides.OpenKeys(ctx, js2, overrides.KeyConfig{Bucket: bucket})
+		return openErr == nil
+	}) {
+		t.Fatal(openErr)
 	}
 	x := startIndex(t, s2, overrides.KeyIndexConfig{})
 	if o, ok := x.Lookup(r.Name, "m-42"); !ok || o.Outflow.PerSecond() != 20 || o.Until.IsZero() {

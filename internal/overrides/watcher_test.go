@@ -154,13 +154,14 @@ func TestOverridesSurviveServerRestart(t *testing.T) {
 	r := testRule(t)
 
 	w := startWatcher(t, s, overrides.WatcherConfig{Backoff: 20 * time.Millisecond, ReconnectCheck: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	ch := w.Changed()
 	if _, err := s.Apply(ctx, r, overrides.Patch{Outflow: rate(3, time.Second)}); err != nil {
 		t.Fatal(err)
 	}
-	waittest.Eventually(t, 5*time.Second, "watcher sees the first patch", func() bool {
-		_, ok := w.Get(r.Name)
-		return ok
-	})
+	waitChanged(t, ch, 5*time.Second, "watcher sees the first patch")
+	if _, ok := w.Get(r.Name); !ok {
+		t.Fatal("changed, but the first patch is not visible")
+	}
 
 	if err := node.Restart(); err != nil {
 		t.Fatal(err)
@@ -201,7 +202,7 @@ func TestOverridesSurviveServerRestart(t *testing.T) {
 		return ok && o.Capacity != nil && *o.Capacity == 11
 	})
 	// From now on it is within the contract again.
-	ch := w.Changed()
+	ch = w.Changed()
 	if _, err := s.Apply(ctx, r, overrides.Patch{Capacity: i64(12)}); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,8 @@
 //
 // and ParseDrainerFlags with Drainer likewise. Zero values: a Drainer or ingress.Main
 // needs only its Config. Run starts, Close stops (both once; Close is safe to call twice
-// and from any goroutine). Defaults are written once, in the flag declarations, and listed
+// and from any goroutine). Defaults are written once, in the flag declarations (what both
+// processes share in Settings.Declare, embedded by ingress.Config and DrainerConfig), and listed
 // by ingress.Flags and DrainerFlags for the flag tables of docs/configuration.md.
 //
 // The package never links the development world (embedded NATS, in-process Redis, the
@@ -29,11 +30,14 @@
 //   - run.go: Exec, SignalContext, ExitCode: a binary's run, signals, soft and hard stop, exit
 //     codes
 //   - flags.go: FlagSet: typed flags, each with its SLUICE_* variable and documented default
+//   - settings.go: Settings, what both processes are told (rules, listeners, NATS, Redis,
+//     TLS, streams, logging, drain settings): one flag table (Declare), one check
+//     (Validate), and what both build from it (OpenTLS, StackConfig, DrainDeps)
 //   - stack.go: the Stack every process stands on: NATS, Redis, streams, scheduler, statuses,
 //     overrides, admission
 //   - redis.go: the -redis URL: one server, Cluster or Sentinel, and sluice's client defaults
 //   - drainwire.go: the drain side of a process: drain loop, sinks, re-admitter, gauges
 //   - counting.go: the cluster-wide delivered counts behind the admin API's drained_per_second
-//   - drainer.go: the drainer process: its flags, config and RunDrainer
+//   - drainer.go: the drainer process: its own flags (leases, ownership), config and RunDrainer
 //   - doc.go: this overview
 package process

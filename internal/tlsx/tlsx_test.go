@@ -138,17 +138,17 @@ func TestServerReload(t *testing.T) {
 	tlstest.Write(t, dir, "tls.crt", b.CertPEM) // the key is still a's
 	// Each step lets the 1 ms Interval pass, in real time: the reload compares file
 	// modification times, which the kernel stamps with a coarse real clock.
-	time.Sleep(5 * time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // the scenario: an Interval passes and nothing may change
 	if served().Cmp(a.Serial) != 0 {
 		t.Fatal("a certificate without its key replaced the working pair")
 	}
 	tlstest.Write(t, dir, "tls.key", b.KeyPEM)
-	time.Sleep(5 * time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // the scenario: an Interval (and the coarse file clock) passes
 	if served().Cmp(b.Serial) != 0 {
 		t.Fatal("the new pair is not served")
 	}
 	tlstest.Write(t, dir, "tls.crt", []byte("garbage"))
-	time.Sleep(5 * time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // the scenario: an Interval passes and nothing may change
 	if served().Cmp(b.Serial) != 0 {
 		t.Fatal("a broken file replaced the working pair")
 	}

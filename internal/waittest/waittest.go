@@ -15,6 +15,7 @@
 package waittest
 
 import (
+	"runtime"
 	"testing"
 	"time"
 )
@@ -50,4 +51,13 @@ func Within(within time.Duration, cond func() bool) bool {
 		interval = min(2*interval, maxInterval)
 	}
 	return true
+}
+
+// NextMillisecond returns once the wall clock has moved on to its next millisecond: for a
+// test whose next step must be stamped later than the last (a record's millisecond
+// UpdatedAt), without guessing a sleep. It spins for under a millisecond.
+func NextMillisecond() {
+	for ms := time.Now().UnixMilli(); time.Now().UnixMilli() == ms; {
+		runtime.Gosched()
+	}
 }

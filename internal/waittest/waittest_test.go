@@ -78,3 +78,14 @@ func TestEventuallyFailsTheTestOnTimeout(t *testing.T) {
 		}
 	})
 }
+
+func TestNextMillisecondReturnsInALaterMillisecond(t *testing.T) {
+	t.Parallel()
+	for range 20 {
+		before := time.Now().UnixMilli()
+		waittest.NextMillisecond()
+		if now := time.Now().UnixMilli(); now <= before {
+			t.Fatalf("NextMillisecond returned in millisecond %d, not after %d", now, before)
+		}
+	}
+}

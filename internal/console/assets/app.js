@@ -383,9 +383,15 @@
     return { page: "page-queues" };
   }
 
+  // The body says when the page's data is laid out, for tests to wait on instead of
+  // sleeping: data-busy while a refresh runs, data-shown = the page (its hash) once its
+  // first refresh is done.
+  let busy = 0;
   async function tick(first) {
     const r = route();
     const before = said;
+    busy++;
+    document.body.dataset.busy = "1";
     try {
       if (r.page === "page-queues") {
         await refreshQueues();
@@ -404,6 +410,9 @@
       if (first && said === before) say("");
     } catch (e) {
       if (e.status !== 401) say("Could not read the admin API: " + e.message, true);
+    } finally {
+      if (--busy === 0) delete document.body.dataset.busy;
+      if (first) document.body.dataset.shown = location.hash || "#/queues";
     }
   }
 

@@ -20,7 +20,8 @@
 // # Files
 //
 //   - main.go: Run (the binary) and Main (the process: start in order, stop in reverse)
-//   - config.go: Config, its flags with their defaults (Flags, for docs/configuration.md's
-//     table), ParseFlags and Validate
+//   - config.go: Config (process.Settings, shared with the drainer, and the ingress's own
+//     flags with their defaults; Flags, for docs/configuration.md's table), ParseFlags and
+//     Validate
 //   - doc.go: this overview
 package ingress

@@ -18,16 +18,13 @@ import (
 	"github.com/sluice-io/sluice/internal/admin"
 	"github.com/sluice-io/sluice/internal/audit"
 	"github.com/sluice-io/sluice/internal/decide"
-	"github.com/sluice-io/sluice/internal/drain"
 	svc "github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
 	"github.com/sluice-io/sluice/internal/retire"
 	"github.com/sluice-io/sluice/internal/rules"
-	"github.com/sluice-io/sluice/internal/sign"
 	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/internal/tlsx"
 	"github.com/sluice-io/sluice/queue"
-	"github.com/sluice-io/sluice/retry"
 )
 
 // Run is the ingress binary: flags, -version, -check-config, or the process until
@@ -120,10 +117,13 @@ func (c Config) withDefaults() Config {
 	for _, f := range []struct {
 		p *int
 		v int
-	}{{&c.Replicas, d.Replicas}, {&c.MaxBatch, d.MaxBatch}, {&c.DrainWorkers, d.DrainWorkers}} {
+	}{{&c.Replicas, d.Replicas}, {&c.MaxBatch, d.MaxBatch}, {&c.Workers, d.Workers}} {
 		if *f.p == 0 {
 			*f.p = f.v
 		}
+	}
+	if c.Engine == "" {
+		c.Engine = d.Engine
 	}
 	return c
 }
@@ -149,20 +149,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 
 	// Certificates and secrets first: a process that cannot serve as configured must not
 	// start.
-	if c.TLSCert != "" {
-		if m.TLS, err = tlsx.NewServer(tlsx.ServerFiles{CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA, ClientNames: c.TLSClientNames, Logger: log}); err != nil {
-			return fmt.Errorf("ingress: %w", err)
-		}
-		reg.MustRegister(m.TLS.NotAfterCollector())
-	}
-	sinkTLS, err := tlsx.NewClient("-sink-ca", c.SinkCA)
+	tlsSrv, sinkTLS, signer, err := c.OpenTLS(log, reg)
 	if err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
-	signer, err := sign.NewSigner(c.SignKeys, log)
-	if err != nil {
-		return fmt.Errorf("ingress: %w", err)
-	}
+	m.TLS = tlsSrv
 	auth, err := svc.OpenAuth(svc.AuthFiles{AdminToken: c.AdminToken, AdminTokenFile: c.AdminTokenFile,
 		AdminTokensFile: c.AdminTokensFile, SubmitTokensFile: c.SubmitTokensFile}, log)
 	if err != nil {
@@ -191,27 +182,23 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.Rules = watcher.Current
 
 	capacityChanged := make(chan struct{}, 1)
-	st, err := process.Open(ctx, process.StackConfig{
-		Name: "ingress", NATSURL: c.NATSURL, RedisURL: c.RedisURL, Replicas: c.Replicas,
-		NATSCA: c.NATSCA, NATSCert: c.NATSCert, NATSKey: c.NATSKey, NATSCreds: c.NATSCreds, NATSNKey: c.NATSNKey,
-		RedisTLS: process.RedisTLS{CA: c.RedisCA, Cert: c.RedisCert, Key: c.RedisKey},
-		Rules:    watcher.Current, Limits: m.Limits, Logger: log,
-		IdempotencyTTL: c.IdempotencyTTL, LegacyIdempotency: c.LegacyIdempotencyKeys, StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
-		RetryMaxBytes: c.RetryMaxBytes, RetryRuleShare: c.RetryRuleShare, DeadMaxBytes: c.DeadMaxBytes, DeadDropOldest: c.DeadDropOldest,
-		QueueMaxBytes: queueMaxBytes(c.QueueMaxBytes), PublishWait: c.PublishWait, Registry: reg,
-		OnDegraded: func(on bool) {
-			if srv != nil {
-				srv.SetDegraded(on)
-			}
-		},
-		// An override changed: re-apply effective capacities to the streams.
-		OnOverride: func(string) {
-			select {
-			case capacityChanged <- struct{}{}:
-			default:
-			}
-		},
-	})
+	sc := c.StackConfig("ingress")
+	sc.Rules, sc.Limits, sc.Logger, sc.Registry = watcher.Current, m.Limits, log, reg
+	sc.IdempotencyTTL, sc.LegacyIdempotency = c.IdempotencyTTL, c.LegacyIdempotencyKeys
+	sc.RetryRuleShare, sc.QueueMaxBytes, sc.PublishWait = c.RetryRuleShare, queueMaxBytes(c.QueueMaxBytes), c.PublishWait
+	sc.OnDegraded = func(on bool) {
+		if srv != nil {
+			srv.SetDegraded(on)
+		}
+	}
+	// An override changed: re-apply effective capacities to the streams.
+	sc.OnOverride = func(string) {
+		select {
+		case capacityChanged <- struct{}{}:
+		default:
+		}
+	}
+	st, err := process.Open(ctx, sc)
 	if err != nil {
 		return err
 	}
@@ -254,12 +241,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	srv.RulesReloaded(watcher.Current(), nil)
 
 	if c.Drain {
-		proc, err := process.StartDraining(context.WithoutCancel(ctx), process.DrainDeps{
-			Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
-			SinkTLS: sinkTLS, Signer: signer, SignScheme: sign.Scheme(c.SignScheme), SinkDial: m.SinkDial,
-			Drain:   drain.Config{Workers: c.DrainWorkers, StopTimeout: c.ShutdownTimeout},
-			Readmit: retry.ReadmitterConfig{MaxBackoff: c.ReadmitMaxBackoff},
-		})
+		deps := c.DrainDeps(sinkTLS, signer)
+		deps.Stack, deps.Rules, deps.Logger, deps.Registerer, deps.SinkDial = st, watcher.Current, log, reg, m.SinkDial
+		proc, err := process.StartDraining(context.WithoutCancel(ctx), deps)
 		if err != nil {
 			return err
 		}
