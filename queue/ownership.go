@@ -233,13 +233,9 @@ func (s *Scheduler) Reserve(ctx context.Context, rule string, every time.Duratio
 	return fromUS(res.now), fromUS(res.first), int(res.n), nil
 }
 
-// ForgetDue forgets keys the own engine found empty: it removes them from rule's due set
-// (the ingress's marks, which the own engine does not read) and drops their depth counters
-// (the ingress counts admissions into them; the claim engine counts deliveries out, the own
-// engine only zeroes an emptied key's, so Redis keeps nothing of a drained key, as under the
-// claim engine). One pipelined round trip for any number of keys, sent with a renewal: the
-// cost grows with keys that empty, not with messages. A message admitted between the empty
-// pop and this call loses its count until its key empties again (the depth is an estimate).
+// ForgetDue removes keys from rule's due set (the ingress's marks, which the own engine does
+// not read): one ZREM per scheduler partition for any number of keys, so the set holds only
+// keys with messages, as under the claim engine. The depth counters are left to their clamp.
 func (s *Scheduler) ForgetDue(ctx context.Context, rule string, keys []string) error {
 	if len(keys) == 0 {
 		return nil
@@ -247,16 +243,10 @@ func (s *Scheduler) ForgetDue(ctx context.Context, rule string, keys []string) e
 	pipe := s.rdb.Pipeline()
 	for p, ks := range s.byPartition(rule, keys) {
 		members := make([]any, len(ks))
-		buckets := map[string][]string{}
 		for i, k := range ks {
 			members[i] = k
-			b := s.part(rule, p).depthOf(k)
-			buckets[b] = append(buckets[b], k)
 		}
 		pipe.ZRem(ctx, s.part(rule, p).due, members...)
-		for b, fields := range buckets {
-			pipe.HDel(ctx, b, fields...)
-		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("queue: forget due keys of rule %q: %w", rule, err)

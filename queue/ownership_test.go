@@ -208,32 +208,3 @@ func TestKeyStateReadsTheOwnEnginesRetryState(t *testing.T) {
 		t.Fatalf("after the success that follows: %+v, %v", st, err)
 	}
 }
-
-// TestForgetDueDropsEmptiedKeysDepth: the own engine forgets the keys it found empty in one
-// call: their due marks and their depth counters go (the ingress counts admissions in; only
-// the claim engine counts deliveries out), so Redis keeps nothing of a drained key. A key
-// not named keeps both.
-func TestForgetDueDropsEmptiedKeysDepth(t *testing.T) {
-	t.Parallel()
-	s := newSchedulers(t, 1)[0]
-	ctx := context.Background()
-	for _, k := range []string{"a", "b", "c"} {
-		if err := s.MarkDue(ctx, "r", k); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.SetDepth(ctx, "r", k, 5); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.ForgetDue(ctx, "r", []string{"a", "b"}); err != nil {
-		t.Fatal(err)
-	}
-	for k, want := range map[string]int64{"a": 0, "b": 0, "c": 5} {
-		if got, _ := s.DepthForTest(ctx, "r", k); got != want {
-			t.Errorf("depth of %s: %d, want %d", k, got, want)
-		}
-	}
-	if due, _, err := s.Counts(ctx, "r"); err != nil || due != 1 {
-		t.Errorf("due keys after forgetting a and b: %d, %v; want 1 (c)", due, err)
-	}
-}
