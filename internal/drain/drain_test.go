@@ -528,6 +528,8 @@ func TestHardStopMidDeliveryLosesNothing(t *testing.T) {
 	}
 }
 
+// TestHungDrainerIsReplacedAfterItsLease (claim engine: a hung delivery's claim lapses and
+// another drainer takes the key); own: TestOwnEngineHungDeliveryIsRetriedByItsOwner.
 func TestHungDrainerIsReplacedAfterItsLease(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

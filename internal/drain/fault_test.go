@@ -39,6 +39,8 @@ func (s *syncBuffer) String() string {
 // (one throttled log line, no crash); Redis comes back empty (no persistence), so the
 // messages admitted meanwhile have no due entry — the reconciler finds them in the stream
 // and they are delivered.
+//
+// Claim engine (its reconciler); own: TestOwnEngineRedisOutageStopsByTheLeaseAndResumes.
 func TestRedisOutagePausesAndReconcileRepairs(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

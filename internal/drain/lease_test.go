@@ -187,6 +187,8 @@ func (s *fenceServer) snapshot() (accepted, stale []fenced, missing, overlaps in
 // no dead letter, no second delivery). Every delivery carries Sluice-Fence; the sink, which
 // refuses smaller fences than it accepted, accepts only growing fences per key and refuses
 // A's late request — the overlap a fencing sink absorbs.
+//
+// Claim engine (it takes the claim away in Redis); own: TestOwnEngineLostLeaseStopsTheOldOwner.
 func TestLostLeaseIsFencedAtTheSink(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -422,6 +424,8 @@ func TestHungSinkDoesNotStopOtherRules(t *testing.T) {
 // would). A's renewal finds the claim gone (counted at once), and when its worker frees up A
 // does not deliver k under that claim: k's remaining messages go out only under later
 // claims, with larger fences.
+//
+// Claim engine (it takes the claim away in Redis); own: TestOwnEngineLostLeaseStopsTheOldOwner.
 func TestLostClaimIsNotDelivered(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -505,6 +509,8 @@ func TestLostClaimIsNotDelivered(t *testing.T) {
 // the rule's only worker and claim token for ever. LeaseRenew after the delivery's deadline
 // (sink timeout + LeaseRenew) the drainer gives both back and counts the claim lost, so the
 // rule's other keys go on.
+//
+// Claim engine (its lease timing); own: TestOwnEngineSinkIgnoringItsDeadlineIsAbandoned.
 func TestSinkIgnoringItsDeadlineIsAbandoned(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
