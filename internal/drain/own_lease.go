@@ -280,7 +280,7 @@ func (o *orule) acquire(parts []*opart) {
 		ps[i] = part.p
 		set[part.p] = true
 	}
-	var hold time.Time // local: no key of these partitions before it
+	var hold time.Time      // local: no key of these partitions before it
 	o.restoreSteer(ctx, ps) // a throttled key goes on at its lowered outflow
 	paces, err := d.cfg.Scheduler.Paces(ctx, o.name, ps)
 	if err != nil {
