@@ -252,8 +252,7 @@ func (l *Limiter) State(k string) (State, bool) {
 	return State{Share: s.share, Ceiling: s.ceiling, Held: s.held}, true
 }
 
-// Restore takes over k's state from a previous owner at now. The climb starts from now and
-// no decrease follows within a second (the answers in flight were the previous owner's).
+// Restore takes over k's state from a previous owner at now: the climb starts from now.
 // A state at or above the configured outflow and not held is ignored.
 func (l *Limiter) Restore(k string, st State, now time.Time) {
 	if (st.Share >= 1 || st.Share <= 0) && !st.Held.After(now) {
@@ -268,5 +267,5 @@ func (l *Limiter) Restore(k string, st State, now time.Time) {
 	if share == 0 {
 		share = 1
 	}
-	l.keys[k] = &key{share: share, ceiling: st.Ceiling, held: st.Held, lastDecrease: now, lastSuccess: maxTime(now, st.Held)}
+	l.keys[k] = &key{share: share, ceiling: st.Ceiling, held: st.Held, lastSuccess: maxTime(now, st.Held)}
 }

@@ -179,10 +179,10 @@ func TestStateRestore(t *testing.T) {
 	if h := b.HeldUntil("k"); !h.Equal(now.Add(2 * time.Second)) {
 		t.Errorf("restored hold %v", h)
 	}
-	// A throttle answered right after the handover does not halve it again.
+	// The new owner's own throttle lowers it further at once.
 	b.OnThrottle("k", now.Add(200*time.Millisecond), 0)
-	if got := b.Every("k", 100*time.Millisecond); got != 200*time.Millisecond {
-		t.Errorf("after a throttle within the guard: %v, want 200ms", got)
+	if got := b.Every("k", 100*time.Millisecond); got != 400*time.Millisecond {
+		t.Errorf("after a throttle on the new owner: %v, want 400ms", got)
 	}
 	b.Restore("full", State{Share: 1}, now)
 	if b.Len() != 1 {

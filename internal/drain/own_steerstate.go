@@ -129,6 +129,7 @@ func (o *orule) restoreSteer(ctx context.Context, parts []int) {
 			lim.Restore(key, st, now)
 		}
 	}
+
 }
 
 // encodeSteer: "share ceiling held" (held in µs on Redis's clock, 0 for none).
