@@ -80,7 +80,9 @@ func (s *Scheduler) Breakers(ctx context.Context, rule string, now time.Time) ([
 	return out, nil
 }
 
-func (s *Scheduler) steerKey(rule string, p int) string { return s.ownKey(rule, "steer:"+strconv.Itoa(p)) }
+func (s *Scheduler) steerKey(rule string, p int) string {
+	return s.ownKey(rule, "steer:"+strconv.Itoa(p))
+}
 
 // SteerStates reads the per-key steering states previous owners of partitions parts left
 // (OwnRequest.Steer), in one pipelined round trip.
