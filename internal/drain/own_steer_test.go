@@ -144,7 +144,7 @@ func (s *jitterSink) Deliver(ctx context.Context, r *rules.Rule, m queue.Message
 	return out
 }
 
-// TestSteerStrictSpacingOwnEngine: with delivery.spacing strict, over 240 deliveries of
+// TestSteerStrictSpacingOwnEngine: with delivery.spacing strict, over 1,000 deliveries of
 // 4 keys at 50/s (and slow answers that make later slots pass), no two deliveries of a key
 // start closer than 1/outflow (20ms).
 func TestSteerStrictSpacingOwnEngine(t *testing.T) {
@@ -152,10 +152,10 @@ func TestSteerStrictSpacingOwnEngine(t *testing.T) {
 	e := newEnv(t)
 	r := e.rule("strict", 50, 0, func(r *rules.Rule) { r.Delivery.Spacing = rules.SpacingStrict })
 	keys := keyNames(4)
-	e.publish(r, keys, 60)
+	e.publish(r, keys, 250)
 	sink := &jitterSink{}
 	e.drainer(context.Background(), sink, ownEngine)
-	waittest.Eventually(t, time.Minute, "every message delivered", func() bool { return sink.n.Load() >= 240 })
+	waittest.Eventually(t, time.Minute, "every message delivered", func() bool { return sink.n.Load() >= 1000 })
 	minGap := time.Hour
 	for _, k := range keys {
 		st := sink.starts(k, time.Time{})
