@@ -220,11 +220,13 @@ func TestSteerWindowOwnEngine(t *testing.T) {
 	}
 }
 
-// orderSink records each key's delivered ids in order and its first delivery's start.
+// orderSink records each key's delivered ids in order and its first and last delivery's
+// start.
 type orderSink struct {
 	mu     sync.Mutex
 	got    map[string][]string
 	first0 map[string]time.Time
+	last0  map[string]time.Time
 }
 
 func (s *orderSink) Deliver(_ context.Context, _ *rules.Rule, m queue.Message) drain.Outcome {
@@ -232,11 +234,12 @@ func (s *orderSink) Deliver(_ context.Context, _ *rules.Rule, m queue.Message) d
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.got == nil {
-		s.got, s.first0 = map[string][]string{}, map[string]time.Time{}
+		s.got, s.first0, s.last0 = map[string][]string{}, map[string]time.Time{}, map[string]time.Time{}
 	}
 	if _, ok := s.first0[m.Key]; !ok {
 		s.first0[m.Key] = now
 	}
+	s.last0[m.Key] = now
 	s.got[m.Key] = append(s.got[m.Key], m.ID)
 	return drain.OutcomeDelivered()
 }
@@ -251,6 +254,12 @@ func (s *orderSink) first(key string) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.first0[key]
+}
+
+func (s *orderSink) last(key string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last0[key]
 }
 
 // TestSteerAdaptiveOwnEngine: a rule at 10/s per key with delivery.adaptive, against a real
