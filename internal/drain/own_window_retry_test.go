@@ -124,3 +124,57 @@ func TestSteerWindowScheduledAndParkedOwnEngine(t *testing.T) {
 		t.Errorf("parked: 3 deliveries within %v, want ≥ 200ms less timer slack (10/s)", span)
 	}
 }
+
+// TestSteerWindowAcrossMidnightOwnEngine: a Seoul window that crosses midnight there (from
+// 2 s from now, Seoul time, to one minute before that time on the next day: From > To, the
+// form of "22:00 to 06:00"). The key's messages wait until it opens, then go in order at the
+// rule's outflow; the engine judges the wrapped window as the window package does
+// (TestSeoulNightWindowCrossesMidnight checks the instants around midnight).
+func TestSteerWindowAcrossMidnightOwnEngine(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	seoul, err := time.LoadLocation("Asia/Seoul")
+	if err != nil {
+		t.Skip("no tz database:", err)
+	}
+	opens := time.Now().Add(2 * time.Second).Truncate(time.Millisecond)
+	local := opens.In(seoul)
+	from := time.Duration(local.Hour())*time.Hour + time.Duration(local.Minute())*time.Minute +
+		time.Duration(local.Second())*time.Second + time.Duration(local.Nanosecond())
+	if from < 2*time.Minute {
+		t.Skip("run within two minutes after midnight in Seoul: the window would not cross it")
+	}
+	w := window.Window{From: from, To: from - time.Minute, Zone: seoul, Set: true}
+	if w.Open(time.Now(), seoul) || !w.Open(opens.Add(time.Hour), seoul) {
+		t.Fatalf("window %v–%v: open now or closed an hour after it opens", w.From, w.To)
+	}
+	r := e.rule("midnight", 20, 0, func(r *rules.Rule) { r.Delivery.Window = w })
+	ctx := context.Background()
+	var ids []string
+	for i := range 10 {
+		id, err := queue.NewID(r.Name, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := queue.Message{ID: id, Rule: r.Name, Key: "k", Payload: []byte(strconv.Itoa(i)), CreatedAt: time.Now()}
+		if _, err := e.q.Enqueue(ctx, r.Name, m); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, m.ID)
+	}
+	sink := &orderSink{}
+	e.drainer(ctx, sink, ownEngine)
+	waittest.Eventually(t, 30*time.Second, "every message delivered once the window opens", func() bool { return len(sink.ids("k")) == 10 })
+	first, last := sink.first("k"), sink.last("k")
+	t.Logf("window %s–%s Seoul (crosses midnight); first delivery %v after it opened, 10 in %v",
+		local.Format("15:04:05"), local.Add(-time.Minute).Format("15:04:05"), first.Sub(opens).Round(time.Millisecond), last.Sub(first).Round(time.Millisecond))
+	if first.Before(opens) {
+		t.Errorf("delivered %v before the window opened", opens.Sub(first))
+	}
+	if got := sink.ids("k"); !slices.Equal(got, ids) {
+		t.Errorf("delivered %v, want %v in order", got, ids)
+	}
+	if span := last.Sub(first); span < 9*45*time.Millisecond {
+		t.Errorf("10 deliveries within %v, want ≥ 450ms less timer slack (20/s)", span)
+	}
+}
