@@ -37,18 +37,27 @@ type BreakerRecord struct {
 
 func (s *Scheduler) breakerKey(rule string) string { return s.ownKey(rule, "breaker") }
 
+// setBreakerScript writes one drainer's record and extends the hash's life to it, never
+// shortening it (another drainer's record may last longer).
+var setBreakerScript = redis.NewScript(`
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+local ttl = redis.call('PTTL', KEYS[1])
+local want = tonumber(ARGV[3])
+if ttl < want then redis.call('PEXPIRE', KEYS[1], want) end
+return 1`)
+
 // SetBreaker publishes a drainer's breaker state of rule; it is shown until rec.Expires
-// unless written again. The hash itself expires with its newest record.
+// unless written again. The hash lives as long as its longest-lived record.
 func (s *Scheduler) SetBreaker(ctx context.Context, rule string, rec BreakerRecord) error {
+	ttl := time.Until(rec.Expires).Milliseconds()
+	if ttl <= 0 {
+		return nil // expired already: nothing to show
+	}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	k := s.breakerKey(rule)
-	pipe := s.rdb.Pipeline()
-	pipe.HSet(ctx, k, rec.Drainer, b)
-	pipe.PExpireAt(ctx, k, rec.Expires)
-	if _, err := pipe.Exec(ctx); err != nil {
+	if err := setBreakerScript.Run(ctx, s.rdb, []string{s.breakerKey(rule)}, rec.Drainer, b, ttl).Err(); err != nil {
 		return fmt.Errorf("queue: breaker state of rule %q: %w", rule, err)
 	}
 	return nil
