@@ -93,17 +93,18 @@ descriptors:
 		}
 		return q
 	}
-	sluiceQueues := func() string {
+	sluice := func(args ...string) string {
 		t.Helper()
 		var out, errOut bytes.Buffer
 		m := &cli.Main{Stdout: &out, Stderr: &errOut, Stdin: strings.NewReader(""),
 			Getenv:   func(k string) string { return map[string]string{"SLUICE_URL": srv.URL, "SLUICE_ADMIN_TOKEN": "t"}[k] },
 			Terminal: func() bool { return false }}
-		if code := m.Run(context.Background(), []string{"queues"}); code != 0 {
-			t.Fatalf("sluice queues: exit %d\n%s%s", code, out.String(), errOut.String())
+		if code := m.Run(context.Background(), args); code != 0 {
+			t.Fatalf("sluice %v: exit %d\n%s%s", args, code, out.String(), errOut.String())
 		}
 		return out.String()
 	}
+	sluiceQueues := func() string { return sluice("queues") }
 	if q := get(); q.Breaker == nil || q.Breaker.State != "closed" || len(q.Breaker.Drainers) != 0 {
 		t.Fatalf("before any delivery: breaker %+v, want closed with no drainer listed", q.Breaker)
 	}
@@ -130,6 +131,9 @@ descriptors:
 		t.Errorf("sluice queues does not show the breaker open:\n%s", out)
 	} else {
 		t.Logf("sluice queues while open:\n%s", out)
+	}
+	if out := sluice("queue", "brk"); !strings.Contains(out, "breaker") || !strings.Contains(out, "next probe") {
+		t.Errorf("sluice queue brk does not show each drainer's breaker:\n%s", out)
 	}
 
 	// Open for 3 s: one probe per drainer per 1 s cool-down reaches the sink, nothing else.
