@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-io/sluice/internal/sink"
 	"github.com/sluice-io/sluice/internal/sinktest"
 	"github.com/sluice-io/sluice/internal/waittest"
+	"github.com/sluice-io/sluice/queue"
 )
 
 // adminQueue is the part of GET /v1/admin/queues/{name} this test reads.
@@ -174,4 +175,58 @@ descriptors:
 		}
 	}
 	t.Logf("%d messages delivered in %d attempts; the most attempts of one message %d (max_attempts 10)", len(hs.Accepted()), len(hs.All()), most)
+}
+
+// TestSteerBreakerRecordClearedOwnEngine: a drainer's published breaker record goes when a
+// rules reload turns sink.breaker off (the rule's deliveries go on, nothing is paused any
+// more) and when the drainer stops, so the admin API never shows a breaker that holds
+// nothing back.
+func TestSteerBreakerRecordClearedOwnEngine(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hs := sinktest.Start(t)
+	hs.Answer(func(sinktest.Delivery) (int, string) { return http.StatusInternalServerError, "" })
+	r := e.rule("brkclear", 20, 0, func(r *rules.Rule) {
+		r.Sink.URL = hs.URL
+		r.Delivery.MaxAttempts = 1000
+		r.Sink.Breaker = rules.Breaker{Enabled: true, Failures: 4, MinKeys: 2, Within: 5 * time.Second, CoolDown: time.Second, MaxCoolDown: time.Second}
+	})
+	e.publish(r, keyNames(4), 5)
+	httpSink, err := sink.NewHTTP(sink.HTTPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	records := func() []queue.BreakerRecord {
+		recs, err := e.s.Breakers(ctx, r.Name, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs
+	}
+	d := e.drainer(ctx, httpSink, ownEngine)
+	waittest.Eventually(t, 20*time.Second, "the breaker record says open", func() bool {
+		recs := records()
+		return len(recs) == 1 && recs[0].State == "open"
+	})
+	// The rules reload: the same rule without sink.breaker.
+	off := *r
+	off.Sink.Breaker = rules.Breaker{}
+	e.mu.Lock()
+	e.rules = []*rules.Rule{&off}
+	e.mu.Unlock()
+	waittest.Eventually(t, 10*time.Second, "the record gone after sink.breaker was turned off", func() bool { return len(records()) == 0 })
+
+	// On again: it opens again (the sink still fails), and the drainer's stop removes it.
+	e.mu.Lock()
+	e.rules = []*rules.Rule{r}
+	e.mu.Unlock()
+	waittest.Eventually(t, 20*time.Second, "the breaker record says open again", func() bool {
+		recs := records()
+		return len(recs) == 1 && recs[0].State == "open"
+	})
+	d.Stop()
+	if recs := records(); len(recs) != 0 {
+		t.Errorf("after the drainer stopped: %+v, want no record", recs)
+	}
 }

@@ -35,6 +35,12 @@ func (o *orule) publishBreaker(b *breaker.Breaker) {
 	d := o.d
 	o.pub.mu.Lock()
 	defer o.pub.mu.Unlock()
+	o.steerMu.Lock()
+	current := o.brk == b
+	o.steerMu.Unlock()
+	if !current {
+		return // a breaker replaced by a rules reload: its successor speaks for the rule
+	}
 	s := b.Snapshot()
 	now := time.Now()
 	off := o.offsetNow() // Redis's clock, as every other time the admin API shows
@@ -165,13 +171,19 @@ func (o *orule) steerEntriesLocked() map[int]map[string]string {
 	return o.steerEntries()
 }
 
-// clearBreaker removes this drainer's breaker record of the rule when it stops: a stopped
-// drainer's breaker pauses nothing.
+// clearBreaker removes this drainer's breaker record of the rule when it stops (a stopped
+// drainer's breaker pauses nothing) or when a rules reload replaced or removed the breaker.
 func (o *orule) clearBreaker() {
 	o.pub.mu.Lock()
 	defer o.pub.mu.Unlock()
 	if o.pub.last.IsZero() {
 		return
+	}
+	o.steerMu.Lock()
+	b := o.brk
+	o.steerMu.Unlock()
+	if b != nil && b.State() != breaker.Closed && !o.d.stopping() {
+		return // a newer breaker is not closed and published its own record
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(o.d.runCtx), postTimeout)
 	defer cancel()
