@@ -242,13 +242,17 @@
   // "Breaker probing" (one probe delivery is out).
   function breakerLabel(state) { return state === "open" ? "Breaker open" : state === "half_open" ? "Breaker probing" : "Breaker closed"; }
 
-  // The breaker fact of a queue's page: its state, with each drainer that is not closed and
-  // an open one's next probe.
+  // The breaker facts of a queue's page: its state with how many drainers' breakers are not
+  // closed, and the earliest next probe of an open one (each drainer's: sluice queue NAME).
   function breakerFact(b) {
     const out = (b.drainers || []).filter((d) => d.state !== "closed");
-    if (out.length === 0) return breakerLabel("closed");
-    return breakerLabel(b.state) + " on " + out.length + " of " + b.drainers.length + " drainers" +
-      out.filter((d) => d.next_probe_at).map((d) => "; " + d.drainer + " probes at " + when(d.next_probe_at)).join("");
+    if (out.length === 0) return "Closed";
+    return (b.state === "open" ? "Open" : "Probing") + ", " + out.length + " of " + b.drainers.length + " drainers";
+  }
+
+  function nextProbe(b) {
+    const ts = (b.drainers || []).map((d) => d.next_probe_at).filter(Boolean).sort();
+    return ts.length ? when(ts[0]) : "";
   }
 
   async function refreshQueue(name, withForm) {
@@ -277,7 +281,10 @@
     fact(dl, "Delivering now", num(q.in_flight));
     fact(dl, "Parked", num(q.parked));
     fact(dl, "Dead", num(q.dead));
-    if (q.breaker) fact(dl, "Sink breaker", breakerFact(q.breaker), q.breaker.state !== "closed" ? "overridden" : "");
+    if (q.breaker) {
+      fact(dl, "Sink breaker", breakerFact(q.breaker), q.breaker.state !== "closed" ? "overridden" : "");
+      if (nextProbe(q.breaker)) fact(dl, "Next probe", nextProbe(q.breaker));
+    }
     $("q-depth-chart").replaceChildren(spark(series(q.name, "depth"), "", "Depth over the last 10 minutes, now " + q.depth, true));
     $("q-rate-chart").replaceChildren(spark(series(q.name, "rate"), "rate", "Delivered per second over the last 10 minutes, now " + num(q.drained_per_second, 1), true, 1));
     $("q-dead-link").href = "#/dead?queue=" + encodeURIComponent(q.name);
