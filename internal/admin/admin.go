@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -106,6 +107,47 @@ type queueView struct {
 	Overridden       []string      `json:"overridden"`
 	RulesFile        ruleQueueView `json:"rules_file"`
 	UpdatedAt        string        `json:"override_updated_at,omitempty"`
+	// Breaker is the rule's sink breaker (sink.breaker), absent when the rule has none.
+	Breaker *breakerView `json:"breaker,omitempty"`
+}
+
+// breakerView is a rule's sink breaker across its drainers: each drainer keeps its own
+// (they publish it on its changes of state, queue.BreakerRecord); the rule's state is the
+// worst of theirs — open if any drainer's is open, then half_open, else closed.
+type breakerView struct {
+	State    string               `json:"state"`
+	Drainers []breakerDrainerView `json:"drainers"`
+}
+
+type breakerDrainerView struct {
+	Drainer   string `json:"drainer"`
+	State     string `json:"state"`
+	Since     string `json:"since"`
+	NextProbe string `json:"next_probe_at,omitempty"`
+}
+
+func (a *Admin) breaker(ctx context.Context, rule string) *breakerView {
+	v := &breakerView{State: "closed", Drainers: []breakerDrainerView{}}
+	if a.Scheduler == nil {
+		return v
+	}
+	recs, err := a.Scheduler.Breakers(ctx, rule, time.Now())
+	if err != nil {
+		return v
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Drainer < recs[j].Drainer })
+	rank := map[string]int{"closed": 0, "half_open": 1, "open": 2}
+	for _, r := range recs {
+		d := breakerDrainerView{Drainer: r.Drainer, State: r.State, Since: r.Since.UTC().Format(time.RFC3339Nano)}
+		if !r.NextProbe.IsZero() {
+			d.NextProbe = r.NextProbe.UTC().Format(time.RFC3339Nano)
+		}
+		v.Drainers = append(v.Drainers, d)
+		if rank[r.State] > rank[v.State] {
+			v.State = r.State
+		}
+	}
+	return v
 }
 
 type ruleQueueView struct {
@@ -190,6 +232,9 @@ func (a *Admin) view(ctx context.Context, r *rules.Rule, o overrides.Override) q
 	}
 	if a.Dead != nil {
 		v.Dead, _ = a.Dead.Count(ctx, r.Name)
+	}
+	if r.Sink.Breaker.Enabled {
+		v.Breaker = a.breaker(ctx, r.Name)
 	}
 	return v
 }
