@@ -126,19 +126,23 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 	// before the publishes and marks after. The count is then read after the message is
 	// stored instead of while it is published: Admit's count, sent with its publish, may
 	// land on either side of it too.
-	reqs := countReqPool.Get(len(idx))
-	defer countReqPool.Put(reqs)
-	for j, i := range idx {
-		ad := &st[i].ad
-		reqs[j] = CountRequest{Rule: ad.r.Name, Key: ad.m.Key, Capacity: ad.capacity, Now: ad.now, Stored: pubs[j].Err == nil}
-	}
-	counts := countResPool.Get(len(reqs))
-	defer countResPool.Put(counts)
-	a.Redis.CountBatch(reqs, counts)
-	for j, i := range idx {
-		s := &st[i]
-		s.count.Admitted, s.count.Err = counts[j].Admitted, counts[j].Err
-		s.ad.marked = reqs[j].Stored && s.count.Err == nil
+	// Only for the claim engine (DueMarks): the own engine's drainers learn of the messages
+	// from their publishes.
+	if a.DueMarks {
+		reqs := countReqPool.Get(len(idx))
+		defer countReqPool.Put(reqs)
+		for j, i := range idx {
+			ad := &st[i].ad
+			reqs[j] = CountRequest{Rule: ad.r.Name, Key: ad.m.Key, Capacity: ad.capacity, Now: ad.now, Stored: pubs[j].Err == nil}
+		}
+		counts := countResPool.Get(len(reqs))
+		defer countResPool.Put(counts)
+		a.Redis.CountBatch(reqs, counts)
+		for j, i := range idx {
+			s := &st[i]
+			s.count.Admitted, s.count.Err = counts[j].Admitted, counts[j].Err
+			s.ad.marked = reqs[j].Stored && s.count.Err == nil
+		}
 	}
 
 	// 5. Answer each. A stored message with its count needs no round trip to be answered;
@@ -153,8 +157,8 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 	for i := range st {
 		switch s := &st[i]; {
 		case !s.live:
-		case pubs[s.pub].Err != nil || s.count.Err != nil:
-			slow = append(slow, i)
+		case pubs[s.pub].Err != nil || s.count.Err != nil || (!a.DueMarks && s.ad.o.Depth):
+			slow = append(slow, i) // a stream request of its own (a depth asked for) too
 		default:
 			settle(i)
 		}

@@ -278,7 +278,7 @@ func (m *Drainer) Run(ctx context.Context) (err error) {
 		RedisTLS:   RedisTLS{CA: c.RedisCA, Cert: c.RedisCert, Key: c.RedisKey},
 		StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
 		RetryMaxBytes: c.RetryMaxBytes, DeadMaxBytes: c.DeadMaxBytes, DeadDropOldest: c.DeadDropOldest, Registry: reg,
-		Rules: watcher.Current, Logger: log, RedisPoolSize: 2*c.Workers + 16,
+		Rules: watcher.Current, Logger: log, RedisPoolSize: 2*c.Workers + 16, Engine: c.Engine,
 	})
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/internal/decide"
+	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/httpx"
 	svc "github.com/sluice-io/sluice/internal/ingress"
 	"github.com/sluice-io/sluice/internal/process"
@@ -59,6 +60,13 @@ type Config struct {
 	ResponseDynamicMetadata bool
 	LocalCacheBytes         int64
 	DetailedMetricValues    int
+
+	// Engine is the drainers' engine, as their -engine (every drainer and ingress must run the
+	// same): with claim, every admission counts its key's depth and marks it due in Redis,
+	// which is how claim drainers learn of work; with own (drainers subscribe to the rules'
+	// subjects) admission writes nothing to Redis. The in-process drainer (-drain) runs it
+	// too. -engine; default own.
+	Engine string
 
 	// Drain runs a drainer (and re-admitter) inside this process. -drain; default false
 	// (production runs separate drainer processes; `sluice dev` turns it on).
@@ -158,6 +166,7 @@ func declareFlags(c *Config, getenv func(string) string, stderr io.Writer) *proc
 	f.String(&c.AdminTokenFile, "admin-token-file", "SLUICE_ADMIN_TOKEN_FILE", "", "file holding the -admin-token value")
 	f.String(&c.AdminTokensFile, "admin-tokens", "SLUICE_ADMIN_TOKENS", "", "file of scoped admin tokens, 'name scope token' lines")
 	f.String(&c.SubmitTokensFile, "submit-tokens", "SLUICE_SUBMIT_TOKENS", "", "file of submit tokens: POST /v1/messages then needs one")
+	f.String(&c.Engine, "engine", "SLUICE_ENGINE", drain.EngineOwn, "the drainers' engine, as their -engine: claim (admission also counts depth and marks keys due in Redis) or own (admission is the publish alone)")
 	f.Bool(&c.Drain, "drain", "SLUICE_DRAIN", false, "run a drainer in this process too")
 	f.Int(&c.DrainWorkers, "drain-workers", "SLUICE_DRAIN_WORKERS", 32, "deliveries in flight at once per queue rule of the in-process drainer")
 	f.Duration(&c.ReadmitMaxBackoff, "readmit-max-backoff", "SLUICE_READMIT_MAX_BACKOFF", 5*time.Minute, "longest wait between re-admission attempts of a parked message (with -drain)")
@@ -290,6 +299,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("-shutdown-timeout: want a positive duration, got %s", c.ShutdownTimeout)
 	case c.RulesPoll <= 0:
 		return fmt.Errorf("-rules-poll: want a positive duration, got %s", c.RulesPoll)
+	case c.Engine != drain.EngineClaim && c.Engine != drain.EngineOwn:
+		return fmt.Errorf("-engine: want claim or own, got %q", c.Engine)
 	case c.DrainWorkers < 1:
 		return fmt.Errorf("-drain-workers: want a positive number, got %d", c.DrainWorkers)
 	case c.ReadmitMaxBackoff <= 0:

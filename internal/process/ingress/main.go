@@ -125,6 +125,9 @@ func (c Config) withDefaults() Config {
 			*f.p = f.v
 		}
 	}
+	if c.Engine == "" {
+		c.Engine = d.Engine
+	}
 	return c
 }
 
@@ -199,6 +202,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		IdempotencyTTL: c.IdempotencyTTL, LegacyIdempotency: c.LegacyIdempotencyKeys, StatusKeep: c.StatusKeep, StatusKeepMax: c.StatusKeepMax,
 		RetryMaxBytes: c.RetryMaxBytes, RetryRuleShare: c.RetryRuleShare, DeadMaxBytes: c.DeadMaxBytes, DeadDropOldest: c.DeadDropOldest,
 		QueueMaxBytes: queueMaxBytes(c.QueueMaxBytes), PublishWait: c.PublishWait, Registry: reg,
+		Engine: c.Engine,
 		OnDegraded: func(on bool) {
 			if srv != nil {
 				srv.SetDegraded(on)
@@ -257,7 +261,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		proc, err := process.StartDraining(context.WithoutCancel(ctx), process.DrainDeps{
 			Stack: st, Rules: watcher.Current, Logger: log, Registerer: reg,
 			SinkTLS: sinkTLS, Signer: signer, SignScheme: sign.Scheme(c.SignScheme), SinkDial: m.SinkDial,
-			Drain:   drain.Config{Workers: c.DrainWorkers, StopTimeout: c.ShutdownTimeout},
+			Drain:   drain.Config{Workers: c.DrainWorkers, StopTimeout: c.ShutdownTimeout, Engine: c.Engine},
 			Readmit: retry.ReadmitterConfig{MaxBackoff: c.ReadmitMaxBackoff},
 		})
 		if err != nil {
