@@ -199,6 +199,9 @@ type admission struct {
 	outflow  rules.Rate
 	limRes   *bucket.Result // the admission limits' decision, when the rule has limits
 	marked   bool           // its key was made due with its count (AdmitBatch): settle does not Mark
+	// depth, when set, is the key's depth at this message, read for a whole batch
+	// (AdmitBatch, Options.Depth without DueMarks): stored does not read it again.
+	depth int64
 }
 
 // prepare checks that r has a queue and fills in what every step needs.
@@ -448,7 +451,9 @@ func (a *Admitter) stored(ctx context.Context, ad *admission, claimed bool, enq 
 	every := ad.outflow.Every()
 	if ad.o.Depth {
 		depth := int64(1) // at least this message: a lower bound if the stream cannot say
-		if d, err := a.Queues.Depth(ctx, r.Name, ad.m.Key); err == nil {
+		if ad.depth > 0 {
+			depth = ad.depth
+		} else if d, err := a.Queues.Depth(ctx, r.Name, ad.m.Key); err == nil {
 			depth = int64(d)
 		} else {
 			a.throttledWarn("depth", "admit: the key's depth could not be read from the stream; answered as 1", "rule", r.Name, "err", err)

@@ -145,6 +145,10 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 		}
 	}
 
+	if !a.DueMarks {
+		a.batchDepths(ctx, items, st, pubs)
+	}
+
 	// 5. Answer each. A stored message with its count needs no round trip to be answered;
 	// a refused or failed one may (a park, a depth heal, the stream's depth while Redis is
 	// down): those run per key, keys concurrently.
@@ -157,13 +161,59 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 	for i := range st {
 		switch s := &st[i]; {
 		case !s.live:
-		case pubs[s.pub].Err != nil || s.count.Err != nil || (!a.DueMarks && s.ad.o.Depth):
-			slow = append(slow, i) // a stream request of its own (a depth asked for) too
+		case pubs[s.pub].Err != nil || s.count.Err != nil || (!a.DueMarks && s.ad.o.Depth && s.ad.depth == 0):
+			slow = append(slow, i) // a depth asked for and not read with its key's: a request of its own
 		default:
 			settle(i)
 		}
 	}
 	a.eachKey(items, slow, settle)
+}
+
+// batchDepths reads, for the stored messages whose depth was asked for (Options.Depth) under
+// the own engine, their keys' depths from the stream: one request per key, keys
+// concurrently, once every publish is answered. A message's depth is what its key held
+// right after it was stored, as a single admission would answer: the key's depth less the
+// messages of the batch stored after it.
+func (a *Admitter) batchDepths(ctx context.Context, items []BatchAdmission, st []batchState, pubs []queue.Publication) {
+	last := map[string]int{} // each key's last stored item, whose depth is read
+	for i := range st {
+		if s := &st[i]; s.live && s.ad.o.Depth && pubs[s.pub].Err == nil {
+			last[s.ad.r.Name+"\x00"+s.ad.m.Key] = i
+		}
+	}
+	if len(last) == 0 {
+		return
+	}
+	asked := make([]int, 0, len(last))
+	for _, i := range last {
+		asked = append(asked, i)
+	}
+	depths := make([]int64, len(st))
+	a.eachKey(items, asked, func(i int) {
+		ad := &st[i].ad
+		if d, err := a.Queues.Depth(ctx, ad.r.Name, ad.m.Key); err == nil {
+			depths[i] = int64(d)
+		}
+	})
+	// From each key's last item back to its first: every message stored after one is one
+	// fewer in front of it.
+	after := map[string]int64{}
+	for i := len(st) - 1; i >= 0; i-- {
+		s := &st[i]
+		if !s.live || !s.ad.o.Depth || pubs[s.pub].Err != nil {
+			continue
+		}
+		k := s.ad.r.Name + "\x00" + s.ad.m.Key
+		d := depths[last[k]]
+		if d == 0 {
+			continue // not read: stored reads it alone
+		}
+		s.ad.depth = max(1, d-after[k])
+		if !pubs[s.pub].Enqueued.Duplicate {
+			after[k]++
+		}
+	}
 }
 
 // eachKey runs f on the items at idx: those of one key one after the other in their order,
