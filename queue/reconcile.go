@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"time"
 
@@ -135,5 +136,8 @@ func (s *Scheduler) forgetPartitions(ctx context.Context, rule string) error {
 	return nil
 }
 
-// lowerPartsScript: KEYS[1] sl:{t}:parts; sets it to ARGV[2] if it is still ARGV[1].
-var lowerPartsScript = redis.NewScript(`if tonumber(redis.call('GET', KEYS[1]) or '0') == tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[2]) end return 0`)
+var (
+	//go:embed lowerparts.lua
+	lowerPartsSrc    string
+	lowerPartsScript = redis.NewScript(lowerPartsSrc)
+)

@@ -39,9 +39,9 @@ var (
 	renewScript   = redis.NewScript(renewSrc)
 	stepScript    = redis.NewScript(stepSrc)
 
-	// unlockScript: KEYS[1] the lock, ARGV[1] the holder's token; deletes the lock only if
-	// it is still held by that token. Returns 1 if deleted, else 0.
-	unlockScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+	//go:embed unlock.lua
+	unlockSrc    string
+	unlockScript = redis.NewScript(unlockSrc)
 
 	lockSeq atomic.Uint64
 )
