@@ -59,7 +59,7 @@ type Batcher struct {
 
 type claimCmd struct {
 	op  *op
-	cmd *queue.IdempotencyClaim
+	cmd *queue.IdempotencyTake
 }
 
 func (b *Batcher) ttl() time.Duration {
@@ -276,7 +276,7 @@ func (b *Batcher) Claim(rule, k, id string) (owner string, err error) {
 // ClaimNow claims idempotency key k of rule for id in a round trip of its own, for an
 // admission that counts nothing now (a scheduled message); see Claim.
 func (b *Batcher) ClaimNow(ctx context.Context, rule, k, id string) (owner string, err error) {
-	return b.Scheduler.ClaimIdempotency(ctx, rule, k, id, b.ttl())
+	return b.Scheduler.TakeIdempotencyKey(ctx, rule, k, id, b.ttl())
 }
 
 // Claimed returns the result of a count that carries a claim (Claim): the count as Result
@@ -437,7 +437,7 @@ func (b *Batcher) exec(ctx context.Context, batch []*op, scriptsOnly bool) error
 			b.Scheduler.UncountPipe(ctx, pipe, o.rule, o.key)
 		case opCount:
 			if o.idemKey != "" && !scriptsOnly {
-				b.claims = append(b.claims, claimCmd{o, b.Scheduler.ClaimIdempotencyPipe(ctx, pipe, o.rule, o.idemKey, o.id, b.ttl())})
+				b.claims = append(b.claims, claimCmd{o, b.Scheduler.TakeIdempotencyKeyPipe(ctx, pipe, o.rule, o.idemKey, o.id, b.ttl())})
 			}
 			if o.answered || o.claimOnly { // scriptsOnly: its count ran, only another script failed
 				continue

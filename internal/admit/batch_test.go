@@ -268,14 +268,14 @@ func TestUndo(t *testing.T) {
 // concurrent claims of one key exactly one takes it and every other learns its owner; keys
 // of other rules are separate; a released key can be claimed again, but only its owner
 // releases it.
-// TestClaimIdempotency: a claim with a count (CountBatch) and a claim alone (Claim, the
+// TestTakeIdempotencyKey: a claim with a count (CountBatch) and a claim alone (Claim, the
 // single admissions' claim lane) take a key once among concurrent claims, tell every other
 // the owner, keep it for the TTL and give it up only to its owner's release.
-func TestClaimIdempotency(t *testing.T) {
+func TestTakeIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	r := sharedRig(t)
 	t.Run("with a count", func(t *testing.T) {
-		testClaimIdempotency(t, r, "", func(rule, k, id string) (owner string, claimed bool, err error) {
+		testTakeIdempotencyKey(t, r, "", func(rule, k, id string) (owner string, claimed bool, err error) {
 			_, o, countErr, err := countClaim(r.b, rule, "a key", 1_000_000, t0, k, id)
 			if countErr != nil {
 				return "", false, countErr
@@ -284,7 +284,7 @@ func TestClaimIdempotency(t *testing.T) {
 		})
 	})
 	t.Run("alone", func(t *testing.T) {
-		testClaimIdempotency(t, r, "-alone", func(rule, k, id string) (owner string, claimed bool, err error) {
+		testTakeIdempotencyKey(t, r, "-alone", func(rule, k, id string) (owner string, claimed bool, err error) {
 			o, err := r.b.Claim(rule, k, id)
 			return o, o == id, err
 		})
@@ -294,9 +294,9 @@ func TestClaimIdempotency(t *testing.T) {
 	})
 }
 
-// testClaimIdempotency is TestClaimIdempotency with claims made by claim, under rules whose
+// testTakeIdempotencyKey is TestTakeIdempotencyKey with claims made by claim, under rules whose
 // names end in sfx.
-func testClaimIdempotency(t *testing.T, r rig, sfx string, claim func(rule, k, id string) (owner string, claimed bool, err error)) {
+func testTakeIdempotencyKey(t *testing.T, r rig, sfx string, claim func(rule, k, id string) (owner string, claimed bool, err error)) {
 	ctx := context.Background()
 	const n = 64
 	type answer struct {

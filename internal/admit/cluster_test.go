@@ -24,7 +24,7 @@ var onCluster = map[string]func(*testing.T){
 	"CountsOfManyRulesAndKeysInOneBatch": TestCountsOfManyRulesAndKeysInOneBatch,
 	"DepthIsClampedToCapacity":           TestDepthIsClampedToCapacity,
 	"Undo":                               TestUndo,
-	"ClaimIdempotency":                   TestClaimIdempotency,
+	"TakeIdempotencyKey":                 TestTakeIdempotencyKey,
 	"CountAfterMarkSeesTheKeyDue":        TestCountAfterMarkSeesTheKeyDue,
 }
 
