@@ -78,7 +78,7 @@ func (s *Scheduler) idemKey(rule, k string) string {
 	return s.prefix + "sl:{" + RuleToken(rule) + "}:idem:" + k
 }
 
-// TakeIdempotencyKeyPipe queues, on a pipeline the caller executes, the take of idempotency
+// takeIdempotencyKeyPipe queues, on a pipeline the caller executes, the take of idempotency
 // key k of rule for value (a message id, or IdempotencyValue): SET NX GET with the TTL. Once
 // the pipeline has run, the take's Result is the value that already owned the key, or
 // redis.Nil when this take took it.
@@ -88,7 +88,7 @@ func (s *Scheduler) idemKey(rule, k string) string {
 // version took it first, and two takes never race across two keys. The current layout is
 // read in the same pipeline (for the owner's request digest) and written once the take took
 // the key, so it holds every key taken meanwhile when the option is turned off.
-func (s *Scheduler) TakeIdempotencyKeyPipe(ctx context.Context, pipe redis.Pipeliner, rule, k, value string, ttl time.Duration) *IdempotencyTake {
+func (s *Scheduler) takeIdempotencyKeyPipe(ctx context.Context, pipe redis.Pipeliner, rule, k, value string, ttl time.Duration) *IdempotencyTake {
 	c := &IdempotencyTake{s: s, rule: rule, k: k, value: value, ttl: ttl}
 	if own, ok := unscopedKey(k); ok {
 		c.unscoped = pipe.Get(ctx, s.idemKey(rule, own))
@@ -103,7 +103,7 @@ func (s *Scheduler) TakeIdempotencyKeyPipe(ctx context.Context, pipe redis.Pipel
 	return c
 }
 
-// An IdempotencyTake is a take queued by TakeIdempotencyKeyPipe.
+// An IdempotencyTake is a take queued by takeIdempotencyKeyPipe.
 type IdempotencyTake struct {
 	s              *Scheduler
 	rule, k, value string
@@ -198,11 +198,11 @@ func (s *Scheduler) ReleaseIdempotency(ctx context.Context, rule, k, value strin
 	return nil
 }
 
-// TakeIdempotencyKey is TakeIdempotencyKeyPipe in a round trip of its own: it returns the value
+// TakeIdempotencyKey is takeIdempotencyKeyPipe in a round trip of its own: it returns the value
 // that owns k (value itself when this take took it).
 func (s *Scheduler) TakeIdempotencyKey(ctx context.Context, rule, k, value string, ttl time.Duration) (string, error) {
 	pipe := s.rdb.Pipeline()
-	cmd := s.TakeIdempotencyKeyPipe(ctx, pipe, rule, k, value, ttl)
+	cmd := s.takeIdempotencyKeyPipe(ctx, pipe, rule, k, value, ttl)
 	pipe.Exec(ctx)
 	switch owner, err := cmd.Result(); {
 	case errors.Is(err, redis.Nil):

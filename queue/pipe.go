@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Admission writes the ingress pipelines: many admissions share one round trip. They use
+// admission writes the ingress pipelines: many admissions share one round trip. They use
 // EVALSHA: on a NOSCRIPT error (a fresh or restarted Redis) the caller loads Scripts() and
 // executes the pipeline again.
 
@@ -34,52 +34,52 @@ func Scripts() []*redis.Script {
 	return []*redis.Script{markDueScript, admitCountScript, admitMarkScript, markCountScript}
 }
 
-// Admission is one message being counted into its key's queue by CountAdmittedPipe.
-type Admission struct {
+// admission is one message being counted into its key's queue by countAdmittedPipe.
+type admission struct {
 	Key      string
 	Capacity int64
 	Now      time.Time
 	// Stored: the message's publish was already acknowledged, and its key is made due in
 	// the same script call, after the counts (admitmark.lua: admitcount.lua and
-	// markdue.lua in one call), instead of by a MarkDuePipe of its own.
+	// markdue.lua in one call), instead of by a markDuePipe of its own.
 	Stored bool
 }
 
-// CountAdmittedPipe queues, on a pipeline the caller executes, the count of messages being
+// countAdmittedPipe queues, on a pipeline the caller executes, the count of messages being
 // admitted into rule's queues (see admitcount.lua): one script call for all of them, in
 // order. The ingress sends it together with the publishes, so the answers' depths and next
-// slots cost no round trip of their own; read them with AdmittedResults. A message whose
-// publish then fails must be counted out again (UncountPipe); a refused-as-full one heals
+// slots cost no round trip of their own; read them with admittedResults. A message whose
+// publish then fails must be counted out again (uncountPipe); a refused-as-full one heals
 // the counter (SetDepth). A partitioned rule gets one script call per partition its keys
 // fall in (each touches one slot; the cluster client sends each to its node).
-func (s *Scheduler) CountAdmittedPipe(ctx context.Context, pipe redis.Pipeliner, rule string, adms []Admission) *AdmitCounts {
+func (s *Scheduler) countAdmittedPipe(ctx context.Context, pipe redis.Pipeliner, rule string, adms []admission) *admitCounts {
 	if len(adms) == 0 {
-		return &AdmitCounts{} // nothing to count: no script call
+		return &admitCounts{} // nothing to count: no script call
 	}
-	return s.MarkCountPipe(ctx, pipe, rule, nil, time.Time{}, adms)
+	return s.markCountPipe(ctx, pipe, rule, nil, time.Time{}, adms)
 }
 
-// MarkCountPipe queues MarkDuePipe of marks (made due at markNow) followed by
-// CountAdmittedPipe of adms, as one script call per partition where both fall
+// markCountPipe queues markDuePipe of marks (made due at markNow) followed by
+// countAdmittedPipe of adms, as one script call per partition where both fall
 // (markcount.lua) instead of two: what the ingress's batches send. It returns the counts'
 // pending result (nil without adms). A script unpacks all of a call's keys, marked and
 // counted, onto Lua's stack, which holds under 8,000 values: keep a call's marks and counts
 // together below that (the ingress's batches hold at most 4,096).
-func (s *Scheduler) MarkCountPipe(ctx context.Context, pipe redis.Pipeliner, rule string, marks []string, markNow time.Time, adms []Admission) *AdmitCounts {
+func (s *Scheduler) markCountPipe(ctx context.Context, pipe redis.Pipeliner, rule string, marks []string, markNow time.Time, adms []admission) *admitCounts {
 	if len(adms) == 0 {
 		if len(marks) > 0 {
-			s.MarkDuePipe(ctx, pipe, rule, marks, markNow)
+			s.markDuePipe(ctx, pipe, rule, marks, markNow)
 		}
 		return nil
 	}
-	if len(marks) > 0 && slices.ContainsFunc(adms, func(a Admission) bool { return a.Stored }) {
+	if len(marks) > 0 && slices.ContainsFunc(adms, func(a admission) bool { return a.Stored }) {
 		// Stored counts mark their own keys after counting them (admitmark.lua): the marks
 		// of earlier admissions go first, in calls of their own.
-		s.MarkDuePipe(ctx, pipe, rule, marks, markNow)
+		s.markDuePipe(ctx, pipe, rule, marks, markNow)
 		marks = nil
 	}
 	p := s.Partitions(rule)
-	out := &AdmitCounts{n: len(adms)}
+	out := &admitCounts{n: len(adms)}
 	if p == 1 {
 		out.cmds = []*redis.Cmd{s.countPipe(ctx, pipe, rule, 0, marks, markNow, adms)}
 		return out
@@ -95,7 +95,7 @@ func (s *Scheduler) MarkCountPipe(ctx context.Context, pipe redis.Pipeliner, rul
 			s.markDuePart(ctx, pipe, rule, i, ks, markNow)
 		}
 	}
-	part := make([]Admission, 0, len(adms))
+	part := make([]admission, 0, len(adms))
 	for i, js := range byPart {
 		part = part[:0]
 		for _, j := range js {
@@ -109,7 +109,7 @@ func (s *Scheduler) MarkCountPipe(ctx context.Context, pipe redis.Pipeliner, rul
 
 // countPipe counts adms, all of partition i, after marking marks of the same partition
 // (markcount.lua) when there are any (then no admission is Stored).
-func (s *Scheduler) countPipe(ctx context.Context, pipe redis.Pipeliner, rule string, i int, marks []string, markNow time.Time, adms []Admission) *redis.Cmd {
+func (s *Scheduler) countPipe(ctx context.Context, pipe redis.Pipeliner, rule string, i int, marks []string, markNow time.Time, adms []admission) *redis.Cmd {
 	k := s.part(rule, i)
 	if len(marks) > 0 {
 		args := make([]any, 0, 2+len(marks)+4*len(adms))
@@ -144,18 +144,18 @@ func (s *Scheduler) countPipe(ctx context.Context, pipe redis.Pipeliner, rule st
 	return admitMarkScript.EvalSha(ctx, pipe, []string{k.due, k.held, k.depth, k.idle, k.lease, k.dirty}, args...)
 }
 
-// AdmitCounts is the pending result of a CountAdmittedPipe: one script call per partition.
+// admitCounts is the pending result of a countAdmittedPipe: one script call per partition.
 // On a cluster one node may answer NOSCRIPT while another ran its part: Err reports it, and a
 // caller that sends the whole count again counts the other part twice — an estimate off by
 // those messages until the key empties or the reconciler resets it (admitcount.lua).
-type AdmitCounts struct {
+type admitCounts struct {
 	n    int
 	cmds []*redis.Cmd
 	idx  [][]int // per cmd, the admissions it counted (nil: all, in order)
 }
 
 // Err is the first error of its script calls (nil when every one ran).
-func (a *AdmitCounts) Err() error {
+func (a *admitCounts) Err() error {
 	for _, c := range a.cmds {
 		if err := c.Err(); err != nil {
 			return err
@@ -164,15 +164,15 @@ func (a *AdmitCounts) Err() error {
 	return nil
 }
 
-// UncountPipe counts out a message counted by CountAdmittedPipe whose publish failed or
+// uncountPipe counts out a message counted by countAdmittedPipe whose publish failed or
 // was a duplicate.
-func (s *Scheduler) UncountPipe(ctx context.Context, pipe redis.Pipeliner, rule, key string) {
+func (s *Scheduler) uncountPipe(ctx context.Context, pipe redis.Pipeliner, rule, key string) {
 	pipe.HIncrBy(ctx, s.home(rule, key).depthOf(key), key, -1)
 }
 
-// MarkDuePipe queues MarkDue of rule's keys (after their publishes were acknowledged) on a
+// markDuePipe queues MarkDue of rule's keys (after their publishes were acknowledged) on a
 // pipeline: one script call per partition the keys fall in.
-func (s *Scheduler) MarkDuePipe(ctx context.Context, pipe redis.Pipeliner, rule string, keys []string, now time.Time) []*redis.Cmd {
+func (s *Scheduler) markDuePipe(ctx context.Context, pipe redis.Pipeliner, rule string, keys []string, now time.Time) []*redis.Cmd {
 	parts := s.byPartition(rule, keys)
 	cmds := make([]*redis.Cmd, 0, len(parts))
 	for i, ks := range parts {
@@ -181,7 +181,7 @@ func (s *Scheduler) MarkDuePipe(ctx context.Context, pipe redis.Pipeliner, rule 
 	return cmds
 }
 
-// markDuePart is MarkDuePipe of keys, all of partition i.
+// markDuePart is markDuePipe of keys, all of partition i.
 func (s *Scheduler) markDuePart(ctx context.Context, pipe redis.Pipeliner, rule string, i int, keys []string, now time.Time) *redis.Cmd {
 	k := s.part(rule, i)
 	args := make([]any, 0, 1+len(keys))
@@ -192,7 +192,7 @@ func (s *Scheduler) markDuePart(ctx context.Context, pipe redis.Pipeliner, rule 
 	return markDueScript.EvalSha(ctx, pipe, []string{k.due, k.lease, k.dirty, k.idle}, args...)
 }
 
-// Admitted is the result of one admission counted by CountAdmittedPipe.
+// Admitted is the result of one admission counted by countAdmittedPipe.
 type Admitted struct {
 	Depth int64     // the key's depth, counting the message
 	Next  time.Time // when the key's next message may leave
@@ -201,9 +201,9 @@ type Admitted struct {
 	Held bool
 }
 
-// AdmittedResults reads the results of a CountAdmittedPipe of n admissions into out
+// admittedResults reads the results of a countAdmittedPipe of n admissions into out
 // (reused; grown as needed), in the admissions' order.
-func AdmittedResults(c *AdmitCounts, n int, out []Admitted) ([]Admitted, error) {
+func admittedResults(c *admitCounts, n int, out []Admitted) ([]Admitted, error) {
 	if n != c.n {
 		return out, fmt.Errorf("queue: admitcount of %d admissions read as %d", c.n, n)
 	}

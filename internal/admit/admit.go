@@ -9,7 +9,7 @@
 //     itself refuses the (capacity+1)-th message of k (error 10077) → m is parked or
 //     rejected.
 //  3. Only when the drainers run the claim engine (Admitter.DueMarks): m is also counted into
-//     k's depth in Redis (batched, see Batcher) while it is published, and once the publish
+//     k's depth in Redis (batched, see queue.AdmitPipeline) while it is published, and once the publish
 //     is acknowledged k is marked due (not waited for); the answer's depth and eta come from
 //     the count. The own engine learns of m from the publish itself (its drainers subscribe
 //     to the rule's subjects), so admission writes nothing to Redis: a rule without
@@ -105,7 +105,7 @@ type Outflow func(r *rules.Rule) (outflow, total rules.Rate)
 type Admitter struct {
 	Queues    *queue.Queues
 	Scheduler *queue.Scheduler
-	Redis     *Batcher // depth counts, due marks and idempotency keys, batched
+	Redis     *queue.AdmitPipeline // depth counts, due marks and idempotency keys, batched
 	// DueMarks: the drainers run the claim engine, which learns of work from due marks and
 	// answers from depth counts in Redis: every admission counts its key's depth and marks
 	// it due. false (the own engine, whose drainers learn of a message from its publish):
@@ -115,7 +115,7 @@ type Admitter struct {
 	// own, which carry nothing else: a claim is waited for before its publish, and a
 	// pipeline of claims alone comes back sooner than one with the counts' scripts. nil:
 	// Redis claims them.
-	Claims    *Batcher
+	Claims    *queue.AdmitPipeline
 	Limits    bucket.Store // nil: admission limits are not enforced (no rule has one)
 	Parking   *retry.Store // nil: overflow park is refused as unavailable
 	OutflowOf Outflow      // nil: the rule's own outflow
@@ -269,8 +269,8 @@ func (a *Admitter) taken(ad *admission, owner string) Result {
 	return Result{Decision: KeyTaken, Owner: ownerID, Capacity: ad.capacity}
 }
 
-// claims is the Batcher that claims single admissions' idempotency keys.
-func (a *Admitter) claims() *Batcher {
+// claims is the pipeline that takes single admissions' idempotency keys.
+func (a *Admitter) claims() *queue.AdmitPipeline {
 	if a.Claims != nil {
 		return a.Claims
 	}
@@ -305,7 +305,7 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 			claimed = true
 		}
 	}
-	var counted Pending
+	var counted queue.Pending
 	if a.DueMarks {
 		counted = a.Redis.Count(r.Name, m.Key, ad.capacity, ad.now)
 	}

@@ -23,7 +23,7 @@ type BatchAdmission struct {
 type batchState struct {
 	ad      admission
 	live    bool // still to count and publish
-	count   CountResult
+	count   queue.CountResult
 	claimed bool // its count took its idempotency key
 	pub     int  // its index in the batch's publications
 }
@@ -31,8 +31,8 @@ type batchState struct {
 var (
 	statePool    SlicePool[batchState]
 	pubPool      SlicePool[queue.Publication]
-	countReqPool SlicePool[CountRequest]
-	countResPool SlicePool[CountResult]
+	countReqPool SlicePool[queue.CountRequest]
+	countResPool SlicePool[queue.CountResult]
 )
 
 // keyConcurrency bounds the keys of one batch whose steps with round trips of their own
@@ -80,16 +80,16 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 	// 2. Claim the idempotency keys of the messages still in, together: a claimed key must
 	// be known before its message is published.
 	var cidx []int
-	var creqs []CountRequest
+	var creqs []queue.CountRequest
 	for i := range st {
 		if ad := &st[i].ad; st[i].live && ad.o.IdempotencyKey != "" {
 			cidx = append(cidx, i)
-			creqs = append(creqs, CountRequest{Rule: ad.r.Name, Key: ad.m.Key, IdempotencyKey: ad.o.IdempotencyKey,
+			creqs = append(creqs, queue.CountRequest{Rule: ad.r.Name, Key: ad.m.Key, IdempotencyKey: ad.o.IdempotencyKey,
 				Value: queue.IdempotencyValue(ad.m.ID, ad.o.RequestDigest)})
 		}
 	}
 	if len(creqs) > 0 {
-		claims := make([]CountResult, len(creqs))
+		claims := make([]queue.CountResult, len(creqs))
 		a.Redis.ClaimBatch(creqs, claims)
 		for j, i := range cidx {
 			s, c := &st[i], &claims[j]
@@ -133,7 +133,7 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 		defer countReqPool.Put(reqs)
 		for j, i := range idx {
 			ad := &st[i].ad
-			reqs[j] = CountRequest{Rule: ad.r.Name, Key: ad.m.Key, Capacity: ad.capacity, Now: ad.now, Stored: pubs[j].Err == nil}
+			reqs[j] = queue.CountRequest{Rule: ad.r.Name, Key: ad.m.Key, Capacity: ad.capacity, Now: ad.now, Stored: pubs[j].Err == nil}
 		}
 		counts := countResPool.Get(len(reqs))
 		defer countResPool.Put(counts)

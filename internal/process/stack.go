@@ -282,8 +282,8 @@ func Open(ctx context.Context, c StackConfig) (s *Stack, err error) {
 	s.Admitter = &admit.Admitter{
 		Queues: s.Queues, Scheduler: s.Scheduler, Limits: s.Limits, Parking: s.Parking, Logger: log,
 		DueMarks: c.Engine != drain.EngineOwn,
-		Redis:    &admit.Batcher{RDB: s.Redis, Scheduler: s.Scheduler, IdempotencyTTL: c.IdempotencyTTL},
-		Claims:   &admit.Batcher{RDB: s.Redis, Scheduler: s.Scheduler, IdempotencyTTL: c.IdempotencyTTL},
+		Redis:    &queue.AdmitPipeline{RDB: s.Redis, Scheduler: s.Scheduler, IdempotencyTTL: c.IdempotencyTTL},
+		Claims:   &queue.AdmitPipeline{RDB: s.Redis, Scheduler: s.Scheduler, IdempotencyTTL: c.IdempotencyTTL},
 		OutflowOf: func(r *rules.Rule) (rules.Rate, rules.Rate) {
 			q := s.Effective(r).Queue
 			return q.Outflow, q.TotalOutflow
