@@ -26,10 +26,10 @@ import (
 //
 // One goroutine collects whatever is waiting (up to MaxBatch), sends one pipeline, waits for
 // it and answers the waiters. In a pipeline, undos come first, then each rule's marks and
-// counts as one markcount.lua call per partition, marks before counts (a script call costs
-// several times the commands it runs) — admitmark.lua when some counts are of stored
-// messages (CountBatch with Stored: those are counted and marked in that one call), after a
-// markdue.lua call of the marks —; pipelines never overlap. That order keeps every
+// counts as one admit.lua call per partition, marks before counts (a script call costs
+// several times the commands it runs) — when some counts are of stored messages (CountBatch
+// with Stored: those are counted and marked in that one call), after an admit.lua call of
+// the marks alone —; pipelines never overlap. That order keeps every
 // cause before its effect: a mark or an undo is only asked for after its own count was
 // answered, in an earlier pipeline, so a sequential client's second Count sees its first
 // Mark.
@@ -448,7 +448,7 @@ func (b *AdmitPipeline) exec(ctx context.Context, batch []*op, scriptsOnly bool)
 		}
 	}
 	for _, rule := range b.order {
-		// A rule's marks, then its counts: one script call (markcount.lua) per partition.
+		// A rule's marks, then its counts: one script call (admit.lua) per partition.
 		g := b.groups[rule]
 		g.cmd = b.Scheduler.markCountPipe(ctx, pipe, rule, g.marks, g.markNow, g.counts)
 	}

@@ -94,7 +94,7 @@ func fnv32a(key string) uint32 {
 	return h
 }
 
-// Depth buckets: a partition's depth counters (admitcount.lua) are spread over
+// Depth buckets: a partition's depth counters (admit.lua) are spread over
 // depthBuckets small hashes, <prefix>sl:{T}:depth:<b>, b the top 14 bits of the key's
 // FNV-1a (the partition is the hash modulo P: for a power of two its low bits, and close to
 // independent of the top bits for any P). A key's bucket

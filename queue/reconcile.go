@@ -79,7 +79,7 @@ func Reconcile(ctx context.Context, q *Queues, s *Scheduler, rule string, now ti
 		return r, fmt.Errorf("queue: reconcile rule %q: %w", rule, err)
 	}
 	// The listing is the truth about depths too: reset the ingress's per-key counters
-	// (admitcount.lua), which drift when a process crashes between publish and count.
+	// (admit.lua), which drift when a process crashes between publish and count.
 	if err := s.setDepths(ctx, rule, keys); err != nil {
 		return r, fmt.Errorf("queue: reconcile rule %q: %w", rule, err)
 	}

@@ -45,7 +45,7 @@ const keyConcurrency = 64
 // idempotency keys claimed together (ClaimBatch; only when items carry one), every message
 // published asynchronously on the one NATS connection and every PubAck waited for
 // (EnqueueBatch), then every message counted and the stored ones' keys made due in one
-// script call (CountBatch with Stored, admitmark.lua); no message is answered Queued
+// script call (CountBatch with Stored, admit.lua); no message is answered Queued
 // before its PubAck. Admit counts while it publishes and marks after; a batch counts after
 // its publishes, as Admit's count may land too, and marks with the count, so the count's
 // answer (depth, next slot, held) is the same kind of snapshot and the mark comes after
@@ -121,7 +121,7 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 	}
 
 	// 4. Count every published message, together, once its publish is answered, and make
-	// the keys of the stored ones due in the same script call (admitmark.lua): what
+	// the keys of the stored ones due in the same script call (admit.lua): what
 	// Admit's count and mark do, in one Redis round trip for the batch instead of a count
 	// before the publishes and marks after. The count is then read after the message is
 	// stored instead of while it is published: Admit's count, sent with its publish, may
