@@ -372,7 +372,7 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 func writeQueued(w http.ResponseWriter, id string, depth, capacity int64, eta time.Time) {
 	b := make([]byte, 0, 160)
 	b = append(b, `{"id":`...)
-	b = strconv.AppendQuote(b, id)
+	b = appendJSONString(b, id) // ids are printable ASCII: its fast path, not AppendQuote's rune decoding
 	b = append(b, `,"state":"`+status.Queued+`"`...)
 	if depth > 0 { // known: the claim engine's count, or asked for (Prefer: return=representation)
 		b = append(b, `,"depth":`...)
