@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +11,9 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -482,7 +485,7 @@ func (a *Admin) getKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := map[string]any{"queue": rule.Name, "key": key, "depth": depth, "next_dispatch_at": nil}
-	if next, ok, err := a.Scheduler.NextSlot(ctx, rule.Name, key); err == nil && ok && depth > 0 {
+	if next, ok, err := a.nextSlot(ctx, rule.Name, key); err == nil && ok && depth > 0 {
 		resp["next_dispatch_at"] = next.UTC().Format(time.RFC3339Nano)
 	}
 	httpx.WriteJSON(w, http.StatusOK, resp)
@@ -499,7 +502,9 @@ func (a *Admin) purgeKey(w http.ResponseWriter, r *http.Request) {
 		writeChangeError(w, err)
 		return
 	}
-	a.Scheduler.SetDepth(r.Context(), rule.Name, key, 0)
+	if a.dueMarks() { // the claim engine's depth count starts afresh with the key
+		a.Scheduler.SetDepth(r.Context(), rule.Name, key, 0)
+	}
 	a.record(r, audit.Record{Action: audit.ActionKeyDelete, Queue: rule.Name, Target: key,
 		Before: map[string]any{"depth": beforeDepth}, After: map[string]any{"depth": 0}, Result: "ok"})
 	w.WriteHeader(http.StatusNoContent)
@@ -662,7 +667,14 @@ func (a *Admin) hotKeys(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	keys, complete, err := a.Scheduler.HotKeys(ctx, rule.Name, top)
+	var keys []queue.KeyDepth
+	var complete bool
+	var err error
+	if a.dueMarks() {
+		keys, complete, err = a.Scheduler.HotKeys(ctx, rule.Name, top)
+	} else {
+		keys, complete, err = a.streamHotKeys(ctx, rule.Name, top)
+	}
 	if err != nil {
 		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
 		return
@@ -675,13 +687,53 @@ func (a *Admin) hotKeys(w http.ResponseWriter, r *http.Request) {
 	out := make([]keyView, 0, len(keys))
 	for _, k := range keys {
 		kv := keyView{Key: k.Key, Depth: k.Depth}
-		if next, ok, err := a.Scheduler.NextSlot(ctx, rule.Name, k.Key); err == nil && ok {
+		if next, ok, err := a.nextSlot(ctx, rule.Name, k.Key); err == nil && ok {
 			s := next.UTC().Format(time.RFC3339Nano)
 			kv.NextDispatchAt = &s
 		}
 		out = append(out, kv)
 	}
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{"queue": rule.Name, "keys": out, "complete": complete})
+}
+
+// dueMarks reports whether the ingress writes depth counts and due marks to Redis on
+// admission (the claim engine, admit.Admitter.DueMarks): only then do the scheduler's
+// counters and due times say how deep a key is and when it next leaves. Under the own
+// engine depth comes from the stream, and a key's next slot lives in the memory of the
+// drainer that owns it.
+func (a *Admin) dueMarks() bool { return a.Admitter == nil || a.Admitter.DueMarks }
+
+// nextSlot is a key's next dispatch time when the scheduler knows it (claim engine); never
+// under the own engine, whose due set holds only stale marks.
+func (a *Admin) nextSlot(ctx context.Context, rule, key string) (time.Time, bool, error) {
+	if !a.dueMarks() {
+		return time.Time{}, false, nil
+	}
+	return a.Scheduler.NextSlot(ctx, rule, key)
+}
+
+// streamHotKeys is HotKeys from the stream's own per-subject counts (one stream info request
+// with the rule's subject filter, paged by the server), for the own engine, which keeps no
+// depth counters: the answer is always complete, and costs JetStream about a second per
+// 100k keys with messages (the listing the own drainers' repair reads too).
+func (a *Admin) streamHotKeys(ctx context.Context, rule string, n int) ([]queue.KeyDepth, bool, error) {
+	depths, err := a.Queues.Keys(ctx, rule)
+	if err != nil {
+		return nil, false, err
+	}
+	keys := make([]queue.KeyDepth, 0, len(depths))
+	for k, d := range depths {
+		if d > 0 {
+			keys = append(keys, queue.KeyDepth{Key: k, Depth: int64(d)})
+		}
+	}
+	slices.SortFunc(keys, func(x, y queue.KeyDepth) int {
+		if c := cmp.Compare(y.Depth, x.Depth); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Key, y.Key)
+	})
+	return keys[:min(n, len(keys))], true, nil
 }
 
 // replayAllDead re-admits the dead letters of one queue (?queue=NAME, required), oldest
