@@ -66,6 +66,26 @@ type Queue struct {
 	// ErrPreconditionFailed instead of overwriting a change made since. Empty from Queues
 	// (a listing has no ETag) and from servers that predate it.
 	ETag string `json:"-"`
+	// Breaker is the rule's sink breaker (sink.breaker); nil when the rule has none.
+	Breaker *Breaker `json:"breaker,omitempty"`
+}
+
+// Breaker is a rule's sink breaker: State is "closed", "half_open" (a probe delivery is
+// out) or "open" (the rule's deliveries wait, spending no attempts) — the worst of its
+// drainers'. Drainers lists the drainers whose breaker changed state lately (within a
+// minute) or is not closed; a drainer not listed has its breaker closed.
+type Breaker struct {
+	State    string           `json:"state"`
+	Drainers []DrainerBreaker `json:"drainers"`
+}
+
+// DrainerBreaker is one drainer's breaker of a rule.
+type DrainerBreaker struct {
+	Drainer string    `json:"drainer"`
+	State   string    `json:"state"`
+	Since   time.Time `json:"since"`
+	// NextProbeAt is when an open breaker lets its next probe delivery go.
+	NextProbeAt time.Time `json:"next_probe_at,omitzero"`
 }
 
 // UnmarshalJSON reads a queue, turning oldest_age_seconds into OldestAge.

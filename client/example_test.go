@@ -27,7 +27,8 @@ func ExampleClient_Submit() {
 		log.Fatal(err)
 	}
 	order := map[string]any{"order_id": 991, "total": "12.50"}
-	sub, err := c.Submit(context.Background(), "orders", []client.Entry{{Key: "merchant_id", Value: "m-42"}}, order)
+	// WithDepth: the answer's depth and eta (the server reads them only when asked).
+	sub, err := c.Submit(context.Background(), "orders", []client.Entry{{Key: "merchant_id", Value: "m-42"}}, order, client.WithDepth())
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func TestLive(t *testing.T) {
 	t.Run("queue fills, then an honest 429", func(t *testing.T) {
 		var first *client.Submission
 		for i := range 5 {
-			sub, err := c.Submit(ctx, "client-live", key, map[string]any{"n": i}, client.SubmitOverLimitRetry(false))
+			sub, err := c.Submit(ctx, "client-live", key, map[string]any{"n": i}, client.SubmitOverLimitRetry(false), client.WithDepth())
 			if err == nil {
 				if sub.State != client.StateQueued || sub.Capacity != 2 || sub.ID == "" || sub.Location != "/v1/messages/"+sub.ID ||
 					sub.Duplicate || sub.RateLimit.Limit != 2 || sub.RateLimit.PolicyName() == "" || sub.ETA.IsZero() {

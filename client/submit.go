@@ -52,7 +52,7 @@ type Submission struct {
 	// longer tracked. Use Status for the rest.
 	State string `json:"state"`
 	// Depth and Capacity are the key's queue after admission (202 queued only; zero for a
-	// duplicate).
+	// duplicate). Under the server's own engine Depth (and ETA) only with WithDepth.
 	Depth    int64 `json:"depth"`
 	Capacity int64 `json:"capacity"`
 	// ETA is when the message is expected to leave for the sink (202 queued), or to enter
@@ -116,6 +116,7 @@ type submitOptions struct {
 	ttl       time.Duration
 	ttlSet    bool // WithTTL was the last expiry option (a zero ttl is then refused)
 	headers   map[string]string
+	depth     bool // WithDepth
 }
 
 // check refuses, before anything is sent, times that would silently mean something else:
@@ -179,6 +180,15 @@ func WithIdempotencyKey(k string) SubmitOption {
 	return func(o *submitOptions) { o.idemKey = k }
 }
 
+// WithDepth asks for the key's depth and the message's ETA in the answer (Prefer:
+// return=representation). Under the drainers' own engine (the server's default) a queued
+// message's Depth and ETA are otherwise zero and its RateLimit empty, unless its rule has
+// an admission limit: reading them costs the server a stream request per message, so only
+// callers who use them should ask. Under -engine claim they are always there.
+func WithDepth() SubmitOption {
+	return func(o *submitOptions) { o.depth = true }
+}
+
 // SubmitOverLimitRetry overrides WithOverLimitRetry for one call.
 func SubmitOverLimitRetry(retry bool) SubmitOption {
 	return func(o *submitOptions) { o.overLim = &retry }
@@ -226,11 +236,15 @@ func (c *Client) Submit(ctx context.Context, domain string, descriptor []Entry, 
 	if o.overLim != nil {
 		overLim = *o.overLim
 	}
+	header := http.Header{"Idempotency-Key": {o.idemKey}}
+	if o.depth {
+		header["Prefer"] = []string{"return=representation"}
+	}
 	resp, err := c.do(ctx, call{
 		method:  http.MethodPost,
 		path:    "/v1/messages",
 		body:    body,
-		header:  http.Header{"Idempotency-Key": {o.idemKey}},
+		header:  header,
 		conn:    anyTransient,
 		retry:   retryOverLimitOrUnavailable,
 		ok:      is2xx,

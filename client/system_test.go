@@ -474,7 +474,7 @@ func TestSystem(t *testing.T) {
 		if k, err := a.Key(ctx, "fragile", "purged"); err != nil || k.Depth != 0 {
 			t.Fatalf("after the purge: %+v %v", k, err)
 		}
-		sub, err := c.Submit(ctx, "fragile", key, "after")
+		sub, err := c.Submit(ctx, "fragile", key, "after", client.WithDepth())
 		if err != nil {
 			t.Fatal(err)
 		}

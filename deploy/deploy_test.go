@@ -44,6 +44,7 @@ var ingressEnv = []string{"SLUICE_GRPC_ADDR", "SLUICE_ADMIN_TOKEN"}
 var ingressExtras = []string{
 	"sluice_limiter_degraded", "sluice_rules_reload_total", "sluice_rules_loaded",
 	"sluice_checks_total", "sluice_readmissions_total", "sluice_grpc_request_duration_seconds",
+	"sluice_breaker_state", // docs/metrics.md "More metrics": the drainers' sink breakers
 }
 
 // dashboardMust are the metrics the dashboard has to show (issue #6).

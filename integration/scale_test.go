@@ -87,7 +87,9 @@ func TestScaleReport(t *testing.T) {
 	now := time.Now()
 	const batch = 1000
 	ks := make([]string, 0, batch)
-	adm := make([]queue.Admission, 0, batch)
+	adm := make([]queue.CountRequest, 0, batch)
+	counted := make([]queue.CountResult, batch)
+	pipeline := &queue.AdmitPipeline{RDB: rdb, Scheduler: sched, MaxBatch: batch}
 	for i := 0; i < keys; i++ {
 		key := "user-" + strconv.Itoa(i)
 		id, _ := queue.NewID("scale", key)
@@ -96,18 +98,20 @@ func TestScaleReport(t *testing.T) {
 			t.Fatal(err)
 		}
 		ks = append(ks, key)
-		adm = append(adm, queue.Admission{Key: key, Capacity: 10, Now: now})
+		adm = append(adm, queue.CountRequest{Rule: "scale", Key: key, Capacity: 10, Now: now, Stored: true})
 		if len(ks) == batch || i == keys-1 {
 			select {
 			case <-js.PublishAsyncComplete():
 			case <-time.After(30 * time.Second):
 				t.Fatal("PubAcks did not come")
 			}
-			pipe := rdb.Pipeline()
-			sched.CountAdmittedPipe(ctx, pipe, "scale", adm)
-			sched.MarkDuePipe(ctx, pipe, "scale", ks, now)
-			if _, err := pipe.Exec(ctx); err != nil {
-				t.Fatal(err)
+			// Counted and marked due in one script call per partition, as a batch
+			// submission's are (CountBatch with Stored).
+			pipeline.CountBatch(adm, counted[:len(adm)])
+			for _, c := range counted[:len(adm)] {
+				if c.Err != nil {
+					t.Fatal(c.Err)
+				}
 			}
 			ks, adm = ks[:0], adm[:0]
 		}

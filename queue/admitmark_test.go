@@ -13,8 +13,8 @@ import (
 	"github.com/sluice-io/sluice/queue"
 )
 
-// TestAdmitMarkIsCountThenMark: counting stored admissions (Admission.Stored, admitmark.lua)
-// answers and leaves Redis exactly as admitcount.lua followed by markdue.lua of the stored
+// TestAdmitMarkIsCountThenMark: counting stored admissions (Admission.Stored, admit.lua's
+// stored counts) answers and leaves Redis exactly as counts alone followed by marks alone of the stored
 // keys does, over every state a key can be in: already due, idle with a future or a past
 // slot, held by a drainer, at capacity, a bad counter, new, repeated in the batch, and an
 // admission that was not stored (counted, not marked).
@@ -131,12 +131,12 @@ func admissionState(rdb redis.UniversalClient, s *queue.Scheduler, adms []queue.
 }
 
 // TestMarkCountIsMarkThenCount: a batch's marks and counts in one call per partition
-// (MarkCountPipe, markcount.lua) answer and leave Redis exactly as markdue.lua followed by
-// admitcount.lua do, over every state a key can be in (admissionFixture), with keys marked
+// (MarkCountPipe, one admit.lua call) answer and leave Redis exactly as admit.lua's marks
+// alone followed by its counts alone do, over every state a key can be in (admissionFixture), with keys marked
 // and counted in the same batch, marked twice, marked only and counted only; on one
 // partition and on 64, where some partitions get only marks and others only counts; and
-// with stored counts of a batch submission among the counts (admitmark.lua after
-// markdue.lua).
+// with stored counts of a batch submission among the counts (marks alone, then counts with
+// stored ones).
 func TestMarkCountIsMarkThenCount(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -199,8 +199,8 @@ func TestMarkCountIsMarkThenCount(t *testing.T) {
 		if g, w := admissionState(rdb, after, all), admissionState(rdb, before, all); g != w {
 			t.Errorf("%+v, state:\n got\n%s want\n%s", tc, g, w)
 		}
-		// And what both do, key by key (the scripts share admit_fn.lua, which the comparison
-		// alone would not test).
+		// And what both do, key by key (both are admit.lua, so the comparison
+		// alone would not test it).
 		at := func(key string) time.Time {
 			return adms[slices.IndexFunc(adms, func(a queue.Admission) bool { return a.Key == key })].Now
 		}

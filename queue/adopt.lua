@@ -8,7 +8,7 @@
 --
 -- A key already due here (a message for it arrived since the change and the ingress marked it
 -- in its new partition) keeps the later of the two times (ZADD GT), so it does not leave
--- faster than its outflow; a key already claimed here is flagged dirty (markdue.lua) so its
+-- faster than its outflow; a key already claimed here is flagged dirty (admit.lua) so its
 -- holder does not drop it. Retry state is kept unless the new partition has its own; depth
 -- counters add up (the ingress counts new messages in the new partition).
 --

@@ -3,12 +3,12 @@
 -- KEYS[1] due    ZSET  key -> time (µs) its next message may leave; keys with messages, not claimed
 -- KEYS[2] lease  ZSET  key -> lease expiry (µs); keys claimed by some drainer
 -- KEYS[3] held   HASH  key -> "<owner> <next>": who holds the claim and the key's next due time
--- KEYS[4] dirty  HASH  key -> "1": MarkDue saw the key while it was claimed (see markdue.lua)
+-- KEYS[4] dirty  HASH  key -> "1": MarkDue saw the key while it was claimed (see admit.lua)
 -- KEYS[5] total  STRING     the rule's total_outflow meter: time (µs) the next message of any key may leave
 -- KEYS[6] try    HASH  key -> "<msg id>\n<attempts>\n<last error>": the key's head message is being retried
 -- KEYS[7] depth  the partition's depth key: the ingress's counters are in its buckets
---                (admitcount.lua); releases only
--- KEYS[8] idle   ZSET  key -> unused slot of a key that emptied (markdue.lua); releases only
+--                (admit.lua); releases only
+-- KEYS[8] idle   ZSET  key -> unused slot of a key that emptied (admit.lua); releases only
 -- KEYS[9] fence  STRING     the rule's fencing counter: the last token handed to a claim
 --
 -- ARGV[1] now        0: Redis's own clock (TIME), what drainers use, so every drainer paces
@@ -92,7 +92,7 @@ for j, v in ipairs(rel) do
   if v == 0 then lostkeys[#lostkeys + 1] = ARGV[10 + nslots + (j - 1) * 6] end
 end
 
--- Forget the unused slots of emptied keys once they have passed (as markdue.lua does): no
+-- Forget the unused slots of emptied keys once they have passed (as admit.lua does): no
 -- admission may come after a flood, and a slot in the past holds nothing back.
 redis.call('ZREMRANGEBYSCORE', idle, '-inf', now)
 

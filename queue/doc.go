@@ -19,6 +19,13 @@
 // Ownership (ownership.go, own.lua) is the Redis side of the drainer's own engine: leases
 // on whole ownership partitions of a rule, with fencing tokens and shares over the live
 // drainers, renewed for every rule in one call; Queues.DeleteAsync deletes without waiting.
+// steerstate.go keeps the steering state drainers share there: each drainer's sink breaker
+// (BreakerRecord, for the admin API) and throttled keys' adaptive state for a new owner.
+//
+// Admission's Redis side is AdmitPipeline (admitpipeline.go): idempotency takes
+// (idempotency.go) and, for the claim engine only, depth counts and due marks (pipe.go and its
+// scripts), batched across concurrent admissions. Under the own engine a plain admission
+// sends Redis nothing.
 //
 // Message is the envelope shared with retry/ and the drainer; EncodeMessage and
 // DecodeMessage give its NATS wire form (payload as data, the rest in headers).

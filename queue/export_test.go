@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // HoldReconcileLock takes rule's reconcile lock as another process would (tests only).
@@ -48,4 +50,33 @@ func (s *Scheduler) ForgetPartitionsForTest(ctx context.Context, rule string) (p
 	err = s.forgetPartitions(ctx, rule)
 	p, n = s.layout(ctx, rule)
 	return p, n, err
+}
+
+// The admission pipeline's Redis steps, private to this package (AdmitPipeline sends them),
+// under their names of old for the tests that check their scripts one by one.
+type (
+	Admission   = admission
+	AdmitCounts = admitCounts
+)
+
+var AdmittedResults = admittedResults
+
+func (s *Scheduler) CountAdmittedPipe(ctx context.Context, pipe redis.Pipeliner, rule string, adms []Admission) *AdmitCounts {
+	return s.countAdmittedPipe(ctx, pipe, rule, adms)
+}
+
+func (s *Scheduler) MarkCountPipe(ctx context.Context, pipe redis.Pipeliner, rule string, marks []string, markNow time.Time, adms []Admission) *AdmitCounts {
+	return s.markCountPipe(ctx, pipe, rule, marks, markNow, adms)
+}
+
+func (s *Scheduler) MarkDuePipe(ctx context.Context, pipe redis.Pipeliner, rule string, keys []string, now time.Time) []*redis.Cmd {
+	return s.markDuePipe(ctx, pipe, rule, keys, now)
+}
+
+func (s *Scheduler) UncountPipe(ctx context.Context, pipe redis.Pipeliner, rule, key string) {
+	s.uncountPipe(ctx, pipe, rule, key)
+}
+
+func (s *Scheduler) TakeIdempotencyKeyPipe(ctx context.Context, pipe redis.Pipeliner, rule, k, value string, ttl time.Duration) *IdempotencyTake {
+	return s.takeIdempotencyKeyPipe(ctx, pipe, rule, k, value, ttl)
 }

@@ -20,10 +20,13 @@ import (
 // the id of the message that first used it and, when the caller gave one, a digest of the
 // request that made it, so that a repeat carrying another request is told apart from a
 // retry (ids never contain a space). About 200 bytes of Redis memory for a 36-byte key and a
-// 55-byte id, plus the digest's 22 (MEMORY USAGE, as TestClaimIdempotency measures it), kept
+// 55-byte id, plus the digest's 22 (MEMORY USAGE, as TestTakeIdempotencyKey measures it), kept
 // for the TTL whatever happens to the message.
+//
+// A request takes its idempotency key (TakeIdempotencyKey): the word "claim" is kept for a
+// drainer's lease on a key (Claim), a different thing.
 
-// IdempotencyValue is what a claim stores: the message id, and digest when not empty.
+// IdempotencyValue is what a take stores: the message id, and digest when not empty.
 func IdempotencyValue(id, digest string) string {
 	if digest == "" {
 		return id
@@ -31,7 +34,7 @@ func IdempotencyValue(id, digest string) string {
 	return id + " " + digest
 }
 
-// SplitIdempotencyValue returns the id and the digest of a claim's value; digest is ""
+// SplitIdempotencyValue returns the id and the digest of a take's value; digest is ""
 // for a value stored without one (or by a version before digests).
 func SplitIdempotencyValue(v string) (id, digest string) {
 	id, digest, _ = strings.Cut(v, " ")
@@ -40,16 +43,16 @@ func SplitIdempotencyValue(v string) (id, digest string) {
 
 // ScopedIdempotencyKey is idempotency key k as caller's own (the submit token's name, with
 // -submit-tokens): two callers' keys never meet, so one can neither take over, learn the
-// message id of, nor be answered with another's message. It is the k a claim and a release
+// message id of, nor be answered with another's message. It is the k a take and a release
 // are made with:
 //
 //	<prefix>sl:{t}:idem:\xff<len(caller)>:<caller>:<k>
 //
 // A caller's own key is valid UTF-8 (the ingress refuses anything else), so it never
 // begins with the byte 0xff: a scoped key is never a caller's unscoped one, and the length
-// makes (caller, k) readable back whatever the two hold. A scoped claim also reads the
+// makes (caller, k) readable back whatever the two hold. A scoped take also reads the
 // unscoped key k (an entry of a version or a mode that did not scope, still in its TTL):
-// see IdempotencyClaim.Result.
+// see IdempotencyTake.Result.
 func ScopedIdempotencyKey(caller, k string) string {
 	return scopeMark + strconv.Itoa(len(caller)) + ":" + caller + ":" + k
 }
@@ -75,18 +78,18 @@ func (s *Scheduler) idemKey(rule, k string) string {
 	return s.prefix + "sl:{" + RuleToken(rule) + "}:idem:" + k
 }
 
-// ClaimIdempotencyPipe queues, on a pipeline the caller executes, the claim of idempotency
+// takeIdempotencyKeyPipe queues, on a pipeline the caller executes, the take of idempotency
 // key k of rule for value (a message id, or IdempotencyValue): SET NX GET with the TTL. Once
-// the pipeline has run, the claim's Result is the value that already owned the key, or
-// redis.Nil when this claim took it.
+// the pipeline has run, the take's Result is the value that already owned the key, or
+// redis.Nil when this take took it.
 //
-// With SchedulerConfig.LegacyIdempotency the claim is made in v0.3's layout instead
-// (legacyIdem), the one key every version then claims, so a repeat is recognised whichever
-// version took it first, and two claims never race across two keys. The current layout is
-// read in the same pipeline (for the owner's request digest) and written once the claim took
-// the key, so it holds every key claimed meanwhile when the option is turned off.
-func (s *Scheduler) ClaimIdempotencyPipe(ctx context.Context, pipe redis.Pipeliner, rule, k, value string, ttl time.Duration) *IdempotencyClaim {
-	c := &IdempotencyClaim{s: s, rule: rule, k: k, value: value, ttl: ttl}
+// With SchedulerConfig.LegacyIdempotency the take is made in v0.3's layout instead
+// (legacyIdem), the one key every version then takes, so a repeat is recognised whichever
+// version took it first, and two takes never race across two keys. The current layout is
+// read in the same pipeline (for the owner's request digest) and written once the take took
+// the key, so it holds every key taken meanwhile when the option is turned off.
+func (s *Scheduler) takeIdempotencyKeyPipe(ctx context.Context, pipe redis.Pipeliner, rule, k, value string, ttl time.Duration) *IdempotencyTake {
+	c := &IdempotencyTake{s: s, rule: rule, k: k, value: value, ttl: ttl}
 	if own, ok := unscopedKey(k); ok {
 		c.unscoped = pipe.Get(ctx, s.idemKey(rule, own))
 	}
@@ -100,26 +103,26 @@ func (s *Scheduler) ClaimIdempotencyPipe(ctx context.Context, pipe redis.Pipelin
 	return c
 }
 
-// An IdempotencyClaim is a claim queued by ClaimIdempotencyPipe.
-type IdempotencyClaim struct {
+// An IdempotencyTake is a take queued by takeIdempotencyKeyPipe.
+type IdempotencyTake struct {
 	s              *Scheduler
 	rule, k, value string
 	ttl            time.Duration
 	cur, legacy    *redis.StatusCmd
 	curValue       *redis.StringCmd // legacy mode: the current layout's value, for its digest
-	unscoped       *redis.StringCmd // a scoped claim: the unscoped key's value (ScopedIdempotencyKey)
+	unscoped       *redis.StringCmd // a scoped take: the unscoped key's value (ScopedIdempotencyKey)
 }
 
-// Result returns the value that owns the key, or redis.Nil when this claim took it.
+// Result returns the value that owns the key, or redis.Nil when this take took it.
 //
-// A scoped claim that took its key (ScopedIdempotencyKey) is answered with the unscoped
-// key's owner instead when that owner's request digest is this claim's: the same domain,
+// A scoped take that took its key (ScopedIdempotencyKey) is answered with the unscoped
+// key's owner instead when that owner's request digest is this take's: the same domain,
 // descriptor and payload under the same key, sent before the ingress scoped keys (an
 // upgrade, or -submit-tokens turned on) — the caller's retry of a message already
 // accepted, which must not be stored twice. The scoped key is then set to that owner, so
 // later repeats find it there. An unscoped owner of another request (another caller's, or
 // other work) is not looked at: it is neither answered nor named.
-func (c *IdempotencyClaim) Result() (string, error) {
+func (c *IdempotencyTake) Result() (string, error) {
 	owner, err := c.result()
 	if c.unscoped == nil || !errors.Is(err, redis.Nil) {
 		return owner, err
@@ -143,12 +146,12 @@ func (c *IdempotencyClaim) Result() (string, error) {
 	return prior, nil
 }
 
-func (c *IdempotencyClaim) unscopedK() string {
+func (c *IdempotencyTake) unscopedK() string {
 	k, _ := unscopedKey(c.k)
 	return k
 }
 
-func (c *IdempotencyClaim) result() (string, error) {
+func (c *IdempotencyTake) result() (string, error) {
 	if c.legacy == nil {
 		return c.cur.Result()
 	}
@@ -157,7 +160,7 @@ func (c *IdempotencyClaim) result() (string, error) {
 	case errors.Is(err, redis.Nil):
 		// Taken: the current layout gets it too, before the admission goes on (a repeat
 		// on an ingress without the option must find it). A failure here is no double
-		// admission: every ingress with the option claims the legacy key.
+		// admission: every ingress with the option takes the legacy key.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		c.s.rdb.Set(ctx, c.s.idemKey(c.rule, c.k), c.value, c.ttl)
@@ -181,7 +184,7 @@ func (s *Scheduler) legacyIdemKey(rule, k string) string {
 	return s.prefix + "sl:idem:{" + rule + "}:" + k
 }
 
-// ReleaseIdempotency removes the mapping of k if it still holds value (as claimed), so a
+// ReleaseIdempotency removes the mapping of k if it still holds value (as taken), so a
 // request that was not accepted (429) can be retried with the same key.
 func (s *Scheduler) ReleaseIdempotency(ctx context.Context, rule, k, value string) error {
 	err := unlockScript.Run(ctx, s.rdb, []string{s.idemKey(rule, k)}, value).Err()
@@ -195,17 +198,17 @@ func (s *Scheduler) ReleaseIdempotency(ctx context.Context, rule, k, value strin
 	return nil
 }
 
-// ClaimIdempotency is ClaimIdempotencyPipe in a round trip of its own: it returns the value
-// that owns k (value itself when this claim took it).
-func (s *Scheduler) ClaimIdempotency(ctx context.Context, rule, k, value string, ttl time.Duration) (string, error) {
+// TakeIdempotencyKey is takeIdempotencyKeyPipe in a round trip of its own: it returns the value
+// that owns k (value itself when this take took it).
+func (s *Scheduler) TakeIdempotencyKey(ctx context.Context, rule, k, value string, ttl time.Duration) (string, error) {
 	pipe := s.rdb.Pipeline()
-	cmd := s.ClaimIdempotencyPipe(ctx, pipe, rule, k, value, ttl)
+	cmd := s.takeIdempotencyKeyPipe(ctx, pipe, rule, k, value, ttl)
 	pipe.Exec(ctx)
 	switch owner, err := cmd.Result(); {
 	case errors.Is(err, redis.Nil):
 		return value, nil
 	case err != nil:
-		return "", fmt.Errorf("queue: claim idempotency key: %w", err)
+		return "", fmt.Errorf("queue: take idempotency key: %w", err)
 	default:
 		return owner, nil
 	}

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"time"
 
@@ -18,31 +19,13 @@ import (
 // (the sink's timeout and a margin), so a crash costs a slot that long and no more. The
 // set is as large as the cap at most, and expires when no delivery has started for a lease.
 
-// inflightScript takes a slot. KEYS[1] the set; ARGV[1] member, ARGV[2] cap, ARGV[3] lease
-// (ms). Answers 1 when the slot was taken, else the ms until the earliest lease in the set
-// ends (at least 1), a bound on how long a waiter may wait for a slot freed by a crash.
-//
-// A member already in the set holds its slot (a take whose answer was lost and is sent
-// again). The set's TTL is only ever extended, to the longest lease in it: members with
-// longer leases (another drainer's -lease, a sink.timeout changed by a reload) are never
-// dropped with the set before their own lease ends.
-var inflightScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local lease = tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
-    local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-    return -math.max(1, tonumber(first[2]) - now)
-  end
-end
-redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
-if redis.call('PTTL', KEYS[1]) < lease then
-  redis.call('PEXPIRE', KEYS[1], lease)
-end
-return 1
-`)
+// inflightScript takes a slot (inflight.lua): its answer bounds how long a waiter may wait
+// for a slot freed by a crash.
+var (
+	//go:embed inflight.lua
+	inflightSrc    string
+	inflightScript = redis.NewScript(inflightSrc)
+)
 
 func (s *Scheduler) inflightKey(rule string) string {
 	return s.prefix + "sl:{" + partTag(rule, 0) + "}:inflight"

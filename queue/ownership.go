@@ -63,8 +63,12 @@ type OwnRequest struct {
 	// partition's previous entries; an empty non-nil map clears them.
 	Pace map[int]map[string]time.Time
 	// PaceTTL is how long written pace entries are kept (at least the longest gap they
-	// describe). Default 1 minute.
+	// describe). Default 1 minute. Steer entries are kept as long.
 	PaceTTL time.Duration
+	// Steer is written with Pace: per owned partition, keys' steering state (the engine's
+	// encoding, e.g. a throttled key's adaptive outflow) for a new owner (SteerStates).
+	// Replaces the partition's previous entries; an empty non-nil map clears them.
+	Steer map[int]map[string]string
 }
 
 // Owned is the answer to one OwnRequest.
@@ -114,6 +118,13 @@ func (s *Scheduler) Own(ctx context.Context, now time.Time, reqs []OwnRequest) [
 				ttl = time.Minute
 			}
 			pipe.PExpire(ctx, k, ttl)
+		}
+		for p, keys := range r.Steer {
+			ttl := r.PaceTTL
+			if ttl <= 0 {
+				ttl = time.Minute
+			}
+			s.writeSteer(ctx, pipe, r.Rule, p, keys, ttl)
 		}
 		cmds[i] = ownScript.EvalSha(ctx, pipe, s.ownKeys(r), ownArgs(now, r)...)
 	}

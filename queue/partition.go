@@ -48,12 +48,9 @@ var (
 	meterScript = redis.NewScript(meterSrc)
 	moveScript  = redis.NewScript(moveSrc)
 	adoptScript = redis.NewScript(adoptSrc)
-	// partsScript: KEYS[1] sl:{t}:parts, ARGV[1] a partition count in use; raises the
-	// rule's high-water mark to it and returns the mark.
-	partsScript = redis.NewScript(`local v = tonumber(redis.call('GET', KEYS[1]) or '0')
-local p = tonumber(ARGV[1])
-if p > v then redis.call('SET', KEYS[1], p) v = p end
-return v`)
+	//go:embed parts.lua
+	partsSrc    string
+	partsScript = redis.NewScript(partsSrc)
 )
 
 // ClusterPartitions is the partition count of a rule that sets none, on a Redis Cluster: 8
@@ -97,7 +94,7 @@ func fnv32a(key string) uint32 {
 	return h
 }
 
-// Depth buckets: a partition's depth counters (admitcount.lua) are spread over
+// Depth buckets: a partition's depth counters (admit.lua) are spread over
 // depthBuckets small hashes, <prefix>sl:{T}:depth:<b>, b the top 14 bits of the key's
 // FNV-1a (the partition is the hash modulo P: for a power of two its low bits, and close to
 // independent of the top bits for any P). A key's bucket

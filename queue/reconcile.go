@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"time"
 
@@ -78,7 +79,7 @@ func Reconcile(ctx context.Context, q *Queues, s *Scheduler, rule string, now ti
 		return r, fmt.Errorf("queue: reconcile rule %q: %w", rule, err)
 	}
 	// The listing is the truth about depths too: reset the ingress's per-key counters
-	// (admitcount.lua), which drift when a process crashes between publish and count.
+	// (admit.lua), which drift when a process crashes between publish and count.
 	if err := s.setDepths(ctx, rule, keys); err != nil {
 		return r, fmt.Errorf("queue: reconcile rule %q: %w", rule, err)
 	}
@@ -135,5 +136,8 @@ func (s *Scheduler) forgetPartitions(ctx context.Context, rule string) error {
 	return nil
 }
 
-// lowerPartsScript: KEYS[1] sl:{t}:parts; sets it to ARGV[2] if it is still ARGV[1].
-var lowerPartsScript = redis.NewScript(`if tonumber(redis.call('GET', KEYS[1]) or '0') == tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[2]) end return 0`)
+var (
+	//go:embed lowerparts.lua
+	lowerPartsSrc    string
+	lowerPartsScript = redis.NewScript(lowerPartsSrc)
+)

@@ -6,7 +6,7 @@
 -- KEYS[4] dirty  HASH  key -> "1" when MarkDue ran while the key was claimed
 -- KEYS[5] total  STRING     the rule's total_outflow meter (µs)
 -- KEYS[6] try    HASH  key -> "<msg id>\n<attempts>\n<last error>"
--- KEYS[7] depth  the partition's depth key: the counters are in its buckets (admitcount.lua)
+-- KEYS[7] depth  the partition's depth key: the counters are in its buckets (admit.lua)
 -- KEYS[8] idle   ZSET  key -> next slot of a key that left `due` empty (see release_fn.lua)
 -- KEYS[9] fence  STRING     the rule's fencing counter (claim.lua; unused here)
 --

@@ -9,9 +9,9 @@
 -- slot, passes total = 0 and gives them back itself). A key is held by `owner` under fence F when its `held` entry reads
 -- "<owner>#<F> <next>" (claim.lua); a release with fence 0 checks only the owner.
 --
--- It also keeps the ingress's per-key depth counter (admitcount.lua) in step: "next" counts
+-- It also keeps the ingress's per-key depth counter (admit.lua) in step: "next" counts
 -- one message out, "empty" forgets the key. And an emptied key's claimed-but-unused slot
--- (`at` of an "empty" release) goes to `idle`, which MarkDue/admitcount.lua use as the earliest
+-- (`at` of an "empty" release) goes to `idle`, which MarkDue/admit.lua use as the earliest
 -- due time of a message arriving before that slot passes. The drainer pops only once the
 -- slot has come, so this only matters when the ingress's clock is behind the drainer's.
 --
@@ -45,7 +45,7 @@ local function release_keys(due, lease, held, dirty, totalkey, try, depth, idle,
       local unused = at -- "empty": the slot the claim reserved and nobody used
       if at > nxt then nxt = at end
       if mode == 'empty' then
-        -- Dropped unless MarkDue flagged it during the claim (see markdue.lua); then the
+        -- Dropped unless MarkDue flagged it during the claim (see admit.lua); then the
         -- message that arrived may take the unused slot.
         if dirt[j] then
           if unused > 0 then nxt = unused end

@@ -21,27 +21,21 @@ var (
 	releaseSrc string
 	//go:embed release_fn.lua
 	releaseFnSrc string
-	//go:embed markdue.lua
-	markDueSrc string
-	//go:embed admit_fn.lua
-	admitFnSrc string
 	//go:embed renew.lua
 	renewSrc string
 	//go:embed step.lua
 	stepSrc string
 
 	// claim.lua and release.lua share release_keys (release_fn.lua): Redis scripts cannot
-	// include each other, so the function is prepended to both. The admission scripts share
-	// admit_fn.lua's the same way.
+	// include each other, so the function is prepended to both.
 	claimScript   = redis.NewScript(releaseFnSrc + claimSrc)
 	releaseScript = redis.NewScript(releaseFnSrc + releaseSrc)
-	markDueScript = redis.NewScript(admitFnSrc + markDueSrc)
 	renewScript   = redis.NewScript(renewSrc)
 	stepScript    = redis.NewScript(stepSrc)
 
-	// unlockScript: KEYS[1] the lock, ARGV[1] the holder's token; deletes the lock only if
-	// it is still held by that token. Returns 1 if deleted, else 0.
-	unlockScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+	//go:embed unlock.lua
+	unlockSrc    string
+	unlockScript = redis.NewScript(unlockSrc)
 
 	lockSeq atomic.Uint64
 )
@@ -86,7 +80,7 @@ type SchedulerConfig struct {
 //	<prefix>sl:{t}:total  STRING  total_outflow meter: µs the rule's next message may leave (one
 //	                              per rule: partition 0's; partitions i > 0 reserve from it, meter.lua)
 //	<prefix>sl:{T}:try    HASH    key -> "<msg id>\n<attempts>\n<last error>" (head being retried)
-//	<prefix>sl:{T}:depth:<b>  HASH  key -> messages queued, the ingress's estimate (admitcount.lua;
+//	<prefix>sl:{T}:depth:<b>  HASH  key -> messages queued, the ingress's estimate (admit.lua;
 //	                              releases count deliveries out, Reconcile resets it), in the
 //	                              key's bucket b of 16,384 (partition.go, "Depth buckets")
 //	<prefix>sl:{T}:idle   ZSET    key -> unused slot of a key that emptied, until it passes
@@ -110,7 +104,7 @@ type SchedulerConfig struct {
 //
 // A mixed fleet (a rolling upgrade) works on one Redis because each script reads both
 // shapes where it must: handing back an expired lease (claim.lua) and reading a held key's
-// next slot (admitcount.lua, both releases) take the last field, whatever precedes it;
+// next slot (admit.lua, both releases) take the last field, whatever precedes it;
 // a release, renewal, step or move acts only on an entry that names this drainer, and an
 // entry of the other shape never does (v0.3.0 compares "<owner>#<fence>" with its bare
 // owner, this tree finds no '#' in a v0.3.0 entry), so each version only ever releases its
@@ -519,7 +513,7 @@ const markDueBatch = 1000
 
 // MarkDue makes keys of rule due now (Redis's clock, or SchedulerConfig.Clock); the ingress calls it after each
 // successful publish. A key already due keeps its place and pacing; a claimed key is
-// flagged so its drainer does not drop it (see markdue.lua). Many keys go in one round trip
+// flagged so its drainer does not drop it (see admit.lua). Many keys go in one round trip
 // per 1000.
 func (s *Scheduler) MarkDue(ctx context.Context, rule string, keys ...string) error {
 	var now time.Time
@@ -538,16 +532,20 @@ func (s *Scheduler) MarkDueAt(ctx context.Context, rule string, now time.Time, k
 		k := s.part(rule, i)
 		for len(ks) > 0 {
 			n := min(len(ks), markDueBatch)
-			args := make([]any, 0, n+1)
-			args = append(args, usOrZero(now))
+			args := make([]any, 0, n+2)
+			args = append(args, usOrZero(now), n)
 			for _, key := range ks[:n] {
 				args = append(args, key)
 			}
-			a, err := markDueScript.Run(ctx, s.rdb, []string{k.due, k.lease, k.dirty, k.idle}, args...).Int()
+			// admit.lua with marks alone: its answer is {added}.
+			vals, err := admitScript.Run(ctx, s.rdb, k.admitKeys(), args...).Int64Slice()
+			if err == nil && len(vals) != 1 {
+				err = fmt.Errorf("admit.lua answered %v to marks alone", vals)
+			}
 			if err != nil {
 				return added, fmt.Errorf("queue: mark due in rule %q: %w", rule, err)
 			}
-			added += a
+			added += int(vals[0])
 			ks = ks[n:]
 		}
 	}

@@ -6,7 +6,7 @@
 -- KEYS[1] lease  ZSET  key -> lease expiry (µs)
 -- KEYS[2] held   HASH  key -> "<owner>#<fence> <next>" (claim.lua)
 -- KEYS[3] total  STRING     the rule's total_outflow meter (claim.lua)
--- KEYS[4] depth  HASH  key -> messages queued: the key's depth bucket (admitcount.lua)
+-- KEYS[4] depth  HASH  key -> messages queued: the key's depth bucket (admit.lua)
 --
 -- ARGV[1] now    0: Redis's own clock (TIME); else µs since the Unix epoch (tests)
 -- ARGV[2] every  µs between two messages of the key

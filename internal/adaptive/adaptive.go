@@ -231,3 +231,41 @@ func (l *Limiter) evictOne() {
 		return
 	}
 }
+
+// State is what a new owner of a key needs to go on where the previous one left it: the
+// key's share of its configured outflow, the share it was last throttled at, and its
+// Retry-After hold (docs/design.md "Steering keys": a handover never raises a throttled
+// key back to full speed at once).
+type State struct {
+	Share, Ceiling float64
+	Held           time.Time
+}
+
+// State is k's state, ok false when k is at its configured outflow and not held.
+func (l *Limiter) State(k string) (State, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.keys[k]
+	if s == nil {
+		return State{}, false
+	}
+	return State{Share: s.share, Ceiling: s.ceiling, Held: s.held}, true
+}
+
+// Restore takes over k's state from a previous owner at now: the climb starts from now.
+// A state at or above the configured outflow and not held is ignored.
+func (l *Limiter) Restore(k string, st State, now time.Time) {
+	if (st.Share >= 1 || st.Share <= 0) && !st.Held.After(now) {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.keys[k]; !ok && len(l.keys) >= l.cfg.MaxKeys {
+		l.evictOne()
+	}
+	share := min(max(st.Share, 0), 1)
+	if share == 0 {
+		share = 1
+	}
+	l.keys[k] = &key{share: share, ceiling: st.Ceiling, held: st.Held, lastSuccess: maxTime(now, st.Held)}
+}

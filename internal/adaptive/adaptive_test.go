@@ -158,3 +158,34 @@ func TestFromRule(t *testing.T) {
 		t.Fatalf("zero rule fields do not take the defaults: %+v", got)
 	}
 }
+
+// TestStateRestore: a key's state moves to another Limiter (a partition's new owner) with
+// its outflow, ceiling and hold; a key at its configured outflow has none to move.
+func TestStateRestore(t *testing.T) {
+	now := time.Unix(1000, 0)
+	a, b := New(Config{}), New(Config{})
+	a.OnThrottle("k", now, 2*time.Second)
+	st, ok := a.State("k")
+	if !ok || st.Share != 0.5 || !st.Held.Equal(now.Add(2*time.Second)) {
+		t.Fatalf("State = %+v, %v; want share 0.5 held 2s", st, ok)
+	}
+	if _, ok := a.State("other"); ok {
+		t.Fatal("a key never throttled has a state")
+	}
+	b.Restore("k", st, now.Add(100*time.Millisecond))
+	if got := b.Every("k", 100*time.Millisecond); got != 200*time.Millisecond {
+		t.Errorf("restored key at %v, want 200ms (half of 10/s)", got)
+	}
+	if h := b.HeldUntil("k"); !h.Equal(now.Add(2 * time.Second)) {
+		t.Errorf("restored hold %v", h)
+	}
+	// The new owner's own throttle lowers it further at once.
+	b.OnThrottle("k", now.Add(200*time.Millisecond), 0)
+	if got := b.Every("k", 100*time.Millisecond); got != 400*time.Millisecond {
+		t.Errorf("after a throttle on the new owner: %v, want 400ms", got)
+	}
+	b.Restore("full", State{Share: 1}, now)
+	if b.Len() != 1 {
+		t.Errorf("a state at full outflow was kept: %d keys", b.Len())
+	}
+}

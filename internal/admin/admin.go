@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +10,10 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"sort"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,6 +110,47 @@ type queueView struct {
 	Overridden       []string      `json:"overridden"`
 	RulesFile        ruleQueueView `json:"rules_file"`
 	UpdatedAt        string        `json:"override_updated_at,omitempty"`
+	// Breaker is the rule's sink breaker (sink.breaker), absent when the rule has none.
+	Breaker *breakerView `json:"breaker,omitempty"`
+}
+
+// breakerView is a rule's sink breaker across its drainers: each drainer keeps its own
+// (they publish it on its changes of state, queue.BreakerRecord); the rule's state is the
+// worst of theirs — open if any drainer's is open, then half_open, else closed.
+type breakerView struct {
+	State    string               `json:"state"`
+	Drainers []breakerDrainerView `json:"drainers"`
+}
+
+type breakerDrainerView struct {
+	Drainer   string `json:"drainer"`
+	State     string `json:"state"`
+	Since     string `json:"since"`
+	NextProbe string `json:"next_probe_at,omitempty"`
+}
+
+func (a *Admin) breaker(ctx context.Context, rule string) *breakerView {
+	v := &breakerView{State: "closed", Drainers: []breakerDrainerView{}}
+	if a.Scheduler == nil {
+		return v
+	}
+	recs, err := a.Scheduler.Breakers(ctx, rule, time.Now())
+	if err != nil {
+		return v
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Drainer < recs[j].Drainer })
+	rank := map[string]int{"closed": 0, "half_open": 1, "open": 2}
+	for _, r := range recs {
+		d := breakerDrainerView{Drainer: r.Drainer, State: r.State, Since: r.Since.UTC().Format(time.RFC3339Nano)}
+		if !r.NextProbe.IsZero() {
+			d.NextProbe = r.NextProbe.UTC().Format(time.RFC3339Nano)
+		}
+		v.Drainers = append(v.Drainers, d)
+		if rank[r.State] > rank[v.State] {
+			v.State = r.State
+		}
+	}
+	return v
 }
 
 type ruleQueueView struct {
@@ -190,6 +235,9 @@ func (a *Admin) view(ctx context.Context, r *rules.Rule, o overrides.Override) q
 	}
 	if a.Dead != nil {
 		v.Dead, _ = a.Dead.Count(ctx, r.Name)
+	}
+	if r.Sink.Breaker.Enabled {
+		v.Breaker = a.breaker(ctx, r.Name)
 	}
 	return v
 }
@@ -437,7 +485,7 @@ func (a *Admin) getKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := map[string]any{"queue": rule.Name, "key": key, "depth": depth, "next_dispatch_at": nil}
-	if next, ok, err := a.Scheduler.NextSlot(ctx, rule.Name, key); err == nil && ok && depth > 0 {
+	if next, ok, err := a.nextSlot(ctx, rule.Name, key); err == nil && ok && depth > 0 {
 		resp["next_dispatch_at"] = next.UTC().Format(time.RFC3339Nano)
 	}
 	httpx.WriteJSON(w, http.StatusOK, resp)
@@ -454,7 +502,9 @@ func (a *Admin) purgeKey(w http.ResponseWriter, r *http.Request) {
 		writeChangeError(w, err)
 		return
 	}
-	a.Scheduler.SetDepth(r.Context(), rule.Name, key, 0)
+	if a.dueMarks() { // the claim engine's depth count starts afresh with the key
+		a.Scheduler.SetDepth(r.Context(), rule.Name, key, 0)
+	}
 	a.record(r, audit.Record{Action: audit.ActionKeyDelete, Queue: rule.Name, Target: key,
 		Before: map[string]any{"depth": beforeDepth}, After: map[string]any{"depth": 0}, Result: "ok"})
 	w.WriteHeader(http.StatusNoContent)
@@ -617,7 +667,14 @@ func (a *Admin) hotKeys(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	keys, complete, err := a.Scheduler.HotKeys(ctx, rule.Name, top)
+	var keys []queue.KeyDepth
+	var complete bool
+	var err error
+	if a.dueMarks() {
+		keys, complete, err = a.Scheduler.HotKeys(ctx, rule.Name, top)
+	} else {
+		keys, complete, err = a.streamHotKeys(ctx, rule.Name, top)
+	}
 	if err != nil {
 		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
 		return
@@ -630,13 +687,53 @@ func (a *Admin) hotKeys(w http.ResponseWriter, r *http.Request) {
 	out := make([]keyView, 0, len(keys))
 	for _, k := range keys {
 		kv := keyView{Key: k.Key, Depth: k.Depth}
-		if next, ok, err := a.Scheduler.NextSlot(ctx, rule.Name, k.Key); err == nil && ok {
+		if next, ok, err := a.nextSlot(ctx, rule.Name, k.Key); err == nil && ok {
 			s := next.UTC().Format(time.RFC3339Nano)
 			kv.NextDispatchAt = &s
 		}
 		out = append(out, kv)
 	}
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{"queue": rule.Name, "keys": out, "complete": complete})
+}
+
+// dueMarks reports whether the ingress writes depth counts and due marks to Redis on
+// admission (the claim engine, admit.Admitter.DueMarks): only then do the scheduler's
+// counters and due times say how deep a key is and when it next leaves. Under the own
+// engine depth comes from the stream, and a key's next slot lives in the memory of the
+// drainer that owns it.
+func (a *Admin) dueMarks() bool { return a.Admitter == nil || a.Admitter.DueMarks }
+
+// nextSlot is a key's next dispatch time when the scheduler knows it (claim engine); never
+// under the own engine, whose due set holds only stale marks.
+func (a *Admin) nextSlot(ctx context.Context, rule, key string) (time.Time, bool, error) {
+	if !a.dueMarks() {
+		return time.Time{}, false, nil
+	}
+	return a.Scheduler.NextSlot(ctx, rule, key)
+}
+
+// streamHotKeys is HotKeys from the stream's own per-subject counts (one stream info request
+// with the rule's subject filter, paged by the server), for the own engine, which keeps no
+// depth counters: the answer is always complete, and costs JetStream about a second per
+// 100k keys with messages (the listing the own drainers' repair reads too).
+func (a *Admin) streamHotKeys(ctx context.Context, rule string, n int) ([]queue.KeyDepth, bool, error) {
+	depths, err := a.Queues.Keys(ctx, rule)
+	if err != nil {
+		return nil, false, err
+	}
+	keys := make([]queue.KeyDepth, 0, len(depths))
+	for k, d := range depths {
+		if d > 0 {
+			keys = append(keys, queue.KeyDepth{Key: k, Depth: int64(d)})
+		}
+	}
+	slices.SortFunc(keys, func(x, y queue.KeyDepth) int {
+		if c := cmp.Compare(y.Depth, x.Depth); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Key, y.Key)
+	})
+	return keys[:min(n, len(keys))], true, nil
 }
 
 // replayAllDead re-admits the dead letters of one queue (?queue=NAME, required), oldest

@@ -75,7 +75,7 @@ func (a *Admin) keyView(r *http.Request, rule *rules.Rule, key string, ko overri
 		return v, err
 	}
 	v.Depth = depth
-	if next, ok, err := a.Scheduler.NextSlot(ctx, rule.Name, key); err == nil && ok && depth > 0 {
+	if next, ok, err := a.nextSlot(ctx, rule.Name, key); err == nil && ok && depth > 0 {
 		s := next.UTC().Format(time.RFC3339Nano)
 		v.NextDispatchAt = &s
 	}

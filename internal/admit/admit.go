@@ -5,11 +5,17 @@
 // Admission of a message m under a queue rule R, key k:
 //
 //  1. R's admission limits (bucket/), if any, are decided for k. Denied → park or reject.
-//  2. m is counted into k's depth in Redis (batched, see Batcher) while m is published to k's subject in R's stream with its id as
-//     Nats-Msg-Id. JetStream itself refuses the (capacity+1)-th message of k (error 10077)
-//     → the count is healed, and m parked or rejected.
-//  3. Once the publish is acknowledged, k is marked due in the outflow scheduler (not
-//     waited for). The answer's depth and eta come from step 2.
+//  2. m is published to k's subject in R's stream with its id as Nats-Msg-Id. JetStream
+//     itself refuses the (capacity+1)-th message of k (error 10077) → m is parked or
+//     rejected.
+//  3. Only when the drainers run the claim engine (Admitter.DueMarks): m is also counted into
+//     k's depth in Redis (batched, see queue.AdmitPipeline) while it is published, and once the publish
+//     is acknowledged k is marked due (not waited for); the answer's depth and eta come from
+//     the count. The own engine learns of m from the publish itself (its drainers subscribe
+//     to the rule's subjects), so admission writes nothing to Redis: a rule without
+//     admission limits and a message without an idempotency key cost one JetStream publish
+//     and nothing else. The answer then has no depth or eta unless Options.Depth asks for
+//     them (one stream request after the publish).
 //
 // Redis being down never stops the publish: limits fall back to a local limiter (bucket.Degraded)
 // and a missed due mark is repaired by the drainers' reconciler. NATS being down makes
@@ -99,12 +105,17 @@ type Outflow func(r *rules.Rule) (outflow, total rules.Rate)
 type Admitter struct {
 	Queues    *queue.Queues
 	Scheduler *queue.Scheduler
-	Redis     *Batcher // depth counts, due marks and idempotency keys, batched
+	Redis     *queue.AdmitPipeline // depth counts, due marks and idempotency keys, batched
+	// DueMarks: the drainers run the claim engine, which learns of work from due marks and
+	// answers from depth counts in Redis: every admission counts its key's depth and marks
+	// it due. false (the own engine, whose drainers learn of a message from its publish):
+	// admission writes neither, and reads depth from the stream only when asked.
+	DueMarks bool
 	// Claims, when set, claims the idempotency keys of single admissions in pipelines of its
 	// own, which carry nothing else: a claim is waited for before its publish, and a
 	// pipeline of claims alone comes back sooner than one with the counts' scripts. nil:
 	// Redis claims them.
-	Claims    *Batcher
+	Claims    *queue.AdmitPipeline
 	Limits    bucket.Store // nil: admission limits are not enforced (no rule has one)
 	Parking   *retry.Store // nil: overflow park is refused as unavailable
 	OutflowOf Outflow      // nil: the rule's own outflow
@@ -171,6 +182,11 @@ type Options struct {
 	// Park lets a refusal be parked when the rule says overflow: park. The re-admitter
 	// passes false: it parks again itself.
 	Park bool
+	// Depth asks for the key's depth and the message's eta in the answer when the admission
+	// writes no depth count (Admitter.DueMarks false): one stream request (the key's
+	// subject count) after the publish. Without it such an answer has Depth 0 and no ETA.
+	// With DueMarks the count answers them anyway.
+	Depth bool
 }
 
 // admission is one message between the steps of its admission (Admit, AdmitBatch).
@@ -183,6 +199,9 @@ type admission struct {
 	outflow  rules.Rate
 	limRes   *bucket.Result // the admission limits' decision, when the rule has limits
 	marked   bool           // its key was made due with its count (AdmitBatch): settle does not Mark
+	// depth, when set, is the key's depth at this message, read for a whole batch
+	// (AdmitBatch, Options.Depth without DueMarks): stored does not read it again.
+	depth int64
 }
 
 // prepare checks that r has a queue and fills in what every step needs.
@@ -250,8 +269,8 @@ func (a *Admitter) taken(ad *admission, owner string) Result {
 	return Result{Decision: KeyTaken, Owner: ownerID, Capacity: ad.capacity}
 }
 
-// claims is the Batcher that claims single admissions' idempotency keys.
-func (a *Admitter) claims() *Batcher {
+// claims is the pipeline that takes single admissions' idempotency keys.
+func (a *Admitter) claims() *queue.AdmitPipeline {
 	if a.Claims != nil {
 		return a.Claims
 	}
@@ -286,7 +305,10 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 			claimed = true
 		}
 	}
-	counted := a.Redis.Count(r.Name, m.Key, ad.capacity, ad.now)
+	var counted queue.Pending
+	if a.DueMarks {
+		counted = a.Redis.Count(r.Name, m.Key, ad.capacity, ad.now)
+	}
 
 	// 3. Enqueue: JetStream enforces the capacity atomically.
 	var enq queue.Enqueued
@@ -295,7 +317,11 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 	} else {
 		enq, err = a.Queues.EnqueueAs(ctx, r.Name, ad.m, o.MsgID)
 	}
-	cres, werr := counted.Result()
+	var cres queue.Admitted
+	var werr error
+	if a.DueMarks {
+		cres, werr = counted.Result()
+	}
 	return a.settle(ctx, &ad, cres, werr, claimed, enq, err)
 }
 
@@ -305,14 +331,15 @@ func (a *Admitter) settle(ctx context.Context, ad *admission, cres queue.Admitte
 	r, m, o, now, capacity, outflow := ad.r, ad.m, ad.o, ad.now, ad.capacity, ad.outflow
 	depth, next := cres.Depth, cres.Next
 	full := errors.Is(err, queue.ErrFull)
-	if err != nil && !full && werr == nil {
+	counted := a.DueMarks && werr == nil // this admission's count is in Redis
+	if err != nil && !full && counted {
 		a.Redis.Undo(r.Name, m.Key) // nothing was stored: take the count back
 	}
 	if full {
 		// The refusal itself proves the key holds capacity messages: the count is set to
 		// that (if it was not already), which is the truth. No stream request here: under a
 		// flood this is the hot path.
-		if werr == nil && depth < capacity {
+		if counted && depth < capacity {
 			a.Scheduler.SetDepth(ctx, r.Name, m.Key, capacity)
 		}
 		every := outflow.Every()
@@ -354,6 +381,9 @@ func (a *Admitter) settle(ctx context.Context, ad *admission, cres queue.Admitte
 		return Result{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 
+	if !a.DueMarks {
+		return a.stored(ctx, ad, claimed, enq), nil
+	}
 	// 4. The message is stored: make the key due. Not waited for — a mark lost to a crash
 	// or an outage is repaired by the drainers' reconciler.
 	if enq.Duplicate && werr == nil {
@@ -406,6 +436,40 @@ func (a *Admitter) settle(ctx context.Context, ad *admission, cres queue.Admitte
 		}
 	}
 	return out, nil
+}
+
+// stored answers a message stored without a depth count (Admitter.DueMarks false): the
+// own engine's drainers learn of it from its publish, so nothing is written anywhere else.
+// Depth and ETA stay zero (unknown) unless Options.Depth asks for them: the key's subject
+// count from the stream (one request), and the eta as if the messages ahead left one
+// outflow interval apart from now — an estimate, the owner's pacing is in its memory. The
+// rate-limit numbers are then the queue's; without depth they are the admission limit's,
+// when the rule has one, or none (Policy "").
+func (a *Admitter) stored(ctx context.Context, ad *admission, claimed bool, enq queue.Enqueued) Result {
+	r, now, capacity := ad.r, ad.now, ad.capacity
+	out := Result{Decision: Queued, Duplicate: enq.Duplicate, Claimed: claimed, Capacity: capacity}
+	every := ad.outflow.Every()
+	if ad.o.Depth {
+		depth := int64(1) // at least this message: a lower bound if the stream cannot say
+		if ad.depth > 0 {
+			depth = ad.depth
+		} else if d, err := a.Queues.Depth(ctx, r.Name, ad.m.Key); err == nil {
+			depth = int64(d)
+		} else {
+			a.throttledWarn("depth", "admit: the key's depth could not be read from the stream; answered as 1", "rule", r.Name, "err", err)
+		}
+		depth = max(1, min(depth, capacity))
+		out.Depth = depth
+		out.ETA = now.Add(time.Duration(depth-1) * every)
+		out.Policy, out.Limit, out.Remaining = r.Name, capacity, capacity-depth
+		out.Reset, out.Window = every, time.Duration(capacity)*every
+	}
+	if limRes := ad.limRes; limRes != nil {
+		if d := limRes.Decision(); out.Policy == "" || d.Remaining < out.Remaining {
+			out.Policy, out.Limit, out.Remaining, out.Reset, out.Window = policyName(r, *limRes), d.Limit, d.Remaining, d.ResetAfter, d.Window
+		}
+	}
+	return out
 }
 
 func later(a, b time.Time) time.Time {

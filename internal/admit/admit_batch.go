@@ -23,7 +23,7 @@ type BatchAdmission struct {
 type batchState struct {
 	ad      admission
 	live    bool // still to count and publish
-	count   CountResult
+	count   queue.CountResult
 	claimed bool // its count took its idempotency key
 	pub     int  // its index in the batch's publications
 }
@@ -31,8 +31,8 @@ type batchState struct {
 var (
 	statePool    SlicePool[batchState]
 	pubPool      SlicePool[queue.Publication]
-	countReqPool SlicePool[CountRequest]
-	countResPool SlicePool[CountResult]
+	countReqPool SlicePool[queue.CountRequest]
+	countResPool SlicePool[queue.CountResult]
 )
 
 // keyConcurrency bounds the keys of one batch whose steps with round trips of their own
@@ -45,7 +45,7 @@ const keyConcurrency = 64
 // idempotency keys claimed together (ClaimBatch; only when items carry one), every message
 // published asynchronously on the one NATS connection and every PubAck waited for
 // (EnqueueBatch), then every message counted and the stored ones' keys made due in one
-// script call (CountBatch with Stored, admitmark.lua); no message is answered Queued
+// script call (CountBatch with Stored, admit.lua); no message is answered Queued
 // before its PubAck. Admit counts while it publishes and marks after; a batch counts after
 // its publishes, as Admit's count may land too, and marks with the count, so the count's
 // answer (depth, next slot, held) is the same kind of snapshot and the mark comes after
@@ -80,16 +80,16 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 	// 2. Claim the idempotency keys of the messages still in, together: a claimed key must
 	// be known before its message is published.
 	var cidx []int
-	var creqs []CountRequest
+	var creqs []queue.CountRequest
 	for i := range st {
 		if ad := &st[i].ad; st[i].live && ad.o.IdempotencyKey != "" {
 			cidx = append(cidx, i)
-			creqs = append(creqs, CountRequest{Rule: ad.r.Name, Key: ad.m.Key, IdempotencyKey: ad.o.IdempotencyKey,
+			creqs = append(creqs, queue.CountRequest{Rule: ad.r.Name, Key: ad.m.Key, IdempotencyKey: ad.o.IdempotencyKey,
 				Value: queue.IdempotencyValue(ad.m.ID, ad.o.RequestDigest)})
 		}
 	}
 	if len(creqs) > 0 {
-		claims := make([]CountResult, len(creqs))
+		claims := make([]queue.CountResult, len(creqs))
 		a.Redis.ClaimBatch(creqs, claims)
 		for j, i := range cidx {
 			s, c := &st[i], &claims[j]
@@ -121,24 +121,32 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 	}
 
 	// 4. Count every published message, together, once its publish is answered, and make
-	// the keys of the stored ones due in the same script call (admitmark.lua): what
+	// the keys of the stored ones due in the same script call (admit.lua): what
 	// Admit's count and mark do, in one Redis round trip for the batch instead of a count
 	// before the publishes and marks after. The count is then read after the message is
 	// stored instead of while it is published: Admit's count, sent with its publish, may
 	// land on either side of it too.
-	reqs := countReqPool.Get(len(idx))
-	defer countReqPool.Put(reqs)
-	for j, i := range idx {
-		ad := &st[i].ad
-		reqs[j] = CountRequest{Rule: ad.r.Name, Key: ad.m.Key, Capacity: ad.capacity, Now: ad.now, Stored: pubs[j].Err == nil}
+	// Only for the claim engine (DueMarks): the own engine's drainers learn of the messages
+	// from their publishes.
+	if a.DueMarks {
+		reqs := countReqPool.Get(len(idx))
+		defer countReqPool.Put(reqs)
+		for j, i := range idx {
+			ad := &st[i].ad
+			reqs[j] = queue.CountRequest{Rule: ad.r.Name, Key: ad.m.Key, Capacity: ad.capacity, Now: ad.now, Stored: pubs[j].Err == nil}
+		}
+		counts := countResPool.Get(len(reqs))
+		defer countResPool.Put(counts)
+		a.Redis.CountBatch(reqs, counts)
+		for j, i := range idx {
+			s := &st[i]
+			s.count.Admitted, s.count.Err = counts[j].Admitted, counts[j].Err
+			s.ad.marked = reqs[j].Stored && s.count.Err == nil
+		}
 	}
-	counts := countResPool.Get(len(reqs))
-	defer countResPool.Put(counts)
-	a.Redis.CountBatch(reqs, counts)
-	for j, i := range idx {
-		s := &st[i]
-		s.count.Admitted, s.count.Err = counts[j].Admitted, counts[j].Err
-		s.ad.marked = reqs[j].Stored && s.count.Err == nil
+
+	if !a.DueMarks {
+		a.batchDepths(ctx, items, st, pubs)
 	}
 
 	// 5. Answer each. A stored message with its count needs no round trip to be answered;
@@ -153,13 +161,59 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 	for i := range st {
 		switch s := &st[i]; {
 		case !s.live:
-		case pubs[s.pub].Err != nil || s.count.Err != nil:
-			slow = append(slow, i)
+		case pubs[s.pub].Err != nil || s.count.Err != nil || (!a.DueMarks && s.ad.o.Depth && s.ad.depth == 0):
+			slow = append(slow, i) // a depth asked for and not read with its key's: a request of its own
 		default:
 			settle(i)
 		}
 	}
 	a.eachKey(items, slow, settle)
+}
+
+// batchDepths reads, for the stored messages whose depth was asked for (Options.Depth) under
+// the own engine, their keys' depths from the stream: one request per key, keys
+// concurrently, once every publish is answered. A message's depth is what its key held
+// right after it was stored, as a single admission would answer: the key's depth less the
+// messages of the batch stored after it.
+func (a *Admitter) batchDepths(ctx context.Context, items []BatchAdmission, st []batchState, pubs []queue.Publication) {
+	last := map[string]int{} // each key's last stored item, whose depth is read
+	for i := range st {
+		if s := &st[i]; s.live && s.ad.o.Depth && pubs[s.pub].Err == nil {
+			last[s.ad.r.Name+"\x00"+s.ad.m.Key] = i
+		}
+	}
+	if len(last) == 0 {
+		return
+	}
+	asked := make([]int, 0, len(last))
+	for _, i := range last {
+		asked = append(asked, i)
+	}
+	depths := make([]int64, len(st))
+	a.eachKey(items, asked, func(i int) {
+		ad := &st[i].ad
+		if d, err := a.Queues.Depth(ctx, ad.r.Name, ad.m.Key); err == nil {
+			depths[i] = int64(d)
+		}
+	})
+	// From each key's last item back to its first: every message stored after one is one
+	// fewer in front of it.
+	after := map[string]int64{}
+	for i := len(st) - 1; i >= 0; i-- {
+		s := &st[i]
+		if !s.live || !s.ad.o.Depth || pubs[s.pub].Err != nil {
+			continue
+		}
+		k := s.ad.r.Name + "\x00" + s.ad.m.Key
+		d := depths[last[k]]
+		if d == 0 {
+			continue // not read: stored reads it alone
+		}
+		s.ad.depth = max(1, d-after[k])
+		if !pubs[s.pub].Enqueued.Duplicate {
+			after[k]++
+		}
+	}
 }
 
 // eachKey runs f on the items at idx: those of one key one after the other in their order,

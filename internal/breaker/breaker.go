@@ -93,6 +93,37 @@ type Breaker struct {
 	coolDown    time.Duration // the current one
 	until       time.Time     // Open: when the next probe may go
 	probeAt     time.Time     // HalfOpen: when the probe went
+	since       time.Time     // when the current state was entered (zero: closed since New)
+	notify      func()        // Notify
+}
+
+// Snapshot is a breaker's state for display (the admin API): its state, since when, and
+// when an open breaker lets its next probe go.
+type Snapshot struct {
+	State     State
+	Since     time.Time
+	NextProbe time.Time
+}
+
+// Notify sets f to be called (in its own goroutine, so it may take time and call the
+// breaker) after every change of state: the engine publishes Snapshot for the admin API.
+// Changes are rare (at most one per cool-down and probe), never one per delivery. Set it
+// before the breaker is used.
+func (b *Breaker) Notify(f func()) {
+	b.mu.Lock()
+	b.notify = f
+	b.mu.Unlock()
+}
+
+// Snapshot is the breaker's state now.
+func (b *Breaker) Snapshot() Snapshot {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := Snapshot{State: b.state, Since: b.since}
+	if b.state == Open {
+		s.NextProbe = b.until
+	}
+	return s
 }
 
 // New returns a closed breaker for rule. m may be nil (no metrics).
@@ -121,7 +152,7 @@ func (b *Breaker) Allow(now time.Time) bool {
 		if now.Before(b.until) {
 			return false
 		}
-		b.to(HalfOpen)
+		b.to(HalfOpen, now)
 		b.probeAt = now
 		return true
 	default: // HalfOpen
@@ -164,7 +195,7 @@ func (b *Breaker) OnSuccess(now time.Time) {
 	b.failures = b.failures[:0]
 	if b.state != Closed {
 		b.coolDown = b.cfg.CoolDown
-		b.to(Closed)
+		b.to(Closed, now)
 	}
 }
 
@@ -209,13 +240,17 @@ func (b *Breaker) OnFailure(key string, now time.Time) {
 func (b *Breaker) open(now time.Time) {
 	b.failures = b.failures[:0]
 	b.until = now.Add(b.coolDown)
-	b.to(Open)
+	b.to(Open, now)
 }
 
-func (b *Breaker) to(s State) {
+func (b *Breaker) to(s State, now time.Time) {
 	if b.state == s {
 		return
 	}
 	b.state = s
+	b.since = now
 	b.m.transition(b.rule, s)
+	if b.notify != nil {
+		go b.notify()
+	}
 }

@@ -181,3 +181,34 @@ func TestFromRule(t *testing.T) {
 		t.Fatalf("%+v", c)
 	}
 }
+
+// TestNotifySnapshot: every change of state calls Notify's function once, and Snapshot
+// says the state, since when, and an open breaker's next probe.
+func TestNotifySnapshot(t *testing.T) {
+	b := New("r", Config{Failures: 2, Keys: 2, Window: time.Second, CoolDown: time.Second}, nil)
+	calls := make(chan Snapshot, 10)
+	b.Notify(func() { calls <- b.Snapshot() })
+	now := time.Unix(100, 0)
+	b.OnFailure("a", now)
+	b.OnFailure("b", now)
+	s := <-calls
+	if s.State != Open || !s.Since.Equal(now) || !s.NextProbe.Equal(now.Add(time.Second)) {
+		t.Fatalf("after opening: %+v", s)
+	}
+	if !b.Allow(now.Add(time.Second)) {
+		t.Fatal("no probe after the cool-down")
+	}
+	if s := <-calls; s.State != HalfOpen || !s.NextProbe.IsZero() {
+		t.Fatalf("probing: %+v", s)
+	}
+	b.OnSuccess(now.Add(2 * time.Second))
+	if s := <-calls; s.State != Closed || !s.Since.Equal(now.Add(2*time.Second)) {
+		t.Fatalf("closed: %+v", s)
+	}
+	b.OnSuccess(now.Add(3 * time.Second)) // no change, no call
+	select {
+	case s := <-calls:
+		t.Fatalf("a call without a change: %+v", s)
+	default:
+	}
+}

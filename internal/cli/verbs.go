@@ -195,12 +195,44 @@ func (m *Main) queues(ctx context.Context, args []string) error {
 		return m.printRaw(c.rec.last())
 	}
 	tw := m.table()
-	fmt.Fprintln(tw, "NAME\tDOMAIN\tDEPTH\tKEYS\tCAPACITY\tOUTFLOW\tTOTAL\tPAUSED\tPARKED\tDEAD\tDRAINED/S\tOLDEST\tOVERRIDDEN")
+	fmt.Fprintln(tw, "NAME\tDOMAIN\tDEPTH\tKEYS\tCAPACITY\tOUTFLOW\tTOTAL\tPAUSED\tPARKED\tDEAD\tDRAINED/S\tOLDEST\tOVERRIDDEN\tBREAKER")
 	for _, q := range qs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%d\t%.1f\t%s\t%s\n", q.Name, q.Domain, q.Depth, q.ActiveKeys, q.Capacity,
-			formatRate(q.Outflow), formatRate(q.TotalOutflow), yesNo(q.Paused), q.Parked, q.Dead, q.DrainedPerSecond, formatAge(q.OldestAge), dash(strings.Join(q.Overridden, ",")))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%d\t%.1f\t%s\t%s\t%s\n", q.Name, q.Domain, q.Depth, q.ActiveKeys, q.Capacity,
+			formatRate(q.Outflow), formatRate(q.TotalOutflow), yesNo(q.Paused), q.Parked, q.Dead, q.DrainedPerSecond, formatAge(q.OldestAge), dash(strings.Join(q.Overridden, ",")),
+			breakerState(q.Breaker))
 	}
 	return tw.Flush()
+}
+
+// breakerState is a rule's sink breaker in `sluice queues`: "-" without sink.breaker, else
+// its state, with how many drainers' breakers are not closed.
+func breakerState(b *client.Breaker) string {
+	if b == nil {
+		return "-"
+	}
+	n := 0
+	for _, d := range b.Drainers {
+		if d.State != "closed" {
+			n++
+		}
+	}
+	if n == 0 {
+		return b.State
+	}
+	return fmt.Sprintf("%s (%d/%d)", b.State, n, len(b.Drainers))
+}
+
+// breakerDetail is the breaker row of `sluice queue NAME`: each drainer's state, since when
+// and an open one's next probe.
+func breakerDetail(b *client.Breaker) string {
+	s := b.State
+	for _, d := range b.Drainers {
+		s += fmt.Sprintf("; %s %s since %s", d.Drainer, d.State, formatTime(d.Since))
+		if !d.NextProbeAt.IsZero() {
+			s += ", next probe " + formatTime(d.NextProbeAt)
+		}
+	}
+	return s
 }
 
 func yesNo(b bool) string {
@@ -268,6 +300,9 @@ func (m *Main) printQueue(c *common, q *client.Queue) error {
 	}
 	if !q.OverrideUpdatedAt.IsZero() {
 		rows = append(rows, [2]string{"tuned at", formatTime(q.OverrideUpdatedAt)})
+	}
+	if q.Breaker != nil {
+		rows = append(rows, [2]string{"breaker", breakerDetail(q.Breaker)})
 	}
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])

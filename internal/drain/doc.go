@@ -82,6 +82,9 @@
 //     pool over the keys of owned partitions, NATS notices, async deletes
 //   - own_lease.go: the own engine's ownership: one renewal for every rule, acquiring and
 //     giving up partitions, deadlines before lease expiry, the repair listing
+//   - own_steerstate.go: steering state shared through Redis: each drainer's sink breaker
+//     published on its changes (admin API), throttled keys' adaptive state handed to a
+//     partition's next owner
 //   - sinkslots.go: the rule-wide cap on deliveries at the sink (sink.max_in_flight), as Redis
 //     slots
 //   - maintain.go: the periodic loop: depth samples and reconciling schedules with streams

@@ -101,6 +101,7 @@ type opart struct {
 	// is given up once its deliveries are done.
 	releasing bool
 	paced     bool // a renewal wrote pace entries for it (the next one must clear them)
+	steered   bool // a renewal wrote adaptive entries for it (own_steerstate.go)
 }
 
 type keyHeap []*okey
@@ -158,6 +159,7 @@ type orule struct {
 	limCfg  adaptive.Config
 	brk     *breaker.Breaker
 	brkCfg  breaker.Config
+	pub     brkPub // the breaker's published state (own_steerstate.go)
 	// stopKeys ends the subscription to per-key override changes (nil: none).
 	stopKeys func()
 }
@@ -658,10 +660,16 @@ func (o *orule) steer(r *rules.Rule) (*adaptive.Limiter, *breaker.Breaker) {
 	} else if c := adaptive.FromRule(r.Delivery.Adaptive); o.lim == nil || c != o.limCfg {
 		o.lim, o.limCfg = adaptive.New(c), c
 	}
+	old := o.brk
 	if !r.Sink.Breaker.Enabled {
 		o.brk = nil
 	} else if c := breaker.FromRule(r.Sink.Breaker); o.brk == nil || c != o.brkCfg {
 		o.brk, o.brkCfg = breaker.New(r.Name, c, o.d.brkM), c
+		b := o.brk
+		b.Notify(func() { o.publishBreaker(b) }) // the admin API shows it (own_steerstate.go)
+	}
+	if old != nil && old != o.brk {
+		go o.clearBreaker() // the new breaker (or none) is closed: its record goes
 	}
 	return o.lim, o.brk
 }

@@ -58,6 +58,7 @@ func (d *Drainer) renewOwn(leave bool) {
 			PaceTTL: max(time.Minute, 2*d.cfg.OwnLease)}
 		if !leave {
 			req.Pace, req.GiveUp = o.beforeRenew(now)
+			req.Steer = o.steerEntriesLocked()
 		}
 		if d.ownAnnounce {
 			req.Max = -1
@@ -75,9 +76,11 @@ func (d *Drainer) renewOwn(leave bool) {
 	for i, o := range os {
 		if leave {
 			o.dropAll()
+			o.clearBreaker()
 			continue
 		}
 		o.applyOwned(res[i], sent, got)
+		o.refreshBreaker(got)
 	}
 	for i := len(os); i < len(reqs); i++ {
 		if res[i].Err != nil {
@@ -288,7 +291,8 @@ func (o *orule) acquire(parts []*opart) {
 		ps[i] = part.p
 		set[part.p] = true
 	}
-	var hold time.Time // local: no key of these partitions before it
+	var hold time.Time      // local: no key of these partitions before it
+	o.restoreSteer(ctx, ps) // a throttled key goes on at its lowered outflow
 	paces, err := d.cfg.Scheduler.Paces(ctx, o.name, ps)
 	if err != nil {
 		// Without the previous owner's pacing, wait a lease before the first delivery: no

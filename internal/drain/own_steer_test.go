@@ -144,7 +144,7 @@ func (s *jitterSink) Deliver(ctx context.Context, r *rules.Rule, m queue.Message
 	return out
 }
 
-// TestSteerStrictSpacingOwnEngine: with delivery.spacing strict, over 240 deliveries of
+// TestSteerStrictSpacingOwnEngine: with delivery.spacing strict, over 1,000 deliveries of
 // 4 keys at 50/s (and slow answers that make later slots pass), no two deliveries of a key
 // start closer than 1/outflow (20ms).
 func TestSteerStrictSpacingOwnEngine(t *testing.T) {
@@ -152,10 +152,10 @@ func TestSteerStrictSpacingOwnEngine(t *testing.T) {
 	e := newEnv(t)
 	r := e.rule("strict", 50, 0, func(r *rules.Rule) { r.Delivery.Spacing = rules.SpacingStrict })
 	keys := keyNames(4)
-	e.publish(r, keys, 60)
+	e.publish(r, keys, 250)
 	sink := &jitterSink{}
 	e.drainer(context.Background(), sink, ownEngine)
-	waittest.Eventually(t, time.Minute, "every message delivered", func() bool { return sink.n.Load() >= 240 })
+	waittest.Eventually(t, time.Minute, "every message delivered", func() bool { return sink.n.Load() >= 1000 })
 	minGap := time.Hour
 	for _, k := range keys {
 		st := sink.starts(k, time.Time{})
@@ -220,11 +220,13 @@ func TestSteerWindowOwnEngine(t *testing.T) {
 	}
 }
 
-// orderSink records each key's delivered ids in order and its first delivery's start.
+// orderSink records each key's delivered ids in order and its first and last delivery's
+// start.
 type orderSink struct {
 	mu     sync.Mutex
 	got    map[string][]string
 	first0 map[string]time.Time
+	last0  map[string]time.Time
 }
 
 func (s *orderSink) Deliver(_ context.Context, _ *rules.Rule, m queue.Message) drain.Outcome {
@@ -232,11 +234,12 @@ func (s *orderSink) Deliver(_ context.Context, _ *rules.Rule, m queue.Message) d
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.got == nil {
-		s.got, s.first0 = map[string][]string{}, map[string]time.Time{}
+		s.got, s.first0, s.last0 = map[string][]string{}, map[string]time.Time{}, map[string]time.Time{}
 	}
 	if _, ok := s.first0[m.Key]; !ok {
 		s.first0[m.Key] = now
 	}
+	s.last0[m.Key] = now
 	s.got[m.Key] = append(s.got[m.Key], m.ID)
 	return drain.OutcomeDelivered()
 }
@@ -251,6 +254,12 @@ func (s *orderSink) first(key string) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.first0[key]
+}
+
+func (s *orderSink) last(key string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last0[key]
 }
 
 // TestSteerAdaptiveOwnEngine: a rule at 10/s per key with delivery.adaptive, against a real

@@ -120,8 +120,10 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte
 	admOf := make([]int, len(reqs)) // items[i]'s index in adms
 	var scheduled []int
 	traceParent, traceState := telemetry.FromHTTP(r.Header)
+	depth := prefersDepth(r.Header)
 	for i := range reqs {
 		req := &reqs[i]
+		req.depth = depth
 		if p := problems[i]; p != nil {
 			items[i] = problemItem(*p, i)
 			continue
@@ -313,11 +315,15 @@ func groupKey(req *submitRequest) string {
 // writes a single answer: encoding/json's reflection over every item was a tenth of a
 // batch item's CPU.
 func writeBatch(w http.ResponseWriter, items []outcome) {
-	accepted := 0
+	accepted, depths := 0, false
 	for i := range items {
 		if items[i].status/100 == 2 {
 			accepted++
 		}
+		depths = depths || (items[i].queued && items[i].depth > 0)
+	}
+	if depths {
+		w.Header()["Preference-Applied"] = []string{PreferDepth}
 	}
 	b := answerPool.Get(64 + 200*len(items))[:0]
 	defer func() { answerPool.Put(b) }()
@@ -360,13 +366,17 @@ func appendItem(b []byte, o *outcome) []byte {
 		b = appendJSONString(b, r.State)
 	}
 	if o.queued {
-		b = append(b, `,"depth":`...)
-		b = strconv.AppendInt(b, o.depth, 10)
+		if o.depth > 0 { // known: the claim engine's count, or asked for (Prefer: return=representation)
+			b = append(b, `,"depth":`...)
+			b = strconv.AppendInt(b, o.depth, 10)
+		}
 		b = append(b, `,"capacity":`...)
 		b = strconv.AppendInt(b, o.cap, 10)
-		b = append(b, `,"eta":"`...)
-		b = o.eta.UTC().AppendFormat(b, time.RFC3339Nano)
-		b = append(b, '"')
+		if !o.eta.IsZero() {
+			b = append(b, `,"eta":"`...)
+			b = o.eta.UTC().AppendFormat(b, time.RFC3339Nano)
+			b = append(b, '"')
+		}
 	} else if r.ETA != "" {
 		b = append(b, `,"eta":`...)
 		b = appendJSONString(b, r.ETA)

@@ -37,9 +37,10 @@ import (
 )
 
 // load drives url with conns keep-alive connections for d, cycling over bodies, and
-// returns the request rate, the p99 latency and the count of non-2xx answers. With idem,
-// every request carries an Idempotency-Key of its own.
-func load(t *testing.T, url string, conns int, d time.Duration, bodies [][]byte, idem bool) (rate float64, p99 time.Duration, bad int64) {
+// returns the request rate, the p99 latency and the count of non-2xx answers. With idem.key,
+// every request carries an Idempotency-Key of its own; with idem.depth, Prefer:
+// return=representation (the 202's depth and eta asked for).
+func load(t *testing.T, url string, conns int, d time.Duration, bodies [][]byte, idem asking) (rate float64, p99 time.Duration, bad int64) {
 	t.Helper()
 	tr := &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, DisableCompression: true}
 	defer tr.CloseIdleConnections()
@@ -80,11 +81,14 @@ func load(t *testing.T, url string, conns int, d time.Duration, bodies [][]byte,
 
 // send posts one request and reports whether it was answered 2xx — a batch only when it
 // has no refused item.
-func send(client *http.Client, url string, body []byte, idem bool, run string, n int64) bool {
+func send(client *http.Client, url string, body []byte, idem asking, run string, n int64) bool {
 	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	if idem {
+	if idem.key {
 		req.Header.Set("Idempotency-Key", run+"-"+strconv.FormatInt(n, 10))
+	}
+	if idem.depth {
+		req.Header.Set("Prefer", "return=representation")
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -103,7 +107,7 @@ func send(client *http.Client, url string, body []byte, idem bool, run string, n
 // loadAt offers rate requests a second to url for d, open loop (each request has its
 // time, whether or not earlier ones were answered), and returns the p99 latency measured
 // from each request's time and the count of failures.
-func loadAt(t *testing.T, url string, rate float64, d time.Duration, bodies [][]byte, idem bool) (p99 time.Duration, bad int64) {
+func loadAt(t *testing.T, url string, rate float64, d time.Duration, bodies [][]byte, idem asking) (p99 time.Duration, bad int64) {
 	t.Helper()
 	const workers = 256
 	tr := &http.Transport{MaxIdleConnsPerHost: workers, MaxConnsPerHost: workers, DisableCompression: true}
@@ -141,11 +145,17 @@ func loadAt(t *testing.T, url string, rate float64, d time.Duration, bodies [][]
 	return lats[len(lats)*99/100], failed.Load()
 }
 
+// asking is what a load's requests carry beyond the body.
+type asking struct {
+	key   bool // an Idempotency-Key of its own on every request
+	depth bool // Prefer: return=representation (the 202's depth and eta)
+}
+
 // contender is one admission path of the report.
 type contender struct {
 	name string
 	url  string
-	idem bool
+	idem asking
 	pid  int // another process whose CPU counts (the Node server of BullMQ), or 0
 }
 
@@ -236,8 +246,22 @@ descriptors:
 	}
 	defer m.Close()
 	sluiceURL := "http://" + m.Addr.String() + "/v1/messages"
+	// The same ingress with -engine claim (on the same NATS and Redis, its own rules' streams
+	// shared): every admission also counts its key's depth and marks it due in Redis, as
+	// before the own engine, and answers depth and eta unasked.
+	claimCfg, err := ingress.ParseFlags([]string{"-rules", rulesPath, "-http", "127.0.0.1:0", "-grpc", "", "-nats", n.URL(), "-redis", r.URL(), "-engine", "claim"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := &ingress.Main{Config: claimCfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := mc.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	claimURL := "http://" + mc.Addr.String() + "/v1/messages"
 
-	// SLUICE_BENCH_PROFILE=sluice (or idempotent: with idempotency keys; bare: the bare
+	// SLUICE_BENCH_PROFILE=sluice (or idempotent: with idempotency keys; depth: with the
+	// 202's depth asked for; claim: the -engine claim ingress; bare: the bare
 	// handler; floor, floor-idempotent: the floor handlers with Redis) drives only that one for 10 s, for
 	// `go test -cpuprofile`.
 	if which := os.Getenv("SLUICE_BENCH_PROFILE"); which != "" {
@@ -245,12 +269,14 @@ descriptors:
 		switch which {
 		case "bare":
 			url = bareURL
+		case "claim":
+			url = claimURL
 		case "floor", "floor-idempotent":
 			rung := map[string]string{"floor": "floor: + per-key Redis", "floor-idempotent": "floor: + idempotency key"}[which]
 			floors := admissionFloors(t, js, rdb)
 			url = floors[slices.IndexFunc(floors, func(c contender) bool { return c.name == rung })].url
 		}
-		rate, p99, _ := load(t, url, conns, 10*time.Second, bodies, which == "idempotent" || which == "floor-idempotent")
+		rate, p99, _ := load(t, url, conns, 10*time.Second, bodies, asking{key: which == "idempotent" || which == "floor-idempotent", depth: which == "depth"})
 		t.Logf("%s only: %.0f req/s p99 %v", which, rate, p99)
 		stats, _ := rdb.Info(ctx, "commandstats").Result()
 		t.Logf("redis:\n%s", stats)
@@ -260,9 +286,11 @@ descriptors:
 	cs := []contender{
 		{name: "bare JetStream publish", url: bareURL},
 		{name: "sluice ingress", url: sluiceURL},
-		{name: "sluice, idempotency keys", url: sluiceURL, idem: true},
+		{name: "sluice, depth asked", url: sluiceURL, idem: asking{depth: true}},
+		{name: "sluice, engine claim", url: claimURL},
+		{name: "sluice, idempotency keys", url: sluiceURL, idem: asking{key: true}},
 		{name: "asynq Enqueue", url: asynqURL},
-		{name: "asynq, TaskID", url: asynqURL, idem: true},
+		{name: "asynq, TaskID", url: asynqURL, idem: asking{key: true}},
 	}
 	if os.Getenv("SLUICE_BENCH_FLOOR") != "" { // the ladder from the bare handler to sluice (floor_bench_test.go)
 		cs = slices.Insert(cs, 1, admissionFloors(t, js, rdb)...)
@@ -272,7 +300,7 @@ descriptors:
 	} else if url, pid, err := startBullMQ(t, r.Addr()); err != nil {
 		t.Logf("BullMQ left out: %v", err)
 	} else {
-		cs = append(cs, contender{name: "BullMQ queue.add", url: url, pid: pid}, contender{name: "BullMQ, jobId", url: url, idem: true, pid: pid})
+		cs = append(cs, contender{name: "BullMQ queue.add", url: url, pid: pid}, contender{name: "BullMQ, jobId", url: url, idem: asking{key: true}, pid: pid})
 	}
 	cs = slices.DeleteFunc(cs, func(c contender) bool { return !selected(c.name) })
 	for i := 0; i < len(cs); i++ { // warm up every one; one that cannot admit is left out
@@ -326,6 +354,9 @@ descriptors:
 		t.Logf("  %-34s %.2f× (rounds %.2f–%.2f)%s", label, med(rs), slices.Min(rs), slices.Max(rs), goal)
 	}
 	ratio("sluice / bare publish:", "sluice ingress", "bare JetStream publish", "  goal ≥ 0.80×")
+	ratio("sluice depth asked / bare:", "sluice, depth asked", "bare JetStream publish", "")
+	ratio("sluice engine claim / bare:", "sluice, engine claim", "bare JetStream publish", "")
+	ratio("sluice / sluice engine claim:", "sluice ingress", "sluice, engine claim", "")
 	ratio("floor: id alone / bare:", "floor: id alone", "bare JetStream publish", "")
 	ratio("floor: id alone + Redis / bare:", "floor: id alone + Redis", "bare JetStream publish", "")
 	ratio("floor: id alone + Redis / asynq:", "floor: id alone + Redis", "asynq Enqueue", "")
@@ -574,7 +605,7 @@ descriptors:
 	}
 	drive := func(bodies [][]byte, n int, d time.Duration) func() float64 {
 		return func() float64 {
-			rate, _, bad := load(t, url, conns, d, bodies, false)
+			rate, _, bad := load(t, url, conns, d, bodies, asking{})
 			if bad > 0 {
 				t.Errorf("%d answers not 2xx (or a batch with refused items)", bad)
 			}
@@ -594,14 +625,14 @@ descriptors:
 				f = ceilingSame
 			}
 		} else {
-			load(t, url, conns, time.Second, bodies, false)
+			load(t, url, conns, time.Second, bodies, asking{})
 		}
 		rate, cpu, rcpu := measure(f)
 		t.Logf("%s only: %.0f messages/s, CPU/message %v (redis-server %v)", which, rate, cpu.Round(100*time.Nanosecond), rcpu.Round(100*time.Nanosecond))
 		return
 	}
-	load(t, url, conns, time.Second, singles, false)
-	load(t, url, conns, time.Second, batches, false)
+	load(t, url, conns, time.Second, singles, asking{})
+	load(t, url, conns, time.Second, batches, asking{})
 	var single, batched, ceil, ceilSame []float64
 	var cpu [4]time.Duration
 	var redisCPU [2]time.Duration

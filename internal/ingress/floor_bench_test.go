@@ -187,7 +187,7 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []
 		{name: "floor: message", url: one},
 		{name: "floor: + answer", url: two},
 		{name: "floor: + per-key Redis", url: three},
-		{name: "floor: + idempotency key", url: four, idem: true},
+		{name: "floor: + idempotency key", url: four, idem: asking{key: true}},
 		{name: "floor: id alone + Redis", url: leanThree},
 	}
 }

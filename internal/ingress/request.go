@@ -45,6 +45,10 @@ type submitRequest struct {
 	// with the message (telemetry).
 	traceParent, traceState string
 
+	// depth: the request asked for the key's depth and the message's eta in its 202
+	// (Prefer: return=representation), which under the own engine costs a stream request.
+	depth bool
+
 	// idemEmpty: the body gave "idempotency_key" as "" (validate refuses it; decoded, it
 	// looks like no key).
 	idemEmpty bool

@@ -362,6 +362,7 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.traceParent, req.traceState = telemetry.FromHTTP(r.Header)
+	req.depth = prefersDepth(r.Header)
 	s.write(w, s.submit(r.Context(), &req))
 }
 
@@ -371,14 +372,20 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 func writeQueued(w http.ResponseWriter, id string, depth, capacity int64, eta time.Time) {
 	b := make([]byte, 0, 160)
 	b = append(b, `{"id":`...)
-	b = strconv.AppendQuote(b, id)
-	b = append(b, `,"state":"`+status.Queued+`","depth":`...)
-	b = strconv.AppendInt(b, depth, 10)
+	b = appendJSONString(b, id) // ids are printable ASCII: its fast path, not AppendQuote's rune decoding
+	b = append(b, `,"state":"`+status.Queued+`"`...)
+	if depth > 0 { // known: the claim engine's count, or asked for (Prefer: return=representation)
+		b = append(b, `,"depth":`...)
+		b = strconv.AppendInt(b, depth, 10)
+	}
 	b = append(b, `,"capacity":`...)
 	b = strconv.AppendInt(b, capacity, 10)
-	b = append(b, `,"eta":"`...)
-	b = eta.UTC().AppendFormat(b, time.RFC3339Nano)
-	b = append(b, "\"}\n"...)
+	if !eta.IsZero() {
+		b = append(b, `,"eta":"`...)
+		b = eta.UTC().AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
+	b = append(b, "}\n"...)
 	h := w.Header()
 	h["Content-Type"] = []string{"application/json"}
 	h["Content-Length"] = []string{strconv.Itoa(len(b))}

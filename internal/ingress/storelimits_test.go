@@ -96,6 +96,7 @@ descriptors:
 // An item of a batch that its stream refuses (the rule's max_bytes reached) is answered 429
 // on its own and its count is taken back: the key's depth in Redis ends at the messages
 // stored, not at the items sent.
+// (The claim engine: only its admissions count depth in Redis.)
 func TestBatchItemNotStoredIsCountedOut(t *testing.T) {
 	n := natstest.Start(t)
 	r := redistest.Start(t, redistest.Options{})
@@ -108,7 +109,7 @@ descriptors:
     queue: {capacity: 1000, outflow: {unit: second, requests_per_unit: 1}, max_bytes: 1MiB}
     sink: {url: "http://127.0.0.1:1/unused"}
 `), 0o644)
-	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "", "-nats", n.URL(), "-redis", r.URL(), "-max-body", "4194304"},
+	cfg, err := ingress.ParseFlags([]string{"-rules", path, "-http", "127.0.0.1:0", "-grpc", "", "-nats", n.URL(), "-redis", r.URL(), "-max-body", "4194304", "-engine", "claim"},
 		func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)

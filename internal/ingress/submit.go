@@ -10,6 +10,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluice-io/sluice/internal/admit"
@@ -50,6 +51,9 @@ func writeOutcome(w http.ResponseWriter, o outcome) {
 		httpx.WriteProblem(w, *o.problem)
 	case o.queued:
 		w.Header().Set("Location", "/v1/messages/"+o.resp.ID)
+		if o.depth > 0 {
+			w.Header()["Preference-Applied"] = []string{PreferDepth}
+		}
 		writeQueued(w, o.resp.ID, o.depth, o.cap, o.eta)
 	default:
 		w.Header().Set("Location", "/v1/messages/"+o.resp.ID)
@@ -69,7 +73,31 @@ type submission struct {
 
 // options are the submission's admission options.
 func (sub *submission) options() admit.Options {
-	return admit.Options{Park: true, IdempotencyKey: sub.idem, RequestDigest: sub.digest}
+	return admit.Options{Park: true, IdempotencyKey: sub.idem, RequestDigest: sub.digest, Depth: sub.req.depth}
+}
+
+// PreferDepth is the preference (RFC 7240) by which a submission asks for its key's depth
+// and its eta in the 202: "Prefer: return=representation". The own engine writes no depth
+// counts on admission, so these cost a stream request after the publish, which only the
+// callers who read them should pay; the claim engine's admission counts them anyway and
+// always answers them. A 202 that carries them says "Preference-Applied: return=representation".
+const PreferDepth = "return=representation"
+
+// prefersDepth reports whether h's Prefer fields ask for return=representation (a
+// preference's parameters after ';' and a quoted value are allowed; names and the value
+// are case-insensitive).
+func prefersDepth(h http.Header) bool {
+	for _, v := range h.Values("Prefer") {
+		for pref := range strings.SplitSeq(v, ",") {
+			pref, _, _ = strings.Cut(pref, ";")
+			name, val, ok := strings.Cut(strings.TrimSpace(pref), "=")
+			if ok && strings.EqualFold(strings.TrimSpace(name), "return") &&
+				strings.EqualFold(strings.Trim(strings.TrimSpace(val), `"`), "representation") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // idempotencyKey is the idempotency key k as it is claimed in Redis: with -submit-tokens,

@@ -124,7 +124,7 @@ func (s *Settings) Declare(f *FlagSet, r Role) {
 	f.Int(&s.Workers, pick(r, "drain-workers", "workers"), pick(r, "SLUICE_DRAIN_WORKERS", "SLUICE_WORKERS"), 32,
 		pick(r, "deliveries in flight at once per queue rule of the in-process drainer", "deliveries in flight at once per queue rule; each rule has its own"))
 	f.String(&s.Engine, "engine", "SLUICE_ENGINE", drain.EngineOwn, pick(r,
-		"how the in-process drainer (-drain) shares keys with other drainers: own or claim (deprecated), as the drainer's -engine; every drainer must run the same",
+		"the drainers' engine, as their -engine (every drainer and ingress must run the same): own (admission is the publish alone) or claim (deprecated: admission also counts depth and marks keys due in Redis); the in-process drainer (-drain) runs it too",
 		"how drainers share keys: own (whole partitions owned, keys paced in memory) or claim (deprecated: each key claimed in Redis, removed in a later release); every drainer must run the same (docs/operations.md: cut-over)"))
 	f.Duration(&s.ReadmitMaxBackoff, "readmit-max-backoff", "SLUICE_READMIT_MAX_BACKOFF", 5*time.Minute,
 		pick(r, "longest wait between re-admission attempts of a parked message (with -drain)", "longest wait between re-admission attempts of a parked message"))
@@ -234,6 +234,7 @@ func (s *Settings) StackConfig(name string) StackConfig {
 		RedisTLS:   RedisTLS{CA: s.RedisCA, Cert: s.RedisCert, Key: s.RedisKey},
 		StatusKeep: s.StatusKeep, StatusKeepMax: s.StatusKeepMax,
 		RetryMaxBytes: s.RetryMaxBytes, DeadMaxBytes: s.DeadMaxBytes, DeadDropOldest: s.DeadDropOldest,
+		Engine: s.Engine,
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-io/sluice/bucket"
 	"github.com/sluice-io/sluice/internal/admit"
+	"github.com/sluice-io/sluice/internal/drain"
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/redact"
@@ -84,6 +85,10 @@ type StackConfig struct {
 	// RedisTLS: a CA bundle and client certificate for a rediss:// -redis URL
 	// (-redis-ca, -redis-cert, -redis-key). Zero: system roots, no client certificate.
 	RedisTLS RedisTLS
+	// Engine is the drainers' engine (-engine): admission writes due marks and depth counts
+	// to Redis for every message only for drain.EngineClaim (and "", a stack built in code),
+	// whose drainers learn of work from them; never for drain.EngineOwn.
+	Engine string
 }
 
 var errNATSCredsAndNKey = errors.New("-nats-creds and -nats-nkey: give one (a credentials file holds its own NKey seed)")
@@ -276,8 +281,9 @@ func Open(ctx context.Context, c StackConfig) (s *Stack, err error) {
 	}
 	s.Admitter = &admit.Admitter{
 		Queues: s.Queues, Scheduler: s.Scheduler, Limits: s.Limits, Parking: s.Parking, Logger: log,
-		Redis:  &admit.Batcher{RDB: s.Redis, Scheduler: s.Scheduler, IdempotencyTTL: c.IdempotencyTTL},
-		Claims: &admit.Batcher{RDB: s.Redis, Scheduler: s.Scheduler, IdempotencyTTL: c.IdempotencyTTL},
+		DueMarks: c.Engine != drain.EngineOwn,
+		Redis:    &queue.AdmitPipeline{RDB: s.Redis, Scheduler: s.Scheduler, IdempotencyTTL: c.IdempotencyTTL},
+		Claims:   &queue.AdmitPipeline{RDB: s.Redis, Scheduler: s.Scheduler, IdempotencyTTL: c.IdempotencyTTL},
 		OutflowOf: func(r *rules.Rule) (rules.Rate, rules.Rate) {
 			q := s.Effective(r).Queue
 			return q.Outflow, q.TotalOutflow

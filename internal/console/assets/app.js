@@ -189,6 +189,8 @@
       tr.appendChild(el("td", num(q.parked), "num opt"));
       tr.appendChild(el("td", num(q.dead), "num opt"));
       const st = el("td"); st.dataset.field = "state"; st.appendChild(el("span", q.paused ? "Paused" : "Running", "badge " + (q.paused ? "paused" : "running"))); tr.appendChild(st);
+      // The sink breaker (sink.breaker) while it holds the rule's deliveries back.
+      if (q.breaker && q.breaker.state !== "closed") st.appendChild(el("span", breakerLabel(q.breaker.state), "badge breaker"));
       rows.push(tr);
     }
     body.replaceChildren(...rows);
@@ -236,6 +238,23 @@
     const d = el("div"); d.appendChild(el("dt", label)); d.appendChild(el("dd", value, cls)); dl.appendChild(d);
   }
 
+  // A rule's sink breaker: "Breaker open" (deliveries wait, spending no attempts) or
+  // "Breaker probing" (one probe delivery is out).
+  function breakerLabel(state) { return state === "open" ? "Breaker open" : state === "half_open" ? "Breaker probing" : "Breaker closed"; }
+
+  // The breaker facts of a queue's page: its state with how many drainers' breakers are not
+  // closed, and the earliest next probe of an open one (each drainer's: sluice queue NAME).
+  function breakerFact(b) {
+    const out = (b.drainers || []).filter((d) => d.state !== "closed");
+    if (out.length === 0) return "Closed";
+    return (b.state === "open" ? "Open" : "Probing") + ", " + out.length + " of " + b.drainers.length + " drainers";
+  }
+
+  function nextProbe(b) {
+    const ts = (b.drainers || []).map((d) => d.next_probe_at).filter(Boolean).sort();
+    return ts.length ? when(ts[0]) : "";
+  }
+
   async function refreshQueue(name, withForm) {
     const { data: q, etag } = await api("GET", "/v1/admin/queues/" + encodeURIComponent(name));
     current = q; currentETag = etag;
@@ -262,6 +281,10 @@
     fact(dl, "Delivering now", num(q.in_flight));
     fact(dl, "Parked", num(q.parked));
     fact(dl, "Dead", num(q.dead));
+    if (q.breaker) {
+      fact(dl, "Sink breaker", breakerFact(q.breaker), q.breaker.state !== "closed" ? "overridden" : "");
+      if (nextProbe(q.breaker)) fact(dl, "Next probe", nextProbe(q.breaker));
+    }
     $("q-depth-chart").replaceChildren(spark(series(q.name, "depth"), "", "Depth over the last 10 minutes, now " + q.depth, true));
     $("q-rate-chart").replaceChildren(spark(series(q.name, "rate"), "rate", "Delivered per second over the last 10 minutes, now " + num(q.drained_per_second, 1), true, 1));
     $("q-dead-link").href = "#/dead?queue=" + encodeURIComponent(q.name);

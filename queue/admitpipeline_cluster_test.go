@@ -1,4 +1,4 @@
-package admit_test
+package queue_test
 
 import (
 	"context"
@@ -15,22 +15,22 @@ import (
 	"github.com/sluice-io/sluice/queue"
 )
 
-// onCluster are the batch tests that run a second time, on a real Redis Cluster (3
-// masters, 1 replica each), from TestBatcherOnCluster: one pipeline carries several rules'
+// pipelineOnCluster are the batch tests that run a second time, on a real Redis Cluster (3
+// masters, 1 replica each), from TestAdmitPipelineOnCluster: one pipeline carries several rules'
 // script calls and status records, which the cluster client splits by node; each script's
 // keys share its rule's hash slot.
-var onCluster = map[string]func(*testing.T){
+var pipelineOnCluster = map[string]func(*testing.T){
 	"ConcurrentCountsOfOneKey":           TestConcurrentCountsOfOneKey,
 	"CountsOfManyRulesAndKeysInOneBatch": TestCountsOfManyRulesAndKeysInOneBatch,
 	"DepthIsClampedToCapacity":           TestDepthIsClampedToCapacity,
 	"Undo":                               TestUndo,
-	"ClaimIdempotency":                   TestClaimIdempotency,
+	"TakeIdempotencyKey":                 TestTakeIdempotencyKey,
 	"CountAfterMarkSeesTheKeyDue":        TestCountAfterMarkSeesTheKeyDue,
 }
 
-const onClusterTest = "TestBatcherOnCluster/"
+const pipelineOnClusterTest = "TestAdmitPipelineOnCluster/"
 
-func TestBatcherOnCluster(t *testing.T) {
+func TestAdmitPipelineOnCluster(t *testing.T) {
 	t.Parallel()
 	c := redistest.SharedCluster(t)
 	t.Cleanup(func() {
@@ -49,16 +49,16 @@ func TestBatcherOnCluster(t *testing.T) {
 			t.Errorf("the batch tests wrote to %d of the cluster's masters, want several", used)
 		}
 	})
-	for name, f := range onCluster {
+	for name, f := range pipelineOnCluster {
 		t.Run(name, f)
 	}
 }
 
-// testRedis is the Redis client of a batch test: the test binary's shared server, or the
-// shared cluster when the test runs from TestBatcherOnCluster.
-func testRedis(t *testing.T) redis.UniversalClient {
+// pipelineRedis is the Redis client of a batch test: the test binary's shared server, or the
+// shared cluster when the test runs from TestAdmitPipelineOnCluster.
+func pipelineRedis(t *testing.T) redis.UniversalClient {
 	t.Helper()
-	if strings.HasPrefix(t.Name(), onClusterTest) {
+	if strings.HasPrefix(t.Name(), pipelineOnClusterTest) {
 		return redistest.SharedCluster(t).Client(t)
 	}
 	return redistest.Shared(t).Client(t)

@@ -1,4 +1,4 @@
-package admit_test
+package queue_test
 
 import (
 	"context"
@@ -13,20 +13,17 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-io/sluice/internal/admit"
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
-
-// t0 is the fixed instant the tests admit at; every time is passed in, nothing sleeps on it.
-var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+// pt0 is the fixed instant the tests admit at; every time is passed in, nothing sleeps on it.
+var pt0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // rig is a Batcher with the real Scheduler it writes for, under a per-test prefix.
 type rig struct {
-	b      *admit.Batcher
+	b      *queue.AdmitPipeline
 	sched  *queue.Scheduler
 	rdb    redis.UniversalClient
 	prefix string
@@ -39,10 +36,10 @@ func newRig(t *testing.T, rdb redis.UniversalClient) rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rig{b: &admit.Batcher{RDB: rdb, Scheduler: sched, IdempotencyTTL: time.Hour}, sched: sched, rdb: rdb, prefix: prefix}
+	return rig{b: &queue.AdmitPipeline{RDB: rdb, Scheduler: sched, IdempotencyTTL: time.Hour}, sched: sched, rdb: rdb, prefix: prefix}
 }
 
-func sharedRig(t *testing.T) rig { return newRig(t, testRedis(t)) }
+func sharedRig(t *testing.T) rig { return newRig(t, pipelineRedis(t)) }
 
 // count is a Count that waits for its answer.
 func (r rig) count(t *testing.T, rule, key string, capacity int64, now time.Time) (int64, time.Time) {
@@ -80,16 +77,16 @@ func TestConcurrentCountsOfOneKey(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
-				depth, next, err := r.b.Count("orders", "merchant 7", 1_000_000, t0).Wait()
+				depth, next, err := r.b.Count("orders", "merchant 7", 1_000_000, pt0).Wait()
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				if !next.Equal(t0) {
-					t.Errorf("next %v, want %v (every mark was at t0)", next, t0)
+				if !next.Equal(pt0) {
+					t.Errorf("next %v, want %v (every mark was at pt0)", next, pt0)
 				}
 				depths <- depth
-				r.b.Mark("orders", "merchant 7", t0)
+				r.b.Mark("orders", "merchant 7", pt0)
 			}
 		}()
 	}
@@ -109,19 +106,19 @@ func TestConcurrentCountsOfOneKey(t *testing.T) {
 	}
 	// The counter is at n: the next admission is the (n+1)-th. It also waits for every
 	// Mark above, which was asked for before it.
-	if depth, _ := r.count(t, "orders", "merchant 7", 1_000_000, t0); depth != n+1 {
+	if depth, _ := r.count(t, "orders", "merchant 7", 1_000_000, pt0); depth != n+1 {
 		t.Fatalf("depth after %d counts: %d, want %d", n, depth-1, n)
 	}
 	due, claimed, err := r.sched.Counts(ctx, "orders")
 	if err != nil || due != 1 || claimed != 0 {
 		t.Fatalf("Counts: due %d, claimed %d, %v; want 1 due", due, claimed, err)
 	}
-	if slot, ok, err := r.sched.NextSlot(ctx, "orders", "merchant 7"); err != nil || !ok || !slot.Equal(t0) {
-		t.Fatalf("NextSlot: %v %v %v, want %v", slot, ok, err, t0)
+	if slot, ok, err := r.sched.NextSlot(ctx, "orders", "merchant 7"); err != nil || !ok || !slot.Equal(pt0) {
+		t.Fatalf("NextSlot: %v %v %v, want %v", slot, ok, err, pt0)
 	}
-	c, err := r.sched.Claim(ctx, "orders", t0, queue.ClaimRequest{Owner: "d1", Max: 10, Lease: time.Minute})
-	if err != nil || len(c.Claims) != 1 || c.Claims[0].Key != "merchant 7" || !c.Claims[0].Slot.Equal(t0) {
-		t.Fatalf("Claim: %+v, %v; want merchant 7 at %v", c, err, t0)
+	c, err := r.sched.Claim(ctx, "orders", pt0, queue.ClaimRequest{Owner: "d1", Max: 10, Lease: time.Minute})
+	if err != nil || len(c.Claims) != 1 || c.Claims[0].Key != "merchant 7" || !c.Claims[0].Slot.Equal(pt0) {
+		t.Fatalf("Claim: %+v, %v; want merchant 7 at %v", c, err, pt0)
 	}
 }
 
@@ -139,7 +136,7 @@ func TestCountsOfManyRulesAndKeysInOneBatch(t *testing.T) {
 	}{{"orders", 1000}, {"sms.eu", 7}, {"mail/{x}", 1000}}
 	const keys, each = 16, 20
 	slot := func(ri, k int) time.Time {
-		return t0.Add(time.Hour + time.Duration(ri*keys+k)*time.Second)
+		return pt0.Add(time.Hour + time.Duration(ri*keys+k)*time.Second)
 	}
 	for ri, rule := range rules {
 		for k := 0; k < keys; k++ {
@@ -156,7 +153,7 @@ func TestCountsOfManyRulesAndKeysInOneBatch(t *testing.T) {
 				defer wg.Done()
 				key := "k" + strconv.Itoa(k)
 				for i := int64(1); i <= each; i++ {
-					depth, next, err := r.b.Count(rule.name, key, rule.capacity, t0).Wait()
+					depth, next, err := r.b.Count(rule.name, key, rule.capacity, pt0).Wait()
 					if err != nil {
 						t.Error(err)
 						return
@@ -179,18 +176,18 @@ func TestDepthIsClampedToCapacity(t *testing.T) {
 	t.Parallel()
 	r := sharedRig(t)
 	for i, want := range []int64{1, 2, 3, 3, 3} {
-		if depth, _ := r.count(t, "r", "full", 3, t0); depth != want {
+		if depth, _ := r.count(t, "r", "full", 3, pt0); depth != want {
 			t.Fatalf("count %d: depth %d, want %d", i+1, depth, want)
 		}
 	}
 	// Stored as 3, not 5: two messages out leave 1, so the next admission is the 2nd.
 	r.b.Undo("r", "full")
 	r.b.Undo("r", "full")
-	if depth, _ := r.count(t, "r", "full", 3, t0); depth != 2 {
+	if depth, _ := r.count(t, "r", "full", 3, pt0); depth != 2 {
 		t.Fatalf("after 5 counts at capacity 3 and 2 out: depth %d, want 2", depth)
 	}
 	// A capacity lowered between admissions clamps at once.
-	if depth, _ := r.count(t, "r", "full", 1, t0); depth != 1 {
+	if depth, _ := r.count(t, "r", "full", 1, pt0); depth != 1 {
 		t.Fatalf("capacity 1: depth %d, want 1", depth)
 	}
 	// More counted out than in (lost counts) never answers below 1.
@@ -198,7 +195,7 @@ func TestDepthIsClampedToCapacity(t *testing.T) {
 		r.b.Undo("r", "lost")
 	}
 	for i, want := range []int64{1, 2} {
-		if depth, _ := r.count(t, "r", "lost", 10, t0); depth != want {
+		if depth, _ := r.count(t, "r", "lost", 10, pt0); depth != want {
 			t.Fatalf("count %d after 3 out: depth %d, want %d", i+1, depth, want)
 		}
 	}
@@ -211,7 +208,7 @@ func TestDepthIsClampedToCapacity(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, _, err := r.b.Count("r", "flood", capacity, t0).Wait()
+			d, _, err := r.b.Count("r", "flood", capacity, pt0).Wait()
 			if err != nil {
 				t.Error(err)
 			}
@@ -239,7 +236,7 @@ func TestDepthIsClampedToCapacity(t *testing.T) {
 func TestUndo(t *testing.T) {
 	t.Parallel()
 	r := sharedRig(t)
-	wait := func(p admit.Pending) int64 {
+	wait := func(p queue.Pending) int64 {
 		t.Helper()
 		d, _, err := p.Wait()
 		if err != nil {
@@ -248,18 +245,18 @@ func TestUndo(t *testing.T) {
 		return d
 	}
 	for i := 0; i < 3; i++ {
-		r.count(t, "r", "u", 100, t0)
+		r.count(t, "r", "u", 100, pt0)
 	}
 	r.b.Undo("r", "u")
-	if d := wait(r.b.Count("r", "u", 100, t0)); d != 3 {
+	if d := wait(r.b.Count("r", "u", 100, pt0)); d != 3 {
 		t.Fatalf("3 in, 1 out, 1 in: depth %d, want 3", d)
 	}
-	wait(r.b.Count("r", "other", 100, t0))
+	wait(r.b.Count("r", "other", 100, pt0))
 	r.b.Undo("r", "u")
-	if d := wait(r.b.Count("r", "u", 100, t0)); d != 3 {
+	if d := wait(r.b.Count("r", "u", 100, pt0)); d != 3 {
 		t.Fatalf("after a second Undo: depth %d, want 3", d)
 	}
-	if d := wait(r.b.Count("r", "other", 100, t0)); d != 2 {
+	if d := wait(r.b.Count("r", "other", 100, pt0)); d != 2 {
 		t.Fatalf("other key: depth %d, want 2", d)
 	}
 }
@@ -268,15 +265,15 @@ func TestUndo(t *testing.T) {
 // concurrent claims of one key exactly one takes it and every other learns its owner; keys
 // of other rules are separate; a released key can be claimed again, but only its owner
 // releases it.
-// TestClaimIdempotency: a claim with a count (CountBatch) and a claim alone (Claim, the
+// TestTakeIdempotencyKey: a claim with a count (CountBatch) and a claim alone (Claim, the
 // single admissions' claim lane) take a key once among concurrent claims, tell every other
 // the owner, keep it for the TTL and give it up only to its owner's release.
-func TestClaimIdempotency(t *testing.T) {
+func TestTakeIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	r := sharedRig(t)
 	t.Run("with a count", func(t *testing.T) {
-		testClaimIdempotency(t, r, "", func(rule, k, id string) (owner string, claimed bool, err error) {
-			_, o, countErr, err := countClaim(r.b, rule, "a key", 1_000_000, t0, k, id)
+		testTakeIdempotencyKey(t, r, "", func(rule, k, id string) (owner string, claimed bool, err error) {
+			_, o, countErr, err := countClaim(r.b, rule, "a key", 1_000_000, pt0, k, id)
 			if countErr != nil {
 				return "", false, countErr
 			}
@@ -284,7 +281,7 @@ func TestClaimIdempotency(t *testing.T) {
 		})
 	})
 	t.Run("alone", func(t *testing.T) {
-		testClaimIdempotency(t, r, "-alone", func(rule, k, id string) (owner string, claimed bool, err error) {
+		testTakeIdempotencyKey(t, r, "-alone", func(rule, k, id string) (owner string, claimed bool, err error) {
 			o, err := r.b.Claim(rule, k, id)
 			return o, o == id, err
 		})
@@ -294,9 +291,9 @@ func TestClaimIdempotency(t *testing.T) {
 	})
 }
 
-// testClaimIdempotency is TestClaimIdempotency with claims made by claim, under rules whose
+// testTakeIdempotencyKey is TestTakeIdempotencyKey with claims made by claim, under rules whose
 // names end in sfx.
-func testClaimIdempotency(t *testing.T, r rig, sfx string, claim func(rule, k, id string) (owner string, claimed bool, err error)) {
+func testTakeIdempotencyKey(t *testing.T, r rig, sfx string, claim func(rule, k, id string) (owner string, claimed bool, err error)) {
 	ctx := context.Background()
 	const n = 64
 	type answer struct {
@@ -376,7 +373,7 @@ func TestCountAfterMarkSeesTheKeyDue(t *testing.T) {
 	t.Parallel()
 	r := sharedRig(t)
 	ctx := context.Background()
-	slot := t0.Add(5 * time.Second) // later than the counts' now: a key not yet due would answer t0
+	slot := pt0.Add(5 * time.Second) // later than the counts' now: a key not yet due would answer pt0
 	const goroutines, each = 32, 20
 	var wg sync.WaitGroup
 	for g := 0; g < goroutines; g++ {
@@ -385,12 +382,12 @@ func TestCountAfterMarkSeesTheKeyDue(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
 				key := fmt.Sprintf("g%d-%d", g, i)
-				if d, next, err := r.b.Count("r", key, 100, t0).Wait(); err != nil || d != 1 || !next.Equal(t0) {
-					t.Errorf("%s first count: %d %v %v; want 1 at %v", key, d, next, err, t0)
+				if d, next, err := r.b.Count("r", key, 100, pt0).Wait(); err != nil || d != 1 || !next.Equal(pt0) {
+					t.Errorf("%s first count: %d %v %v; want 1 at %v", key, d, next, err, pt0)
 					return
 				}
 				r.b.Mark("r", key, slot)
-				d, next, err := r.b.Count("r", key, 100, t0).Wait()
+				d, next, err := r.b.Count("r", key, 100, pt0).Wait()
 				if err != nil || d != 2 {
 					t.Errorf("%s second count: %d %v; want 2", key, d, err)
 					return
@@ -410,7 +407,7 @@ func TestCountAfterMarkSeesTheKeyDue(t *testing.T) {
 	if _, err := r.sched.Claim(ctx, "r", slot, queue.ClaimRequest{Outflow: queue.Outflow{Every: time.Second}, Owner: "d1", Max: 1000, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := r.b.Count("r", "g0-0", 100, t0).Result()
+	res, err := r.b.Count("r", "g0-0", 100, pt0).Result()
 	if err != nil || !res.Held {
 		t.Fatalf("claimed key: count answered %+v, %v; want Held", res, err)
 	}
@@ -418,9 +415,9 @@ func TestCountAfterMarkSeesTheKeyDue(t *testing.T) {
 	if s, ok, err := r.sched.NextSlot(ctx, "r", "g0-0"); err != nil || !ok || !s.Equal(next) || !next.Equal(slot.Add(time.Second)) {
 		t.Fatalf("claimed key: count answered %v, NextSlot %v %v %v; want %v", next, s, ok, err, slot.Add(time.Second))
 	}
-	r.count(t, "r", "fresh", 100, t0)
+	r.count(t, "r", "fresh", 100, pt0)
 	r.b.Mark("r", "fresh", slot)
-	if res, err := r.b.Count("r", "fresh", 100, t0).Result(); err != nil || res.Held || !res.Next.Equal(slot) {
+	if res, err := r.b.Count("r", "fresh", 100, pt0).Result(); err != nil || res.Held || !res.Next.Equal(slot) {
 		t.Fatalf("due key: count answered %+v, %v; want not Held, next %v", res, err, slot)
 	}
 }
@@ -460,9 +457,9 @@ func TestTimeoutBoundsASilentRedis(t *testing.T) {
 	r.b.Timeout = 100 * time.Millisecond
 
 	start := time.Now()
-	_, _, err = r.b.Count("r", "k", 10, t0).Wait()
+	_, _, err = r.b.Count("r", "k", 10, pt0).Wait()
 	took := time.Since(start)
-	if err == nil || errors.Is(err, admit.ErrRedisDown) {
+	if err == nil || errors.Is(err, queue.ErrRedisDown) {
 		t.Fatalf("first count against a silent Redis: %v, want the pipeline's error", err)
 	}
 	if took > 400*time.Millisecond { // the client alone would wait 500 ms
@@ -471,7 +468,7 @@ func TestTimeoutBoundsASilentRedis(t *testing.T) {
 	if !r.b.Down() {
 		t.Fatal("Down() false after a timed-out pipeline")
 	}
-	if _, _, err := r.b.Count("r", "k", 10, t0).Wait(); !errors.Is(err, admit.ErrRedisDown) {
+	if _, _, err := r.b.Count("r", "k", 10, pt0).Wait(); !errors.Is(err, queue.ErrRedisDown) {
 		t.Fatalf("count while down: %v, want ErrRedisDown", err)
 	}
 }
@@ -490,7 +487,7 @@ func TestRedisDownFailsFastAndRecovers(t *testing.T) {
 	ctx := context.Background()
 
 	for i := int64(1); i <= 2; i++ {
-		if d, _ := r.count(t, "r", "k", 10, t0); d != i {
+		if d, _ := r.count(t, "r", "k", 10, pt0); d != i {
 			t.Fatalf("before the outage: depth %d, want %d", d, i)
 		}
 	}
@@ -500,20 +497,20 @@ func TestRedisDownFailsFastAndRecovers(t *testing.T) {
 	srv.Stop()
 
 	start := time.Now()
-	_, _, err := r.b.Count("r", "k", 10, t0).Wait()
+	_, _, err := r.b.Count("r", "k", 10, pt0).Wait()
 	if took := time.Since(start); took > r.b.Timeout+200*time.Millisecond {
 		t.Fatalf("first count with Redis stopped took %v (Timeout %v)", took, r.b.Timeout)
 	}
-	if err == nil || errors.Is(err, admit.ErrRedisDown) {
+	if err == nil || errors.Is(err, queue.ErrRedisDown) {
 		t.Fatalf("first count with Redis stopped: %v, want the pipeline's error", err)
 	}
 	if !r.b.Down() {
 		t.Fatal("Down() false after Redis was found unreachable")
 	}
 	for i := 0; i < 100; i++ {
-		r.b.Mark("r", "k", t0)
+		r.b.Mark("r", "k", pt0)
 		r.b.Undo("r", "k")
-		if _, _, err := r.b.Count("r", "k", 10, t0).Wait(); !errors.Is(err, admit.ErrRedisDown) {
+		if _, _, err := r.b.Count("r", "k", 10, pt0).Wait(); !errors.Is(err, queue.ErrRedisDown) {
 			t.Fatalf("count %d while down: %v, want ErrRedisDown", i, err)
 		}
 	}
@@ -522,18 +519,18 @@ func TestRedisDownFailsFastAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	waittest.Eventually(t, 3*time.Second, "up again after the outage", func() bool { return !r.b.Down() })
-	d, next, err := r.b.Count("r", "k", 10, t0).Wait()
+	d, next, err := r.b.Count("r", "k", 10, pt0).Wait()
 	if err != nil {
 		t.Fatalf("first count once Redis is back: %v", err)
 	}
-	if d != 1 || !next.Equal(t0) { // restarted without persistence: nothing counted, nothing due
-		t.Fatalf("first count once Redis is back: depth %d next %v, want 1 at %v", d, next, t0)
+	if d != 1 || !next.Equal(pt0) { // restarted without persistence: nothing counted, nothing due
+		t.Fatalf("first count once Redis is back: depth %d next %v, want 1 at %v", d, next, pt0)
 	}
-	r.b.Mark("r", "k", t0)
-	if d, _ := r.count(t, "r", "k", 10, t0); d != 2 {
+	r.b.Mark("r", "k", pt0)
+	if d, _ := r.count(t, "r", "k", 10, pt0); d != 2 {
 		t.Fatalf("second count once Redis is back: depth %d, want 2", d)
 	}
-	if s, ok, err := r.sched.NextSlot(ctx, "r", "k"); err != nil || !ok || !s.Equal(t0) {
+	if s, ok, err := r.sched.NextSlot(ctx, "r", "k"); err != nil || !ok || !s.Equal(pt0) {
 		t.Fatalf("mark once Redis is back: NextSlot %v %v %v", s, ok, err)
 	}
 	if r.b.Down() {
@@ -553,7 +550,7 @@ func TestScriptsReloadedWithoutRepeatingUndos(t *testing.T) {
 	for k := 0; k < keys; k++ {
 		key := "k" + strconv.Itoa(k)
 		for i := int64(1); i <= 2; i++ {
-			if d, _ := r.count(t, "r", key, 100, t0); d != i {
+			if d, _ := r.count(t, "r", key, 100, pt0); d != i {
 				t.Fatalf("%s: depth %d, want %d", key, d, i)
 			}
 		}
@@ -581,17 +578,17 @@ func TestScriptsReloadedWithoutRepeatingUndos(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.b.Undo("r", "stall")
-	pending := make([]admit.Pending, keys)
+	pending := make([]queue.Pending, keys)
 	for k := 0; k < keys; k++ {
 		key := "k" + strconv.Itoa(k)
 		r.b.Undo("r", key)
-		r.b.Mark("r", key, t0)
-		pending[k] = r.b.Count("r", key, 100, t0)
+		r.b.Mark("r", key, pt0)
+		pending[k] = r.b.Count("r", key, 100, pt0)
 	}
 	for k, p := range pending {
 		d, next, err := p.Wait()
-		if err != nil || d != 2 || !next.Equal(t0) {
-			t.Fatalf("k%d: depth %d next %v, %v; want 2 (2 in, 1 out, 1 in) at %v", k, d, next, err, t0)
+		if err != nil || d != 2 || !next.Equal(pt0) {
+			t.Fatalf("k%d: depth %d next %v, %v; want 2 (2 in, 1 out, 1 in) at %v", k, d, next, err, pt0)
 		}
 	}
 	if after := noscript(); after <= before {
@@ -599,7 +596,7 @@ func TestScriptsReloadedWithoutRepeatingUndos(t *testing.T) {
 	}
 	for k := 0; k < keys; k++ {
 		key := "k" + strconv.Itoa(k)
-		if s, ok, err := r.sched.NextSlot(ctx, "r", key); err != nil || !ok || !s.Equal(t0) {
+		if s, ok, err := r.sched.NextSlot(ctx, "r", key); err != nil || !ok || !s.Equal(pt0) {
 			t.Fatalf("%s not due after the reloaded batch: %v %v %v", key, s, ok, err)
 		}
 	}
@@ -642,10 +639,10 @@ func TestCountsQueuedBehindATimeoutFailFast(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			start := time.Now()
-			_, _, err := r.b.Count("r", "k", 10, t0).Wait()
+			_, _, err := r.b.Count("r", "k", 10, pt0).Wait()
 			mu.Lock()
 			worst = max(worst, time.Since(start))
-			if errors.Is(err, admit.ErrRedisDown) {
+			if errors.Is(err, queue.ErrRedisDown) {
 				down++
 			}
 			mu.Unlock()
@@ -667,12 +664,12 @@ func TestOneRulesErrorDoesNotFailOtherRules(t *testing.T) {
 	rdb := srv.Client(t)
 	r := newRig(t, rdb)
 	ctx := context.Background()
-	r.count(t, "good", "k", 10, t0)
+	r.count(t, "good", "k", 10, pt0)
 	rdb.Set(ctx, r.sched.DepthKey("broken", "k"), "x", 0) // not a hash
 	rdb.Do(ctx, "CLIENT", "PAUSE", "100", "WRITE")        // both Counts in one batch
 	r.b.Undo("r", "stall")
-	pb := r.b.Count("broken", "k", 10, t0)
-	pg := r.b.Count("good", "k", 10, t0)
+	pb := r.b.Count("broken", "k", 10, pt0)
+	pg := r.b.Count("good", "k", 10, pt0)
 	if _, _, err := pb.Wait(); err == nil {
 		t.Errorf("broken rule: no error")
 	}
@@ -692,7 +689,7 @@ func TestUndoWhileRedisIsDownIsSentLater(t *testing.T) {
 	r.b.Timeout = 300 * time.Millisecond
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {
-		if _, _, err := r.b.Count("r", "k", 10, t0).Wait(); err != nil {
+		if _, _, err := r.b.Count("r", "k", 10, pt0).Wait(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -707,7 +704,7 @@ func TestUndoWhileRedisIsDownIsSentLater(t *testing.T) {
 			strings.Contains(info, "aof_rewrite_scheduled:0") && strings.Contains(info, "aof_last_bgrewrite_status:ok")
 	})
 	srv.Stop()
-	if _, _, err := r.b.Count("r", "k", 10, t0).Wait(); err == nil || !r.b.Down() {
+	if _, _, err := r.b.Count("r", "k", 10, pt0).Wait(); err == nil || !r.b.Down() {
 		t.Fatalf("count with Redis stopped: %v, Down %v", err, r.b.Down())
 	}
 	r.b.Undo("r", "k") // its publish failed
@@ -717,8 +714,8 @@ func TestUndoWhileRedisIsDownIsSentLater(t *testing.T) {
 	if d, err := r.rdb.HGet(ctx, r.sched.DepthKey("r", "k"), "k").Int64(); err != nil || d != 2 {
 		t.Fatalf("the counts did not survive the restart (AOF): %d %v", d, err)
 	}
-	waittest.Within(5*time.Second, func() bool { return !r.b.Down() })   // the Count below fails if it is not
-	if _, _, err := r.b.Count("r", "other", 10, t0).Wait(); err != nil { // sends what waited
+	waittest.Within(5*time.Second, func() bool { return !r.b.Down() })    // the Count below fails if it is not
+	if _, _, err := r.b.Count("r", "other", 10, pt0).Wait(); err != nil { // sends what waited
 		t.Fatalf("count after Redis came back: %v", err)
 	}
 	if d, err := r.rdb.HGet(ctx, r.sched.DepthKey("r", "k"), "k").Int64(); err != nil || d != 1 {
@@ -733,11 +730,11 @@ func TestCountWithClaimOnAFreshRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{})
 	r := newRig(t, srv.Client(t))
-	res, owner, countErr, claimErr := countClaim(r.b, "orders", "m-9", 3, t0, "idem-1", "id-1")
+	res, owner, countErr, claimErr := countClaim(r.b, "orders", "m-9", 3, pt0, "idem-1", "id-1")
 	if countErr != nil || claimErr != nil || owner != "id-1" || res.Depth != 1 {
 		t.Fatalf("first count and claim on a fresh Redis: %+v owner %q, %v %v", res, owner, countErr, claimErr)
 	}
-	if d, _ := r.count(t, "orders", "m-9", 3, t0); d != 2 {
+	if d, _ := r.count(t, "orders", "m-9", 3, pt0); d != 2 {
 		t.Fatalf("second count: depth %d, want 2", d)
 	}
 }
@@ -764,8 +761,8 @@ func allKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]
 // countClaim is a count with the claim of idempotency key k for id, in one pipeline, as a
 // batch submission's CountBatch sends it: the count, the key's owner, the count's error and
 // the claim's own.
-func countClaim(b *admit.Batcher, rule, key string, capacity int64, now time.Time, k, id string) (queue.Admitted, string, error, error) {
-	out := make([]admit.CountResult, 1)
-	b.CountBatch([]admit.CountRequest{{Rule: rule, Key: key, Capacity: capacity, Now: now, IdempotencyKey: k, Value: id}}, out)
+func countClaim(b *queue.AdmitPipeline, rule, key string, capacity int64, now time.Time, k, id string) (queue.Admitted, string, error, error) {
+	out := make([]queue.CountResult, 1)
+	b.CountBatch([]queue.CountRequest{{Rule: rule, Key: key, Capacity: capacity, Now: now, IdempotencyKey: k, Value: id}}, out)
 	return out[0].Admitted, out[0].Owner, out[0].Err, out[0].ClaimErr
 }

@@ -1,4 +1,4 @@
-package admit
+package queue
 
 import (
 	"context"
@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/sluice-io/sluice/queue"
 )
 
-// Batcher sends the Redis side of admissions for many concurrent admissions in one
-// pipelined round trip.
+// AdmitPipeline is the Redis side of admission: the admitter (internal/admit) asks it for
+// counts, marks and idempotency takes, and it sends those of many concurrent admissions in
+// one pipelined round trip. The Scheduler's pipe steps it uses (pipe.go) are unexported: it
+// is the only way in. Under the drainers' own engine only its idempotency takes are used.
 //
 // An admission needs Redis twice: before its publish is acknowledged, to count the message
 // into the key's depth (Count — the answer's depth and eta come back from it), and after, to
@@ -26,16 +26,16 @@ import (
 //
 // One goroutine collects whatever is waiting (up to MaxBatch), sends one pipeline, waits for
 // it and answers the waiters. In a pipeline, undos come first, then each rule's marks and
-// counts as one markcount.lua call per partition, marks before counts (a script call costs
-// several times the commands it runs) — admitmark.lua when some counts are of stored
-// messages (CountBatch with Stored: those are counted and marked in that one call), after a
-// markdue.lua call of the marks —; pipelines never overlap. That order keeps every
+// counts as one admit.lua call per partition, marks before counts (a script call costs
+// several times the commands it runs) — when some counts are of stored messages (CountBatch
+// with Stored: those are counted and marked in that one call), after an admit.lua call of
+// the marks alone —; pipelines never overlap. That order keeps every
 // cause before its effect: a mark or an undo is only asked for after its own count was
 // answered, in an earlier pipeline, so a sequential client's second Count sees its first
 // Mark.
-type Batcher struct {
+type AdmitPipeline struct {
 	RDB       redis.UniversalClient
-	Scheduler *queue.Scheduler
+	Scheduler *Scheduler
 	// IdempotencyTTL is how long an idempotency key maps to its first message. Default 24h.
 	IdempotencyTTL time.Duration
 	// MaxBatch bounds one pipeline. Default 512, at most 4096.
@@ -53,16 +53,16 @@ type Batcher struct {
 	groups   map[string]*group
 	deferred []*op // undos held while Redis is down
 	order    []string
-	results  []queue.Admitted
+	results  []Admitted
 	claims   []claimCmd
 }
 
 type claimCmd struct {
 	op  *op
-	cmd *queue.IdempotencyClaim
+	cmd *IdempotencyTake
 }
 
-func (b *Batcher) ttl() time.Duration {
+func (b *AdmitPipeline) ttl() time.Duration {
 	if b.IdempotencyTTL > 0 {
 		return b.IdempotencyTTL
 	}
@@ -73,13 +73,13 @@ func (b *Batcher) ttl() time.Duration {
 const DefaultIdempotencyTTL = 24 * time.Hour
 
 // ErrRedisDown is the result of a Count while Redis is known to be unreachable.
-var ErrRedisDown = errors.New("admit: Redis unreachable")
+var ErrRedisDown = errors.New("queue: Redis unreachable")
 
-func (b *Batcher) down() bool { return time.Now().UnixNano() < b.downUntil.Load() }
+func (b *AdmitPipeline) down() bool { return time.Now().UnixNano() < b.downUntil.Load() }
 
 // Down reports whether Redis was found unreachable within the last second: callers skip
 // optional Redis work (idempotency keys) instead of waiting for a timeout.
-func (b *Batcher) Down() bool { return b.down() }
+func (b *AdmitPipeline) Down() bool { return b.down() }
 
 type opKind uint8
 
@@ -103,7 +103,7 @@ type op struct {
 
 	// results of opCount
 	answered bool // its count script answered
-	res      queue.Admitted
+	res      Admitted
 	owner    string // the id that owns idemKey (id itself when this count claimed it)
 	claimErr error  // the claim's own error
 	err      error
@@ -130,7 +130,7 @@ func (o *op) answer() {
 	o.done <- struct{}{}
 }
 
-const maxBatch = 4096
+const maxPipeline = 4096
 
 // maxDeferred bounds the undos kept while Redis is down; beyond it they are dropped (a count
 // heals when its key empties, the stream refuses a message as full, or the reconciler runs).
@@ -149,14 +149,14 @@ func newOp(kind opKind, rule, key string) *op {
 type Pending struct{ op *op }
 
 // Wait returns the key's depth (counting this message) and next slot. The batch always
-// answers within the Batcher's Timeout. Call it (or Result) exactly once.
+// answers within the AdmitPipeline's Timeout. Call it (or Result) exactly once.
 func (p Pending) Wait() (depth int64, next time.Time, err error) {
 	r, err := p.Result()
 	return r.Depth, r.Next, err
 }
 
-// Result is Wait with everything the count answered (see queue.Admitted).
-func (p Pending) Result() (queue.Admitted, error) {
+// Result is Wait with everything the count answered (see Admitted).
+func (p Pending) Result() (Admitted, error) {
 	o := p.op
 	<-o.done
 	res, err := o.res, o.err
@@ -165,14 +165,14 @@ func (p Pending) Result() (queue.Admitted, error) {
 	return res, err
 }
 
-func (b *Batcher) start() {
+func (b *AdmitPipeline) start() {
 	b.once.Do(func() {
 		if b.MaxBatch <= 0 {
 			b.MaxBatch = 512
 		}
 		// A rule's counts are one script call whose keys Lua unpacks onto its stack, which
 		// holds under 8,000 values.
-		b.MaxBatch = min(b.MaxBatch, maxBatch)
+		b.MaxBatch = min(b.MaxBatch, maxPipeline)
 		if b.Timeout <= 0 {
 			b.Timeout = time.Second
 		}
@@ -183,14 +183,14 @@ func (b *Batcher) start() {
 
 // Count counts a message about to be published into (rule, key)'s depth. It returns at
 // once; Wait for the result.
-func (b *Batcher) Count(rule, key string, capacity int64, now time.Time) Pending {
+func (b *AdmitPipeline) Count(rule, key string, capacity int64, now time.Time) Pending {
 	b.start()
 	o := newOp(opCount, rule, key)
 	o.capacity, o.now = capacity, now
 	return b.send(o)
 }
 
-func (b *Batcher) send(o *op) Pending {
+func (b *AdmitPipeline) send(o *op) Pending {
 	if b.down() {
 		o.err = ErrRedisDown
 		o.answer()
@@ -209,14 +209,14 @@ type CountRequest struct {
 	// IdempotencyKey, when set, is claimed for Value, in the count's pipeline (see Claim).
 	IdempotencyKey, Value string
 	// Stored: the message's publish was acknowledged already; its count also makes its key
-	// due, in the same script call (queue.Admission.Stored), instead of a Mark of its own.
+	// due, in the same script call (admission.Stored), instead of a Mark of its own.
 	Stored bool
 }
 
 // CountResult is the answer to one count of CountBatch: what Pending.Claimed returns (Owner
 // and ClaimErr only for a claim).
 type CountResult struct {
-	Admitted queue.Admitted
+	Admitted Admitted
 	Owner    string
 	Err      error // the count's
 	ClaimErr error // the claim's own
@@ -225,18 +225,18 @@ type CountResult struct {
 // CountBatch is Count (with claims) of many messages at once, for a batch submission:
 // they go to the batch goroutine together, usually into one pipeline, and the caller is
 // woken once, when the last is answered, instead of once per count. out[i] answers reqs[i].
-func (b *Batcher) CountBatch(reqs []CountRequest, out []CountResult) {
+func (b *AdmitPipeline) CountBatch(reqs []CountRequest, out []CountResult) {
 	b.countBatch(reqs, out, false)
 }
 
 // ClaimBatch is the idempotency claims of CountBatch without the counts, for messages
 // counted once their publishes are answered (CountBatch with Stored): Owner and ClaimErr
 // of out[i] answer reqs[i] (every one has an IdempotencyKey).
-func (b *Batcher) ClaimBatch(reqs []CountRequest, out []CountResult) {
+func (b *AdmitPipeline) ClaimBatch(reqs []CountRequest, out []CountResult) {
 	b.countBatch(reqs, out, true)
 }
 
-func (b *Batcher) countBatch(reqs []CountRequest, out []CountResult, claimOnly bool) {
+func (b *AdmitPipeline) countBatch(reqs []CountRequest, out []CountResult, claimOnly bool) {
 	if len(reqs) == 0 {
 		return
 	}
@@ -262,10 +262,10 @@ func (b *Batcher) countBatch(reqs []CountRequest, out []CountResult, claimOnly b
 	}
 }
 
-// Claim claims idempotency key k of rule for id (a message id, or queue.IdempotencyValue)
+// Claim claims idempotency key k of rule for id (a message id, or IdempotencyValue)
 // for IdempotencyTTL, batched with other admissions' claims, and returns the value that owns
 // the key (id itself when this claim took it) or the claim's error.
-func (b *Batcher) Claim(rule, k, id string) (owner string, err error) {
+func (b *AdmitPipeline) Claim(rule, k, id string) (owner string, err error) {
 	b.start()
 	o := newOp(opCount, rule, "")
 	o.idemKey, o.id, o.claimOnly = k, id, true
@@ -275,15 +275,15 @@ func (b *Batcher) Claim(rule, k, id string) (owner string, err error) {
 
 // ClaimNow claims idempotency key k of rule for id in a round trip of its own, for an
 // admission that counts nothing now (a scheduled message); see Claim.
-func (b *Batcher) ClaimNow(ctx context.Context, rule, k, id string) (owner string, err error) {
-	return b.Scheduler.ClaimIdempotency(ctx, rule, k, id, b.ttl())
+func (b *AdmitPipeline) ClaimNow(ctx context.Context, rule, k, id string) (owner string, err error) {
+	return b.Scheduler.TakeIdempotencyKey(ctx, rule, k, id, b.ttl())
 }
 
 // Claimed returns the result of a count that carries a claim (Claim): the count as Result
 // does (nothing for a claim alone), the value that owns
 // the idempotency key (the claim's own when it took it) and the claim's error (the count
 // may have succeeded without it). Call it (or Wait, Result) exactly once.
-func (p Pending) Claimed() (res queue.Admitted, owner string, countErr, claimErr error) {
+func (p Pending) Claimed() (res Admitted, owner string, countErr, claimErr error) {
 	o := p.op
 	<-o.done
 	res, owner, countErr, claimErr = o.res, o.owner, o.err, o.claimErr
@@ -297,7 +297,7 @@ func (p Pending) Claimed() (res queue.Admitted, owner string, countErr, claimErr
 
 // Mark makes (rule, key) due; call it once the publish is acknowledged. It does not wait:
 // a mark lost to a crash or a Redis outage is repaired by the drainers' reconciler.
-func (b *Batcher) Mark(rule, key string, now time.Time) {
+func (b *AdmitPipeline) Mark(rule, key string, now time.Time) {
 	b.start()
 	if b.down() {
 		return
@@ -310,12 +310,12 @@ func (b *Batcher) Mark(rule, key string, now time.Time) {
 // Undo counts out a message counted by Count whose publish failed or was a duplicate. It
 // does not wait. Unlike Count and Mark it is queued while Redis is down too, and sent once
 // Redis answers again (up to maxDeferred of them).
-func (b *Batcher) Undo(rule, key string) {
+func (b *AdmitPipeline) Undo(rule, key string) {
 	b.start()
 	b.ch <- newOp(opUndo, rule, key)
 }
 
-func (b *Batcher) run() {
+func (b *AdmitPipeline) run() {
 	batch := make([]*op, 0, b.MaxBatch)
 	for o := range b.ch {
 		batch = append(batch[:0], o)
@@ -365,14 +365,14 @@ func (b *Batcher) run() {
 	}
 }
 
-func (b *Batcher) flush(batch []*op) error {
+func (b *AdmitPipeline) flush(batch []*op) error {
 	ctx, cancel := context.WithTimeout(context.Background(), b.Timeout)
 	defer cancel()
 	err := b.exec(ctx, batch, false)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// A fresh or restarted Redis has no scripts cached: load them and send the script
 		// calls once more (the plain commands already ran; an undo must not run twice).
-		for _, s := range queue.Scripts() {
+		for _, s := range Scripts() {
 			s.Load(ctx, b.RDB)
 		}
 		for _, o := range batch {
@@ -393,16 +393,16 @@ func (b *Batcher) flush(batch []*op) error {
 type group struct {
 	marks   []string
 	markNow time.Time
-	counts  []queue.Admission
+	counts  []admission
 	countOp []*op
-	cmd     *queue.AdmitCounts
+	cmd     *admitCounts
 }
 
 // exec sends one batch. Marks and undos go first, counts last: a mark or an undo is only
 // ever asked for after its own count was answered (an earlier batch), and a count in this
 // batch may come from a client that saw the answer of a mark's admission, so this order
 // keeps every cause before its effect.
-func (b *Batcher) exec(ctx context.Context, batch []*op, scriptsOnly bool) error {
+func (b *AdmitPipeline) exec(ctx context.Context, batch []*op, scriptsOnly bool) error {
 	if b.groups == nil {
 		b.groups = map[string]*group{}
 	}
@@ -434,23 +434,23 @@ func (b *Batcher) exec(ctx context.Context, batch []*op, scriptsOnly bool) error
 			if scriptsOnly {
 				continue
 			}
-			b.Scheduler.UncountPipe(ctx, pipe, o.rule, o.key)
+			b.Scheduler.uncountPipe(ctx, pipe, o.rule, o.key)
 		case opCount:
 			if o.idemKey != "" && !scriptsOnly {
-				b.claims = append(b.claims, claimCmd{o, b.Scheduler.ClaimIdempotencyPipe(ctx, pipe, o.rule, o.idemKey, o.id, b.ttl())})
+				b.claims = append(b.claims, claimCmd{o, b.Scheduler.takeIdempotencyKeyPipe(ctx, pipe, o.rule, o.idemKey, o.id, b.ttl())})
 			}
 			if o.answered || o.claimOnly { // scriptsOnly: its count ran, only another script failed
 				continue
 			}
 			g := groupOf(o.rule)
-			g.counts = append(g.counts, queue.Admission{Key: o.key, Capacity: o.capacity, Now: o.now, Stored: o.stored})
+			g.counts = append(g.counts, admission{Key: o.key, Capacity: o.capacity, Now: o.now, Stored: o.stored})
 			g.countOp = append(g.countOp, o)
 		}
 	}
 	for _, rule := range b.order {
-		// A rule's marks, then its counts: one script call (markcount.lua) per partition.
+		// A rule's marks, then its counts: one script call (admit.lua) per partition.
 		g := b.groups[rule]
-		g.cmd = b.Scheduler.MarkCountPipe(ctx, pipe, rule, g.marks, g.markNow, g.counts)
+		g.cmd = b.Scheduler.markCountPipe(ctx, pipe, rule, g.marks, g.markNow, g.counts)
 	}
 	// The batch's error is its first real one: a claim that found its key free answers
 	// redis.Nil, which is not an error, and must not hide a NOSCRIPT behind it.
@@ -482,7 +482,7 @@ func (b *Batcher) exec(ctx context.Context, batch []*op, scriptsOnly bool) error
 			continue
 		}
 		var rerr error
-		b.results, rerr = queue.AdmittedResults(g.cmd, len(g.counts), b.results)
+		b.results, rerr = admittedResults(g.cmd, len(g.counts), b.results)
 		ran := g.cmd.Err() == nil // the script ran (even if its answer did not parse): never resend it
 		for i, o := range g.countOp {
 			o.answered = ran
