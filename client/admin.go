@@ -128,7 +128,12 @@ type QueueKey struct {
 	OutflowPerSecond float64      `json:"outflow_per_second,omitempty"`
 	Paused           bool         `json:"paused,omitempty"`
 	Source           string       `json:"source,omitempty"`
-	Override         *KeyOverride `json:"override,omitempty"`
+	// Window is when the key's deliveries may happen (nil: at any time), WindowSource
+	// where it comes from: "rule" (its delivery.window) or "key override" (+ " until
+	// <RFC 3339>").
+	Window       *Window      `json:"window,omitempty"`
+	WindowSource string       `json:"window_source,omitempty"`
+	Override     *KeyOverride `json:"override,omitempty"`
 }
 
 // Patch changes a queue live (every drainer within 1 s, kept across restarts). It is a
