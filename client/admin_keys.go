@@ -43,10 +43,10 @@ type KeyPatch struct {
 	// RestoreWindow drops it (the rule's delivery.window applies again).
 	Window        *Window
 	RestoreWindow bool
-	For            time.Duration
-	Until          time.Time
-	NoEnd          bool
-	Reset          bool
+	For           time.Duration
+	Until         time.Time
+	NoEnd         bool
+	Reset         bool
 }
 
 // MarshalJSON writes the PATCH body.

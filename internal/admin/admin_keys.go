@@ -48,9 +48,9 @@ type keyView struct {
 	Source string `json:"source"`
 	// Window is when the key's deliveries may happen (null: at any time), from
 	// WindowSource: "key override" (+ " until <time>") or "rule" (its delivery.window).
-	Window       *window.Spec `json:"window"`
-	WindowSource string       `json:"window_source"`
-	Override *overrides.KeyOverrideJSON `json:"override"` // the key's own override; null: none
+	Window       *window.Spec               `json:"window"`
+	WindowSource string                     `json:"window_source"`
+	Override     *overrides.KeyOverrideJSON `json:"override"` // the key's own override; null: none
 }
 
 func (a *Admin) keyRule(w http.ResponseWriter, r *http.Request) (*rules.Rule, string, bool) {

@@ -76,11 +76,11 @@ func (o KeyOverride) String() string {
 // it: the KV key carries it (KeyKVKey), so each override is stored once. Short names
 // keep 100,000 overrides small (docs/operations.md "Steering one key" has the figures).
 type storedKeyOverride struct {
-	Outflow   string `json:"o,omitempty"` // "20/1s": requests/interval
+	Outflow   string       `json:"o,omitempty"` // "20/1s": requests/interval
 	Paused    bool         `json:"p,omitempty"`
 	Window    *window.Spec `json:"w,omitempty"`
-	Until     int64  `json:"u,omitempty"` // Unix seconds; 0: no end
-	UpdatedAt int64  `json:"t"`           // Unix milliseconds
+	Until     int64        `json:"u,omitempty"` // Unix seconds; 0: no end
+	UpdatedAt int64        `json:"t"`           // Unix milliseconds
 }
 
 func encodeKeyOverride(o KeyOverride) ([]byte, error) {
@@ -469,7 +469,7 @@ func checkKeyOverride(r *rules.Rule, ro Override, o KeyOverride, now time.Time) 
 
 // KeyOverrideJSON is a key override as the admin API shows it.
 type KeyOverrideJSON struct {
-	Outflow   *RateJSON `json:"outflow,omitempty"`
+	Outflow   *RateJSON    `json:"outflow,omitempty"`
 	Paused    bool         `json:"paused,omitempty"`
 	Window    *window.Spec `json:"window,omitempty"`
 	Until     string       `json:"until,omitempty"`
