@@ -91,3 +91,58 @@ func TestSteerKeyWindowOverrideOwnEngine(t *testing.T) {
 		t.Errorf("shut: %d deliveries in the second after it resumed, want ~10 (the rule's 10/s)", n)
 	}
 }
+
+// TestSteerKeyWindowOpensOwnEngine: the other way round — a rule whose delivery.window is
+// shut now, two drainers (own engine). A key given an open window of its own for about
+// 3 s delivers within 1 s of the write while the rule's other keys wait, and stops
+// within 1 s of the override's end (the rule's window again).
+func TestSteerKeyWindowOpensOwnEngine(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.rule("keyopen", 10, 0, func(r *rules.Rule) { r.Delivery.Window = hoursFrom(time.Now(), 3, 1) })
+	e.publish(r, []string{"probe", "vip", "other"}, 100)
+	ctx := context.Background()
+	sink := &stampSink{}
+	for range 2 {
+		x := e.keyIndex()
+		e.drainer(ctx, sink, func(c *drain.Config) { ownEngine(c); c.KeyOverrides = x })
+	}
+	ks, err := overrides.OpenKeys(ctx, e.js, overrides.KeyConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := hoursFrom(time.Now(), -1, 3)
+	// probe's own open window shows that the drainers run and read the overrides.
+	if _, err := ks.PutKeys(ctx, r.Name, []overrides.KeyWrite{{Key: "probe", Override: overrides.KeyOverride{Window: &open}}}); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Eventually(t, 30*time.Second, "probe delivers in its own window", func() bool { return len(sink.starts("probe", time.Time{})) >= 5 })
+	end := time.Now().Add(3500 * time.Millisecond).Truncate(time.Second)
+	written := time.Now()
+	if _, err := ks.PutKeys(ctx, r.Name, []overrides.KeyWrite{{Key: "vip", Override: overrides.KeyOverride{Window: &open, Until: end}}}); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Eventually(t, 20*time.Second, "2 s after the override ended", func() bool { return time.Since(end) > 2*time.Second })
+	vip := sink.starts("vip", time.Time{})
+	if len(vip) == 0 {
+		t.Fatal("vip: nothing delivered in its own open window")
+	}
+	var last time.Time
+	for _, at := range vip {
+		last = at
+	}
+	t.Logf("vip: first delivery %v after its window override was written, %d in its window, last %v after the override ended; other: %d",
+		vip[0].Sub(written).Round(time.Millisecond), len(vip), last.Sub(end).Round(time.Millisecond), len(sink.starts("other", time.Time{})))
+	if took := vip[0].Sub(written); took < 0 || took > time.Second {
+		t.Errorf("vip: first delivery %v after the write, want within 1s", took)
+	}
+	if n := between(vip, written.Add(time.Second), end); n < 15 {
+		t.Errorf("vip: %d deliveries in its window, want ~10/s", n)
+	}
+	if last.Sub(end) > time.Second {
+		t.Errorf("vip: delivered %v after its override ended (the rule's window is shut), want ≤ 1s", last.Sub(end))
+	}
+	if n := len(sink.starts("other", time.Time{})); n != 0 {
+		t.Errorf("other: %d deliveries in the rule's shut window", n)
+	}
+}
