@@ -85,8 +85,13 @@ func (p KeyPatch) MarshalJSON() ([]byte, error) {
 //	k, err := admin.TuneKey(ctx, "orders", "m-42", client.KeyPatch{
 //		Outflow: &client.Rate{Unit: "second", RequestsPerUnit: 20}, For: 24 * time.Hour})
 //
+// or its own delivery window instead of the rule's, office hours in Paris for a day:
+//
+//	k, err := admin.TuneKey(ctx, "orders", "m-42", client.KeyPatch{Window: &client.Window{
+//		Days: []string{"mon-fri"}, From: "09:00", To: "18:00", TimeZone: "Europe/Paris"}, For: 24 * time.Hour})
+//
 // Every drainer obeys it within 1 s. The answer shows the key's effective outflow and
-// its Source. Setting the same patch twice is harmless, so TuneKey is retried like a GET.
+// its Source, and its effective Window and WindowSource. Setting the same patch twice is harmless, so TuneKey is retried like a GET.
 func (a *Admin) TuneKey(ctx context.Context, name, key string, p KeyPatch) (*QueueKey, error) {
 	if name == "" {
 		return nil, invalidf("TuneKey: empty queue name")
