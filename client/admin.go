@@ -124,11 +124,16 @@ type QueueKey struct {
 	// Paused whether its deliveries are held, Source where they come from: "rule", "rule
 	// override", "key override" or "key override until <RFC 3339>". Override is the key's
 	// own override (TuneKey), nil when none is in force.
-	Outflow          *Rate        `json:"outflow,omitempty"`
-	OutflowPerSecond float64      `json:"outflow_per_second,omitempty"`
-	Paused           bool         `json:"paused,omitempty"`
-	Source           string       `json:"source,omitempty"`
-	Override         *KeyOverride `json:"override,omitempty"`
+	Outflow          *Rate   `json:"outflow,omitempty"`
+	OutflowPerSecond float64 `json:"outflow_per_second,omitempty"`
+	Paused           bool    `json:"paused,omitempty"`
+	Source           string  `json:"source,omitempty"`
+	// Window is when the key's deliveries may happen (nil: at any time), WindowSource
+	// where it comes from: "rule" (its delivery.window) or "key override" (+ " until
+	// <RFC 3339>").
+	Window       *Window      `json:"window,omitempty"`
+	WindowSource string       `json:"window_source,omitempty"`
+	Override     *KeyOverride `json:"override,omitempty"`
 }
 
 // Patch changes a queue live (every drainer within 1 s, kept across restarts). It is a

@@ -13,8 +13,21 @@ import (
 type KeyOverride struct {
 	Outflow   *Rate     `json:"outflow,omitempty"`
 	Paused    bool      `json:"paused,omitempty"`
+	Window    *Window   `json:"window,omitempty"`
 	Until     time.Time `json:"until,omitzero"`
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Window is when deliveries may happen, as a rule's delivery.window: from From to To
+// ("09:00", "18:00"; From after To crosses midnight) on Days (["mon-fri"], ["sat",
+// "sun"]; empty: every day) in TimeZone (an IANA zone, or "from_message": each message's
+// time_zone, DefaultTimeZone for those without one).
+type Window struct {
+	Days            []string `json:"days,omitempty"`
+	From            string   `json:"from"`
+	To              string   `json:"to"`
+	TimeZone        string   `json:"time_zone"`
+	DefaultTimeZone string   `json:"default_time_zone,omitempty"`
 }
 
 // KeyPatch changes one key of a queue (TuneKey): a JSON merge patch of its override.
@@ -26,10 +39,14 @@ type KeyPatch struct {
 	Paused *bool
 	// RestoreOutflow drops the key's outflow (the rule's applies again).
 	RestoreOutflow bool
-	For            time.Duration
-	Until          time.Time
-	NoEnd          bool
-	Reset          bool
+	// Window gives the key a delivery window of its own instead of the rule's;
+	// RestoreWindow drops it (the rule's delivery.window applies again).
+	Window        *Window
+	RestoreWindow bool
+	For           time.Duration
+	Until         time.Time
+	NoEnd         bool
+	Reset         bool
 }
 
 // MarshalJSON writes the PATCH body.
@@ -42,6 +59,11 @@ func (p KeyPatch) MarshalJSON() ([]byte, error) {
 	}
 	if p.Paused != nil {
 		m["paused"] = *p.Paused
+	}
+	if p.Window != nil {
+		m["window"] = p.Window
+	} else if p.RestoreWindow {
+		m["window"] = nil
 	}
 	switch {
 	case p.For > 0:
@@ -63,13 +85,18 @@ func (p KeyPatch) MarshalJSON() ([]byte, error) {
 //	k, err := admin.TuneKey(ctx, "orders", "m-42", client.KeyPatch{
 //		Outflow: &client.Rate{Unit: "second", RequestsPerUnit: 20}, For: 24 * time.Hour})
 //
+// or its own delivery window instead of the rule's, office hours in Paris for a day:
+//
+//	k, err := admin.TuneKey(ctx, "orders", "m-42", client.KeyPatch{Window: &client.Window{
+//		Days: []string{"mon-fri"}, From: "09:00", To: "18:00", TimeZone: "Europe/Paris"}, For: 24 * time.Hour})
+//
 // Every drainer obeys it within 1 s. The answer shows the key's effective outflow and
-// its Source. Setting the same patch twice is harmless, so TuneKey is retried like a GET.
+// its Source, and its effective Window and WindowSource. Setting the same patch twice is harmless, so TuneKey is retried like a GET.
 func (a *Admin) TuneKey(ctx context.Context, name, key string, p KeyPatch) (*QueueKey, error) {
 	if name == "" {
 		return nil, invalidf("TuneKey: empty queue name")
 	}
-	if p.Outflow == nil && p.Paused == nil && !p.RestoreOutflow && p.For == 0 && p.Until.IsZero() && !p.NoEnd && !p.Reset {
+	if p.Outflow == nil && p.Paused == nil && !p.RestoreOutflow && p.Window == nil && !p.RestoreWindow && p.For == 0 && p.Until.IsZero() && !p.NoEnd && !p.Reset {
 		return nil, invalidf("TuneKey: empty patch")
 	}
 	if p.For > 0 && !p.Until.IsZero() {
@@ -91,12 +118,13 @@ func (a *Admin) TuneKey(ctx context.Context, name, key string, p KeyPatch) (*Que
 	return &k, nil
 }
 
-// KeyLine is one key of TuneKeys: its whole override (Outflow and/or Paused, ending
-// after For or at Until), or Reset to drop it.
+// KeyLine is one key of TuneKeys: its whole override (Outflow, Paused and/or Window,
+// ending after For or at Until), or Reset to drop it.
 type KeyLine struct {
 	Key     string
 	Outflow *Rate
 	Paused  bool
+	Window  *Window
 	For     time.Duration
 	Until   time.Time
 	Reset   bool
@@ -138,6 +166,9 @@ func (a *Admin) TuneKeys(ctx context.Context, name string, lines []KeyLine) (*Ke
 			}
 			if l.Paused {
 				m["paused"] = true
+			}
+			if l.Window != nil {
+				m["window"] = l.Window
 			}
 			if l.For > 0 {
 				m["for"] = l.For.String()

@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/overrides"
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/window"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -44,8 +45,12 @@ type keyView struct {
 	OutflowPerSecond float64            `json:"outflow_per_second"`
 	Paused           bool               `json:"paused"`
 	// Source: "rule", "rule override" or "key override" (+ " until <time>").
-	Source   string                     `json:"source"`
-	Override *overrides.KeyOverrideJSON `json:"override"` // the key's own override; null: none
+	Source string `json:"source"`
+	// Window is when the key's deliveries may happen (null: at any time), from
+	// WindowSource: "key override" (+ " until <time>") or "rule" (its delivery.window).
+	Window       *window.Spec               `json:"window"`
+	WindowSource string                     `json:"window_source"`
+	Override     *overrides.KeyOverrideJSON `json:"override"` // the key's own override; null: none
 }
 
 func (a *Admin) keyRule(w http.ResponseWriter, r *http.Request) (*rules.Rule, string, bool) {
@@ -87,6 +92,8 @@ func (a *Admin) keyView(r *http.Request, rule *rules.Rule, key string, ko overri
 		rate = ko.Outflow
 	}
 	v.Outflow = overrides.EncodeRate(rate)
+	win, wsrc := overrides.EffectiveWindow(rule, ko, has)
+	v.Window, v.WindowSource = window.SpecOf(win), wsrc
 	if has {
 		ov := ko.View()
 		v.Override = &ov
@@ -161,6 +168,9 @@ func keyOverrideAudit(o overrides.KeyOverride) map[string]any {
 	}
 	if o.Paused {
 		v["paused"] = true
+	}
+	if o.Window != nil {
+		v["window"] = window.SpecOf(*o.Window).Text()
 	}
 	if !o.Until.IsZero() {
 		v["until"] = o.Until.UTC().Format(time.RFC3339)
@@ -271,7 +281,7 @@ func (a *Admin) bulkKeys(w http.ResponseWriter, r *http.Request) {
 		if o.IsZero() && !l.patch.Reset {
 			// A line states the key's whole override: one that sets nothing would silently
 			// delete it. Deleting takes an explicit reset.
-			errs = append(errs, lineError{Line: l.line, Key: l.key, Field: "outflow", Detail: "the line sets nothing: give outflow or paused (or reset to drop the key's override)"})
+			errs = append(errs, lineError{Line: l.line, Key: l.key, Field: "outflow", Detail: "the line sets nothing: give outflow, paused or window (or reset to drop the key's override)"})
 			continue
 		}
 		if err := st.CheckKeyWrite(rule, ro, o); err != nil {
@@ -348,7 +358,7 @@ func parseNDJSONKeys(body []byte) ([]bulkLine, []lineError) {
 		}
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &m); err != nil || m == nil {
-			errs = append(errs, lineError{Line: n, Detail: "must be a JSON object {key, outflow, paused, until, for, reset}"})
+			errs = append(errs, lineError{Line: n, Detail: "must be a JSON object {key, outflow, paused, window, until, for, reset}"})
 			continue
 		}
 		kraw, ok := m["key"]
@@ -372,9 +382,11 @@ func parseNDJSONKeys(body []byte) ([]bulkLine, []lineError) {
 	return lines, errs
 }
 
-// parseCSVKeys reads key,outflow[,for]: outflow is a rate (20/s, 300/m, 10/30s),
-// "paused", or "reset" (drop the key's override); for is a duration (24h). A first line
-// "key,outflow…" is a header. Quote a key that holds a comma.
+// parseCSVKeys reads key,outflow[,for[,window]]: outflow is a rate (20/s, 300/m, 10/30s),
+// "paused", "reset" (drop the key's override) or empty (a line that sets a window only);
+// for is a duration (24h); window is the one-line form `sluice tune --window` takes
+// ("mon-fri 09:00-18:00 Europe/Paris"). A first line "key,outflow…" is a header. Quote a
+// key that holds a comma.
 func parseCSVKeys(body []byte) ([]bulkLine, []lineError) {
 	var lines []bulkLine
 	var errs []lineError
@@ -405,13 +417,32 @@ func parseCSVKeys(body []byte) ([]bulkLine, []lineError) {
 				continue
 			}
 		}
-		if len(rec) < 2 || len(rec) > 3 {
-			errs = append(errs, lineError{Line: line, Detail: fmt.Sprintf("want key,outflow[,for] (got %d fields)", len(rec))})
+		if len(rec) < 2 || len(rec) > 4 {
+			errs = append(errs, lineError{Line: line, Detail: fmt.Sprintf("want key,outflow[,for[,window]] (got %d fields)", len(rec))})
 			continue
 		}
 		key := rec[0]
 		var p overrides.KeyPatch
+		if len(rec) == 4 && strings.TrimSpace(rec[3]) != "" {
+			var perrs []lineError
+			if v := strings.ToLower(strings.TrimSpace(rec[1])); v == "reset" || v == "-" {
+				perrs = append(perrs, lineError{Line: line, Key: key, Field: "window", Detail: "a reset line takes no window"})
+			} else if w, err := overrides.ParseWindowText(rec[3]); err != nil {
+				perrs = patchLineErrors(bulkLine{line: line, key: key}, err)
+			} else {
+				p.Window = &w
+			}
+			if len(perrs) > 0 {
+				errs = append(errs, perrs...)
+				continue
+			}
+		}
 		switch v := strings.TrimSpace(rec[1]); strings.ToLower(v) {
+		case "":
+			if p.Window == nil {
+				errs = append(errs, lineError{Line: line, Key: key, Field: "outflow", Detail: "empty: give a rate, paused or reset (or a window in the fourth column)"})
+				continue
+			}
 		case "paused":
 			yes := true
 			p.Paused = &yes

@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/client"
+	"github.com/sluice-io/sluice/internal/window"
 )
 
 // keyOpts are the tune verb's per-key options.
 type keyOpts struct {
-	key, keysFile, until string
-	forDur               time.Duration
+	key, keysFile, until, window string
+	forDur                       time.Duration
 }
 
 func bindKeyOpts(fs *flag.FlagSet, o *keyOpts) {
@@ -27,6 +28,7 @@ func bindKeyOpts(fs *flag.FlagSet, o *keyOpts) {
 	fs.StringVar(&o.keysFile, "keys-file", "", "steer many keys from a CSV `FILE` of key,outflow[,for] (outflow: a RATE, paused or reset; - reads stdin)")
 	fs.DurationVar(&o.forDur, "for", 0, "with --key: the override ends after this `DURATION` (24h) and the rule's value returns")
 	fs.StringVar(&o.until, "until", "", "with --key: the override ends at this RFC 3339 `TIME`")
+	fs.StringVar(&o.window, "window", "", "with --key: the key's own delivery `WINDOW` instead of the rule's, \"[DAYS] HH:MM-HH:MM ZONE\" (\"mon-fri 09:00-18:00 Europe/Paris\"; ZONE may be from_message [DEFAULT_ZONE]); rule: the rule's window again")
 }
 
 // tuneKeys runs `sluice tune NAME --key K [RATE]` and `sluice tune NAME --keys-file FILE`.
@@ -35,7 +37,7 @@ func (m *Main) tuneKeys(ctx context.Context, cl *client.Client, c *common, u, na
 	case o.key != "" && o.keysFile != "":
 		return usageErr("tune %s: give --key or --keys-file, not both", name)
 	case o.key == "" && o.keysFile == "":
-		return usageErr("tune %s: --for and --until go with --key", name)
+		return usageErr("tune %s: --for, --until and --window go with --key", name)
 	case o.capacity != nil || o.totalOutflow != "" || o.restore != "":
 		return usageErr("tune %s: --capacity, --total-outflow and --restore tune the whole queue, not a key (a queue's capacity per key is one value for every key)", name)
 	case o.forDur != 0 && o.until != "":
@@ -49,6 +51,9 @@ func (m *Main) tuneKeys(ctx context.Context, cl *client.Client, c *common, u, na
 	if o.keysFile != "" {
 		if len(rest) > 0 {
 			return usageErr("tune %s --keys-file: the rates are in the file, not on the command line", name)
+		}
+		if o.window != "" {
+			return usageErr("tune %s --keys-file: the windows are in the file (a fourth column), not on the command line", name)
 		}
 		return m.tuneKeysFile(ctx, a, c, u, name, o.keysFile)
 	}
@@ -67,14 +72,25 @@ func (m *Main) tuneKeys(ctx context.Context, cl *client.Client, c *common, u, na
 		}
 		p.Until = t
 	}
-	if p.Outflow != nil && p.For == 0 && p.Until.IsZero() {
+	switch o.window {
+	case "":
+	case "rule":
+		p.RestoreWindow = true
+	default:
+		w, err := parseWindowFlag(o.window)
+		if err != nil {
+			return usageErr("--window: %v", err)
+		}
+		p.Window = w
+	}
+	if (p.Outflow != nil || p.Window != nil) && p.For == 0 && p.Until.IsZero() {
 		p.NoEnd = true // `tune NAME --key K RATE` without an end lasts until reset
 	}
-	if p.Reset && (p.Outflow != nil || p.For != 0 || !p.Until.IsZero()) {
-		return usageErr("tune %s --key: --reset takes no RATE, --for or --until", name)
+	if p.Reset && (p.Outflow != nil || p.Window != nil || p.RestoreWindow || p.For != 0 || !p.Until.IsZero()) {
+		return usageErr("tune %s --key: --reset takes no RATE, --window, --for or --until", name)
 	}
-	if !p.Reset && p.Outflow == nil && p.For == 0 && p.Until.IsZero() {
-		return usageErr("tune %s --key %s: nothing to change; give a RATE (with --for or --until to end it) or --reset", name, o.key)
+	if !p.Reset && p.Outflow == nil && p.Window == nil && !p.RestoreWindow && p.For == 0 && p.Until.IsZero() {
+		return usageErr("tune %s --key %s: nothing to change; give a RATE or --window (with --for or --until to end it) or --reset", name, o.key)
 	}
 	k, err := a.TuneKey(ctx, name, o.key, p)
 	if err != nil {
@@ -88,7 +104,12 @@ func (m *Main) tuneKeys(ctx context.Context, cl *client.Client, c *common, u, na
 	if k.Paused {
 		outflow += " (paused)"
 	}
-	for _, r := range [][2]string{{"queue", k.Queue}, {"key", k.Key}, {"outflow", outflow}, {"source", k.Source}, {"depth", fmt.Sprint(k.Depth)}} {
+	win := "always"
+	if k.Window != nil {
+		win = windowText(*k.Window)
+	}
+	for _, r := range [][2]string{{"queue", k.Queue}, {"key", k.Key}, {"outflow", outflow}, {"source", k.Source},
+		{"window", win}, {"window source", k.WindowSource}, {"depth", fmt.Sprint(k.Depth)}} {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
 	}
 	return tw.Flush()
@@ -124,11 +145,22 @@ func (m *Main) tuneKeysFile(ctx context.Context, a *client.Admin, c *common, u, 
 		if first && strings.EqualFold(strings.TrimSpace(rec[0]), "key") {
 			continue // a header
 		}
-		if len(rec) < 2 || len(rec) > 3 {
-			return usageErr("%s:%d: want key,outflow[,for] (got %d fields)", path, line, len(rec))
+		if len(rec) < 2 || len(rec) > 4 {
+			return usageErr("%s:%d: want key,outflow[,for[,window]] (got %d fields)", path, line, len(rec))
 		}
 		l := client.KeyLine{Key: rec[0]}
+		if len(rec) == 4 && strings.TrimSpace(rec[3]) != "" {
+			w, err := parseWindowFlag(rec[3])
+			if err != nil {
+				return usageErr("%s:%d: %v", path, line, err)
+			}
+			l.Window = w
+		}
 		switch v := strings.TrimSpace(rec[1]); strings.ToLower(v) {
+		case "":
+			if l.Window == nil {
+				return usageErr("%s:%d: outflow: empty: give a rate, paused or reset (or a window in the fourth column)", path, line)
+			}
 		case "paused":
 			l.Paused = true
 		case "reset", "-":
@@ -176,4 +208,22 @@ func (m *Main) tuneKeysFile(ctx context.Context, a *client.Admin, c *common, u, 
 	}
 	fmt.Fprintf(m.Stdout, "%s: %d keys set, %d reset (%d lines)\n", res.Queue, res.Set, res.Reset, res.Lines)
 	return nil
+}
+
+// parseWindowFlag reads --window (and a keys file's fourth column) as the server does,
+// so a typo is named here, before anything is sent.
+func parseWindowFlag(text string) (*client.Window, error) {
+	spec, err := window.ParseSpecText(text)
+	if err != nil {
+		return nil, err
+	}
+	if _, errs := spec.Window(); len(errs) > 0 {
+		return nil, fmt.Errorf("window.%s: %s", errs[0].Field, errs[0].Message)
+	}
+	return &client.Window{Days: spec.Days, From: spec.From, To: spec.To, TimeZone: spec.TimeZone, DefaultTimeZone: spec.DefaultTimeZone}, nil
+}
+
+// windowText is w as --window takes it.
+func windowText(w client.Window) string {
+	return window.Spec{Days: w.Days, From: w.From, To: w.To, TimeZone: w.TimeZone, DefaultTimeZone: w.DefaultTimeZone}.Text()
 }

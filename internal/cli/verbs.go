@@ -26,7 +26,7 @@ type (
 		totalOutflow         string
 		restore              string
 		reset, force, paused bool
-		keyOpts              // --key, --keys-file, --for, --until (tune_keys.go)
+		keyOpts              // --key, --keys-file, --for, --until, --window (tune_keys.go)
 	}
 	purgeOpts struct {
 		key string
@@ -320,7 +320,7 @@ func (m *Main) tune(ctx context.Context, args []string) error {
 		return usageErr("tune wants NAME [RATE]; run `sluice help tune`")
 	}
 	name := pos[0]
-	if o.key != "" || o.keysFile != "" || o.forDur != 0 || o.until != "" {
+	if o.key != "" || o.keysFile != "" || o.forDur != 0 || o.until != "" || o.window != "" {
 		return m.tuneKeys(ctx, cl, c, u, name, pos[1:], o)
 	}
 	var p client.Patch

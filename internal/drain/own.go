@@ -878,7 +878,13 @@ func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
 	if m.Attempt >= limit {
 		return o.afterDead(k, d.dead(ctx, r, p, m, m.LastError, now)), true
 	}
-	if w := r.Delivery.Window; w.Set {
+	w, wEnd := r.Delivery.Window, time.Time{}
+	if ko, ok := o.keyOverride(r.Name, k.key, now); ok && ko.Window != nil {
+		// The key's own window (sluice tune --key K --window) replaces the rule's; at the
+		// override's end the rule's is judged again (wEnd), not the key's next opening.
+		w, wEnd = *ko.Window, ko.Until
+	}
+	if w.Set {
 		// delivery.window: a head outside its window (in its own zone when the window
 		// follows the message's) is not delivered and spends nothing; the key waits for the
 		// window with its later messages behind it, so order and outflow are kept.
@@ -895,7 +901,11 @@ func (o *orule) deliver(k *okey) (next time.Time, ok bool) {
 				}
 				o.mu.Unlock()
 			}
-			return w.NextOpen(now, loc), true
+			next := w.NextOpen(now, loc)
+			if !wEnd.IsZero() && wEnd.Before(next) {
+				next = wEnd
+			}
+			return next, true
 		}
 	}
 	lim, brk := o.steer(r)

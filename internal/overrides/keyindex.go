@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/window"
 )
 
 // Sources Effective names.
@@ -223,7 +224,7 @@ func EffectiveKey(rule *rules.Rule, ro Override, ko KeyOverride, has bool) (outf
 	if ro.IsPaused() {
 		paused, source = true, SourceRuleOverride
 	}
-	if !has || ko.IsZero() {
+	if !has || (ko.Outflow.Zero() && !ko.Paused) { // a window alone: see EffectiveWindow
 		return outflow, paused, source
 	}
 	if !ko.Outflow.Zero() {
@@ -238,6 +239,20 @@ func EffectiveKey(rule *rules.Rule, ro Override, ko KeyOverride, has bool) (outf
 		source += " until " + ko.Until.UTC().Format(time.RFC3339)
 	}
 	return outflow, paused, source
+}
+
+// EffectiveWindow returns when key's deliveries may happen and where that comes from:
+// the key override's window ("key override", with " until <RFC 3339>" when it ends) or
+// the rule's delivery.window ("rule"; not Set: always). ko and has as in EffectiveKey.
+func EffectiveWindow(rule *rules.Rule, ko KeyOverride, has bool) (w window.Window, source string) {
+	if has && ko.Window != nil {
+		source = SourceKeyOverride
+		if !ko.Until.IsZero() {
+			source += " until " + ko.Until.UTC().Format(time.RFC3339)
+		}
+		return *ko.Window, source
+	}
+	return rule.Delivery.Window, SourceRule
 }
 
 // Changed returns a channel closed at the next change of any key override. Take it

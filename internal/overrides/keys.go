@@ -10,18 +10,24 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/internal/rules"
+	"github.com/sluice-io/sluice/internal/window"
 )
 
 // KeyOverride is what an operator changed on one key of one rule (PATCH
-// /v1/admin/queues/{name}/keys/{key}): its outflow, or that it is paused, optionally until
-// a time after which the rule's values return by themselves. It is a plain value of 64
-// bytes without pointers to the heap, so a lookup copies it without allocating.
+// /v1/admin/queues/{name}/keys/{key}): its outflow, that it is paused, or its delivery
+// window, optionally until a time after which the rule's values return by themselves. It
+// is a plain value of 88 bytes, so a lookup copies it without allocating; the window is
+// behind a pointer (never changed once stored) so that the many overrides without one
+// stay small.
 type KeyOverride struct {
 	// Outflow replaces the rule's per-key outflow for this key; the zero Rate means
 	// "not overridden": the rule's (or the rule override's) outflow applies.
 	Outflow rules.Rate
 	// Paused holds the key's messages where they are: the drainer delivers none of them.
 	Paused bool
+	// Window replaces the rule's delivery.window for this key; nil: the rule's applies.
+	// A stored window is never modified (readers share it).
+	Window *window.Window
 	// Until is when the override ends by itself; zero means it lasts until reset. An
 	// override whose Until has passed reads as absent (Active) before the sweeper deletes it.
 	Until time.Time
@@ -32,7 +38,7 @@ type KeyOverride struct {
 }
 
 // IsZero reports whether o overrides nothing.
-func (o KeyOverride) IsZero() bool { return o.Outflow.Zero() && !o.Paused }
+func (o KeyOverride) IsZero() bool { return o.Outflow.Zero() && !o.Paused && o.Window == nil }
 
 // Active reports whether o is in force at now: it overrides something and has not ended.
 func (o KeyOverride) Active(now time.Time) bool {
@@ -41,7 +47,8 @@ func (o KeyOverride) Active(now time.Time) bool {
 
 // Equal reports whether a and b override the same values with the same end.
 func (o KeyOverride) Equal(b KeyOverride) bool {
-	return o.Outflow == b.Outflow && o.Paused == b.Paused && o.Until.Equal(b.Until)
+	return o.Outflow == b.Outflow && o.Paused == b.Paused && o.Until.Equal(b.Until) &&
+		(o.Window == nil) == (b.Window == nil) && (o.Window == nil || o.Window.Equal(*b.Window))
 }
 
 // String shows o, e.g. "outflow=20/1s until 2026-11-29T00:00:00Z", or "none".
@@ -52,6 +59,9 @@ func (o KeyOverride) String() string {
 	}
 	if o.Paused {
 		parts = append(parts, "paused")
+	}
+	if o.Window != nil {
+		parts = append(parts, "window="+o.Window.String())
 	}
 	if len(parts) == 0 {
 		return "none"
@@ -66,10 +76,11 @@ func (o KeyOverride) String() string {
 // it: the KV key carries it (KeyKVKey), so each override is stored once. Short names
 // keep 100,000 overrides small (docs/operations.md "Steering one key" has the figures).
 type storedKeyOverride struct {
-	Outflow   string `json:"o,omitempty"` // "20/1s": requests/interval
-	Paused    bool   `json:"p,omitempty"`
-	Until     int64  `json:"u,omitempty"` // Unix seconds; 0: no end
-	UpdatedAt int64  `json:"t"`           // Unix milliseconds
+	Outflow   string       `json:"o,omitempty"` // "20/1s": requests/interval
+	Paused    bool         `json:"p,omitempty"`
+	Window    *window.Spec `json:"w,omitempty"`
+	Until     int64        `json:"u,omitempty"` // Unix seconds; 0: no end
+	UpdatedAt int64        `json:"t"`           // Unix milliseconds
 }
 
 func encodeKeyOverride(o KeyOverride) ([]byte, error) {
@@ -79,6 +90,9 @@ func encodeKeyOverride(o KeyOverride) ([]byte, error) {
 	}
 	if !o.Until.IsZero() {
 		s.Until = o.Until.Unix()
+	}
+	if o.Window != nil {
+		s.Window = window.SpecOf(*o.Window)
 	}
 	return json.Marshal(s)
 }
@@ -98,6 +112,13 @@ func decodeKeyOverride(data []byte) (KeyOverride, error) {
 			return KeyOverride{}, fmt.Errorf("overrides: stored key override: %w", err)
 		}
 		o.Outflow = r
+	}
+	if s.Window != nil {
+		w, errs := s.Window.Window()
+		if len(errs) > 0 {
+			return KeyOverride{}, fmt.Errorf("overrides: stored key override: window.%s: %s", errs[0].Field, errs[0].Message)
+		}
+		o.Window = &w
 	}
 	return o, nil
 }
@@ -174,6 +195,9 @@ func ParseRateText(s string) (rules.Rate, error) {
 //	{"outflow":{"unit":"second","requests_per_unit":20}, "for":"24h"}
 //	{"outflow":"20/s", "until":"2026-12-01T00:00:00Z"}
 //	{"paused":true}
+//	{"window":{"days":["mon-fri"],"from":"09:00","to":"18:00","time_zone":"Europe/Paris"}}
+//	{"window":"mon-fri 09:00-18:00 Europe/Paris"}   // the same, as `sluice tune --window` takes it
+//	{"window":null}    // the rule's delivery.window applies to this key again
 //	{"outflow":null}   // the rule's outflow applies to this key again
 //	{"reset":true}     // drop the key's override
 //
@@ -182,16 +206,88 @@ func ParseRateText(s string) (rules.Rate, error) {
 type KeyPatch struct {
 	Outflow *rules.Rate
 	Paused  *bool // set for paused: true only; false and null land in Unset
+	Window  *window.Window
 	Until   *time.Time
 	For     time.Duration // resolved to Until against the store's clock
-	Unset   Fields        // FieldOutflow, FieldPaused; FieldUntil for until: null
+	Unset   Fields        // FieldOutflow, FieldPaused, FieldWindow; FieldUntil for until: null
 	Reset   bool
 }
 
 // FieldUntil marks `until: null` in KeyPatch.Unset.
 const FieldUntil Fields = 1 << 7
 
-var keyPatchFields = []string{"outflow", "paused", "until", "for", "reset"}
+// FieldWindow marks `window: null` in KeyPatch.Unset.
+const FieldWindow Fields = 1 << 6
+
+var keyPatchFields = []string{"outflow", "paused", "window", "until", "for", "reset"}
+
+// ParseWindowText reads a window in its one-line form (window.ParseSpecText) and checks
+// it; problems name their field (window, window.from …) and match ErrInvalidPatch.
+func ParseWindowText(text string) (window.Window, error) {
+	var errs patchErrors
+	raw, _ := json.Marshal(text)
+	w, ok := parseWindow(raw, "window", &errs)
+	if !ok {
+		return window.Window{}, fmt.Errorf("overrides: %w", errs.err())
+	}
+	return w, nil
+}
+
+var windowSpecFields = []string{"days", "from", "to", "time_zone", "default_time_zone"}
+
+// parseWindow reads a key's window: an object as the rules file's delivery.window, or
+// its one-line text ("mon-fri 09:00-18:00 Europe/Paris"). Problems name their field
+// (window.from, window.days[1]).
+func parseWindow(raw json.RawMessage, field string, errs *patchErrors) (window.Window, bool) {
+	var spec window.Spec
+	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '"' {
+		var text string
+		if err := json.Unmarshal(t, &text); err != nil {
+			errs.add(field, "must be a window object {%s} or its text (got %s)", strings.Join(windowSpecFields, ", "), describe(raw))
+			return window.Window{}, false
+		}
+		sp, err := window.ParseSpecText(text)
+		if err != nil {
+			errs.add(field, "%v", err)
+			return window.Window{}, false
+		}
+		spec = sp
+	} else {
+		m, ok := object(raw, field, windowSpecFields, errs)
+		if !ok {
+			return window.Window{}, false
+		}
+		good := true
+		str := func(name string, dst *string) {
+			v, has := m[name]
+			if !has {
+				return
+			}
+			if json.Unmarshal(v, dst) != nil {
+				errs.add(join(field, name), "must be a string (got %s)", describe(v))
+				good = false
+			}
+		}
+		str("from", &spec.From)
+		str("to", &spec.To)
+		str("time_zone", &spec.TimeZone)
+		str("default_time_zone", &spec.DefaultTimeZone)
+		if v, has := m["days"]; has {
+			if json.Unmarshal(v, &spec.Days) != nil || len(spec.Days) == 0 {
+				errs.add(join(field, "days"), "must be a list of days such as [\"mon-fri\"] or [\"sat\", \"sun\"] (got %s)", describe(v))
+				good = false
+			}
+		}
+		if !good {
+			return window.Window{}, false
+		}
+	}
+	w, ferrs := spec.Window()
+	for _, fe := range ferrs {
+		errs.add(field+"."+fe.Field, "%s", fe.Message)
+	}
+	return w, len(ferrs) == 0
+}
 
 // ParseKeyPatch parses and validates a key PATCH body (or an NDJSON line of the bulk
 // form with its "key" member removed). Every problem is reported, each naming its field;
@@ -244,6 +340,14 @@ func ParseKeyPatch(body []byte) (KeyPatch, error) {
 				p.Paused = &b
 			default:
 				p.Unset |= FieldPaused
+			}
+		case "window":
+			if null {
+				p.Unset |= FieldWindow
+				continue
+			}
+			if w, ok := parseWindow(raw, name, &errs); ok {
+				p.Window = &w
 			}
 		case "until":
 			if null {
@@ -314,6 +418,13 @@ func (o KeyOverride) MergeKey(p KeyPatch, now time.Time) KeyOverride {
 	if p.Unset&FieldUntil != 0 {
 		o.Until = time.Time{}
 	}
+	if p.Unset&FieldWindow != 0 {
+		o.Window = nil
+	}
+	if p.Window != nil {
+		w := *p.Window // a copy of its own: stored windows are shared by readers
+		o.Window = &w
+	}
 	if p.Outflow != nil {
 		o.Outflow = *p.Outflow
 	}
@@ -358,10 +469,11 @@ func checkKeyOverride(r *rules.Rule, ro Override, o KeyOverride, now time.Time) 
 
 // KeyOverrideJSON is a key override as the admin API shows it.
 type KeyOverrideJSON struct {
-	Outflow   *RateJSON `json:"outflow,omitempty"`
-	Paused    bool      `json:"paused,omitempty"`
-	Until     string    `json:"until,omitempty"`
-	UpdatedAt string    `json:"updated_at"`
+	Outflow   *RateJSON    `json:"outflow,omitempty"`
+	Paused    bool         `json:"paused,omitempty"`
+	Window    *window.Spec `json:"window,omitempty"`
+	Until     string       `json:"until,omitempty"`
+	UpdatedAt string       `json:"updated_at"`
 }
 
 // View returns o as the admin API shows it.
@@ -373,6 +485,9 @@ func (o KeyOverride) View() KeyOverrideJSON {
 	}
 	if !o.Until.IsZero() {
 		v.Until = o.Until.UTC().Format(time.RFC3339)
+	}
+	if o.Window != nil {
+		v.Window = window.SpecOf(*o.Window)
 	}
 	return v
 }

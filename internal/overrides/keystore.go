@@ -135,7 +135,7 @@ func (s *KeyStore) ApplyKey(ctx context.Context, r *rules.Rule, ro Override, key
 				field = "for"
 			}
 			return KeyOverride{}, before, fmt.Errorf("overrides: %w", PatchErrors{{Field: field,
-				Message: "ends an override, but this key has none in force: give outflow or paused too"}})
+				Message: "ends an override, but this key has none in force: give outflow, paused or window too"}})
 		}
 		if !next.IsZero() {
 			if err := checkKeyOverride(r, ro, next, now); err != nil {

@@ -1,6 +1,7 @@
 // Package window is when a rule's deliveries may happen: the rule option
 // `delivery.window` (docs/rules.md), parsed by internal/rules and applied by the drain
-// engine, and the zone of a message (`time_zone` at submit, validated with LoadZone).
+// engine, and the zone of a message (`time_zone` at submit, validated with LoadZone). A
+// key's override may carry a window of its own (Spec, its JSON and one-line text form).
 //
 // # Model
 //
@@ -25,5 +26,7 @@
 // # Files
 //
 //   - window.go: Window, Open, NextOpen; ParseDays, ParseClock and LoadZone
+//   - spec.go: Spec, a window as JSON carries it (a key override's), checked naming its
+//     fields; its one-line text ("mon-fri 09:00-18:00 Europe/Paris")
 //   - doc.go: this overview
 package window

@@ -319,7 +319,20 @@
       fact(dl, "Outflow", rate(k.outflow) + (k.paused ? " (paused)" : ""));
       fact(dl, "From", k.source);
     }
+    if (k.window_source !== undefined) {
+      // The key's delivery window: its own override's, or the rule's delivery.window.
+      fact(dl, "Window", windowText(k.window));
+      fact(dl, "Window from", k.window_source);
+    }
     $("key-note").textContent = k.override ? "Set at " + when(k.override.updated_at) + "; change it with sluice tune " + name + " --key …" : "";
+  }
+
+  // windowText writes a window as `sluice tune --window` takes it; null: always open.
+  function windowText(w) {
+    if (!w) return "any time";
+    let t = w.from + "–" + w.to + " " + w.time_zone;
+    if (w.default_time_zone) t += " (else " + w.default_time_zone + ")";
+    return (w.days && w.days.length ? w.days.join(",") + " " : "") + t;
   }
 
   function fillOutflowForm(q, etag) {
