@@ -10,12 +10,10 @@
 //
 //   - server.go: Server, ServerConfig and NewServer (the routes), the status and cancel
 //     handlers, /readyz, the request metrics
-//   - submit.go: one submission from decoded request to answer: rule, admission, schedule,
-//     idempotency
+//   - submit.go: one submission from decoded request (internal/request's Submit) to
+//     answer: rule, admission, schedule, idempotency
 //   - trace.go: POST /v1/messages and the tracing of admissions
-//   - batch.go: batch submissions (a JSON array or NDJSON) and the body scanner
-//   - request.go: the submission's decoding and validation (media types, headers), on
-//     internal/request
+//   - batch.go: batch submissions (a JSON array or NDJSON), decoded by internal/request
 //   - auth.go: tokens and scopes, token files, the admin API's and submissions'
 //     authentication
 //   - auditcalls.go: the audit of refused and failed admin calls and of cancels

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-io/sluice/internal/decide"
 	"github.com/sluice-io/sluice/internal/httpx"
 	"github.com/sluice-io/sluice/internal/redact"
+	"github.com/sluice-io/sluice/internal/request"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
 	"github.com/sluice-io/sluice/internal/telemetry"
@@ -326,7 +327,7 @@ type submitResponse struct {
 func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 	// The media type first: a body that is not declared JSON (a cross-site form, text/plain)
 	// is not even read.
-	media, prob := submitMediaType(r)
+	media, prob := request.SubmitMediaType(r)
 	if prob != nil {
 		httpx.WriteProblem(w, *prob)
 		return
@@ -338,12 +339,12 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, *prob)
 		return
 	}
-	if isBatch(media, body) {
+	if request.IsBatch(media, body) {
 		s.handleBatch(w, r, body)
 		return
 	}
-	var req submitRequest
-	if p := decodeSubmit(r, body, &req); p != nil {
+	var req request.Submit
+	if p := request.DecodeSubmit(r, body, &req); p != nil {
 		httpx.WriteProblem(w, *p)
 		return
 	}
@@ -357,12 +358,12 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, httpx.BadRequest("idempotency_key", "differs from the Idempotency-Key header"))
 		return
 	}
-	if p := req.validate(); p != nil {
+	if p := req.Validate(); p != nil {
 		httpx.WriteProblem(w, *p)
 		return
 	}
-	req.traceParent, req.traceState = telemetry.FromHTTP(r.Header)
-	req.depth = prefersDepth(r.Header)
+	req.TraceParent, req.TraceState = telemetry.FromHTTP(r.Header)
+	req.Depth = request.PrefersDepth(r.Header)
 	s.write(w, s.submit(r.Context(), &req))
 }
 

@@ -1,20 +1,15 @@
 package ingress
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluice-io/sluice/internal/admit"
 	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/request"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
 	"github.com/sluice-io/sluice/internal/telemetry"
@@ -52,7 +47,7 @@ func writeOutcome(w http.ResponseWriter, o outcome) {
 	case o.queued:
 		w.Header().Set("Location", "/v1/messages/"+o.resp.ID)
 		if o.depth > 0 {
-			w.Header()["Preference-Applied"] = []string{PreferDepth}
+			w.Header()["Preference-Applied"] = []string{request.PreferDepth}
 		}
 		writeQueued(w, o.resp.ID, o.depth, o.cap, o.eta)
 	default:
@@ -63,41 +58,17 @@ func writeOutcome(w http.ResponseWriter, o outcome) {
 
 // submission is one decoded, validated submission between its checks and its answer.
 type submission struct {
-	req    *submitRequest
+	req    *request.Submit
 	rule   *rules.Rule
 	msg    queue.Message
 	at     time.Time // when it asks to be delivered, if later than now (scheduled); else zero
-	digest string    // req.digest(), for an admission now
+	digest string    // req.Digest(), for an admission now
 	idem   string    // req.IdempotencyKey as claimed: idempotencyKey's
 }
 
 // options are the submission's admission options.
 func (sub *submission) options() admit.Options {
-	return admit.Options{Park: true, IdempotencyKey: sub.idem, RequestDigest: sub.digest, Depth: sub.req.depth}
-}
-
-// PreferDepth is the preference (RFC 7240) by which a submission asks for its key's depth
-// and its eta in the 202: "Prefer: return=representation". The own engine writes no depth
-// counts on admission, so these cost a stream request after the publish, which only the
-// callers who read them should pay; the claim engine's admission counts them anyway and
-// always answers them. A 202 that carries them says "Preference-Applied: return=representation".
-const PreferDepth = "return=representation"
-
-// prefersDepth reports whether h's Prefer fields ask for return=representation (a
-// preference's parameters after ';' and a quoted value are allowed; names and the value
-// are case-insensitive).
-func prefersDepth(h http.Header) bool {
-	for _, v := range h.Values("Prefer") {
-		for pref := range strings.SplitSeq(v, ",") {
-			pref, _, _ = strings.Cut(pref, ";")
-			name, val, ok := strings.Cut(strings.TrimSpace(pref), "=")
-			if ok && strings.EqualFold(strings.TrimSpace(name), "return") &&
-				strings.EqualFold(strings.Trim(strings.TrimSpace(val), `"`), "representation") {
-				return true
-			}
-		}
-	}
-	return false
+	return admit.Options{Park: true, IdempotencyKey: sub.idem, RequestDigest: sub.digest, Depth: sub.req.Depth}
 }
 
 // idempotencyKey is the idempotency key k as it is claimed in Redis: with -submit-tokens,
@@ -116,7 +87,7 @@ func idempotencyKey(ctx context.Context, k string) string {
 }
 
 // submit admits one decoded, validated submission.
-func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
+func (s *Server) submit(ctx context.Context, req *request.Submit) outcome {
 	sub, o, ok := s.prepare(ctx, req)
 	if !ok {
 		return o
@@ -130,7 +101,7 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 
 // prepare matches a submission's rule and builds its message; when it cannot be admitted
 // (no rule, no queue, a field at fault) ok is false and o is the answer.
-func (s *Server) prepare(ctx context.Context, req *submitRequest) (sub submission, o outcome, ok bool) {
+func (s *Server) prepare(ctx context.Context, req *request.Submit) (sub submission, o outcome, ok bool) {
 	set := s.cfg.Rules()
 	match, ok := set.Match(req.Domain, ruleEntries(req.Descriptor))
 	if !ok {
@@ -149,12 +120,12 @@ func (s *Server) prepare(ctx context.Context, req *submitRequest) (sub submissio
 		return sub, s.internalOutcome(rule.Name, err), false
 	}
 	msg := queue.Message{ID: id, Key: match.Key, Payload: req.Payload, CreatedAt: now, // decodeJSON copied the payload out of the pooled body
-		ExpiresAt: req.expiresAt(now, rule.Queue.MaxAge), Headers: req.headers(),
-		TraceParent: req.traceParent, TraceState: req.traceState}
+		ExpiresAt: req.Expiry(now, rule.Queue.MaxAge), Headers: req.MessageHeaders(),
+		TraceParent: req.TraceParent, TraceState: req.TraceState}
 	if telemetry.On() {
 		traceAdmission(ctx, &msg, rule.Name)
 	}
-	at := req.deliverAt(now)
+	at := req.DeliveryTime(now)
 	if msg.Expired(now) || (!msg.ExpiresAt.IsZero() && at.After(msg.ExpiresAt)) {
 		field := "ttl"
 		if req.ExpiresAt != "" {
@@ -166,7 +137,7 @@ func (s *Server) prepare(ctx context.Context, req *submitRequest) (sub submissio
 	if at.After(now) {
 		sub.at = at
 	} else {
-		sub.digest = req.digest()
+		sub.digest = req.Digest()
 	}
 	return sub, outcome{}, true
 }
@@ -255,7 +226,7 @@ func rateLimitOf(res admit.Result) httpx.RateLimit { return res.RateLimit() }
 // scheduled messages are capped at submit (the rule's max_scheduled), so a burst for 09:00
 // is refused now rather than dead-lettered later. Nothing is written to Redis but an
 // idempotency key, when given.
-func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Message, req *submitRequest, at time.Time) outcome {
+func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Message, req *request.Submit, at time.Time) outcome {
 	now := msg.CreatedAt
 	if max := s.cfg.MaxDelay; at.Sub(now) > max {
 		field := "delay"
@@ -268,7 +239,7 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 	if park == nil {
 		return problemOutcome(httpx.Unavailable("", "no retry stream to keep scheduled messages in", time.Second))
 	}
-	digest := req.digest()
+	digest := req.Digest()
 	claim := queue.IdempotencyValue(msg.ID, digest)
 	idem := idempotencyKey(ctx, req.IdempotencyKey)
 	if idem != "" {
@@ -366,37 +337,6 @@ func keyReusedOutcome(key, owner string) outcome {
 		"message " + owner + "; send new work under a new key, or repeat the original request exactly"))
 }
 
-// digest identifies a submission for its idempotency key: a hash of its domain, descriptor
-// and payload (compacted, so whitespace does not count), 22 characters; "" without a key.
-func (req *submitRequest) digest() string {
-	if req.IdempotencyKey == "" {
-		return ""
-	}
-	// The bytes hashed are fixed across versions (a claim's digest is compared by every
-	// ingress that sees a repeat): length-prefixed fields, then the payload without
-	// insignificant whitespace. They are built in one buffer and hashed at once.
-	var stack [512]byte
-	b := stack[:0]
-	field := func(s string) { // length-prefixed: no two requests write the same bytes
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
-	}
-	field(req.Domain)
-	for _, e := range req.Descriptor {
-		field(e.Key)
-		field(e.Value)
-	}
-	if bytes.IndexAny(req.Payload, " \t\r\n") < 0 {
-		b = append(b, req.Payload...) // compact already (json.Compact only drops whitespace)
-	} else if compact := bytes.NewBuffer(b); json.Compact(compact, req.Payload) == nil {
-		b = compact.Bytes()
-	} else {
-		b = append(b, req.Payload...)
-	}
-	sum := sha256.Sum256(b)
-	return base64.RawURLEncoding.EncodeToString(sum[:16])
-}
-
 // replayOwner answers a repeated idempotency key with the message that owns it: 200 and
 // where it is now, or without a state once it has left sluice (delivered or purged; it is
 // no longer tracked). done is false when the owner was issued within the stream's
@@ -461,3 +401,12 @@ func (s *Server) internalOutcome(rule string, err error) outcome {
 
 // DefaultMaxDelay is how far ahead a submission may ask to be delivered by default.
 const DefaultMaxDelay = 30 * 24 * time.Hour
+
+// ruleEntries are a descriptor's entries as the rules match them.
+func ruleEntries(es []request.Entry) []rules.Entry {
+	out := make([]rules.Entry, len(es))
+	for i, e := range es {
+		out[i] = rules.Entry{Key: e.Key, Value: e.Value}
+	}
+	return out
+}
