@@ -3,6 +3,7 @@ package ingress
 import (
 	"github.com/sluice-io/sluice/internal/admin"
 	"github.com/sluice-io/sluice/internal/request"
+	"github.com/sluice-io/sluice/internal/submit"
 )
 
 // ScanSubmission decodes a plain single submission as the ingress does (scanOne), for the
@@ -18,7 +19,7 @@ func ScanSubmission(body []byte) (key string, payload []byte, ok bool) {
 
 // WriteQueued writes the 202 body of a queued message as the ingress does, for the floor
 // handlers.
-var WriteQueued = writeQueued
+var WriteQueued = submit.WriteQueued
 
 // SetAdminHooks sets the test seams of s's admin handler (admin.Admin.SetHooks): afterStore
 // runs once a PATCH's override is stored, afterReplay after each dead letter a replay-all

@@ -100,7 +100,7 @@ func (req *Submit) DeliveryTime(now time.Time) time.Time {
 	return time.Time{}
 }
 
-// DecodeSubmitJSON decodes one submission as serveSubmit does, its media type checked
+// DecodeSubmitJSON decodes one submission as internal/submit does, its media type checked
 // (SubmitMediaType), with encoding/json alone: what DecodeSubmit's scanner is held to
 // (TestScanOneDecodesAsTheDecoder, FuzzSubmitBody).
 func DecodeSubmitJSON(r *http.Request, body []byte, v any) *httpx.Problem {
@@ -168,7 +168,7 @@ func SubmitMediaType(r *http.Request) (Media, *httpx.Problem) {
 // earlier hand-written decoder, fastjson.go, was removed in v0.4.0 when it measured 3 %;
 // the scanner is shared with batches, so nothing is kept for this alone.)
 // An Idempotency-Key header is checked here too, and named when at fault: present, it is
-// 1–256 bytes of UTF-8, once (serveSubmit then takes it when the body has no key).
+// 1–256 bytes of UTF-8, once (internal/submit then takes it when the body has no key).
 func DecodeSubmit(r *http.Request, body []byte, req *Submit) *httpx.Problem {
 	if p := CheckIdempotencyHeader(r); p != nil {
 		return p

@@ -64,7 +64,7 @@ func FuzzSubmitBody(f *testing.F) {
 		r := httptest.NewRequest(http.MethodPost, "/v1/messages", nil)
 		r.Header.Set("Content-Type", contentType)
 		var req Submit
-		_, p := SubmitMediaType(r) // as serveSubmit checks it first
+		_, p := SubmitMediaType(r) // as internal/submit checks it first
 		if p == nil {
 			p = DecodeSubmit(r, body, &req)
 		}

@@ -1,4 +1,4 @@
-package ingress
+package submit
 
 import (
 	"context"
@@ -39,7 +39,7 @@ const batchConcurrency = 64
 // batch with the same idempotency keys to learn which (repeats answer 200). Authorization
 // is the exception: with -submit-tokens, an item the token may not submit (another domain)
 // refuses the whole batch, 403 naming the item, before anything is admitted.
-func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte) {
+func (s *Service) handleBatch(w http.ResponseWriter, r *http.Request, body []byte) {
 	if len(r.Header.Values("Idempotency-Key")) > 0 { // even empty
 		httpx.WriteProblem(w, httpx.BadRequest("Idempotency-Key", "a batch takes an idempotency_key per item, not the header"))
 		return
@@ -59,7 +59,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte
 		if problems[i] != nil {
 			continue
 		}
-		if p := submitRefused(ctx, reqs[i].Domain, i); p != nil {
+		if p := s.submitRefused(ctx, reqs[i].Domain, i); p != nil {
 			httpx.WriteProblem(w, *p)
 			return
 		}
@@ -122,14 +122,14 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, body []byte
 }
 
 // concludeItem is item i's answer from its admission.
-func (s *Server) concludeItem(ctx context.Context, sub *submission, a *admit.BatchAdmission, i int) outcome {
+func (s *Service) concludeItem(ctx context.Context, sub *submission, a *admit.BatchAdmission, i int) outcome {
 	return batchOutcome(s.conclude(ctx, sub, a.Result, a.Err), i)
 }
 
 // eachKey runs f on the items at idx: those of one domain and descriptor (one queue key)
 // one after the other in their order, different keys concurrently (at most
 // batchConcurrency at once). It returns when every f has returned.
-func (s *Server) eachKey(reqs []request.Submit, idx []int, f func(i int)) {
+func (s *Service) eachKey(reqs []request.Submit, idx []int, f func(i int)) {
 	if len(idx) == 0 {
 		return
 	}
@@ -191,7 +191,7 @@ func groupKey(req *request.Submit) string {
 //	{"accepted": 202s and 200s (repeats), "refused": the others, "items": [...]}
 //
 // one item per submission in order, each its status with the fields of its answer (a
-// submission's 202 or 200 body, or its problem). It is written directly, as writeQueued
+// submission's 202 or 200 body, or its problem). It is written directly, as WriteQueued
 // writes a single answer: encoding/json's reflection over every item was a tenth of a
 // batch item's CPU.
 func writeBatch(w http.ResponseWriter, items []outcome) {
