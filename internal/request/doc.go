@@ -7,8 +7,8 @@
 // The check body (POST /v1/check, POST /json) is decoded here whole (Check), and so is the
 // submission body of POST /v1/messages (Submit): its media type, one submission or a batch
 // (a JSON array or NDJSON) into validated requests, each problem naming its field
-// ([2].descriptor, headers.X-Tenant, Content-Type). internal/ingress reads the body and
-// admits what this package decoded.
+// (descriptor, headers.X-Tenant, Content-Type; internal/submit prefixes a batch item's
+// index: [2].descriptor). internal/submit admits what this package decoded.
 //
 // # Files
 //

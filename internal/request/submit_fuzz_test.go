@@ -150,3 +150,48 @@ func FuzzSplitBatch(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeBatch: a batch body (a JSON array or NDJSON) is decoded without a server, as
+// the submission service decodes it. It never panics; the whole batch is refused (400 or
+// 413, with a reason) or every item has its own answer: a 400 that says why, or a
+// submission that validates, with a domain, a descriptor and a JSON payload.
+func FuzzDecodeBatch(f *testing.F) {
+	for _, s := range []string{
+		`[` + typicalSubmit + `,` + typicalSubmit + `]`,
+		typicalSubmit + "\n" + typicalSubmit + "\n",
+		`[{"domain":"d","descriptor":[{"key":"k","value":"v"}],"payload":1,"idempotency_key":""}]`,
+		`[{"domain":"d","descriptor":[{"key":"k","value":"v"}],"payload":1,"headers":{"Host":"x"}}, 1, {}]`,
+		`[{"domain":"d","descriptor":[{"key":"k","value":"v"}],"payload":1,"delay":"-1s"}]`,
+		`[]`, "\n\n", `[1,]`, "{\"domain\":\"\xff\"}\n",
+	} {
+		f.Add([]byte(s))
+	}
+	const max = 20
+	f.Fuzz(func(t *testing.T, body []byte) {
+		reqs, problems, p := DecodeBatch(body, max, nil)
+		if p != nil {
+			if (p.Status != http.StatusBadRequest && p.Status != http.StatusRequestEntityTooLarge) || p.Detail == "" {
+				t.Fatalf("a batch refused without a reason: %+v", p)
+			}
+			return
+		}
+		if len(reqs) == 0 || len(reqs) > max || len(problems) != len(reqs) {
+			t.Fatalf("%d items, %d problems (at most %d items)", len(reqs), len(problems), max)
+		}
+		for i := range reqs {
+			p := problems[i]
+			if p == nil {
+				p = reqs[i].Validate()
+			}
+			if p != nil {
+				if p.Status != http.StatusBadRequest || p.Detail == "" {
+					t.Fatalf("item %d refused without a reason: %+v", i, p)
+				}
+				continue
+			}
+			if reqs[i].Domain == "" || len(reqs[i].Descriptor) == 0 || !json.Valid(reqs[i].Payload) {
+				t.Fatalf("item %d accepted as %+v", i, reqs[i])
+			}
+		}
+	})
+}

@@ -34,8 +34,10 @@ type Config struct {
 	// context); nil, or false, for none (open mode).
 	CallerOf func(ctx context.Context) (Caller, bool)
 	Registry prometheus.Registerer // sluice_admissions_total; nil: not registered
-	Logger   *slog.Logger
-	Now      func() time.Time
+	// Logger's messages keep the "ingress: " prefix they had before the service left
+	// internal/ingress: operators' alerts and searches match it.
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Caller is the token that authenticated a request, as the service needs it: its name,
@@ -157,7 +159,7 @@ func (s *Service) FlushRefusals(ctx context.Context, sched *queue.Scheduler, eve
 			cancel()
 			if err != nil && time.Since(lastLog) > time.Minute {
 				lastLog = time.Now()
-				s.cfg.Logger.Warn("submit: refusal counts not written (admin refused/s undercounts)", "err", err)
+				s.cfg.Logger.Warn("ingress: refusal counts not written (admin refused/s undercounts)", "err", err)
 			}
 		}
 	}

@@ -86,7 +86,7 @@ func (s *Service) writeLocateError(w http.ResponseWriter, id string, err error) 
 		}
 		httpx.WriteProblem(w, httpx.NotTracked(detail, rule, key, issuedAt))
 	default:
-		s.cfg.Logger.Warn("submit: message not readable", "id", id, "err", err)
+		s.cfg.Logger.Warn("ingress: message not readable", "id", id, "err", err)
 		httpx.WriteProblem(w, httpx.Unavailable("", "the queue store (NATS JetStream) or Redis did not answer", time.Second))
 	}
 }
@@ -110,7 +110,7 @@ func (s *Service) handleCancel(w http.ResponseWriter, r *http.Request) {
 			": only a message that is queued, parked or waiting for a delivery retry can be cancelled", nc.Status.State))
 		return
 	case errors.Is(err, status.ErrOutcomeUnknown):
-		s.cfg.Logger.Warn("submit: cancel sent, outcome unknown", "id", id, "err", err)
+		s.cfg.Logger.Warn("ingress: cancel sent, outcome unknown", "id", id, "err", err)
 		httpx.WriteProblem(w, httpx.OutcomeUnknown("the delete was sent to the queue store (NATS JetStream) and its answer was lost: "+
 			"the message may be cancelled. GET it to see; a cancel again answers 404 #no-longer-tracked if this one went through"))
 		return

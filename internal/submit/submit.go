@@ -167,12 +167,12 @@ func (s *Service) conclude(ctx context.Context, sub *submission, res admit.Resul
 		// stored, and a retry under the same key re-admits under the same message id, which
 		// the stream's duplicate window then recognises.
 		if errors.Is(err, admit.ErrStoreFull) {
-			s.cfg.Logger.Warn("submit: message not stored: the queue store is full", "rule", rule.Name, "err", err)
+			s.cfg.Logger.Warn("ingress: message not stored: the queue store is full", "rule", rule.Name, "err", err)
 			return s.storeFullOutcome(rule.Name)
 		}
 		s.admissions.WithLabelValues(rule.Name, decisionError).Inc()
 		if errors.Is(err, admit.ErrUnavailable) {
-			s.cfg.Logger.Warn("submit: message not stored", "rule", rule.Name, "key", msg.Key, "err", err)
+			s.cfg.Logger.Warn("ingress: message not stored", "rule", rule.Name, "key", msg.Key, "err", err)
 			return problemOutcome(httpx.Unavailable("Cannot store the message now", "the queue store (NATS JetStream) is unreachable; nothing was stored", s.cfg.Unavailable))
 		}
 		return s.internalOutcome(rule.Name, err)
@@ -247,7 +247,7 @@ func (s *Service) schedule(ctx context.Context, rule *rules.Rule, msg queue.Mess
 		owner, err := s.cfg.Admitter.Redis.ClaimNow(ctx, rule.Name, idem, claim)
 		switch {
 		case err != nil:
-			s.cfg.Logger.Warn("submit: idempotency key not checked (Redis unreachable)", "rule", rule.Name, "err", err)
+			s.cfg.Logger.Warn("ingress: idempotency key not checked (Redis unreachable)", "rule", rule.Name, "err", err)
 		case owner != claim:
 			ownerID, ownerDigest := queue.SplitIdempotencyValue(owner)
 			if ownerDigest != "" && ownerDigest != digest {
@@ -293,7 +293,7 @@ func (s *Service) schedule(ctx context.Context, rule *rules.Rule, msg queue.Mess
 		if errors.Is(err, retry.ErrFull) {
 			release()
 		}
-		s.cfg.Logger.Warn("submit: scheduled message not stored", "rule", rule.Name, "key", msg.Key, "err", err)
+		s.cfg.Logger.Warn("ingress: scheduled message not stored", "rule", rule.Name, "key", msg.Key, "err", err)
 		return problemOutcome(httpx.Unavailable("Cannot store the message now", "the retry stream (NATS JetStream) did not store it; nothing was stored", s.cfg.Unavailable))
 	}
 	s.admissions.WithLabelValues(rule.Name, decisionScheduled).Inc()
@@ -378,7 +378,7 @@ func (s *Service) ownerOutcome(id string, st status.Status, err error, unknown s
 	case errors.As(err, &gone) || errors.Is(err, status.ErrNeverSeen):
 		return replayOutcome(status.Status{ID: id})
 	default:
-		s.cfg.Logger.Warn("submit: the message owning an idempotency key cannot be looked up", "id", id, "err", err)
+		s.cfg.Logger.Warn("ingress: the message owning an idempotency key cannot be looked up", "id", id, "err", err)
 		return problemOutcome(httpx.Unavailable("Cannot check the idempotency key now",
 			"an earlier request used this idempotency key, and the queue store (NATS JetStream) cannot say now "+
 				unknown+"; nothing was stored by this request",
@@ -396,7 +396,7 @@ func replayOutcome(st status.Status) outcome {
 }
 
 func (s *Service) internalOutcome(rule string, err error) outcome {
-	s.cfg.Logger.Error("submit: internal error", "rule", rule, "err", err)
+	s.cfg.Logger.Error("ingress: internal error", "rule", rule, "err", err)
 	return problemOutcome(httpx.Internal())
 }
 
