@@ -93,12 +93,6 @@ type ServerConfig struct {
 
 // NewServer builds the server and registers its metrics on cfg.Registry.
 func NewServer(cfg ServerConfig) *Server {
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = DefaultMaxBatch
-	}
-	if cfg.MaxDelay <= 0 {
-		cfg.MaxDelay = DefaultMaxDelay
-	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 1 << 20
 	}
@@ -114,9 +108,6 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.OverrideMaxWindow <= 0 {
 		cfg.OverrideMaxWindow = decide.DefaultOverrideMaxWindow
 	}
-	if cfg.Unavailable <= 0 {
-		cfg.Unavailable = 2 * time.Second
-	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
@@ -128,6 +119,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s.checks = decide.New(decide.Config{Rules: cfg.Rules, Limits: cfg.Limits, GRPCResponseHeaders: cfg.GRPCResponseHeaders,
 		Envoy: cfg.Envoy, OverrideMaxFactor: cfg.OverrideMaxFactor, OverrideMaxWindow: cfg.OverrideMaxWindow,
 		Callers: checkCallersOf(cfg), Bodies: &s.bodies, Registry: cfg.Registry, Logger: cfg.Logger, Now: cfg.Now})
+	// MaxBatch, MaxDelay and Unavailable take their defaults in submit.New.
 	s.submits = submit.New(submit.Config{Rules: cfg.Rules, Admitter: cfg.Admitter, Status: cfg.Status, Bodies: &s.bodies,
 		MaxBatch: cfg.MaxBatch, MaxDelay: cfg.MaxDelay, Unavailable: cfg.Unavailable, CallerOf: submitCaller,
 		Registry: cfg.Registry, Logger: cfg.Logger, Now: cfg.Now})
@@ -263,13 +255,6 @@ func (s *Server) instrument(route string, h http.Handler) http.Handler {
 		s.metrics.httpDuration.WithLabelValues(route, codeStrings[code]).Observe(time.Since(start).Seconds())
 	})
 }
-
-// readBody reads the request body up to MaxBody; a larger body is a 413.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *[]byte, *httpx.Problem) {
-	return s.bodies.Read(w, r)
-}
-
-func (s *Server) releaseBody(bp *[]byte) { s.bodies.Release(bp) }
 
 // Checks is the decision service the server routes /v1/check and /json to; its
 // NewGRPCServer serves the envoy RLS over gRPC.
