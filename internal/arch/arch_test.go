@@ -39,6 +39,14 @@ var wrongWay = []struct{ from, to, why string }{
 	{"internal/request", "queue", "request decoding is pure: no NATS or Redis"},
 	{"internal/request", "github.com/nats-io/nats.go", "request decoding is pure: no NATS"},
 	{"internal/request", "github.com/redis/go-redis/v9", "request decoding is pure: no Redis"},
+	{"internal/request", "internal/submit", "request decoding is pure: no server (the submission service is above it)"},
+	{"internal/request", "internal/admin", "request decoding is pure: no server"},
+	{"internal/request", "google.golang.org/grpc", "request decoding is pure: no gRPC server"},
+	{"internal/submit", "internal/process", "the submission service is a handler package: processes are assembled in internal/process/…, which imports it"},
+	{"internal/submit", "internal/drain", "the submission service is a handler package: it never builds or reads the drainer"},
+	{"internal/submit", "internal/ingress", "the submission service is below the HTTP server that mounts it"},
+	{"internal/submit", "internal/admin", "the submission service and the admin API are side by side"},
+	{"internal/submit", "internal/decide", "the submission service and the decision service are side by side"},
 }
 
 // TestNoWrongWayArrows: none of wrongWay's arrows is in `go list -deps` (tests' own imports

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/submit"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -427,7 +427,7 @@ func (s *Server) authenticate(h http.Handler) http.Handler {
 // submitAuth guards POST /v1/messages and DELETE /v1/messages/{id} when -submit-tokens is
 // set: a submit token is needed, and a token for one domain submits to that domain only.
 // A cancel's domain (that of the id's rule) is checked here; a submission's domains are
-// checked by the handler once the body is decoded (submitRefused), for a single
+// checked by the handler once the body is decoded (internal/submit), for a single
 // submission and for every item of a batch alike — a check here that read one object's
 // "domain" saw nothing in a JSON array or NDJSON and let a batch through to any domain.
 func (s *Server) submitAuth(h http.HandlerFunc) http.HandlerFunc {
@@ -470,7 +470,7 @@ func (s *Server) submitAuth(h http.HandlerFunc) http.HandlerFunc {
 // for the domain of the id's rule (or for every domain) reads it, and so does an admin
 // token (any scope: read is enough). The domain is the one the id names, so a refused
 // lookup costs no read of any store; an id that names no rule (never seen, or an id of an
-// earlier version) is checked again on the answer (authorizedFor).
+// earlier version) is checked again on the answer (internal/submit).
 func (s *Server) statusAuth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Auth == nil || s.cfg.Auth.Submit == nil {
@@ -505,16 +505,6 @@ func (s *Server) statusAuth(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// authorizedFor reports whether the request's token (if any) may see a message of domain:
-// a submit token for one domain sees that domain's messages only.
-func authorizedFor(r *http.Request, domain string) (Token, bool) {
-	t, ok := TokenOf(r.Context())
-	if !ok || t.Scope != ScopeSubmit || t.Domain == "" {
-		return t, true
-	}
-	return t, t.Domain == domain
-}
-
 // idDomain is the domain of the queue rule message id names; false when it names none in
 // force (or is not an id of this version).
 func (s *Server) idDomain(id string) (string, bool) {
@@ -528,25 +518,6 @@ func (s *Server) idDomain(id string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// submitRefused is the 403 of a submission to domain when the request's submit token (ctx)
-// may submit to another domain only; nil when it may (or no token is configured). item is
-// the submission's index in a batch, or -1 for a single one: the problem then names the
-// item ("[3].domain"), and says the whole batch was refused.
-func submitRefused(ctx context.Context, domain string, item int) *httpx.Problem {
-	t, ok := TokenOf(ctx)
-	if !ok || t.Domain == "" || domain == t.Domain {
-		return nil
-	}
-	p := httpx.Forbidden(fmt.Sprintf("token %q may submit to domain %q only", t.Name, t.Domain))
-	p.Field = "domain"
-	if item >= 0 {
-		p.Field = "[" + strconv.Itoa(item) + "].domain"
-		p.Detail = fmt.Sprintf("item %d is for domain %q: token %q may submit to domain %q only; "+
-			"the batch is refused whole and none of its items was stored", item, domain, t.Name, t.Domain)
-	}
-	return &p
 }
 
 // cancelDomain is the domain of the rule of a cancel's message id; false when the id names
@@ -600,4 +571,12 @@ func OpenAuth(c AuthFiles, log *slog.Logger) (*Auth, error) {
 		}
 	}
 	return a, nil
+}
+
+// submitCaller is the request's token as the submission service needs it
+// (submit.Config.CallerOf): a submit token's domain bounds what it submits and reads, and
+// its name scopes its idempotency keys.
+func submitCaller(ctx context.Context) (submit.Caller, bool) {
+	t, ok := TokenOf(ctx)
+	return submit.Caller{Name: t.Name, Submit: t.Scope == ScopeSubmit, Domain: t.Domain}, ok
 }

@@ -1,13 +1,17 @@
 package ingress
 
-import "github.com/sluice-io/sluice/internal/admin"
+import (
+	"github.com/sluice-io/sluice/internal/admin"
+	"github.com/sluice-io/sluice/internal/request"
+	"github.com/sluice-io/sluice/internal/submit"
+)
 
 // ScanSubmission decodes a plain single submission as the ingress does (scanOne), for the
 // admission report's floor handlers: the descriptor's first value and the payload; ok is
 // false for a body the scanner leaves to encoding/json.
 func ScanSubmission(body []byte) (key string, payload []byte, ok bool) {
-	var req submitRequest
-	if !scanOne(body, &req) || len(req.Descriptor) == 0 {
+	var req request.Submit
+	if !request.ScanOne(body, &req) || len(req.Descriptor) == 0 {
 		return "", nil, false
 	}
 	return req.Descriptor[0].Value, req.Payload, true
@@ -15,7 +19,7 @@ func ScanSubmission(body []byte) (key string, payload []byte, ok bool) {
 
 // WriteQueued writes the 202 body of a queued message as the ingress does, for the floor
 // handlers.
-var WriteQueued = writeQueued
+var WriteQueued = submit.WriteQueued
 
 // SetAdminHooks sets the test seams of s's admin handler (admin.Admin.SetHooks): afterStore
 // runs once a PATCH's override is stored, afterReplay after each dead letter a replay-all

@@ -4,31 +4,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics of the ingress (docs/metrics.md). Labels never carry a key.
+// metrics of the ingress (docs/metrics.md); sluice_admissions_total is internal/submit's.
+// Labels never carry a key.
 type metrics struct {
-	admissions   *prometheus.CounterVec   // sluice_admissions_total{rule,decision}
 	httpDuration *prometheus.HistogramVec // sluice_http_request_duration_seconds{route,code}
 	degraded     prometheus.Gauge         // sluice_limiter_degraded
 	rulesReload  *prometheus.CounterVec   // sluice_rules_reload_total{result}
 	rulesLoaded  prometheus.Gauge         // sluice_rules_loaded
 }
 
-// Admission decisions (sluice_admissions_total{decision}).
-const (
-	decisionQueued    = "queued"
-	decisionParked    = "parked"
-	decisionScheduled = "scheduled"
-	decisionRejected  = "rejected"
-	decisionDuplicate = "duplicate"
-	decisionError     = "error"
-)
-
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_admissions_total",
-			Help: "Requests to POST /v1/messages by rule and decision (queued, parked, rejected, duplicate, error).",
-		}, []string{"rule", "decision"}),
 		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_http_request_duration_seconds",
 			Help:    "HTTP request durations by route pattern and status code.",
@@ -47,6 +33,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Number of rules in force.",
 		}),
 	}
-	reg.MustRegister(m.admissions, m.httpDuration, m.degraded, m.rulesReload, m.rulesLoaded)
+	reg.MustRegister(m.httpDuration, m.degraded, m.rulesReload, m.rulesLoaded)
 	return m
 }

@@ -2,15 +2,12 @@ package ingress
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"path"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,10 +19,9 @@ import (
 	"github.com/sluice-io/sluice/internal/console"
 	"github.com/sluice-io/sluice/internal/decide"
 	"github.com/sluice-io/sluice/internal/httpx"
-	"github.com/sluice-io/sluice/internal/redact"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
-	"github.com/sluice-io/sluice/internal/telemetry"
+	"github.com/sluice-io/sluice/internal/submit"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -35,59 +31,22 @@ type Server struct {
 	metrics *metrics
 	mux     *http.ServeMux
 	bodies  httpx.Bodies
-	refused refusals
+	submits *submit.Service // POST /v1/messages, GET and DELETE /v1/messages/{id} (internal/submit)
 	checks  *decide.Service // POST /v1/check, POST /json and the gRPC RLS (internal/decide)
 	audits  *auditCalls     // refused and failed admin calls, cancels (auditcalls.go)
 }
 
-// refusals counts this process's 429s per rule between two flushes to Redis (see
-// FlushRefusals), where every ingress's counts add up for the admin API's refused/s.
-type refusals struct {
-	mu     sync.Mutex
-	counts map[string]int64
-}
-
-func (r *refusals) add(rule string) {
-	r.mu.Lock()
-	if r.counts == nil {
-		r.counts = map[string]int64{}
-	}
-	r.counts[rule]++
-	r.mu.Unlock()
-}
-
-func (r *refusals) take() map[string]int64 {
-	r.mu.Lock()
-	c := r.counts
-	r.counts = nil
-	r.mu.Unlock()
-	return c
-}
-
-// FlushRefusals writes the refusals counted since the last flush to Redis every interval
-// until ctx ends. Counts that cannot be written are dropped (they only feed a rate shown
-// to operators) and the failure is logged once per minute at most.
+// FlushRefusals writes the submission service's refusal counts to Redis every interval
+// until ctx ends (submit.Service.FlushRefusals).
 func (s *Server) FlushRefusals(ctx context.Context, sched *queue.Scheduler, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	var lastLog time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if c := s.refused.take(); len(c) > 0 {
-			wctx, cancel := context.WithTimeout(ctx, every)
-			err := sched.AddRefused(wctx, c, s.cfg.Now())
-			cancel()
-			if err != nil && time.Since(lastLog) > time.Minute {
-				lastLog = time.Now()
-				s.cfg.Logger.Warn("ingress: refusal counts not written (admin refused/s undercounts)", "err", err)
-			}
-		}
-	}
+	s.submits.FlushRefusals(ctx, sched, every)
 }
+
+// Defaults of the submission service (internal/submit), for the flag table.
+const (
+	DefaultMaxBatch = submit.DefaultMaxBatch
+	DefaultMaxDelay = submit.DefaultMaxDelay
+)
 
 // ServerConfig holds what the server needs. Rules, Admitter and Status are required.
 type ServerConfig struct {
@@ -134,12 +93,6 @@ type ServerConfig struct {
 
 // NewServer builds the server and registers its metrics on cfg.Registry.
 func NewServer(cfg ServerConfig) *Server {
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = DefaultMaxBatch
-	}
-	if cfg.MaxDelay <= 0 {
-		cfg.MaxDelay = DefaultMaxDelay
-	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 1 << 20
 	}
@@ -155,9 +108,6 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.OverrideMaxWindow <= 0 {
 		cfg.OverrideMaxWindow = decide.DefaultOverrideMaxWindow
 	}
-	if cfg.Unavailable <= 0 {
-		cfg.Unavailable = 2 * time.Second
-	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
@@ -169,11 +119,15 @@ func NewServer(cfg ServerConfig) *Server {
 	s.checks = decide.New(decide.Config{Rules: cfg.Rules, Limits: cfg.Limits, GRPCResponseHeaders: cfg.GRPCResponseHeaders,
 		Envoy: cfg.Envoy, OverrideMaxFactor: cfg.OverrideMaxFactor, OverrideMaxWindow: cfg.OverrideMaxWindow,
 		Callers: checkCallersOf(cfg), Bodies: &s.bodies, Registry: cfg.Registry, Logger: cfg.Logger, Now: cfg.Now})
+	// MaxBatch, MaxDelay and Unavailable take their defaults in submit.New.
+	s.submits = submit.New(submit.Config{Rules: cfg.Rules, Admitter: cfg.Admitter, Status: cfg.Status, Bodies: &s.bodies,
+		MaxBatch: cfg.MaxBatch, MaxDelay: cfg.MaxDelay, Unavailable: cfg.Unavailable, CallerOf: submitCaller,
+		Registry: cfg.Registry, Logger: cfg.Logger, Now: cfg.Now})
 	s.audits = newAuditCalls(cfg.Audit, cfg.Registry)
 	s.registerStoreFull(cfg.Registry)
 	s.route("POST /v1/messages", s.submitAuth(s.handleSubmit))
-	s.route("GET /v1/messages/{id}", s.statusAuth(s.handleStatus))
-	s.route("DELETE /v1/messages/{id}", s.auditCancel(s.submitAuth(s.handleCancel)))
+	s.route("GET /v1/messages/{id}", s.statusAuth(s.submits.HandleStatus))
+	s.route("DELETE /v1/messages/{id}", s.auditCancel(s.submitAuth(s.submits.HandleCancel)))
 	s.route("POST /v1/check", s.checks.HandleCheck)
 	s.route("POST /json", s.checks.HandleEnvoyJSON) // envoyproxy/ratelimit's /json (protojson)
 	s.route("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -302,210 +256,9 @@ func (s *Server) instrument(route string, h http.Handler) http.Handler {
 	})
 }
 
-// readBody reads the request body up to MaxBody; a larger body is a 413.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *[]byte, *httpx.Problem) {
-	return s.bodies.Read(w, r)
-}
-
-func (s *Server) releaseBody(bp *[]byte) { s.bodies.Release(bp) }
-
 // Checks is the decision service the server routes /v1/check and /json to; its
 // NewGRPCServer serves the envoy RLS over gRPC.
 func (s *Server) Checks() *decide.Service { return s.checks }
-
-// submitResponse is the body of 202 and 200 answers to POST /v1/messages.
-type submitResponse struct {
-	ID       string `json:"id"`
-	State    string `json:"state,omitempty"` // empty: a repeat whose original is no longer tracked
-	Depth    *int64 `json:"depth,omitempty"`
-	Capacity *int64 `json:"capacity,omitempty"`
-	ETA      string `json:"eta,omitempty"`
-	RetryAt  string `json:"retry_at,omitempty"`
-}
-
-func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
-	// The media type first: a body that is not declared JSON (a cross-site form, text/plain)
-	// is not even read.
-	media, prob := submitMediaType(r)
-	if prob != nil {
-		httpx.WriteProblem(w, *prob)
-		return
-	}
-	body, bp, prob := s.readBody(w, r)
-	defer s.releaseBody(bp)
-	if prob != nil {
-		s.metrics.admissions.WithLabelValues("", decisionError).Inc()
-		httpx.WriteProblem(w, *prob)
-		return
-	}
-	if isBatch(media, body) {
-		s.handleBatch(w, r, body)
-		return
-	}
-	var req submitRequest
-	if p := decodeSubmit(r, body, &req); p != nil {
-		httpx.WriteProblem(w, *p)
-		return
-	}
-	if p := submitRefused(r.Context(), req.Domain, -1); p != nil {
-		httpx.WriteProblem(w, *p)
-		return
-	}
-	if req.IdempotencyKey == "" {
-		req.IdempotencyKey = r.Header.Get("Idempotency-Key")
-	} else if h := r.Header.Get("Idempotency-Key"); h != "" && h != req.IdempotencyKey {
-		httpx.WriteProblem(w, httpx.BadRequest("idempotency_key", "differs from the Idempotency-Key header"))
-		return
-	}
-	if p := req.validate(); p != nil {
-		httpx.WriteProblem(w, *p)
-		return
-	}
-	req.traceParent, req.traceState = telemetry.FromHTTP(r.Header)
-	req.depth = prefersDepth(r.Header)
-	s.write(w, s.submit(r.Context(), &req))
-}
-
-// writeQueued answers 202 for a queued message: the body submitResponse would give, written
-// directly (the id is a UUID and the eta RFC 3339, so nothing needs escaping) — this is the
-// answer to almost every admission, and encoding/json's reflection was most of its cost.
-func writeQueued(w http.ResponseWriter, id string, depth, capacity int64, eta time.Time) {
-	b := make([]byte, 0, 160)
-	b = append(b, `{"id":`...)
-	b = appendJSONString(b, id) // ids are printable ASCII: its fast path, not AppendQuote's rune decoding
-	b = append(b, `,"state":"`+status.Queued+`"`...)
-	if depth > 0 { // known: the claim engine's count, or asked for (Prefer: return=representation)
-		b = append(b, `,"depth":`...)
-		b = strconv.AppendInt(b, depth, 10)
-	}
-	b = append(b, `,"capacity":`...)
-	b = strconv.AppendInt(b, capacity, 10)
-	if !eta.IsZero() {
-		b = append(b, `,"eta":"`...)
-		b = eta.UTC().AppendFormat(b, time.RFC3339Nano)
-		b = append(b, '"')
-	}
-	b = append(b, "}\n"...)
-	h := w.Header()
-	h["Content-Type"] = []string{"application/json"}
-	h["Content-Length"] = []string{strconv.Itoa(len(b))}
-	w.WriteHeader(http.StatusAccepted)
-	w.Write(b)
-}
-
-func (s *Server) internalError(w http.ResponseWriter, rule string, err error) {
-	s.cfg.Logger.Error("ingress: internal error", "rule", rule, "err", err)
-	httpx.WriteProblem(w, httpx.Internal())
-}
-
-// statusResponse is GET /v1/messages/{id}.
-type statusResponse struct {
-	ID        string `json:"id"`
-	Domain    string `json:"domain"`
-	Rule      string `json:"rule"`
-	Key       string `json:"key"`
-	State     string `json:"state"`
-	Attempts  int    `json:"attempts"`
-	CreatedAt string `json:"created_at"`
-	UpdatedAt string `json:"updated_at"`
-	LastError string `json:"last_error"`
-	RetryAt   string `json:"retry_at,omitempty"`
-	DeliverAt string `json:"deliver_at,omitempty"` // scheduled: when it enters its queue
-	Position  *int   `json:"position,omitempty"`
-}
-
-func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	st, err := s.cfg.Status.Get(r.Context(), id)
-	if err != nil {
-		s.writeLocateError(w, id, err)
-		return
-	}
-	if t, ok := authorizedFor(r, st.Domain); !ok {
-		// An id statusAuth could not place (an earlier version's, found as a dead letter).
-		forbidden(w, fmt.Sprintf("token %q reads messages of domain %q only", t.Name, t.Domain))
-		return
-	}
-	httpx.WriteJSON(w, http.StatusOK, newStatusResponse(st))
-}
-
-func newStatusResponse(st status.Status) statusResponse {
-	resp := statusResponse{ID: st.ID, Domain: st.Domain, Rule: st.Rule, Key: st.Key, State: st.State, Attempts: st.Attempts,
-		CreatedAt: st.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: st.UpdatedAt.UTC().Format(time.RFC3339Nano),
-		LastError: redact.Text(st.LastError)} // also for an error stored before sinks' errors were redacted
-	switch {
-	case st.RetryAt.IsZero():
-	case st.State == status.Scheduled:
-		resp.DeliverAt = st.RetryAt.UTC().Format(time.RFC3339)
-	default:
-		resp.RetryAt = st.RetryAt.UTC().Format(time.RFC3339)
-	}
-	if st.State == status.Queued {
-		resp.Position = &st.Position
-	}
-	return resp
-}
-
-// writeLocateError answers an error of the Locator: 404 never seen or no longer tracked,
-// else 503.
-func (s *Server) writeLocateError(w http.ResponseWriter, id string, err error) {
-	var gone *status.Gone
-	switch {
-	case errors.Is(err, status.ErrNeverSeen):
-		httpx.WriteProblem(w, httpx.NeverSeen(strconv.Quote(id)+" is not the id of a message of any queue rule in force"))
-	case errors.As(err, &gone):
-		detail := "the message is in none of its key's queue, the retry stream or the dead letters: it was delivered, " +
-			"or removed by a purge. sluice keeps no record of a message once it has left"
-		rule, key := gone.Rule, &gone.Key
-		if gone.Unread {
-			detail += fmt.Sprintf("; or it was stored again (re-admitted, replayed) behind more messages of its key than a lookup reads (%d)",
-				status.DefaultMaxRead)
-		}
-		if gone.Legacy {
-			detail = "an id of an earlier version of sluice names no queue; only its dead letter could be found, and there is none"
-			rule, key = "", nil
-		}
-		var issuedAt string
-		if !gone.IssuedAt.IsZero() {
-			issuedAt = gone.IssuedAt.Format(time.RFC3339)
-		}
-		httpx.WriteProblem(w, httpx.NotTracked(detail, rule, key, issuedAt))
-	default:
-		s.cfg.Logger.Warn("ingress: message not readable", "id", id, "err", err)
-		httpx.WriteProblem(w, httpx.Unavailable("", "the queue store (NATS JetStream) or Redis did not answer", time.Second))
-	}
-}
-
-// cancelResponse is DELETE /v1/messages/{id}: what was removed.
-type cancelResponse struct {
-	statusResponse
-	Cancelled bool `json:"cancelled"`
-}
-
-// handleCancel removes a message that has not been delivered yet (queued, parked, waiting
-// for a delivery retry): 200 with its status as it was; 409 with its state when it is being
-// delivered, delivered, dead or moving back into its queue; 404 as GET.
-func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	st, err := s.cfg.Status.Cancel(r.Context(), id)
-	var nc *status.NotCancellable
-	switch {
-	case errors.As(err, &nc):
-		httpx.WriteProblem(w, httpx.NotCancellable("the message is "+nc.Status.State+
-			": only a message that is queued, parked or waiting for a delivery retry can be cancelled", nc.Status.State))
-		return
-	case errors.Is(err, status.ErrOutcomeUnknown):
-		s.cfg.Logger.Warn("ingress: cancel sent, outcome unknown", "id", id, "err", err)
-		httpx.WriteProblem(w, httpx.OutcomeUnknown("the delete was sent to the queue store (NATS JetStream) and its answer was lost: "+
-			"the message may be cancelled. GET it to see; a cancel again answers 404 #no-longer-tracked if this one went through"))
-		return
-	case err != nil:
-		s.writeLocateError(w, id, err)
-		return
-	}
-	s.cfg.Logger.Info("message cancelled", "id", id, "rule", st.Rule, "state", st.State)
-	httpx.WriteJSON(w, http.StatusOK, cancelResponse{statusResponse: newStatusResponse(st), Cancelled: true})
-}
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Ready != nil {

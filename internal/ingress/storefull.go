@@ -2,8 +2,6 @@ package ingress
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/sluice-io/sluice/internal/httpx"
 )
 
 // storeFull reports whether the queue store refused a message for lack of room in the last
@@ -25,12 +23,4 @@ func (s *Server) registerStoreFull(reg prometheus.Registerer) {
 		}
 		return 0
 	}))
-}
-
-// storeFullOutcome is the answer to a submit the queue store had no room for: at once,
-// with the cause, and a Retry-After (room comes back as messages are delivered).
-func (s *Server) storeFullOutcome(rule string) outcome {
-	s.metrics.admissions.WithLabelValues(rule, decisionError).Inc()
-	return problemOutcome(httpx.StoreFull("the queue store (NATS JetStream) has no room left (its max_store); nothing was stored. "+
-		"Room comes back as messages are delivered; an operator can give the store more room", s.cfg.Unavailable))
 }

@@ -4,14 +4,21 @@
 // and strings that are not UTF-8 are refused) and every refusal is a problem (internal/httpx)
 // naming the field with its whole path: descriptor[0].value, descriptors[1].entries[0].key.
 //
-// The check body (POST /v1/check, POST /json) is decoded here whole (Check); the submission
-// body's own fields, its media types and headers are still decoded in internal/ingress
-// (request.go, batch.go's scanner) on this package's shared parts.
+// The check body (POST /v1/check, POST /json) is decoded here whole (Check), and so is the
+// submission body of POST /v1/messages (Submit): its media type, one submission or a batch
+// (a JSON array or NDJSON) into validated requests, each problem naming its field
+// (descriptor, headers.X-Tenant, Content-Type; internal/submit prefixes a batch item's
+// index: [2].descriptor). internal/submit admits what this package decoded.
 //
 // # Files
 //
 //   - request.go: the limits on a request (MaxKeyBytes, …), Entry, Check and its protojson
 //     spellings, DecodeJSON and FindFault (the field at fault), ValidateDomain and
 //     ValidateEntries
+//   - submit.go: Submit (the body of POST /v1/messages), its media types (SubmitMediaType),
+//     DecodeSubmit, Validate and the limits of a submission's headers (CheckHeaders), the
+//     Prefer: return=representation preference (PrefersDepth), the idempotency Digest
+//   - batch.go: batch bodies (IsBatch, SplitBatch, DecodeBatch) and the scanner that decodes
+//     plain submissions without encoding/json's reflection (ScanOne, scanArray)
 //   - doc.go: this overview
 package request

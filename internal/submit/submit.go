@@ -1,20 +1,16 @@
-package ingress
+package submit
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluice-io/sluice/internal/admit"
 	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/request"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/status"
 	"github.com/sluice-io/sluice/internal/telemetry"
@@ -29,7 +25,7 @@ type outcome struct {
 	resp    submitResponse  // 2xx
 	problem *httpx.Problem  // otherwise
 	limit   httpx.RateLimit // rate-limit headers of a 202 or 429 (when Policy is set)
-	queued  bool            // a 202 queued: written by writeQueued
+	queued  bool            // a 202 queued: written by WriteQueued
 	depth   int64
 	cap     int64
 	eta     time.Time
@@ -38,7 +34,7 @@ type outcome struct {
 func problemOutcome(p httpx.Problem) outcome { return outcome{status: p.Status, problem: &p} }
 
 // write answers one submission.
-func (s *Server) write(w http.ResponseWriter, o outcome) { writeOutcome(w, o) }
+func (s *Service) write(w http.ResponseWriter, o outcome) { writeOutcome(w, o) }
 
 // writeOutcome writes o: its rate-limit headers (when it has a policy), then its problem or
 // its body.
@@ -52,9 +48,9 @@ func writeOutcome(w http.ResponseWriter, o outcome) {
 	case o.queued:
 		w.Header().Set("Location", "/v1/messages/"+o.resp.ID)
 		if o.depth > 0 {
-			w.Header()["Preference-Applied"] = []string{PreferDepth}
+			w.Header()["Preference-Applied"] = []string{request.PreferDepth}
 		}
-		writeQueued(w, o.resp.ID, o.depth, o.cap, o.eta)
+		WriteQueued(w, o.resp.ID, o.depth, o.cap, o.eta)
 	default:
 		w.Header().Set("Location", "/v1/messages/"+o.resp.ID)
 		httpx.WriteJSON(w, o.status, o.resp)
@@ -63,41 +59,17 @@ func writeOutcome(w http.ResponseWriter, o outcome) {
 
 // submission is one decoded, validated submission between its checks and its answer.
 type submission struct {
-	req    *submitRequest
+	req    *request.Submit
 	rule   *rules.Rule
 	msg    queue.Message
 	at     time.Time // when it asks to be delivered, if later than now (scheduled); else zero
-	digest string    // req.digest(), for an admission now
+	digest string    // req.Digest(), for an admission now
 	idem   string    // req.IdempotencyKey as claimed: idempotencyKey's
 }
 
 // options are the submission's admission options.
 func (sub *submission) options() admit.Options {
-	return admit.Options{Park: true, IdempotencyKey: sub.idem, RequestDigest: sub.digest, Depth: sub.req.depth}
-}
-
-// PreferDepth is the preference (RFC 7240) by which a submission asks for its key's depth
-// and its eta in the 202: "Prefer: return=representation". The own engine writes no depth
-// counts on admission, so these cost a stream request after the publish, which only the
-// callers who read them should pay; the claim engine's admission counts them anyway and
-// always answers them. A 202 that carries them says "Preference-Applied: return=representation".
-const PreferDepth = "return=representation"
-
-// prefersDepth reports whether h's Prefer fields ask for return=representation (a
-// preference's parameters after ';' and a quoted value are allowed; names and the value
-// are case-insensitive).
-func prefersDepth(h http.Header) bool {
-	for _, v := range h.Values("Prefer") {
-		for pref := range strings.SplitSeq(v, ",") {
-			pref, _, _ = strings.Cut(pref, ";")
-			name, val, ok := strings.Cut(strings.TrimSpace(pref), "=")
-			if ok && strings.EqualFold(strings.TrimSpace(name), "return") &&
-				strings.EqualFold(strings.Trim(strings.TrimSpace(val), `"`), "representation") {
-				return true
-			}
-		}
-	}
-	return false
+	return admit.Options{Park: true, IdempotencyKey: sub.idem, RequestDigest: sub.digest, Depth: sub.req.Depth}
 }
 
 // idempotencyKey is the idempotency key k as it is claimed in Redis: with -submit-tokens,
@@ -105,18 +77,18 @@ func prefersDepth(h http.Header) bool {
 // callers' keys never meet — one cannot be answered with, told the id of, or go on to
 // cancel another's message by guessing its key; without tokens (open mode), k as given,
 // shared by every caller of the rule as before.
-func idempotencyKey(ctx context.Context, k string) string {
+func (s *Service) idempotencyKey(ctx context.Context, k string) string {
 	if k == "" {
 		return ""
 	}
-	if t, ok := TokenOf(ctx); ok && t.Scope == ScopeSubmit {
+	if t, ok := s.cfg.CallerOf(ctx); ok && t.Submit {
 		return queue.ScopedIdempotencyKey(t.Name, k)
 	}
 	return k
 }
 
 // submit admits one decoded, validated submission.
-func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
+func (s *Service) submit(ctx context.Context, req *request.Submit) outcome {
 	sub, o, ok := s.prepare(ctx, req)
 	if !ok {
 		return o
@@ -130,7 +102,7 @@ func (s *Server) submit(ctx context.Context, req *submitRequest) outcome {
 
 // prepare matches a submission's rule and builds its message; when it cannot be admitted
 // (no rule, no queue, a field at fault) ok is false and o is the answer.
-func (s *Server) prepare(ctx context.Context, req *submitRequest) (sub submission, o outcome, ok bool) {
+func (s *Service) prepare(ctx context.Context, req *request.Submit) (sub submission, o outcome, ok bool) {
 	set := s.cfg.Rules()
 	match, ok := set.Match(req.Domain, ruleEntries(req.Descriptor))
 	if !ok {
@@ -149,12 +121,12 @@ func (s *Server) prepare(ctx context.Context, req *submitRequest) (sub submissio
 		return sub, s.internalOutcome(rule.Name, err), false
 	}
 	msg := queue.Message{ID: id, Key: match.Key, Payload: req.Payload, CreatedAt: now, // decodeJSON copied the payload out of the pooled body
-		ExpiresAt: req.expiresAt(now, rule.Queue.MaxAge), Headers: req.headers(),
-		TraceParent: req.traceParent, TraceState: req.traceState}
+		ExpiresAt: req.Expiry(now, rule.Queue.MaxAge), Headers: req.MessageHeaders(),
+		TraceParent: req.TraceParent, TraceState: req.TraceState}
 	if telemetry.On() {
 		traceAdmission(ctx, &msg, rule.Name)
 	}
-	at := req.deliverAt(now)
+	at := req.DeliveryTime(now)
 	if msg.Expired(now) || (!msg.ExpiresAt.IsZero() && at.After(msg.ExpiresAt)) {
 		field := "ttl"
 		if req.ExpiresAt != "" {
@@ -162,17 +134,17 @@ func (s *Server) prepare(ctx context.Context, req *submitRequest) (sub submissio
 		}
 		return sub, problemOutcome(httpx.BadRequest(field, "the message would expire (its ttl or expires_at, or its rule's queue.max_age) before it could be delivered")), false
 	}
-	sub = submission{req: req, rule: rule, msg: msg, idem: idempotencyKey(ctx, req.IdempotencyKey)}
+	sub = submission{req: req, rule: rule, msg: msg, idem: s.idempotencyKey(ctx, req.IdempotencyKey)}
 	if at.After(now) {
 		sub.at = at
 	} else {
-		sub.digest = req.digest()
+		sub.digest = req.Digest()
 	}
 	return sub, outcome{}, true
 }
 
 // conclude answers a submission from its admission's result.
-func (s *Server) conclude(ctx context.Context, sub *submission, res admit.Result, err error) outcome {
+func (s *Service) conclude(ctx context.Context, sub *submission, res admit.Result, err error) outcome {
 	rule, msg, req, digest := sub.rule, sub.msg, sub.req, sub.digest
 	// Idempotency: the first request with a key owns it for the TTL (claimed with the
 	// admission's count, before the publish, with the request's digest); repeats get its
@@ -182,7 +154,7 @@ func (s *Server) conclude(ctx context.Context, sub *submission, res admit.Result
 	}
 	if err == nil && res.Decision == admit.KeyTaken {
 		if o, done := s.replayOwner(ctx, &msg, res.Owner); done {
-			s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc() // or a 503: counted with the repeats
+			s.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc() // or a 503: counted with the repeats
 			return o
 		}
 		// The owner is not stored and may never be (its admission failed, or its ingress died
@@ -198,7 +170,7 @@ func (s *Server) conclude(ctx context.Context, sub *submission, res admit.Result
 			s.cfg.Logger.Warn("ingress: message not stored: the queue store is full", "rule", rule.Name, "err", err)
 			return s.storeFullOutcome(rule.Name)
 		}
-		s.metrics.admissions.WithLabelValues(rule.Name, decisionError).Inc()
+		s.admissions.WithLabelValues(rule.Name, decisionError).Inc()
 		if errors.Is(err, admit.ErrUnavailable) {
 			s.cfg.Logger.Warn("ingress: message not stored", "rule", rule.Name, "key", msg.Key, "err", err)
 			return problemOutcome(httpx.Unavailable("Cannot store the message now", "the queue store (NATS JetStream) is unreachable; nothing was stored", s.cfg.Unavailable))
@@ -211,11 +183,11 @@ func (s *Server) conclude(ctx context.Context, sub *submission, res admit.Result
 		if res.Claimed {
 			s.cfg.Admitter.Scheduler.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, sub.idem, queue.IdempotencyValue(msg.ID, digest))
 		}
-		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
+		s.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
 		s.refused.add(rule.Name)
 		return rejectedOutcome(res, "")
 	case res.Decision == admit.Parked:
-		s.metrics.admissions.WithLabelValues(rule.Name, decisionParked).Inc()
+		s.admissions.WithLabelValues(rule.Name, decisionParked).Inc()
 		return outcome{status: http.StatusAccepted, limit: limit,
 			resp: submitResponse{ID: msg.ID, State: status.Parked, RetryAt: res.RetryAt.UTC().Format(time.RFC3339)}}
 	case res.Duplicate:
@@ -223,11 +195,11 @@ func (s *Server) conclude(ctx context.Context, sub *submission, res admit.Result
 		// under the owner's id): the owner was stored once, and nothing new was. Answer as a
 		// repeat, with where the owner is now — it may have left since (delivered, cancelled,
 		// purged) while its id is still in the stream's duplicate window.
-		s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
+		s.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
 		return s.duplicateOutcome(ctx, msg.ID)
 	default:
-		s.metrics.admissions.WithLabelValues(rule.Name, decisionQueued).Inc()
-		// The body is written by writeQueued from these fields, a batch item by appendItem:
+		s.admissions.WithLabelValues(rule.Name, decisionQueued).Inc()
+		// The body is written by WriteQueued from these fields, a batch item by appendItem:
 		// nothing is formatted twice on this hot path.
 		return outcome{status: http.StatusAccepted, limit: limit, queued: true, depth: res.Depth, cap: res.Capacity, eta: res.ETA,
 			resp: submitResponse{ID: msg.ID, State: status.Queued}}
@@ -255,7 +227,7 @@ func rateLimitOf(res admit.Result) httpx.RateLimit { return res.RateLimit() }
 // scheduled messages are capped at submit (the rule's max_scheduled), so a burst for 09:00
 // is refused now rather than dead-lettered later. Nothing is written to Redis but an
 // idempotency key, when given.
-func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Message, req *submitRequest, at time.Time) outcome {
+func (s *Service) schedule(ctx context.Context, rule *rules.Rule, msg queue.Message, req *request.Submit, at time.Time) outcome {
 	now := msg.CreatedAt
 	if max := s.cfg.MaxDelay; at.Sub(now) > max {
 		field := "delay"
@@ -268,9 +240,9 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 	if park == nil {
 		return problemOutcome(httpx.Unavailable("", "no retry stream to keep scheduled messages in", time.Second))
 	}
-	digest := req.digest()
+	digest := req.Digest()
 	claim := queue.IdempotencyValue(msg.ID, digest)
-	idem := idempotencyKey(ctx, req.IdempotencyKey)
+	idem := s.idempotencyKey(ctx, req.IdempotencyKey)
 	if idem != "" {
 		owner, err := s.cfg.Admitter.Redis.ClaimNow(ctx, rule.Name, idem, claim)
 		switch {
@@ -282,7 +254,7 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 				return keyReusedOutcome(req.IdempotencyKey, ownerID)
 			}
 			if o, done := s.replayOwner(ctx, &msg, ownerID); done {
-				s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
+				s.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
 				return o
 			}
 		}
@@ -294,37 +266,37 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 	}
 	n, err := park.ScheduledCount(ctx, rule.Name, msg.Key)
 	if err != nil {
-		s.metrics.admissions.WithLabelValues(rule.Name, decisionError).Inc()
+		s.admissions.WithLabelValues(rule.Name, decisionError).Inc()
 		return problemOutcome(httpx.Unavailable("Cannot store the message now", "the queue store (NATS JetStream) is unreachable; nothing was stored", s.cfg.Unavailable))
 	}
 	if max := rule.Queue.MaxScheduled; int64(n) >= max {
 		release()
-		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
+		s.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
 		s.refused.add(rule.Name)
 		return scheduledFullOutcome(rule, n, at.Sub(now))
 	}
 	fire, err := park.Schedule(ctx, rule.Name, msg, at)
 	if errors.Is(err, retry.ErrScheduledAlready) { // a repeat, under the owner's id (replayOwner)
-		s.metrics.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
+		s.admissions.WithLabelValues(rule.Name, decisionDuplicate).Inc()
 		return s.duplicateOutcome(ctx, msg.ID)
 	}
 	if errors.Is(err, retry.ErrRuleFull) { // this rule's share of the retry stream (-retry-rule-share)
 		release()
-		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
+		s.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
 		s.refused.add(rule.Name)
 		return problemOutcome(httpx.QuotaExceeded("this rule holds its share of the retry stream (-retry-rule-share) with its "+
 			"parked and scheduled messages; other rules are not held back. Retry-After is the time until this message's "+
 			"own delivery time, when it is queued at once", max(at.Sub(now), time.Second), rule.Name))
 	}
 	if err != nil {
-		s.metrics.admissions.WithLabelValues(rule.Name, decisionError).Inc()
+		s.admissions.WithLabelValues(rule.Name, decisionError).Inc()
 		if errors.Is(err, retry.ErrFull) {
 			release()
 		}
 		s.cfg.Logger.Warn("ingress: scheduled message not stored", "rule", rule.Name, "key", msg.Key, "err", err)
 		return problemOutcome(httpx.Unavailable("Cannot store the message now", "the retry stream (NATS JetStream) did not store it; nothing was stored", s.cfg.Unavailable))
 	}
-	s.metrics.admissions.WithLabelValues(rule.Name, decisionScheduled).Inc()
+	s.admissions.WithLabelValues(rule.Name, decisionScheduled).Inc()
 	return outcome{status: http.StatusAccepted, resp: submitResponse{ID: msg.ID, State: status.Scheduled, ETA: fire.UTC().Format(time.RFC3339Nano)}}
 }
 
@@ -366,37 +338,6 @@ func keyReusedOutcome(key, owner string) outcome {
 		"message " + owner + "; send new work under a new key, or repeat the original request exactly"))
 }
 
-// digest identifies a submission for its idempotency key: a hash of its domain, descriptor
-// and payload (compacted, so whitespace does not count), 22 characters; "" without a key.
-func (req *submitRequest) digest() string {
-	if req.IdempotencyKey == "" {
-		return ""
-	}
-	// The bytes hashed are fixed across versions (a claim's digest is compared by every
-	// ingress that sees a repeat): length-prefixed fields, then the payload without
-	// insignificant whitespace. They are built in one buffer and hashed at once.
-	var stack [512]byte
-	b := stack[:0]
-	field := func(s string) { // length-prefixed: no two requests write the same bytes
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
-	}
-	field(req.Domain)
-	for _, e := range req.Descriptor {
-		field(e.Key)
-		field(e.Value)
-	}
-	if bytes.IndexAny(req.Payload, " \t\r\n") < 0 {
-		b = append(b, req.Payload...) // compact already (json.Compact only drops whitespace)
-	} else if compact := bytes.NewBuffer(b); json.Compact(compact, req.Payload) == nil {
-		b = compact.Bytes()
-	} else {
-		b = append(b, req.Payload...)
-	}
-	sum := sha256.Sum256(b)
-	return base64.RawURLEncoding.EncodeToString(sum[:16])
-}
-
 // replayOwner answers a repeated idempotency key with the message that owns it: 200 and
 // where it is now, or without a state once it has left sluice (delivered or purged; it is
 // no longer tracked). done is false when the owner was issued within the stream's
@@ -405,7 +346,7 @@ func (req *submitRequest) digest() string {
 // owner's id (m.ID is set to it when the owner is of m's key), and the stream's duplicate
 // window stores it once. When the stores cannot be read the answer is 503: a 200 then
 // could acknowledge a message that was never stored.
-func (s *Server) replayOwner(ctx context.Context, m *queue.Message, owner string) (o outcome, done bool) {
+func (s *Service) replayOwner(ctx context.Context, m *queue.Message, owner string) (o outcome, done bool) {
 	st, err := s.cfg.Status.GetNow(ctx, owner)
 	var gone *status.Gone
 	if errors.As(err, &gone) && !gone.Legacy && gone.Key == m.Key && s.cfg.Now().Sub(gone.IssuedAt) < queue.DefaultDuplicates {
@@ -420,7 +361,7 @@ func (s *Server) replayOwner(ctx context.Context, m *queue.Message, owner string
 // recognised as a duplicate: the owner was stored, so the answer is 200 with where it is
 // now, or without a state when it has left sluice since. Only a message found queued is
 // answered queued. When the stores cannot say, 503, as replayOwner answers.
-func (s *Server) duplicateOutcome(ctx context.Context, id string) outcome {
+func (s *Service) duplicateOutcome(ctx context.Context, id string) outcome {
 	st, err := s.cfg.Status.GetNow(ctx, id)
 	return s.ownerOutcome(id, st, err, "where its stored message is")
 }
@@ -429,7 +370,7 @@ func (s *Server) duplicateOutcome(ctx context.Context, id string) outcome {
 // message id that owns it (st, err): 200 with where it is, 200 with the id alone once it
 // has left or cannot be located, or 503 when the stores cannot say — unknown names what
 // they cannot say — because a 200 then could acknowledge a message that was never stored.
-func (s *Server) ownerOutcome(id string, st status.Status, err error, unknown string) outcome {
+func (s *Service) ownerOutcome(id string, st status.Status, err error, unknown string) outcome {
 	var gone *status.Gone
 	switch {
 	case err == nil:
@@ -454,10 +395,126 @@ func replayOutcome(st status.Status) outcome {
 	return outcome{status: http.StatusOK, resp: resp}
 }
 
-func (s *Server) internalOutcome(rule string, err error) outcome {
+func (s *Service) internalOutcome(rule string, err error) outcome {
 	s.cfg.Logger.Error("ingress: internal error", "rule", rule, "err", err)
 	return problemOutcome(httpx.Internal())
 }
 
 // DefaultMaxDelay is how far ahead a submission may ask to be delivered by default.
 const DefaultMaxDelay = 30 * 24 * time.Hour
+
+// ruleEntries are a descriptor's entries as the rules match them.
+func ruleEntries(es []request.Entry) []rules.Entry {
+	out := make([]rules.Entry, len(es))
+	for i, e := range es {
+		out[i] = rules.Entry{Key: e.Key, Value: e.Value}
+	}
+	return out
+}
+
+// storeFullOutcome is the answer to a submit the queue store had no room for: at once,
+// with the cause, and a Retry-After (room comes back as messages are delivered).
+func (s *Service) storeFullOutcome(rule string) outcome {
+	s.admissions.WithLabelValues(rule, decisionError).Inc()
+	return problemOutcome(httpx.StoreFull("the queue store (NATS JetStream) has no room left (its max_store); nothing was stored. "+
+		"Room comes back as messages are delivered; an operator can give the store more room", s.cfg.Unavailable))
+}
+
+// submitResponse is the body of 202 and 200 answers to POST /v1/messages.
+type submitResponse struct {
+	ID       string `json:"id"`
+	State    string `json:"state,omitempty"` // empty: a repeat whose original is no longer tracked
+	Depth    *int64 `json:"depth,omitempty"`
+	Capacity *int64 `json:"capacity,omitempty"`
+	ETA      string `json:"eta,omitempty"`
+	RetryAt  string `json:"retry_at,omitempty"`
+}
+
+func (s *Service) serveSubmit(w http.ResponseWriter, r *http.Request) {
+	// The media type first: a body that is not declared JSON (a cross-site form, text/plain)
+	// is not even read.
+	media, prob := request.SubmitMediaType(r)
+	if prob != nil {
+		httpx.WriteProblem(w, *prob)
+		return
+	}
+	body, bp, prob := s.readBody(w, r)
+	defer s.releaseBody(bp)
+	if prob != nil {
+		s.admissions.WithLabelValues("", decisionError).Inc()
+		httpx.WriteProblem(w, *prob)
+		return
+	}
+	if request.IsBatch(media, body) {
+		s.handleBatch(w, r, body)
+		return
+	}
+	var req request.Submit
+	if p := request.DecodeSubmit(r, body, &req); p != nil {
+		httpx.WriteProblem(w, *p)
+		return
+	}
+	if p := s.submitRefused(r.Context(), req.Domain, -1); p != nil {
+		httpx.WriteProblem(w, *p)
+		return
+	}
+	if req.IdempotencyKey == "" {
+		req.IdempotencyKey = r.Header.Get("Idempotency-Key")
+	} else if h := r.Header.Get("Idempotency-Key"); h != "" && h != req.IdempotencyKey {
+		httpx.WriteProblem(w, httpx.BadRequest("idempotency_key", "differs from the Idempotency-Key header"))
+		return
+	}
+	if p := req.Validate(); p != nil {
+		httpx.WriteProblem(w, *p)
+		return
+	}
+	req.TraceParent, req.TraceState = telemetry.FromHTTP(r.Header)
+	req.Depth = request.PrefersDepth(r.Header)
+	s.write(w, s.submit(r.Context(), &req))
+}
+
+// WriteQueued answers 202 for a queued message: the body submitResponse would give, written
+// directly (the id is a UUID and the eta RFC 3339, so nothing needs escaping) — this is the
+// answer to almost every admission, and encoding/json's reflection was most of its cost.
+func WriteQueued(w http.ResponseWriter, id string, depth, capacity int64, eta time.Time) {
+	b := make([]byte, 0, 160)
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, id) // ids are printable ASCII: its fast path, not AppendQuote's rune decoding
+	b = append(b, `,"state":"`+status.Queued+`"`...)
+	if depth > 0 { // known: the claim engine's count, or asked for (Prefer: return=representation)
+		b = append(b, `,"depth":`...)
+		b = strconv.AppendInt(b, depth, 10)
+	}
+	b = append(b, `,"capacity":`...)
+	b = strconv.AppendInt(b, capacity, 10)
+	if !eta.IsZero() {
+		b = append(b, `,"eta":"`...)
+		b = eta.UTC().AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
+	b = append(b, "}\n"...)
+	h := w.Header()
+	h["Content-Type"] = []string{"application/json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	w.WriteHeader(http.StatusAccepted)
+	w.Write(b)
+}
+
+// submitRefused is the 403 of a submission to domain when the request's submit token (ctx)
+// may submit to another domain only; nil when it may (or no token is configured). item is
+// the submission's index in a batch, or -1 for a single one: the problem then names the
+// item ("[3].domain"), and says the whole batch was refused.
+func (s *Service) submitRefused(ctx context.Context, domain string, item int) *httpx.Problem {
+	t, ok := s.cfg.CallerOf(ctx)
+	if !ok || t.Domain == "" || domain == t.Domain {
+		return nil
+	}
+	p := httpx.Forbidden(fmt.Sprintf("token %q may submit to domain %q only", t.Name, t.Domain))
+	p.Field = "domain"
+	if item >= 0 {
+		p.Field = "[" + strconv.Itoa(item) + "].domain"
+		p.Detail = fmt.Sprintf("item %d is for domain %q: token %q may submit to domain %q only; "+
+			"the batch is refused whole and none of its items was stored", item, domain, t.Name, t.Domain)
+	}
+	return &p
+}

@@ -1,4 +1,4 @@
-package ingress
+package submit
 
 import (
 	"bytes"
@@ -20,12 +20,12 @@ func TestWriteQueuedMatchesEncodingJSON(t *testing.T) {
 	} {
 		depth, capacity := int64(7), int64(10000)
 		got := httptest.NewRecorder()
-		writeQueued(got, "0196b7a0-0000-7000-8000-000000000001", depth, capacity, eta)
+		WriteQueued(got, "0196b7a0-0000-7000-8000-000000000001", depth, capacity, eta)
 		want := httptest.NewRecorder()
 		httpx.WriteJSON(want, http.StatusAccepted, submitResponse{ID: "0196b7a0-0000-7000-8000-000000000001", State: status.Queued,
 			Depth: &depth, Capacity: &capacity, ETA: eta.UTC().Format(time.RFC3339Nano)})
 		if got.Code != want.Code || !bytes.Equal(got.Body.Bytes(), want.Body.Bytes()) {
-			t.Errorf("writeQueued: %d %s, encoding/json: %d %s", got.Code, got.Body, want.Code, want.Body)
+			t.Errorf("WriteQueued: %d %s, encoding/json: %d %s", got.Code, got.Body, want.Code, want.Body)
 		}
 		if ct := got.Header().Get("Content-Type"); ct != "application/json" {
 			t.Errorf("Content-Type = %q", ct)

@@ -1,7 +1,10 @@
-package ingress
+package request
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"mime"
@@ -15,15 +18,13 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/sluice-io/sluice/internal/httpx"
-	"github.com/sluice-io/sluice/internal/request"
-	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/window"
 )
 
-// submitRequest is the body of POST /v1/messages.
-type submitRequest struct {
+// Submit is the body of POST /v1/messages.
+type Submit struct {
 	Domain         string          `json:"domain"`
-	Descriptor     []request.Entry `json:"descriptor"`
+	Descriptor     []Entry         `json:"descriptor"`
 	Payload        json.RawMessage `json:"payload"`
 	IdempotencyKey string          `json:"idempotency_key"`
 	// DeliverAt (RFC 3339) or Delay (a duration such as "90s" or "24h") asks for delivery
@@ -35,23 +36,24 @@ type submitRequest struct {
 	ExpiresAt string `json:"expires_at"`
 	TTL       string `json:"ttl"`
 	// Headers reach the sink with the message (HTTP headers, or NATS headers): see
-	// checkHeaders for the limits.
+	// CheckHeaders for the limits.
 	Headers map[string]string `json:"headers"`
 	// TimeZone is the message's IANA zone, for a rule whose delivery.window follows each
 	// message's (time_zone: from_message); stored as the Sluice-Time-Zone header.
 	TimeZone string `json:"time_zone"`
 
-	// traceParent and traceState are the request's W3C trace context headers, stored
-	// with the message (telemetry).
-	traceParent, traceState string
+	// TraceParent and TraceState are the request's W3C trace context headers, stored
+	// with the message (telemetry); set by the handler, never decoded.
+	TraceParent string `json:"-"`
+	TraceState  string `json:"-"`
 
-	// depth: the request asked for the key's depth and the message's eta in its 202
-	// (Prefer: return=representation), which under the own engine costs a stream request.
-	depth bool
+	// Depth: the request asked for the key's depth and the message's eta in its 202
+	// (Prefer: return=representation), which under the own engine costs a stream
+	Depth bool `json:"-"`
 
-	// idemEmpty: the body gave "idempotency_key" as "" (validate refuses it; decoded, it
+	// IdemEmpty: the body gave "idempotency_key" as "" (Validate refuses it; decoded, it
 	// looks like no key).
-	idemEmpty bool
+	IdemEmpty bool `json:"-"`
 
 	at      time.Time     // DeliverAt parsed (validate)
 	delay   time.Duration // Delay parsed (validate)
@@ -59,10 +61,10 @@ type submitRequest struct {
 	ttl     time.Duration // TTL parsed (validate)
 }
 
-// headers are the message's headers: the submission's own, and its time_zone as
-// Sluice-Time-Zone (a header a submission may not set itself: checkHeaders refuses
+// MessageHeaders are the message's headers: the submission's own, and its time_zone as
+// Sluice-Time-Zone (a header a submission may not set itself: CheckHeaders refuses
 // Sluice-*), for a rule whose delivery.window follows each message's zone.
-func (req *submitRequest) headers() map[string]string {
+func (req *Submit) MessageHeaders() map[string]string {
 	if req.TimeZone == "" {
 		return req.Headers
 	}
@@ -74,9 +76,9 @@ func (req *submitRequest) headers() map[string]string {
 	return hs
 }
 
-// expiresAt is when the message expires: its own expires_at or ttl, or its rule's max_age,
+// Expiry is when the message expires: its own expires_at or ttl, or its rule's max_age,
 // whichever comes first; zero for never.
-func (req *submitRequest) expiresAt(now time.Time, maxAge time.Duration) time.Time {
+func (req *Submit) Expiry(now time.Time, maxAge time.Duration) time.Time {
 	t := req.expires
 	if req.ttl > 0 {
 		t = now.Add(req.ttl)
@@ -87,8 +89,8 @@ func (req *submitRequest) expiresAt(now time.Time, maxAge time.Duration) time.Ti
 	return t
 }
 
-// deliverAt is when the message may be delivered at the earliest; zero for at once.
-func (req *submitRequest) deliverAt(now time.Time) time.Time {
+// DeliveryTime is when the message may be delivered at the earliest; zero for at once.
+func (req *Submit) DeliveryTime(now time.Time) time.Time {
 	switch {
 	case !req.at.IsZero():
 		return req.at
@@ -98,37 +100,37 @@ func (req *submitRequest) deliverAt(now time.Time) time.Time {
 	return time.Time{}
 }
 
-// decodeJSON decodes one submission as serveSubmit does, its media type checked
-// (submitMediaType), with encoding/json alone: what decodeSubmit's scanner is held to
+// DecodeSubmitJSON decodes one submission as internal/submit does, its media type checked
+// (SubmitMediaType), with encoding/json alone: what DecodeSubmit's scanner is held to
 // (TestScanOneDecodesAsTheDecoder, FuzzSubmitBody).
-func decodeJSON(r *http.Request, body []byte, v any) *httpx.Problem {
-	if _, p := submitMediaType(r); p != nil {
+func DecodeSubmitJSON(r *http.Request, body []byte, v any) *httpx.Problem {
+	if _, p := SubmitMediaType(r); p != nil {
 		return p
 	}
 	return decodeJSONBytes(body, v)
 }
 
-// submitMedia is what a submission's Content-Type says its body is.
-type submitMedia uint8
+// Media is what a submission's Content-Type says its body is.
+type Media uint8
 
 const (
-	mediaJSON   submitMedia = iota + 1 // application/json: one submission, or a JSON array of them
-	mediaNDJSON                        // application/x-ndjson or application/jsonl: a batch, one per line
+	MediaJSON   Media = iota + 1 // application/json: one submission, or a JSON array of them
+	MediaNDJSON                  // application/x-ndjson or application/jsonl: a batch, one per line
 )
 
-// submitMediaType reads the Content-Type of POST /v1/messages: application/json,
+// SubmitMediaType reads the Content-Type of POST /v1/messages: application/json,
 // application/x-ndjson or application/jsonl (parameters allowed; a charset, if any, utf-8).
 // Anything else, and no Content-Type at all, is a 415 naming the header. A browser sends a
 // cross-site POST without asking the server first (no CORS preflight) only with a form's
 // types or text/plain — or, from a Blob without a type, with none — so refusing every type
 // but these (and the missing one) keeps another origin's page from submitting with a
 // visitor's network position, whatever the body holds.
-func submitMediaType(r *http.Request) (submitMedia, *httpx.Problem) {
+func SubmitMediaType(r *http.Request) (Media, *httpx.Problem) {
 	vs := r.Header.Values("Content-Type")
 	if len(vs) == 1 && vs[0] == "application/json" { // what nearly every client sends
-		return mediaJSON, nil
+		return MediaJSON, nil
 	}
-	refuse := func(detail string) (submitMedia, *httpx.Problem) {
+	refuse := func(detail string) (Media, *httpx.Problem) {
 		p := httpx.UnsupportedMediaType("Content-Type " + detail + ": give application/json (one submission or a JSON array), " +
 			"or application/x-ndjson (a batch, one submission per line)")
 		p.Field = "Content-Type"
@@ -149,38 +151,38 @@ func submitMediaType(r *http.Request) (submitMedia, *httpx.Problem) {
 	}
 	switch mt {
 	case "application/json":
-		return mediaJSON, nil
+		return MediaJSON, nil
 	case "application/x-ndjson", "application/jsonl":
-		return mediaNDJSON, nil
+		return MediaNDJSON, nil
 	}
 	return refuse(strconv.Quote(mt) + " is not taken")
 }
 
-// decodeSubmit decodes the body of one submission into req: a plain one (string fields, a
+// DecodeSubmit decodes the body of one submission into req: a plain one (string fields, a
 // descriptor of {"key","value"} objects and a payload: what scanArray takes as a batch
 // item) by the batch's scanner, without encoding/json's reflection; any other by
-// decodeJSON, which also words every problem. Both give the same request for a plain body
+// DecodeSubmitJSON, which also words every problem. Both give the same request for a plain body
 // (TestScanOneDecodesAsTheDecoder). Single submissions are most of the admission traffic:
 // in TestAdmissionReport's profile encoding/json took 6.2 % of the process's CPU, about
 // 6.6 µs per request, against under 1 µs for the scanner (BenchmarkDecodeSubmit). (An
 // earlier hand-written decoder, fastjson.go, was removed in v0.4.0 when it measured 3 %;
 // the scanner is shared with batches, so nothing is kept for this alone.)
 // An Idempotency-Key header is checked here too, and named when at fault: present, it is
-// 1–256 bytes of UTF-8, once (serveSubmit then takes it when the body has no key).
-func decodeSubmit(r *http.Request, body []byte, req *submitRequest) *httpx.Problem {
-	if p := checkIdempotencyHeader(r); p != nil {
+// 1–256 bytes of UTF-8, once (internal/submit then takes it when the body has no key).
+func DecodeSubmit(r *http.Request, body []byte, req *Submit) *httpx.Problem {
+	if p := CheckIdempotencyHeader(r); p != nil {
 		return p
 	}
-	if scanOne(body, req) {
+	if ScanOne(body, req) {
 		return nil
 	}
-	*req = submitRequest{}
+	*req = Submit{}
 	return decodeJSONBytes(body, req)
 }
 
-// checkIdempotencyHeader refuses an Idempotency-Key header that is empty, longer than 256
+// CheckIdempotencyHeader refuses an Idempotency-Key header that is empty, longer than 256
 // bytes, not UTF-8, or given more than once, naming the header (not the body's field).
-func checkIdempotencyHeader(r *http.Request) *httpx.Problem {
+func CheckIdempotencyHeader(r *http.Request) *httpx.Problem {
 	vs := r.Header.Values("Idempotency-Key")
 	var detail string
 	switch {
@@ -189,9 +191,9 @@ func checkIdempotencyHeader(r *http.Request) *httpx.Problem {
 	case len(vs) > 1:
 		detail = "is given more than once"
 	case vs[0] == "":
-		detail = fmt.Sprintf("is empty: give 1–%d bytes, or leave the header out", request.MaxIdempotencyKeyBytes)
-	case len(vs[0]) > request.MaxIdempotencyKeyBytes || !utf8.ValidString(vs[0]):
-		detail = fmt.Sprintf("must be valid UTF-8 of 1–%d bytes", request.MaxIdempotencyKeyBytes)
+		detail = fmt.Sprintf("is empty: give 1–%d bytes, or leave the header out", MaxIdempotencyKeyBytes)
+	case len(vs[0]) > MaxIdempotencyKeyBytes || !utf8.ValidString(vs[0]):
+		detail = fmt.Sprintf("must be valid UTF-8 of 1–%d bytes", MaxIdempotencyKeyBytes)
 	default:
 		return nil
 	}
@@ -199,31 +201,22 @@ func checkIdempotencyHeader(r *http.Request) *httpx.Problem {
 	return &p
 }
 
-// decodeJSONBytes is request.DecodeJSON, and for a submission notes an empty
+// decodeJSONBytes is DecodeJSON, and for a submission notes an empty
 // "idempotency_key" (markEmptyKey).
 func decodeJSONBytes(body []byte, v any) *httpx.Problem {
-	if p := request.DecodeJSON(body, v); p != nil {
+	if p := DecodeJSON(body, v); p != nil {
 		return p
 	}
-	if req, ok := v.(*submitRequest); ok {
+	if req, ok := v.(*Submit); ok {
 		markEmptyKey(body, req)
 	}
 	return nil
 }
 
-// ruleEntries are a descriptor's entries as the rules match them.
-func ruleEntries(es []request.Entry) []rules.Entry {
-	out := make([]rules.Entry, len(es))
-	for i, e := range es {
-		out[i] = rules.Entry{Key: e.Key, Value: e.Value}
-	}
-	return out
-}
-
 // markEmptyKey notes in req that body (one submission) gives "idempotency_key" as an empty
 // string, which validate refuses: encoding/json decodes it as no key at all.
-func markEmptyKey(body []byte, req *submitRequest) {
-	if req.IdempotencyKey != "" || !request.ContainsFold(body, "idempotency_") {
+func markEmptyKey(body []byte, req *Submit) {
+	if req.IdempotencyKey != "" || !ContainsFold(body, "idempotency_") {
 		return
 	}
 	dec := json.NewDecoder(bytes.NewReader(bytes.TrimLeft(body, " \t\r\n,")))
@@ -237,7 +230,7 @@ func markEmptyKey(body []byte, req *submitRequest) {
 		}
 		if name, _ := k.(string); strings.EqualFold(name, "idempotency_key") { // encoding/json folds case
 			if t, err := dec.Token(); err == nil && t == "" {
-				req.idemEmpty = true
+				req.IdemEmpty = true
 				return
 			}
 			continue // a string was the token; any other value did not decode
@@ -249,28 +242,28 @@ func markEmptyKey(body []byte, req *submitRequest) {
 	}
 }
 
-// validate checks the fields of a submit request; the first problem found is returned.
-func (req *submitRequest) validate() *httpx.Problem {
-	if p := request.ValidateDomain(req.Domain); p != nil {
+// Validate checks the fields of a submit request; the first problem found is returned.
+func (req *Submit) Validate() *httpx.Problem {
+	if p := ValidateDomain(req.Domain); p != nil {
 		return p
 	}
-	if p := request.ValidateEntries("descriptor", req.Descriptor); p != nil {
+	if p := ValidateEntries("descriptor", req.Descriptor); p != nil {
 		return p
 	}
 	if len(req.Payload) == 0 {
 		p := httpx.BadRequest("payload", "is required (any JSON value)")
 		return &p
 	}
-	if req.idemEmpty {
-		p := httpx.BadRequest("idempotency_key", fmt.Sprintf("is empty: give 1–%d bytes, or leave it out", request.MaxIdempotencyKeyBytes))
+	if req.IdemEmpty {
+		p := httpx.BadRequest("idempotency_key", fmt.Sprintf("is empty: give 1–%d bytes, or leave it out", MaxIdempotencyKeyBytes))
 		return &p
 	}
-	if len(req.IdempotencyKey) > request.MaxIdempotencyKeyBytes || !utf8.ValidString(req.IdempotencyKey) {
-		p := httpx.BadRequest("idempotency_key", fmt.Sprintf("must be valid UTF-8 of at most %d bytes", request.MaxIdempotencyKeyBytes))
+	if len(req.IdempotencyKey) > MaxIdempotencyKeyBytes || !utf8.ValidString(req.IdempotencyKey) {
+		p := httpx.BadRequest("idempotency_key", fmt.Sprintf("must be valid UTF-8 of at most %d bytes", MaxIdempotencyKeyBytes))
 		return &p
 	}
 	if len(req.Headers) > 0 {
-		hs, p := checkHeaders(req.Headers)
+		hs, p := CheckHeaders(req.Headers)
 		if p != nil {
 			return p
 		}
@@ -359,8 +352,8 @@ func securityHeader(name string) bool {
 	return strings.HasPrefix(name, "Proxy-") || strings.HasPrefix(name, "X-Forwarded-")
 }
 
-// checkHeaders validates a submission's headers and returns them with canonical names.
-func checkHeaders(in map[string]string) (map[string]string, *httpx.Problem) {
+// CheckHeaders validates a submission's headers and returns them with canonical names.
+func CheckHeaders(in map[string]string) (map[string]string, *httpx.Problem) {
 	bad := func(field, detail string) (map[string]string, *httpx.Problem) {
 		p := httpx.BadRequest(field, detail)
 		return nil, &p
@@ -413,4 +406,59 @@ func visibleASCII(v string) bool {
 		}
 	}
 	return true
+}
+
+// PreferDepth is the preference (RFC 7240) by which a submission asks for its key's depth
+// and its eta in the 202: "Prefer: return=representation". The own engine writes no depth
+// counts on admission, so these cost a stream request after the publish, which only the
+// callers who read them should pay; the claim engine's admission counts them anyway and
+// always answers them. A 202 that carries them says "Preference-Applied: return=representation".
+const PreferDepth = "return=representation"
+
+// PrefersDepth reports whether h's Prefer fields ask for return=representation (a
+// preference's parameters after ';' and a quoted value are allowed; names and the value
+// are case-insensitive).
+func PrefersDepth(h http.Header) bool {
+	for _, v := range h.Values("Prefer") {
+		for pref := range strings.SplitSeq(v, ",") {
+			pref, _, _ = strings.Cut(pref, ";")
+			name, val, ok := strings.Cut(strings.TrimSpace(pref), "=")
+			if ok && strings.EqualFold(strings.TrimSpace(name), "return") &&
+				strings.EqualFold(strings.Trim(strings.TrimSpace(val), `"`), "representation") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Digest identifies a submission for its idempotency key: a hash of its domain, descriptor
+// and payload (compacted, so whitespace does not count), 22 characters; "" without a key.
+func (req *Submit) Digest() string {
+	if req.IdempotencyKey == "" {
+		return ""
+	}
+	// The bytes hashed are fixed across versions (a claim's digest is compared by every
+	// ingress that sees a repeat): length-prefixed fields, then the payload without
+	// insignificant whitespace. They are built in one buffer and hashed at once.
+	var stack [512]byte
+	b := stack[:0]
+	field := func(s string) { // length-prefixed: no two requests write the same bytes
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	field(req.Domain)
+	for _, e := range req.Descriptor {
+		field(e.Key)
+		field(e.Value)
+	}
+	if bytes.IndexAny(req.Payload, " \t\r\n") < 0 {
+		b = append(b, req.Payload...) // compact already (json.Compact only drops whitespace)
+	} else if compact := bytes.NewBuffer(b); json.Compact(compact, req.Payload) == nil {
+		b = compact.Bytes()
+	} else {
+		b = append(b, req.Payload...)
+	}
+	sum := sha256.Sum256(b)
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
 }

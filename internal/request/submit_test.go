@@ -1,4 +1,4 @@
-package ingress
+package request
 
 import (
 	"encoding/json"
@@ -9,7 +9,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-io/sluice/internal/httpx"
-	"github.com/sluice-io/sluice/internal/request"
 )
 
 // typicalSubmit is a submit body of the size and shape clients send (about 250 bytes).
@@ -18,23 +17,23 @@ const typicalSubmit = `{"domain":"webhooks","descriptor":[{"key":"tenant","value
 	`"id":"evt_1NqZ8b2e","amount":12900,"currency":"eur"},"idempotency_key":"evt_1NqZ8b2e"}`
 
 // BenchmarkDecodeSubmit measures the decode of one submission on the admission path:
-// decodeSubmit (the scanner for a plain body like typicalSubmit) against encoding/json.
+// DecodeSubmit (the scanner for a plain body like typicalSubmit) against encoding/json.
 func BenchmarkDecodeSubmit(b *testing.B) {
 	r := httptest.NewRequest(http.MethodPost, "/v1/messages", nil)
 	r.Header.Set("Content-Type", "application/json")
 	body := []byte(typicalSubmit)
 	for _, c := range []struct {
 		name   string
-		decode func(*http.Request, []byte, *submitRequest) *httpx.Problem
+		decode func(*http.Request, []byte, *Submit) *httpx.Problem
 	}{
-		{"scanner", decodeSubmit},
-		{"encoding-json", func(r *http.Request, b []byte, req *submitRequest) *httpx.Problem { return decodeJSON(r, b, req) }},
+		{"scanner", DecodeSubmit},
+		{"encoding-json", func(r *http.Request, b []byte, req *Submit) *httpx.Problem { return DecodeSubmitJSON(r, b, req) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
-				var req submitRequest
+				var req Submit
 				if p := c.decode(r, body, &req); p != nil {
 					b.Fatal(p.Detail)
 				}
@@ -64,17 +63,17 @@ func FuzzSubmitBody(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, contentType string) {
 		r := httptest.NewRequest(http.MethodPost, "/v1/messages", nil)
 		r.Header.Set("Content-Type", contentType)
-		var req submitRequest
-		_, p := submitMediaType(r) // as serveSubmit checks it first
+		var req Submit
+		_, p := SubmitMediaType(r) // as internal/submit checks it first
 		if p == nil {
-			p = decodeSubmit(r, body, &req)
+			p = DecodeSubmit(r, body, &req)
 		}
-		var want submitRequest
-		if wantP := decodeJSON(r, body, &want); !reflect.DeepEqual(req, want) || !reflect.DeepEqual(p, wantP) {
-			t.Fatalf("decodeSubmit %+v %v, encoding/json %+v %v", req, p, want, wantP)
+		var want Submit
+		if wantP := DecodeSubmitJSON(r, body, &want); !reflect.DeepEqual(req, want) || !reflect.DeepEqual(p, wantP) {
+			t.Fatalf("DecodeSubmit %+v %v, encoding/json %+v %v", req, p, want, wantP)
 		}
 		if p == nil {
-			p = req.validate()
+			p = req.Validate()
 		}
 		if p != nil {
 			if (p.Status != http.StatusBadRequest && p.Status != http.StatusUnsupportedMediaType) || p.Detail == "" {
@@ -82,18 +81,18 @@ func FuzzSubmitBody(f *testing.F) {
 			}
 			return
 		}
-		if req.Domain == "" || len(req.Domain) > request.MaxDomainBytes || !utf8.ValidString(req.Domain) {
+		if req.Domain == "" || len(req.Domain) > MaxDomainBytes || !utf8.ValidString(req.Domain) {
 			t.Fatalf("accepted domain %q", req.Domain)
 		}
-		if len(req.Descriptor) == 0 || len(req.Descriptor) > request.MaxDescriptorEntries {
+		if len(req.Descriptor) == 0 || len(req.Descriptor) > MaxDescriptorEntries {
 			t.Fatalf("accepted %d descriptor entries", len(req.Descriptor))
 		}
 		for _, e := range req.Descriptor {
-			if e.Key == "" || len(e.Key) > request.MaxKeyBytes || len(e.Value) > request.MaxKeyBytes || !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value) {
+			if e.Key == "" || len(e.Key) > MaxKeyBytes || len(e.Value) > MaxKeyBytes || !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value) {
 				t.Fatalf("accepted entry %q=%q", e.Key, e.Value)
 			}
 		}
-		if len(req.IdempotencyKey) > request.MaxIdempotencyKeyBytes || len(req.Headers) > 16 {
+		if len(req.IdempotencyKey) > MaxIdempotencyKeyBytes || len(req.Headers) > 16 {
 			t.Fatalf("accepted idempotency key of %d bytes, %d headers", len(req.IdempotencyKey), len(req.Headers))
 		}
 		if !json.Valid(req.Payload) {

@@ -1,17 +1,15 @@
-package ingress
+package request
 
 import (
 	"strings"
 	"testing"
-
-	"github.com/sluice-io/sluice/internal/request"
 )
 
 // TestDigestIsStable: a claim's request digest is compared by every ingress that sees a
 // repeat of its idempotency key, rolling upgrades included, so the bytes it hashes never
 // change. The values were computed by v0.4's digest.
 func TestDigestIsStable(t *testing.T) {
-	entries := []request.Entry{{Key: "merchant_id", Value: "m-1"}, {Key: "user", Value: "ü 7"}}
+	entries := []Entry{{Key: "merchant_id", Value: "m-1"}, {Key: "user", Value: "ü 7"}}
 	for _, tc := range []struct {
 		name, payload, want string
 	}{
@@ -21,12 +19,12 @@ func TestDigestIsStable(t *testing.T) {
 		{"not JSON", "{ not json", "hdxJxFBFeosIMDcQf6Bcag"},
 		{"long", `{"p":"` + strings.Repeat("x", 2000) + `"}`, "IMtYA0pTH6xtOAraL5UiaQ"},
 	} {
-		req := submitRequest{Domain: "orders", Descriptor: entries, Payload: []byte(tc.payload), IdempotencyKey: "k"}
-		if got := req.digest(); got != tc.want {
+		req := Submit{Domain: "orders", Descriptor: entries, Payload: []byte(tc.payload), IdempotencyKey: "k"}
+		if got := req.Digest(); got != tc.want {
 			t.Errorf("%s: digest %q, want %q", tc.name, got, tc.want)
 		}
 	}
-	if d := (&submitRequest{Domain: "orders", Payload: []byte(`{}`)}).digest(); d != "" {
+	if d := (&Submit{Domain: "orders", Payload: []byte(`{}`)}).Digest(); d != "" {
 		t.Errorf("digest without an idempotency key: %q, want none", d)
 	}
 }

@@ -1,4 +1,4 @@
-package ingress
+package request
 
 import (
 	"bytes"
@@ -12,18 +12,18 @@ import (
 )
 
 // decodeArrayByDecoder is decodeArray without scanArray: encoding/json's decoder alone.
-func decodeArrayByDecoder(body []byte, max int) ([]submitRequest, bool) {
+func decodeArrayByDecoder(body []byte, max int) ([]Submit, bool) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if t, err := dec.Token(); err != nil || t != json.Delim('[') {
 		return nil, false
 	}
-	var reqs []submitRequest
+	var reqs []Submit
 	for dec.More() {
 		if len(reqs) == max {
 			return nil, false
 		}
-		reqs = append(reqs, submitRequest{})
+		reqs = append(reqs, Submit{})
 		if err := dec.Decode(&reqs[len(reqs)-1]); err != nil {
 			return nil, false
 		}
@@ -78,11 +78,11 @@ func TestScanArrayDecodesAsTheDecoder(t *testing.T) {
 	for _, max := range []int{500, 1} {
 		for _, body := range bodies {
 			want, wantOK := decodeArrayByDecoder([]byte(body), max)
-			got, ok := scanArray([]byte(body), max)
+			got, ok := scanArray([]byte(body), max, nil)
 			if ok && (!wantOK || !reflect.DeepEqual(got, want)) {
 				t.Errorf("max %d, %s:\n scanArray %+v\n decoder   %+v (ok %v)", max, body, got, want, wantOK)
 			}
-			if all, allOK := decodeArray([]byte(body), max); allOK != wantOK || len(all)+len(want) > 0 && !reflect.DeepEqual(all, want) {
+			if all, allOK := decodeArray([]byte(body), max, nil); allOK != wantOK || len(all)+len(want) > 0 && !reflect.DeepEqual(all, want) {
 				t.Errorf("max %d, %s: decodeArray %+v %v, decoder %+v %v", max, body, all, allOK, want, wantOK)
 			}
 		}
@@ -94,7 +94,7 @@ func TestScanArrayDecodesAsTheDecoder(t *testing.T) {
 		parts = append(parts, fmt.Sprintf(`{"domain":"orders","descriptor":[{"key":"merchant_id","value":"m-%d"}],"payload":%s}`, i, payload))
 	}
 	body := []byte("[" + strings.Join(parts, ",") + "]")
-	got, ok := scanArray(body, 500)
+	got, ok := scanArray(body, 500, nil)
 	want, _ := decodeArrayByDecoder(body, 500)
 	if !ok || !reflect.DeepEqual(got, want) {
 		t.Fatalf("the report's batch: scanArray ok %v", ok)
@@ -126,22 +126,22 @@ func TestScanOneDecodesAsTheDecoder(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, "/v1/messages", nil)
 	req.Header.Set("Content-Type", "application/json")
 	for _, body := range bodies {
-		var want submitRequest
-		wantP := decodeJSON(req, []byte(body), &want)
-		var got submitRequest
-		gotP := decodeSubmit(req, []byte(body), &got)
+		var want Submit
+		wantP := DecodeSubmitJSON(req, []byte(body), &want)
+		var got Submit
+		gotP := DecodeSubmit(req, []byte(body), &got)
 		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(gotP, wantP) {
-			t.Errorf("%s:\n decodeSubmit %+v %v\n decodeJSON   %+v %v", body, got, gotP, want, wantP)
+			t.Errorf("%s:\n DecodeSubmit %+v %v\n DecodeSubmitJSON   %+v %v", body, got, gotP, want, wantP)
 		}
-		var one submitRequest
-		if scanOne([]byte(body), &one) && (wantP != nil || !reflect.DeepEqual(one, want)) {
-			t.Errorf("%s: scanOne took it as %+v; decodeJSON %+v %v", body, one, want, wantP)
+		var one Submit
+		if ScanOne([]byte(body), &one) && (wantP != nil || !reflect.DeepEqual(one, want)) {
+			t.Errorf("%s: ScanOne took it as %+v; DecodeSubmitJSON %+v %v", body, one, want, wantP)
 		}
 	}
 	// The report's body is scanned.
 	body := fmt.Sprintf(`{"domain":"orders","descriptor":[{"key":"merchant_id","value":"m-1"}],"payload":{"order":%q}}`, strings.Repeat("x", 116))
-	var one submitRequest
-	if !scanOne([]byte(body), &one) {
+	var one Submit
+	if !ScanOne([]byte(body), &one) {
 		t.Fatal("the report's body is not scanned")
 	}
 }
