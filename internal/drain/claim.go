@@ -363,9 +363,12 @@ func (d *Drainer) sleep(c *claimer, timer *time.Timer, wait time.Duration) {
 
 func (d *Drainer) redisFailed(rule string, err error) {
 	first := !d.redisDown.Swap(true)
-	if first || d.redisLog.allow() {
+	// allow is asked even for the first failure: it takes the throttle's line, or the
+	// next failure would be let through as the throttle's first (two lines at once).
+	if allow := d.redisLog.allow(); first || allow {
 		d.log.Error("redis unavailable: claiming paused", "rule", rule, "err", err)
 	}
+	d.sig.raise(evClaimFailed)
 }
 
 func (d *Drainer) redisOK() {
@@ -452,6 +455,7 @@ func (d *Drainer) renewLoop(c *claimer) {
 		}
 		r := c.rule.Load()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), d.cfg.LeaseRenew)
+		d.sig.raise(evRenewSent)
 		res, err := d.cfg.Scheduler.Renew(ctx, r.Name, d.cfg.Owner, time.Time{}, d.cfg.Lease, req)
 		cancel()
 		if err != nil {
@@ -464,6 +468,7 @@ func (d *Drainer) renewLoop(c *claimer) {
 					d.lose(r.Name, h)
 				}
 			}
+			d.sig.raise(evRenewed)
 			continue
 		}
 		c.offset.Store(res.Now.Sub(d.cfg.Clock()).Microseconds())
@@ -475,6 +480,7 @@ func (d *Drainer) renewLoop(c *claimer) {
 				d.lose(r.Name, h)
 			}
 		}
+		d.sig.raise(evRenewed)
 	}
 }
 

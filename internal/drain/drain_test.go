@@ -124,6 +124,7 @@ func (e *env) drainer(ctx context.Context, sink drain.Sink, mut func(*drain.Conf
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	drain.InstallSignals(d) // drain.SignalsOf(d): what a test waits on instead of sleeping
 	if err := d.Start(ctx); err != nil {
 		e.t.Fatal(err)
 	}

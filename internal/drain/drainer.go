@@ -72,6 +72,8 @@ type Drainer struct {
 	releaseLog throttle
 	// ownMismatchLog: -own-partitions differs from the other drainers' (own_lease.go).
 	ownMismatchLog throttle
+	// sig: the test signals (testsignals.go); nil in production.
+	sig *testSignals
 }
 
 // New returns a Drainer; cfg is completed with WithDefaults and validated.
@@ -268,6 +270,7 @@ func (d *Drainer) manage() {
 			}
 		}
 		d.claimersMu.Unlock()
+		d.sig.raise(evRulesPolled)
 		select {
 		case <-t.C:
 		case <-d.soft:

@@ -47,6 +47,7 @@ func TestRedisOutagePausesAndReconcileRepairs(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{TCP: true})
 	opts := srv.Options()
 	opts.MaxRetries = -1
+	opts.DialerRetries = 1 // a claim fails at once while Redis is down (not after 5 dials 100 ms apart)
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
 	rdb := redis.NewClient(opts)
 	t.Cleanup(func() { rdb.Close() })
@@ -58,7 +59,7 @@ func TestRedisOutagePausesAndReconcileRepairs(t *testing.T) {
 	r := e.rule("outage", 1000, 0, nil)
 	logs := &syncBuffer{}
 	sink := &recSink{}
-	e.drainer(context.Background(), sink, func(c *drain.Config) {
+	d := e.drainer(context.Background(), sink, func(c *drain.Config) {
 		claimEngine(c)
 		c.RedisBackoff = 20 * time.Millisecond
 		c.ReconcileEvery = 50 * time.Millisecond
@@ -74,9 +75,11 @@ func TestRedisOutagePausesAndReconcileRepairs(t *testing.T) {
 		t.Fatal(err)
 	}
 	waittest.Eventually(t, 20*time.Second, "the outage to be noticed", func() bool { return strings.Contains(logs.String(), "claiming paused") })
-	time.Sleep(200 * time.Millisecond) // several failed claims (RedisBackoff 20 ms) to show the log is throttled
+	// Several more failed claims (RedisBackoff 20 ms) show the log is throttled.
+	sig := drain.SignalsOf(d)
+	sig.Wait(t, 10*time.Second, drain.ClaimFailed, sig.Count(drain.ClaimFailed)+5)
 	if n := strings.Count(logs.String(), "claiming paused"); n != 1 {
-		t.Errorf("%d 'claiming paused' lines in 200 ms: not throttled", n)
+		t.Errorf("%d 'claiming paused' lines over %d failed claims: not throttled\n%s", n, sig.Count(drain.ClaimFailed), logs.String())
 	}
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)

@@ -209,7 +209,7 @@ func TestLostLeaseIsFencedAtTheSink(t *testing.T) {
 	}
 	regA := prometheus.NewRegistry()
 	deadA, deadB := &deadRec{}, &deadRec{}
-	e.drainer(context.Background(), httpSink, func(c *drain.Config) {
+	dA := e.drainer(context.Background(), httpSink, func(c *drain.Config) {
 		claimEngine(c)
 		c.Registerer, c.DeadLetters = regA, deadA
 		c.Workers, c.MaxClaimed, c.ClaimBatch = 1, 1, 1
@@ -233,7 +233,7 @@ func TestLostLeaseIsFencedAtTheSink(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	e.drainer(context.Background(), httpSink, func(c *drain.Config) { claimEngine(c); c.DeadLetters = deadB })
+	dB := e.drainer(context.Background(), httpSink, func(c *drain.Config) { claimEngine(c); c.DeadLetters = deadB })
 	waittest.Eventually(t, 20*time.Second, "B's first accepted delivery", func() bool { a, _, _, _ := srv.snapshot(); return len(a) >= 1 })
 	openGate() // A's request, still at the sink, is answered now
 	waittest.Eventually(t, 20*time.Second, "all three accepted", func() bool { a, _, _, _ := srv.snapshot(); return len(a) == 3 })
@@ -241,6 +241,10 @@ func TestLostLeaseIsFencedAtTheSink(t *testing.T) {
 		return counterValue(t, regA, "sluice_claims_lost_total", r.Name) == 1
 	})
 	waittest.Eventually(t, 10*time.Second, "empty queue", func() bool { return e.depth(r) == 0 })
+	// Nothing more may arrive: once both drainers have stopped (every delivery finished),
+	// what the sink saw is all there is.
+	dA.Stop()
+	dB.Stop()
 	accepted, stale, missing, overlaps := srv.snapshot()
 	t.Logf("A's fence %d; accepted %+v; refused as stale %+v; %d requests overlapped another of their key", fA, accepted, stale, overlaps)
 	var ids []string
@@ -264,10 +268,6 @@ func TestLostLeaseIsFencedAtTheSink(t *testing.T) {
 	}
 	if deadA.calls.Load()+deadB.calls.Load() != 0 {
 		t.Errorf("dead letters: %d by A, %d by B; a lost claim's refused delivery must be dropped, not judged", deadA.calls.Load(), deadB.calls.Load())
-	}
-	time.Sleep(200 * time.Millisecond) // nothing more may arrive
-	if a, s, _, _ := srv.snapshot(); len(a) != 3 || len(s) != 1 {
-		t.Errorf("late deliveries: accepted %d, refused %d", len(a), len(s))
 	}
 }
 
@@ -305,7 +305,8 @@ func TestKilledDrainersKeysAreClaimedAgainWithinThreeSeconds(t *testing.T) {
 	ctxA, kill := context.WithCancel(context.Background())
 	a := e.drainer(ctxA, stuck, func(c *drain.Config) { c.Scheduler = sA; c.Workers = 4 })
 	waittest.Eventually(t, 20*time.Second, "four deliveries in flight in A", func() bool { return inflight.Load() == 4 })
-	time.Sleep(time.Second) // at least one renewal of A's leases
+	sigA := drain.SignalsOf(a)
+	sigA.Wait(t, 10*time.Second, drain.Renewed, sigA.Count(drain.RenewSent)+1) // at least one renewal of A's leases
 	killed := time.Now()
 	rdbA.Close() // from now on A tells Redis nothing: no release, no renewal
 	kill()

@@ -276,6 +276,7 @@ func (d *Drainer) manageOwn() {
 			}
 		}
 		d.ownMu.Unlock()
+		d.sig.raise(evRulesPolled)
 		select {
 		case <-t.C:
 		case <-d.soft:

@@ -131,7 +131,7 @@ func TestOwnEngineLostLeaseStopsTheOldOwner(t *testing.T) {
 	sink := newCallSink(func(m queue.Message, n int) (bool, bool) { return false, m.Key == "k" && m.ID == want[0] && n == 1 })
 	t.Cleanup(func() { close(sink.release) }) // before the drainer's Stop
 	const renew = 500 * time.Millisecond
-	e.drainer(context.Background(), sink, func(c *drain.Config) {
+	a := e.drainer(context.Background(), sink, func(c *drain.Config) {
 		ownEngine(c)
 		c.Owner = "A"
 		c.OwnLease, c.OwnRenew = 6*time.Second, renew
@@ -168,7 +168,9 @@ func TestOwnEngineLostLeaseStopsTheOldOwner(t *testing.T) {
 	if d := cancelAt.Sub(taken); d > 2*time.Second {
 		t.Errorf("A stopped delivering %v after losing the lease, want at its next renewal (every %v; the lease itself lasts 6 s)", d, renew)
 	}
-	time.Sleep(3 * renew) // X holds k's partition: nothing of k may start now
+	// X holds k's partition through three more renewals of A: nothing of k may start now.
+	sigA := drain.SignalsOf(a)
+	sigA.Wait(t, 10*time.Second, drain.Renewed, sigA.Count(drain.RenewSent)+3)
 	if err := e.rdb.HDel(ctx, base+"leases", strconv.Itoa(p)).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +234,7 @@ func TestOwnEngineRedisOutageStopsByTheLeaseAndResumes(t *testing.T) {
 		return counterValue(t, reg, "sluice_claims_lost_total", r.Name) >= 1
 	})
 	lapsed := time.Now()
-	time.Sleep(lease / 2) // Redis stays down a while after the lapse: nothing may go out now
+	time.Sleep(lease / 2) // the scenario: Redis stays down a while after the lapse, and nothing may go out now
 	up := time.Now()      // Redis may answer before Restart returns
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)

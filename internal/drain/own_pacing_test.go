@@ -26,7 +26,7 @@ func (s *slowEverySecondSink) Deliver(ctx context.Context, _ *rules.Rule, _ queu
 	n := len(s.at)
 	s.mu.Unlock()
 	if n%2 == 1 {
-		time.Sleep(s.slow)
+		time.Sleep(s.slow) // the scenario: a slow answer
 	}
 	return drain.OutcomeDelivered()
 }

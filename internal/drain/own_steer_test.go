@@ -341,12 +341,13 @@ func TestSteerClaimEngineWarnsOnce(t *testing.T) {
 	})
 	e.rule("plain", 10, 0, nil)
 	var buf syncBuf
-	e.drainer(context.Background(), &stampSink{}, func(c *drain.Config) {
+	d := e.drainer(context.Background(), &stampSink{}, func(c *drain.Config) {
 		c.Engine = drain.EngineClaim
 		c.Logger = slog.New(slog.NewTextHandler(&buf, nil))
 	})
 	waittest.Eventually(t, 10*time.Second, "the warning", func() bool { return strings.Contains(buf.String(), "steering options") })
-	time.Sleep(300 * time.Millisecond) // several rules polls (RulesEvery 50ms): no repeat
+	sig := drain.SignalsOf(d)
+	sig.Wait(t, 10*time.Second, drain.RulesPolled, sig.Count(drain.RulesPolled)+5) // several rules polls: no repeat
 	out := buf.String()
 	if n := strings.Count(out, "steering options"); n != 1 {
 		t.Errorf("%d warnings, want 1:\n%s", n, out)

@@ -211,7 +211,10 @@ func TestOwnEngineCutOffOwnerStopsBeforeItsLeaseExpires(t *testing.T) {
 	waittest.Eventually(t, 20*time.Second, "A delivering", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 16 })
 	rdbA.Close() // A can no longer renew; it keeps running
 	cut := time.Now()
-	time.Sleep(100 * time.Millisecond) // a renewal A sent just before the cut has landed
+	// A renewal A sent before the cut has been answered (or failed) and acted on: the leases
+	// read now are the last A extended. (Renewals are sent and acted on one at a time.)
+	sigA := drain.SignalsOf(a)
+	sigA.Wait(t, 10*time.Second, drain.Renewed, sigA.Count(drain.RenewSent))
 	leases := ownLeases(t, e, r.Name)
 	e.drainer(context.Background(), &fenceSink{name: "B", mu: &mu, got: &got, ids: &ids},
 		func(c *drain.Config) { ownEngine(c); c.Owner = "B" })
@@ -306,7 +309,24 @@ func TestOwnEngineKilledOwnersPartitionsReownedWithinThreeSeconds(t *testing.T) 
 		}
 		return n["A"] == 8 && n["B"] == 8
 	})
-	time.Sleep(time.Second) // both deliver for a while
+	// Both deliver for a while: every key twice more at its outflow, by whichever owns it.
+	shared := time.Now()
+	waittest.Eventually(t, 20*time.Second, "every key delivered twice since A and B share the rule", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := map[string]int{}
+		for _, f := range got {
+			if !f.cancelled && f.start.After(shared) {
+				n[f.key]++
+			}
+		}
+		for _, k := range keys {
+			if n[k] < 2 {
+				return false
+			}
+		}
+		return true
+	})
 	var killedKeys atomic.Int64
 	for _, l := range ownLeases(t, e, r.Name) {
 		if l.owner == "A" {

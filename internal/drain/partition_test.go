@@ -62,12 +62,25 @@ func testOneRuleOverTheCluster(t *testing.T, engine string) {
 	}
 	t.Logf("rule's Redis keys per master: %v", perMaster)
 	sink := &recSink{}
+	var ds []*drain.Drainer
 	for range 2 {
-		e.drainer(ctx, sink, func(c *drain.Config) { c.Engine = engine; c.Workers = 64 })
+		ds = append(ds, e.drainer(ctx, sink, func(c *drain.Config) { c.Engine = engine; c.Workers = 64 }))
 	}
 	waittest.Eventually(t, 60*time.Second, "3,000 deliveries", func() bool { return sink.count() >= keys*per })
 	waittest.Eventually(t, 10*time.Second, "empty queue", func() bool { return e.depth(r) == 0 })
-	time.Sleep(200 * time.Millisecond) // a duplicate would arrive now
+	// The claim engine releases an emptied key from the due set at once; the own engine does
+	// not read the ingress's due marks but removes those of emptied keys with its next renewal.
+	var due, claimed int64
+	if !waittest.Within(5*time.Second, func() bool {
+		due, claimed, err = s.Counts(ctx, r.Name)
+		return err == nil && due == 0
+	}) {
+		t.Errorf("after draining: due %d claimed %d, %v", due, claimed, err)
+	}
+	// A duplicate would have arrived once both drainers have stopped (every delivery done).
+	for _, d := range ds {
+		d.Stop()
+	}
 	got := map[string][]delivery{}
 	seen := map[string]bool{}
 	for _, d := range sink.deliveries() {
@@ -95,14 +108,5 @@ func testOneRuleOverTheCluster(t *testing.T, engine string) {
 				t.Errorf("key %q: deliveries %d and %d %v apart at outflow %d/s", key, j-1, j, d.At.Sub(ds[j-1].At), outflow)
 			}
 		}
-	}
-	// The claim engine releases an emptied key from the due set at once; the own engine does
-	// not read the ingress's due marks but removes those of emptied keys with its next renewal.
-	var due, claimed int64
-	if !waittest.Within(5*time.Second, func() bool {
-		due, claimed, err = s.Counts(ctx, r.Name)
-		return err == nil && due == 0
-	}) {
-		t.Errorf("after draining: due %d claimed %d, %v", due, claimed, err)
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/sink"
+	"github.com/sluice-io/sluice/internal/waittest"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -249,10 +250,7 @@ func pacedAtScale(t *testing.T, e *env, ps *peerSink, hs drain.Sink, dur time.Du
 	defer cancel()
 	begin := time.Now()
 	d := e.drainer(ctx, hs, func(c *drain.Config) { c.Engine = drain.EngineOwn; c.Workers = 64 })
-	for ps.n.Load() == 0 && time.Since(begin) < time.Minute {
-		time.Sleep(10 * time.Millisecond) // polling the sink's count: the first delivery is the signal
-	}
-	if ps.n.Load() == 0 {
+	if !waittest.Within(time.Minute, func() bool { return ps.n.Load() > 0 }) { // the sink stamps the first delivery itself
 		t.Errorf("paced at scale: no delivery within a minute of the drainer's start (depth %s)", depthNote(e, r))
 		d.Stop()
 		return
@@ -521,6 +519,10 @@ type peerSink struct {
 	record      atomic.Bool
 	mu          sync.Mutex
 	at          map[string][]time.Time
+	// want and reached: the handler that counts the want-th delivery closes reached (measure
+	// waits on it). Guarded by mu.
+	want    int64
+	reached chan struct{}
 }
 
 func newPeerSink(t *testing.T) *peerSink {
@@ -536,7 +538,11 @@ func newPeerSink(t *testing.T) *peerSink {
 			s.at[k] = append(s.at[k], now)
 			s.mu.Unlock()
 		}
-		s.n.Add(1) // last: a count that reached the total has its times noted
+		if s.n.Add(1) == s.target() { // last: a count that reached the total has its times noted
+			s.mu.Lock()
+			close(s.reached)
+			s.mu.Unlock()
+		}
 		w.WriteHeader(http.StatusOK)
 	}))
 	srv.Config.SetKeepAlivesEnabled(true)
@@ -545,9 +551,24 @@ func newPeerSink(t *testing.T) *peerSink {
 	return s
 }
 
+func (s *peerSink) target() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.want
+}
+
+// expect makes the sink close the returned channel at its n-th delivery from now (0: never).
+func (s *peerSink) expect(n int64) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.want, s.reached = n, make(chan struct{})
+	return s.reached
+}
+
 func (s *peerSink) reset(record bool) {
 	s.mu.Lock()
 	s.at = map[string][]time.Time{}
+	s.want = 0
 	s.mu.Unlock()
 	s.record.Store(record)
 	s.n.Store(0)
@@ -581,19 +602,28 @@ func (s *peerSink) measure(t *testing.T, e *env, redisPID, nodePID int, n int64,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	reached := s.expect(n)
 	self0, redis0, node0 := selfCPU(), loadtest.ProcCPU(redisPID), loadtest.ProcCPU(nodePID)
 	begin := time.Now()
 	stop := start(ctx)
 	var stalled error
+	// The sink says when its n-th delivery came; a look every second only notices a stall.
+	stall := time.NewTicker(time.Second)
+	defer stall.Stop()
 	lastN, lastChange := int64(-1), time.Now()
-	for s.n.Load() < n {
+wait:
+	for {
+		select {
+		case <-reached:
+			break wait
+		case <-stall.C:
+		}
 		if c := s.n.Load(); c != lastN {
 			lastN, lastChange = c, time.Now()
 		} else if time.Since(lastChange) > 30*time.Second {
 			stalled = fmt.Errorf("stalled: %d of %d delivered, none for 30 s; %s", c, n, state())
 			break
 		}
-		time.Sleep(20 * time.Millisecond) // polling the sink's count: the study's own clock, not a test's wait
 	}
 	self1, redis1, node1 := selfCPU(), loadtest.ProcCPU(redisPID), loadtest.ProcCPU(nodePID)
 	cmds := redisCalls(t, e.rdb)
@@ -642,18 +672,16 @@ func peerEnv(t *testing.T, srv *redistest.Server) *env {
 // delivered (the own engine's deletes are asynchronous), and otherwise purges it, so the next
 // round starts from the same backlog, and says how many messages were left.
 func emptied(e *env, r *rules.Rule) error {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		st, err := e.q.Stats(context.Background(), r.Name)
-		if err == nil && st.Msgs == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			_ = e.q.Purge(context.Background(), r.Name)
-			return fmt.Errorf("%d messages left in %s after every message was delivered (err %v): deletes lost", st.Msgs, e.q.StreamName(r.Name), err)
-		}
-		time.Sleep(50 * time.Millisecond) // polling the stream's count
+	var st queue.Stats
+	var err error
+	if waittest.Within(5*time.Second, func() bool {
+		st, err = e.q.Stats(context.Background(), r.Name)
+		return err == nil && st.Msgs == 0
+	}) {
+		return nil
 	}
+	_ = e.q.Purge(context.Background(), r.Name)
+	return fmt.Errorf("%d messages left in %s after every message was delivered (err %v): deletes lost", st.Msgs, e.q.StreamName(r.Name), err)
 }
 
 func depthNote(e *env, r *rules.Rule) string {

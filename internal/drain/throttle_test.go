@@ -21,7 +21,7 @@ func TestThrottleLetsOneLinePerPeriod(t *testing.T) {
 			{10 * time.Second, false},
 			{time.Hour, true},
 		} {
-			time.Sleep(step.after)
+			time.Sleep(step.after) // the scenario, in the bubble's virtual time
 			if got := th.allow(); got != step.want {
 				t.Fatalf("allow() %s after the previous = %v, want %v", step.after, got, step.want)
 			}

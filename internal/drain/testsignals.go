@@ -1,0 +1,38 @@
+package drain
+
+// Test signals: points in the drain loops a test waits on instead of sleeping ("at least
+// one renewal", "several failed claims", "several rules polls"). A Drainer carries them
+// only when a test installed them (export_test.go, before Start); in production d.sig is
+// nil and raising one is a nil check.
+
+import "sync"
+
+// testEvent is one kind of signal point.
+type testEvent int
+
+const (
+	evRenewSent   testEvent = iota // a lease renewal is about to be sent (own engine: every rule's in one call)
+	evRenewed                      // a renewal's answer (or its error) was acted on
+	evClaimFailed                  // a claim or a reservation failed on Redis (redisFailed)
+	evRulesPolled                  // the rules manager read Config.Rules and acted on them
+	nTestEvents
+)
+
+// testSignals counts the events raised so far and wakes the tests waiting on them.
+type testSignals struct {
+	mu      sync.Mutex
+	n       [nTestEvents]int
+	changed chan struct{} // closed, and replaced, at every raise
+}
+
+// raise records ev; nothing when no test installed the signals.
+func (s *testSignals) raise(ev testEvent) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.n[ev]++
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
