@@ -109,10 +109,14 @@ func run(ctx context.Context, w io.Writer, c config) error {
 		var firstParked *order
 		for i := 1; i <= count[m]; i++ {
 			o := &order{merchant: m, n: i}
+			opts := []client.SubmitOption{client.WithIdempotencyKey(fmt.Sprintf("order-%s-%s-%d", run, m, i)), client.SubmitOverLimitRetry(false)}
+			if i == 1 {
+				// The first order asks for its depth, eta and the queue's policy (a stream
+				// request on the server); the others are one publish each.
+				opts = append(opts, client.WithDepth())
+			}
 			sub, err := sl.Submit(ctx, "orders", []client.Entry{{Key: "merchant_id", Value: m}},
-				map[string]any{"order_id": fmt.Sprintf("%s-%d", m, i), "total": "12.50"},
-				client.WithIdempotencyKey(fmt.Sprintf("order-%s-%s-%d", run, m, i)),
-				client.SubmitOverLimitRetry(false))
+				map[string]any{"order_id": fmt.Sprintf("%s-%d", m, i), "total": "12.50"}, opts...)
 			var ol *client.OverLimitError
 			switch {
 			case errors.As(err, &ol):

@@ -91,6 +91,8 @@
 //   - sink.go: the narrow interfaces the drainer needs (Sink, dead letters, statuses) and Outcome
 //   - metrics.go: the drainer's Prometheus metrics
 //   - signals.go: the on-call signals (time in queue, oldest age, sink answers, store use)
+//   - testsignals.go: points in the drain loops tests wait on instead of sleeping (nil in
+//     production)
 //   - trace.go: claim and delivery spans (internal/telemetry)
 //   - doc.go: this overview
 package drain

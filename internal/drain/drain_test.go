@@ -291,7 +291,7 @@ func TestTwoDrainersKeepKeyAndTotalOutflow(t *testing.T) {
 	for i := 0; i < 80; i++ {
 		e.enqueue(perKey, "k", "{}")
 	}
-	for i := 0; i < 16; i++ {
+	for i := 0; i < 24; i++ {
 		for k := 0; k < 5; k++ {
 			e.enqueue(total, fmt.Sprintf("t%d", k), "{}")
 		}
@@ -300,18 +300,26 @@ func TestTwoDrainersKeepKeyAndTotalOutflow(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		e.drainer(context.Background(), sink, nil)
 	}
-	waittest.Eventually(t, 30*time.Second, "2.5 s of deliveries", func() bool {
+	waittest.Eventually(t, 30*time.Second, "3.5 s of deliveries", func() bool {
 		ds := sink.deliveries()
-		return len(ds) > 0 && time.Since(ds[0].At) > 2500*time.Millisecond
+		return len(ds) > 0 && time.Since(ds[0].At) > 3500*time.Millisecond
 	})
 	var keyTimes, totalTimes []time.Time
 	perTotalKey := map[string]int{}
-	for _, d := range sink.deliveries() {
+	ds := sink.deliveries()
+	// Fairness is counted from 1 s after the first delivery: two drainers started together
+	// normally split the partitions at once, but on a loaded machine the second one's first
+	// renewal can come late and take its partitions over from the first, and the keys moved
+	// then wait out one handover (a start-up cost, not the share).
+	from, to := ds[0].At.Add(time.Second), ds[0].At.Add(3500*time.Millisecond)
+	for _, d := range ds {
 		if d.Key == "k" {
 			keyTimes = append(keyTimes, d.At)
 		} else {
 			totalTimes = append(totalTimes, d.At)
-			perTotalKey[d.Key]++
+			if !d.At.Before(from) && d.At.Before(to) {
+				perTotalKey[d.Key]++
+			}
 		}
 	}
 	// Slots are exact in Redis; the sink sees them with scheduling jitter, so a window of 1 s
@@ -323,8 +331,8 @@ func TestTwoDrainersKeepKeyAndTotalOutflow(t *testing.T) {
 		t.Errorf("rule at total 20/s: %d deliveries within one second", n)
 	}
 	// And it does drain: at least half the configured rate even on a loaded machine.
-	if len(keyTimes) < 25 || len(totalTimes) < 25 {
-		t.Errorf("too slow: %d and %d deliveries in ~2.5 s at 20/s", len(keyTimes), len(totalTimes))
+	if len(keyTimes) < 35 || len(totalTimes) < 35 {
+		t.Errorf("too slow: %d and %d deliveries in ~3.5 s at 20/s", len(keyTimes), len(totalTimes))
 	}
 	lo, hi := 1<<30, 0
 	for _, n := range perTotalKey {
