@@ -276,7 +276,7 @@ func (b *AdmitPipeline) Claim(rule, k, id string) (owner string, err error) {
 // ClaimNow claims idempotency key k of rule for id in a round trip of its own, for an
 // admission that counts nothing now (a scheduled message); see Claim.
 func (b *AdmitPipeline) ClaimNow(ctx context.Context, rule, k, id string) (owner string, err error) {
-	return b.Scheduler.TakeIdempotencyKey(ctx, rule, k, id, b.ttl())
+	return b.Scheduler.Idempotency.Take(ctx, rule, k, id, b.ttl())
 }
 
 // Claimed returns the result of a count that carries a claim (Claim): the count as Result

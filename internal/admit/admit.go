@@ -340,7 +340,7 @@ func (a *Admitter) settle(ctx context.Context, ad *admission, cres queue.Admitte
 		// that (if it was not already), which is the truth. No stream request here: under a
 		// flood this is the hot path.
 		if counted && depth < capacity {
-			a.Scheduler.SetDepth(ctx, r.Name, m.Key, capacity)
+			a.Scheduler.Depths.SetDepth(ctx, r.Name, m.Key, capacity)
 		}
 		every := outflow.Every()
 		drain := time.Duration(capacity) * every // the honest wait: the queue ahead drains at the outflow

@@ -209,7 +209,7 @@ func (s *Server) conclude(ctx context.Context, sub *submission, res admit.Result
 	switch {
 	case res.Decision == admit.Rejected:
 		if res.Claimed {
-			s.cfg.Admitter.Scheduler.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, sub.idem, queue.IdempotencyValue(msg.ID, digest))
+			s.cfg.Admitter.Scheduler.Idempotency.Release(context.WithoutCancel(ctx), rule.Name, sub.idem, queue.IdempotencyValue(msg.ID, digest))
 		}
 		s.metrics.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
 		s.refused.add(rule.Name)
@@ -289,7 +289,7 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 	}
 	release := func() {
 		if idem != "" {
-			s.cfg.Admitter.Scheduler.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, idem, claim)
+			s.cfg.Admitter.Scheduler.Idempotency.Release(context.WithoutCancel(ctx), rule.Name, idem, claim)
 		}
 	}
 	n, err := park.ScheduledCount(ctx, rule.Name, msg.Key)
