@@ -282,7 +282,7 @@ func TestTakeIdempotencyKey(t *testing.T) {
 	})
 	t.Run("alone", func(t *testing.T) {
 		testTakeIdempotencyKey(t, r, "-alone", func(rule, k, id string) (owner string, claimed bool, err error) {
-			o, err := r.b.Claim(rule, k, id)
+			o, err := r.b.Take(rule, k, id)
 			return o, o == id, err
 		})
 		if d, err := r.rdb.HGet(context.Background(), r.sched.Depths.DepthKey("r-alone", "a key"), "a key").Result(); err == nil {
@@ -764,5 +764,5 @@ func allKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]
 func countClaim(b *queue.AdmitPipeline, rule, key string, capacity int64, now time.Time, k, id string) (queue.Admitted, string, error, error) {
 	out := make([]queue.CountResult, 1)
 	b.CountBatch([]queue.CountRequest{{Rule: rule, Key: key, Capacity: capacity, Now: now, IdempotencyKey: k, Value: id}}, out)
-	return out[0].Admitted, out[0].Owner, out[0].Err, out[0].ClaimErr
+	return out[0].Admitted, out[0].Owner, out[0].Err, out[0].TakeErr
 }

@@ -272,7 +272,7 @@ func (s *Server) schedule(ctx context.Context, rule *rules.Rule, msg queue.Messa
 	claim := queue.IdempotencyValue(msg.ID, digest)
 	idem := idempotencyKey(ctx, req.IdempotencyKey)
 	if idem != "" {
-		owner, err := s.cfg.Admitter.Redis.ClaimNow(ctx, rule.Name, idem, claim)
+		owner, err := s.cfg.Admitter.Redis.TakeNow(ctx, rule.Name, idem, claim)
 		switch {
 		case err != nil:
 			s.cfg.Logger.Warn("ingress: idempotency key not checked (Redis unreachable)", "rule", rule.Name, "err", err)
