@@ -24,7 +24,7 @@ func (s *store) KeyOf(rule, key, kind string) string {
 	if kind == "depth" {
 		return s.home(rule, key).depthOf(key)
 	}
-	return s.prefix + "sl:{" + partTag(rule, PartitionOf(key, s.Partitions(rule))) + "}:" + kind
+	return s.prefix + "sl:{" + partTag(rule, PartitionOf(key, s.partitions(rule))) + "}:" + kind
 }
 
 // PartKey is the Redis key of kind of partition i of rule.

@@ -207,11 +207,13 @@ func (s *store) part(rule string, i int) ruleKeys {
 
 // home returns the keys of key's partition under rule's current partition count.
 func (s *store) home(rule, key string) ruleKeys {
-	return s.part(rule, PartitionOf(key, s.Partitions(rule)))
+	return s.part(rule, PartitionOf(key, s.partitions(rule)))
 }
 
 // Partitions is rule's partition count: SchedulerConfig.Partitions, or the default.
-func (s *store) Partitions(rule string) int {
+func (s *Scheduler) Partitions(rule string) int { return s.partitions(rule) }
+
+func (s *store) partitions(rule string) int {
 	p := 0
 	if s.parts != nil {
 		p = s.parts(rule)
@@ -230,7 +232,7 @@ type layout struct {
 // layout returns rule's partition count p and how many partitions hold its state, n ≥ p
 // (the high-water mark of every count used): claims, counts and deletes visit n.
 func (s *store) layout(ctx context.Context, rule string) (p, n int) {
-	p = s.Partitions(rule)
+	p = s.partitions(rule)
 	if v, ok := s.layouts.Load(rule); ok {
 		if l := v.(layout); l.p == p && time.Since(l.at) < layoutTTL {
 			return p, l.n
@@ -319,7 +321,7 @@ func (s *store) meter(ctx context.Context, rule string, now time.Time, every tim
 
 // byPartition groups keys by their partition under rule's current count, in order.
 func (s *store) byPartition(rule string, keys []string) map[int][]string {
-	p := s.Partitions(rule)
+	p := s.partitions(rule)
 	if p == 1 {
 		return map[int][]string{0: keys}
 	}

@@ -70,7 +70,7 @@ func (s *store) markCountPipe(ctx context.Context, pipe redis.Pipeliner, rule st
 		s.markDuePipe(ctx, pipe, rule, marks, markNow)
 		marks = nil
 	}
-	p := s.Partitions(rule)
+	p := s.partitions(rule)
 	out := &admitCounts{n: len(adms)}
 	if p == 1 {
 		out.cmds = []*redis.Cmd{s.countPipe(ctx, pipe, rule, 0, marks, markNow, adms)}

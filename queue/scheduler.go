@@ -655,7 +655,7 @@ func (s Meter) NextSlot(ctx context.Context, rule, key string) (t time.Time, ok 
 // setDepths overwrites the depth counters of the given keys: one HSET per depth bucket,
 // pipelined 1,000 at a time.
 func (s *store) setDepths(ctx context.Context, rule string, depths map[string]uint64) error {
-	p := s.Partitions(rule)
+	p := s.partitions(rule)
 	parts := make([]ruleKeys, p)
 	for i := range parts {
 		parts[i] = s.part(rule, i)
@@ -708,7 +708,7 @@ func (s *store) lock(ctx context.Context, rule, name string, ttl time.Duration) 
 }
 
 // DeleteRule removes every Redis key of rule (the queue rule was removed).
-func (s *store) DeleteRule(ctx context.Context, rule string) error {
+func (s *Scheduler) DeleteRule(ctx context.Context, rule string) error {
 	c := s.rdb
 	// The fence counter stays: a rule added again keeps handing out growing tokens, so a
 	// sink that remembers the last token of a key never sees one go backwards.
@@ -737,7 +737,7 @@ func (s *store) DeleteRule(ctx context.Context, rule string) error {
 }
 
 // Ping reports whether Redis answers (drainers pause claiming while it does not).
-func (s *store) Ping(ctx context.Context) error {
+func (s *Scheduler) Ping(ctx context.Context) error {
 	c := s.rdb
 	if err := c.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("queue: redis: %w", err)
@@ -766,7 +766,7 @@ type Renewed struct {
 // total_outflow as a claim's does; the lease is extended to the slot plus lease. held is
 // false (and slot zero) when owner no longer holds the key under fence.
 func (s Meter) Step(ctx context.Context, rule, owner, key string, fence int64, now time.Time, out Outflow, lease time.Duration) (slot, at time.Time, held bool, err error) {
-	p := s.Partitions(rule)
+	p := s.partitions(rule)
 	i := PartitionOf(key, p)
 	k := s.part(rule, i)
 	// Partition 0 holds the rule's meter: its script advances it. Another partition's key
