@@ -158,7 +158,7 @@ func TestScaleReport(t *testing.T) {
 	var rel []queue.Release
 	cstart := time.Now()
 	for time.Since(cstart) < 5*time.Second {
-		cl, err := sched.Claim(ctx, "scale", time.Now(), queue.ClaimRequest{Owner: "scale-drainer", Max: 256, Lease: time.Minute,
+		cl, err := sched.Claims.Claim(ctx, "scale", time.Now(), queue.ClaimRequest{Owner: "scale-drainer", Max: 256, Lease: time.Minute,
 			Outflow: queue.Outflow{Every: time.Hour}, Releases: rel})
 		if err != nil {
 			t.Fatal(err)

@@ -17,8 +17,8 @@ import (
 //
 // An admission needs Redis twice: before its publish is acknowledged, to count the message
 // into the key's depth (Count — the answer's depth and eta come back from it), and after, to
-// mark the key due (Mark). An admission with an idempotency key first claims the key
-// (Claim, or with its count in a batch submission's CountBatch): a SET NX among a batch's
+// mark the key due (Mark). An admission with an idempotency key first takes the key
+// (Take, or with its count in a batch submission's CountBatch): a SET NX among a batch's
 // commands costs Redis ~1 µs, where a round trip of its own cost as much as the rest of the
 // admission. Count is sent at the same time as the publish, and Mark is not waited for, so an admission costs the latency of the slower
 // of its two servers instead of their sum; without batching every admission would also pay
@@ -54,10 +54,10 @@ type AdmitPipeline struct {
 	deferred []*op // undos held while Redis is down
 	order    []string
 	results  []Admitted
-	claims   []claimCmd
+	takes    []takeCmd
 }
 
-type claimCmd struct {
+type takeCmd struct {
 	op  *op
 	cmd *IdempotencyTake
 }
@@ -96,16 +96,16 @@ type op struct {
 	rule, key string
 	capacity  int64
 	now       time.Time
-	idemKey   string // opCount: an idempotency key to claim for id, or ""
+	idemKey   string // opCount: an idempotency key to take for id, or ""
 	id        string
 	stored    bool // opCount: the message is stored; its count also marks its key due
-	claimOnly bool // opCount: only the claim of idemKey, no count (ClaimBatch)
+	takeOnly  bool // opCount: only the take of idemKey, no count (TakeBatch)
 
 	// results of opCount
 	answered bool // its count script answered
 	res      Admitted
-	owner    string // the id that owns idemKey (id itself when this count claimed it)
-	claimErr error  // the claim's own error
+	owner    string // the id that owns idemKey (id itself when this count took it)
+	takeErr  error  // the take's own error
 	err      error
 	done     chan struct{} // buffered (1): receives one value when the result is in
 	// group, when set, is answered instead of done: the counts of one CountBatch.
@@ -201,42 +201,42 @@ func (b *AdmitPipeline) send(o *op) Pending {
 }
 
 // CountRequest is one count of CountBatch: Count's arguments, with an idempotency key's
-// claim when IdempotencyKey is set.
+// take when IdempotencyKey is set.
 type CountRequest struct {
 	Rule, Key string
 	Capacity  int64
 	Now       time.Time
-	// IdempotencyKey, when set, is claimed for Value, in the count's pipeline (see Claim).
+	// IdempotencyKey, when set, is taken for Value, in the count's pipeline (see Take).
 	IdempotencyKey, Value string
 	// Stored: the message's publish was acknowledged already; its count also makes its key
 	// due, in the same script call (admission.Stored), instead of a Mark of its own.
 	Stored bool
 }
 
-// CountResult is the answer to one count of CountBatch: what Pending.Claimed returns (Owner
-// and ClaimErr only for a claim).
+// CountResult is the answer to one count of CountBatch: what Pending.Taken returns (Owner
+// and TakeErr only for a take).
 type CountResult struct {
 	Admitted Admitted
 	Owner    string
 	Err      error // the count's
-	ClaimErr error // the claim's own
+	TakeErr  error // the take's own
 }
 
-// CountBatch is Count (with claims) of many messages at once, for a batch submission:
+// CountBatch is Count (with takes) of many messages at once, for a batch submission:
 // they go to the batch goroutine together, usually into one pipeline, and the caller is
 // woken once, when the last is answered, instead of once per count. out[i] answers reqs[i].
 func (b *AdmitPipeline) CountBatch(reqs []CountRequest, out []CountResult) {
 	b.countBatch(reqs, out, false)
 }
 
-// ClaimBatch is the idempotency claims of CountBatch without the counts, for messages
-// counted once their publishes are answered (CountBatch with Stored): Owner and ClaimErr
+// TakeBatch is the idempotency takes of CountBatch without the counts, for messages
+// counted once their publishes are answered (CountBatch with Stored): Owner and TakeErr
 // of out[i] answer reqs[i] (every one has an IdempotencyKey).
-func (b *AdmitPipeline) ClaimBatch(reqs []CountRequest, out []CountResult) {
+func (b *AdmitPipeline) TakeBatch(reqs []CountRequest, out []CountResult) {
 	b.countBatch(reqs, out, true)
 }
 
-func (b *AdmitPipeline) countBatch(reqs []CountRequest, out []CountResult, claimOnly bool) {
+func (b *AdmitPipeline) countBatch(reqs []CountRequest, out []CountResult, takeOnly bool) {
 	if len(reqs) == 0 {
 		return
 	}
@@ -247,52 +247,52 @@ func (b *AdmitPipeline) countBatch(reqs []CountRequest, out []CountResult, claim
 	for i, r := range reqs {
 		o := newOp(opCount, r.Rule, r.Key)
 		o.capacity, o.now, o.idemKey, o.id, o.group = r.Capacity, r.Now, r.IdempotencyKey, r.Value, g
-		o.stored, o.claimOnly = r.Stored, claimOnly
+		o.stored, o.takeOnly = r.Stored, takeOnly
 		ops[i] = o
 		b.send(o)
 	}
 	<-g.done
 	for i, o := range ops {
-		out[i] = CountResult{Admitted: o.res, Owner: o.owner, Err: o.err, ClaimErr: o.claimErr}
-		if o.idemKey != "" && out[i].ClaimErr == nil && out[i].Owner == "" {
-			out[i].ClaimErr = o.err // the pipeline did not run
+		out[i] = CountResult{Admitted: o.res, Owner: o.owner, Err: o.err, TakeErr: o.takeErr}
+		if o.idemKey != "" && out[i].TakeErr == nil && out[i].Owner == "" {
+			out[i].TakeErr = o.err // the pipeline did not run
 		}
 		*o = op{done: o.done}
 		opPool.Put(o)
 	}
 }
 
-// Claim claims idempotency key k of rule for id (a message id, or IdempotencyValue)
-// for IdempotencyTTL, batched with other admissions' claims, and returns the value that owns
-// the key (id itself when this claim took it) or the claim's error.
-func (b *AdmitPipeline) Claim(rule, k, id string) (owner string, err error) {
+// Take takes idempotency key k of rule for id (a message id, or IdempotencyValue)
+// for IdempotencyTTL, batched with other admissions' takes, and returns the value that owns
+// the key (id itself when this take took it) or the take's error.
+func (b *AdmitPipeline) Take(rule, k, id string) (owner string, err error) {
 	b.start()
 	o := newOp(opCount, rule, "")
-	o.idemKey, o.id, o.claimOnly = k, id, true
-	_, owner, _, claimErr := b.send(o).Claimed()
-	return owner, claimErr
+	o.idemKey, o.id, o.takeOnly = k, id, true
+	_, owner, _, takeErr := b.send(o).Taken()
+	return owner, takeErr
 }
 
-// ClaimNow claims idempotency key k of rule for id in a round trip of its own, for an
-// admission that counts nothing now (a scheduled message); see Claim.
-func (b *AdmitPipeline) ClaimNow(ctx context.Context, rule, k, id string) (owner string, err error) {
-	return b.Scheduler.TakeIdempotencyKey(ctx, rule, k, id, b.ttl())
+// TakeNow takes idempotency key k of rule for id in a round trip of its own, for an
+// admission that counts nothing now (a scheduled message); see Take.
+func (b *AdmitPipeline) TakeNow(ctx context.Context, rule, k, id string) (owner string, err error) {
+	return b.Scheduler.Idempotency.Take(ctx, rule, k, id, b.ttl())
 }
 
-// Claimed returns the result of a count that carries a claim (Claim): the count as Result
-// does (nothing for a claim alone), the value that owns
-// the idempotency key (the claim's own when it took it) and the claim's error (the count
+// Taken returns the result of a count that carries an idempotency take (Take): the count as
+// Result does (nothing for a take alone), the value that owns the idempotency key (the
+// take's own when it took it) and the take's error (the count
 // may have succeeded without it). Call it (or Wait, Result) exactly once.
-func (p Pending) Claimed() (res Admitted, owner string, countErr, claimErr error) {
+func (p Pending) Taken() (res Admitted, owner string, countErr, takeErr error) {
 	o := p.op
 	<-o.done
-	res, owner, countErr, claimErr = o.res, o.owner, o.err, o.claimErr
-	if claimErr == nil && owner == "" {
-		claimErr = countErr // the pipeline did not run
+	res, owner, countErr, takeErr = o.res, o.owner, o.err, o.takeErr
+	if takeErr == nil && owner == "" {
+		takeErr = countErr // the pipeline did not run
 	}
 	*o = op{done: o.done}
 	opPool.Put(o)
-	return res, owner, countErr, claimErr
+	return res, owner, countErr, takeErr
 }
 
 // Mark makes (rule, key) due; call it once the publish is acknowledged. It does not wait:
@@ -437,9 +437,9 @@ func (b *AdmitPipeline) exec(ctx context.Context, batch []*op, scriptsOnly bool)
 			b.Scheduler.uncountPipe(ctx, pipe, o.rule, o.key)
 		case opCount:
 			if o.idemKey != "" && !scriptsOnly {
-				b.claims = append(b.claims, claimCmd{o, b.Scheduler.takeIdempotencyKeyPipe(ctx, pipe, o.rule, o.idemKey, o.id, b.ttl())})
+				b.takes = append(b.takes, takeCmd{o, b.Scheduler.takeIdempotencyKeyPipe(ctx, pipe, o.rule, o.idemKey, o.id, b.ttl())})
 			}
-			if o.answered || o.claimOnly { // scriptsOnly: its count ran, only another script failed
+			if o.answered || o.takeOnly { // scriptsOnly: its count ran, only another script failed
 				continue
 			}
 			g := groupOf(o.rule)
@@ -452,7 +452,7 @@ func (b *AdmitPipeline) exec(ctx context.Context, batch []*op, scriptsOnly bool)
 		g := b.groups[rule]
 		g.cmd = b.Scheduler.markCountPipe(ctx, pipe, rule, g.marks, g.markNow, g.counts)
 	}
-	// The batch's error is its first real one: a claim that found its key free answers
+	// The batch's error is its first real one: a take that found its key free answers
 	// redis.Nil, which is not an error, and must not hide a NOSCRIPT behind it.
 	cmds, err := pipe.Exec(ctx)
 	if err != nil {
@@ -464,18 +464,18 @@ func (b *AdmitPipeline) exec(ctx context.Context, batch []*op, scriptsOnly bool)
 			}
 		}
 	}
-	for i, c := range b.claims {
+	for i, c := range b.takes {
 		switch owner, cerr := c.cmd.Result(); {
 		case errors.Is(cerr, redis.Nil):
-			c.op.owner = c.op.id // the key was free: this claim took it
+			c.op.owner = c.op.id // the key was free: this take took it
 		case cerr == nil:
 			c.op.owner = owner
 		default:
-			c.op.claimErr = cerr
+			c.op.takeErr = cerr
 		}
-		b.claims[i] = claimCmd{}
+		b.takes[i] = takeCmd{}
 	}
-	b.claims = b.claims[:0]
+	b.takes = b.takes[:0]
 	for _, rule := range b.order {
 		g := b.groups[rule]
 		if g.cmd == nil {

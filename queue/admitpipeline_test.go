@@ -109,14 +109,14 @@ func TestConcurrentCountsOfOneKey(t *testing.T) {
 	if depth, _ := r.count(t, "orders", "merchant 7", 1_000_000, pt0); depth != n+1 {
 		t.Fatalf("depth after %d counts: %d, want %d", n, depth-1, n)
 	}
-	due, claimed, err := r.sched.Counts(ctx, "orders")
+	due, claimed, err := r.sched.Claims.Counts(ctx, "orders")
 	if err != nil || due != 1 || claimed != 0 {
 		t.Fatalf("Counts: due %d, claimed %d, %v; want 1 due", due, claimed, err)
 	}
-	if slot, ok, err := r.sched.NextSlot(ctx, "orders", "merchant 7"); err != nil || !ok || !slot.Equal(pt0) {
+	if slot, ok, err := r.sched.Meter.NextSlot(ctx, "orders", "merchant 7"); err != nil || !ok || !slot.Equal(pt0) {
 		t.Fatalf("NextSlot: %v %v %v, want %v", slot, ok, err, pt0)
 	}
-	c, err := r.sched.Claim(ctx, "orders", pt0, queue.ClaimRequest{Owner: "d1", Max: 10, Lease: time.Minute})
+	c, err := r.sched.Claims.Claim(ctx, "orders", pt0, queue.ClaimRequest{Owner: "d1", Max: 10, Lease: time.Minute})
 	if err != nil || len(c.Claims) != 1 || c.Claims[0].Key != "merchant 7" || !c.Claims[0].Slot.Equal(pt0) {
 		t.Fatalf("Claim: %+v, %v; want merchant 7 at %v", c, err, pt0)
 	}
@@ -140,7 +140,7 @@ func TestCountsOfManyRulesAndKeysInOneBatch(t *testing.T) {
 	}
 	for ri, rule := range rules {
 		for k := 0; k < keys; k++ {
-			if _, err := r.sched.MarkDueAt(ctx, rule.name, slot(ri, k), "k"+strconv.Itoa(k)); err != nil {
+			if _, err := r.sched.Claims.MarkDueAt(ctx, rule.name, slot(ri, k), "k"+strconv.Itoa(k)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -282,10 +282,10 @@ func TestTakeIdempotencyKey(t *testing.T) {
 	})
 	t.Run("alone", func(t *testing.T) {
 		testTakeIdempotencyKey(t, r, "-alone", func(rule, k, id string) (owner string, claimed bool, err error) {
-			o, err := r.b.Claim(rule, k, id)
+			o, err := r.b.Take(rule, k, id)
 			return o, o == id, err
 		})
-		if d, err := r.rdb.HGet(context.Background(), r.sched.DepthKey("r-alone", "a key"), "a key").Result(); err == nil {
+		if d, err := r.rdb.HGet(context.Background(), r.sched.Depths.DepthKey("r-alone", "a key"), "a key").Result(); err == nil {
 			t.Errorf("claims alone counted a message: depth %s", d)
 		}
 	})
@@ -352,13 +352,13 @@ func testTakeIdempotencyKey(t *testing.T, r rig, sfx string, claim func(rule, k,
 	if size <= 0 || size > 256 {
 		t.Errorf("an idempotency key takes %d bytes, want at most 256", size)
 	}
-	if err := r.sched.ReleaseIdempotency(ctx, "r"+sfx, "order 991 {x}", "not-the-owner"); err != nil {
+	if err := r.sched.Idempotency.Release(ctx, "r"+sfx, "order 991 {x}", "not-the-owner"); err != nil {
 		t.Fatal(err)
 	}
 	if owner, claimed, _ := claim("r"+sfx, "order 991 {x}", "late"); claimed || owner != winner {
 		t.Fatalf("after a release by a non-owner: %q %v, want still %q's", owner, claimed, winner)
 	}
-	if err := r.sched.ReleaseIdempotency(ctx, "r"+sfx, "order 991 {x}", winner); err != nil {
+	if err := r.sched.Idempotency.Release(ctx, "r"+sfx, "order 991 {x}", winner); err != nil {
 		t.Fatal(err)
 	}
 	if owner, claimed, _ := claim("r"+sfx, "order 991 {x}", "late"); !claimed || owner != "late" {
@@ -395,7 +395,7 @@ func TestCountAfterMarkSeesTheKeyDue(t *testing.T) {
 				if !next.Equal(slot) {
 					t.Errorf("%s: count after mark answered next %v, want the key's slot %v", key, next, slot)
 				}
-				if s, ok, err := r.sched.NextSlot(ctx, "r", key); err != nil || !ok || !s.Equal(next) {
+				if s, ok, err := r.sched.Meter.NextSlot(ctx, "r", key); err != nil || !ok || !s.Equal(next) {
 					t.Errorf("%s: NextSlot %v %v %v, count answered %v", key, s, ok, err, next)
 				}
 			}
@@ -404,7 +404,7 @@ func TestCountAfterMarkSeesTheKeyDue(t *testing.T) {
 	wg.Wait()
 
 	// A claimed key answers the slot after the claimed one, as NextSlot does.
-	if _, err := r.sched.Claim(ctx, "r", slot, queue.ClaimRequest{Outflow: queue.Outflow{Every: time.Second}, Owner: "d1", Max: 1000, Lease: time.Minute}); err != nil {
+	if _, err := r.sched.Claims.Claim(ctx, "r", slot, queue.ClaimRequest{Outflow: queue.Outflow{Every: time.Second}, Owner: "d1", Max: 1000, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := r.b.Count("r", "g0-0", 100, pt0).Result()
@@ -412,7 +412,7 @@ func TestCountAfterMarkSeesTheKeyDue(t *testing.T) {
 		t.Fatalf("claimed key: count answered %+v, %v; want Held", res, err)
 	}
 	next := res.Next
-	if s, ok, err := r.sched.NextSlot(ctx, "r", "g0-0"); err != nil || !ok || !s.Equal(next) || !next.Equal(slot.Add(time.Second)) {
+	if s, ok, err := r.sched.Meter.NextSlot(ctx, "r", "g0-0"); err != nil || !ok || !s.Equal(next) || !next.Equal(slot.Add(time.Second)) {
 		t.Fatalf("claimed key: count answered %v, NextSlot %v %v %v; want %v", next, s, ok, err, slot.Add(time.Second))
 	}
 	r.count(t, "r", "fresh", 100, pt0)
@@ -530,7 +530,7 @@ func TestRedisDownFailsFastAndRecovers(t *testing.T) {
 	if d, _ := r.count(t, "r", "k", 10, pt0); d != 2 {
 		t.Fatalf("second count once Redis is back: depth %d, want 2", d)
 	}
-	if s, ok, err := r.sched.NextSlot(ctx, "r", "k"); err != nil || !ok || !s.Equal(pt0) {
+	if s, ok, err := r.sched.Meter.NextSlot(ctx, "r", "k"); err != nil || !ok || !s.Equal(pt0) {
 		t.Fatalf("mark once Redis is back: NextSlot %v %v %v", s, ok, err)
 	}
 	if r.b.Down() {
@@ -596,7 +596,7 @@ func TestScriptsReloadedWithoutRepeatingUndos(t *testing.T) {
 	}
 	for k := 0; k < keys; k++ {
 		key := "k" + strconv.Itoa(k)
-		if s, ok, err := r.sched.NextSlot(ctx, "r", key); err != nil || !ok || !s.Equal(pt0) {
+		if s, ok, err := r.sched.Meter.NextSlot(ctx, "r", key); err != nil || !ok || !s.Equal(pt0) {
 			t.Fatalf("%s not due after the reloaded batch: %v %v %v", key, s, ok, err)
 		}
 	}
@@ -665,8 +665,8 @@ func TestOneRulesErrorDoesNotFailOtherRules(t *testing.T) {
 	r := newRig(t, rdb)
 	ctx := context.Background()
 	r.count(t, "good", "k", 10, pt0)
-	rdb.Set(ctx, r.sched.DepthKey("broken", "k"), "x", 0) // not a hash
-	rdb.Do(ctx, "CLIENT", "PAUSE", "100", "WRITE")        // both Counts in one batch
+	rdb.Set(ctx, r.sched.Depths.DepthKey("broken", "k"), "x", 0) // not a hash
+	rdb.Do(ctx, "CLIENT", "PAUSE", "100", "WRITE")               // both Counts in one batch
 	r.b.Undo("r", "stall")
 	pb := r.b.Count("broken", "k", 10, pt0)
 	pg := r.b.Count("good", "k", 10, pt0)
@@ -711,14 +711,14 @@ func TestUndoWhileRedisIsDownIsSentLater(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := r.rdb.HGet(ctx, r.sched.DepthKey("r", "k"), "k").Int64(); err != nil || d != 2 {
+	if d, err := r.rdb.HGet(ctx, r.sched.Depths.DepthKey("r", "k"), "k").Int64(); err != nil || d != 2 {
 		t.Fatalf("the counts did not survive the restart (AOF): %d %v", d, err)
 	}
 	waittest.Within(5*time.Second, func() bool { return !r.b.Down() })    // the Count below fails if it is not
 	if _, _, err := r.b.Count("r", "other", 10, pt0).Wait(); err != nil { // sends what waited
 		t.Fatalf("count after Redis came back: %v", err)
 	}
-	if d, err := r.rdb.HGet(ctx, r.sched.DepthKey("r", "k"), "k").Int64(); err != nil || d != 1 {
+	if d, err := r.rdb.HGet(ctx, r.sched.Depths.DepthKey("r", "k"), "k").Int64(); err != nil || d != 1 {
 		t.Errorf("depth after Redis came back: %d %v, want 1 (the undo that waited was sent)", d, err)
 	}
 }
@@ -764,5 +764,5 @@ func allKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]
 func countClaim(b *queue.AdmitPipeline, rule, key string, capacity int64, now time.Time, k, id string) (queue.Admitted, string, error, error) {
 	out := make([]queue.CountResult, 1)
 	b.CountBatch([]queue.CountRequest{{Rule: rule, Key: key, Capacity: capacity, Now: now, IdempotencyKey: k, Value: id}}, out)
-	return out[0].Admitted, out[0].Owner, out[0].Err, out[0].ClaimErr
+	return out[0].Admitted, out[0].Owner, out[0].Err, out[0].TakeErr
 }

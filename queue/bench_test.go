@@ -35,13 +35,13 @@ func BenchmarkClaimRelease(b *testing.B) {
 				keys[i] = fmt.Sprintf("merchant-%06d", i)
 			}
 			now := time.Now()
-			if _, err := s.MarkDueAt(ctx, "bench", now, keys...); err != nil {
+			if _, err := s.Claims.MarkDueAt(ctx, "bench", now, keys...); err != nil {
 				b.Fatal(err)
 			}
 			var rels []queue.Release
 			b.ResetTimer()
 			for i := 0; i < b.N; i += batch {
-				c, err := s.Claim(ctx, "bench", now, queue.ClaimRequest{Owner: "b", Max: batch, Lease: time.Minute, Releases: rels})
+				c, err := s.Claims.Claim(ctx, "bench", now, queue.ClaimRequest{Owner: "b", Max: batch, Lease: time.Minute, Releases: rels})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -63,7 +63,7 @@ func BenchmarkMarkDue(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i += len(keys) {
-		if _, err := s.MarkDueAt(ctx, "bench", time.Now(), keys...); err != nil {
+		if _, err := s.Claims.MarkDueAt(ctx, "bench", time.Now(), keys...); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -29,7 +29,7 @@ const claimRounds = 3
 // rules with total_outflow). Unused slots inside the reservation are offered to the other
 // partitions in the next round; those still unused after the last round are lost (the rule
 // goes slower, never faster, than total_outflow).
-func (s *Scheduler) claimParts(ctx context.Context, rule string, now time.Time, req ClaimRequest, p, n int) (Claimed, error) {
+func (s *store) claimParts(ctx context.Context, rule string, now time.Time, req ClaimRequest, p, n int) (Claimed, error) {
 	rels := make([][]Release, n)
 	for _, r := range req.Releases {
 		i := PartitionOf(r.Key, p)
@@ -252,7 +252,7 @@ func allFull(slots [][]int64, quota []int) bool {
 // partition under p (see move.lua, adopt.lua), due at the slot their claim had. Best effort:
 // a key whose move fails stays claimed where it was and comes back when its lease expires,
 // to be moved then.
-func (s *Scheduler) move(ctx context.Context, rule string, p int, owner string, moving map[int][]Claim) {
+func (s *store) move(ctx context.Context, rule string, p int, owner string, moving map[int][]Claim) {
 	type moved struct {
 		cl    Claim
 		try   string
@@ -303,7 +303,7 @@ func (s *Scheduler) move(ctx context.Context, rule string, p int, owner string, 
 
 // partNexts returns a copy of the earliest due time (µs, -1 none) of each of rule's n
 // partitions, as this process's last claim of the rule saw them (0: not known).
-func (s *Scheduler) partNexts(rule string, n int) []int64 {
+func (s *store) partNexts(rule string, n int) []int64 {
 	out := make([]int64, n)
 	if v, ok := s.nexts.Load(rule); ok {
 		copy(out, *v.(*[]int64))
@@ -311,13 +311,13 @@ func (s *Scheduler) partNexts(rule string, n int) []int64 {
 	return out
 }
 
-func (s *Scheduler) storeNexts(rule string, nexts []int64) { s.nexts.Store(rule, &nexts) }
+func (s *store) storeNexts(rule string, nexts []int64) { s.nexts.Store(rule, &nexts) }
 
 // releaseElsewhere releases, in the partitions other than their own, the keys of
 // req.Releases named in lost: a key claimed before the rule's partition count changed is held
 // in its old partition. It returns how many it released (one more round trip, only when a
 // release was lost).
-func (s *Scheduler) releaseElsewhere(ctx context.Context, rule string, p, n int, req ClaimRequest, lost []string) int {
+func (s *store) releaseElsewhere(ctx context.Context, rule string, p, n int, req ClaimRequest, lost []string) int {
 	var rels []Release
 	want := make(map[string]bool, len(lost))
 	for _, k := range lost {

@@ -46,10 +46,10 @@ func TestDepthCountersAreCompact(t *testing.T) {
 	}
 	buckets := map[string]bool{}
 	for i := 0; i < keys; i++ {
-		buckets[s.DepthKey("r", key(i))] = true
+		buckets[s.Depths.DepthKey("r", key(i))] = true
 	}
 	for i := 0; i < keys; i += keys / 100 {
-		if d, err := rdb.HGet(ctx, s.DepthKey("r", key(i)), key(i)).Int(); err != nil || d != 1 {
+		if d, err := rdb.HGet(ctx, s.Depths.DepthKey("r", key(i)), key(i)).Int(); err != nil || d != 1 {
 			t.Fatalf("depth of %s: %d %v, want 1", key(i), d, err)
 		}
 	}
@@ -94,7 +94,7 @@ func TestDeletingARuleDeletesItsDepthBuckets(t *testing.T) {
 	count := func() {
 		t.Helper()
 		for i := 0; i < 50; i++ {
-			if err := s.SetDepth(ctx, "r", "k"+strconv.Itoa(i), 2); err != nil {
+			if err := s.Depths.SetDepth(ctx, "r", "k"+strconv.Itoa(i), 2); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -111,7 +111,7 @@ func TestDeletingARuleDeletesItsDepthBuckets(t *testing.T) {
 	if n := len(buckets()); n < 40 {
 		t.Fatalf("%d depth buckets for 50 keys, want about one each", n)
 	}
-	if err := s.ResetDepths(ctx, "r"); err != nil {
+	if err := s.Depths.ResetDepths(ctx, "r"); err != nil {
 		t.Fatal(err)
 	}
 	if ks := buckets(); len(ks) != 0 {

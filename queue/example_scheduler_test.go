@@ -34,11 +34,11 @@ func ExampleScheduler() {
 	t0 := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
 	pace := queue.Outflow{Every: 100 * time.Millisecond}
 
-	if _, err := s.MarkDueAt(ctx, "orders", t0, "m-42", "m-7"); err != nil { // after two publishes
+	if _, err := s.Claims.MarkDueAt(ctx, "orders", t0, "m-42", "m-7"); err != nil { // after two publishes
 		log.Fatal(err)
 	}
 	claim := func(at time.Time) []queue.Claim {
-		c, err := s.Claim(ctx, "orders", at, queue.ClaimRequest{Outflow: pace, Owner: "drainer-1", Max: 10, Lease: 5 * time.Second})
+		c, err := s.Claims.Claim(ctx, "orders", at, queue.ClaimRequest{Outflow: pace, Owner: "drainer-1", Max: 10, Lease: 5 * time.Second})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -47,7 +47,7 @@ func ExampleScheduler() {
 	for _, c := range claim(t0) {
 		fmt.Printf("claimed %s, slot +%v\n", c.Key, c.Slot.Sub(t0))
 		// … deliver the key's head, delete it; the key still has messages:
-		if _, err := s.Release(ctx, "orders", "drainer-1", 0, queue.Release{Key: c.Key, Mode: queue.Released, Fence: c.Fence}); err != nil {
+		if _, err := s.Claims.Release(ctx, "orders", "drainer-1", 0, queue.Release{Key: c.Key, Mode: queue.Released, Fence: c.Fence}); err != nil {
 			log.Fatal(err)
 		}
 	}

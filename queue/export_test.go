@@ -9,31 +9,31 @@ import (
 )
 
 // HoldReconcileLock takes rule's reconcile lock as another process would (tests only).
-func (s *Scheduler) HoldReconcileLock(ctx context.Context, rule string) (unlock func(), ok bool, err error) {
+func (s *store) HoldReconcileLock(ctx context.Context, rule string) (unlock func(), ok bool, err error) {
 	return s.lock(ctx, rule, "reconcile", time.Minute)
 }
 
 // DepthForTest reads the ingress's depth counter of one key.
-func (s *Scheduler) DepthForTest(ctx context.Context, rule, key string) (int64, error) {
+func (s *store) DepthForTest(ctx context.Context, rule, key string) (int64, error) {
 	return s.rdb.HGet(ctx, s.home(rule, key).depthOf(key), key).Int64()
 }
 
 // KeyOf is the Redis key of kind ("depth", "due", "idle", …) of the partition key is in;
 // for "depth", the key's depth bucket.
-func (s *Scheduler) KeyOf(rule, key, kind string) string {
+func (s *store) KeyOf(rule, key, kind string) string {
 	if kind == "depth" {
 		return s.home(rule, key).depthOf(key)
 	}
-	return s.prefix + "sl:{" + partTag(rule, PartitionOf(key, s.Partitions(rule))) + "}:" + kind
+	return s.prefix + "sl:{" + partTag(rule, PartitionOf(key, s.partitions(rule))) + "}:" + kind
 }
 
 // PartKey is the Redis key of kind of partition i of rule.
-func (s *Scheduler) PartKey(rule string, i int, kind string) string {
+func (s *store) PartKey(rule string, i int, kind string) string {
 	return s.prefix + "sl:{" + partTag(rule, i) + "}:" + kind
 }
 
 // PartDepthKey is the depth bucket of key in partition i of rule.
-func (s *Scheduler) PartDepthKey(rule string, i int, key string) string {
+func (s *store) PartDepthKey(rule string, i int, key string) string {
 	return s.part(rule, i).depthOf(key)
 }
 
@@ -46,7 +46,7 @@ func KeySlotForTest(key string) uint16 {
 
 // ForgetPartitionsForTest runs what Reconcile runs to lower the partition high-water mark,
 // and returns the rule's partition count and the partitions claims visit afterwards.
-func (s *Scheduler) ForgetPartitionsForTest(ctx context.Context, rule string) (p, n int, err error) {
+func (s *store) ForgetPartitionsForTest(ctx context.Context, rule string) (p, n int, err error) {
 	err = s.forgetPartitions(ctx, rule)
 	p, n = s.layout(ctx, rule)
 	return p, n, err
@@ -61,22 +61,22 @@ type (
 
 var AdmittedResults = admittedResults
 
-func (s *Scheduler) CountAdmittedPipe(ctx context.Context, pipe redis.Pipeliner, rule string, adms []Admission) *AdmitCounts {
+func (s *store) CountAdmittedPipe(ctx context.Context, pipe redis.Pipeliner, rule string, adms []Admission) *AdmitCounts {
 	return s.countAdmittedPipe(ctx, pipe, rule, adms)
 }
 
-func (s *Scheduler) MarkCountPipe(ctx context.Context, pipe redis.Pipeliner, rule string, marks []string, markNow time.Time, adms []Admission) *AdmitCounts {
+func (s *store) MarkCountPipe(ctx context.Context, pipe redis.Pipeliner, rule string, marks []string, markNow time.Time, adms []Admission) *AdmitCounts {
 	return s.markCountPipe(ctx, pipe, rule, marks, markNow, adms)
 }
 
-func (s *Scheduler) MarkDuePipe(ctx context.Context, pipe redis.Pipeliner, rule string, keys []string, now time.Time) []*redis.Cmd {
+func (s *store) MarkDuePipe(ctx context.Context, pipe redis.Pipeliner, rule string, keys []string, now time.Time) []*redis.Cmd {
 	return s.markDuePipe(ctx, pipe, rule, keys, now)
 }
 
-func (s *Scheduler) UncountPipe(ctx context.Context, pipe redis.Pipeliner, rule, key string) {
+func (s *store) UncountPipe(ctx context.Context, pipe redis.Pipeliner, rule, key string) {
 	s.uncountPipe(ctx, pipe, rule, key)
 }
 
-func (s *Scheduler) TakeIdempotencyKeyPipe(ctx context.Context, pipe redis.Pipeliner, rule, k, value string, ttl time.Duration) *IdempotencyTake {
+func (s *store) TakeIdempotencyKeyPipe(ctx context.Context, pipe redis.Pipeliner, rule, k, value string, ttl time.Duration) *IdempotencyTake {
 	return s.takeIdempotencyKeyPipe(ctx, pipe, rule, k, value, ttl)
 }

@@ -74,7 +74,7 @@ func unscopedKey(scoped string) (k string, ok bool) {
 	return rest[l+1:], true
 }
 
-func (s *Scheduler) idemKey(rule, k string) string {
+func (s *store) idemKey(rule, k string) string {
 	return s.prefix + "sl:{" + RuleToken(rule) + "}:idem:" + k
 }
 
@@ -88,7 +88,7 @@ func (s *Scheduler) idemKey(rule, k string) string {
 // version took it first, and two takes never race across two keys. The current layout is
 // read in the same pipeline (for the owner's request digest) and written once the take took
 // the key, so it holds every key taken meanwhile when the option is turned off.
-func (s *Scheduler) takeIdempotencyKeyPipe(ctx context.Context, pipe redis.Pipeliner, rule, k, value string, ttl time.Duration) *IdempotencyTake {
+func (s *store) takeIdempotencyKeyPipe(ctx context.Context, pipe redis.Pipeliner, rule, k, value string, ttl time.Duration) *IdempotencyTake {
 	c := &IdempotencyTake{s: s, rule: rule, k: k, value: value, ttl: ttl}
 	if own, ok := unscopedKey(k); ok {
 		c.unscoped = pipe.Get(ctx, s.idemKey(rule, own))
@@ -105,7 +105,7 @@ func (s *Scheduler) takeIdempotencyKeyPipe(ctx context.Context, pipe redis.Pipel
 
 // An IdempotencyTake is a take queued by takeIdempotencyKeyPipe.
 type IdempotencyTake struct {
-	s              *Scheduler
+	s              *store
 	rule, k, value string
 	ttl            time.Duration
 	cur, legacy    *redis.StatusCmd
@@ -180,13 +180,13 @@ func (c *IdempotencyTake) result() (string, error) {
 
 // legacyIdemKey is v0.3's layout of an idempotency key: <prefix>sl:idem:{<rule>}:<k>, holding
 // the bare message id.
-func (s *Scheduler) legacyIdemKey(rule, k string) string {
+func (s *store) legacyIdemKey(rule, k string) string {
 	return s.prefix + "sl:idem:{" + rule + "}:" + k
 }
 
 // ReleaseIdempotency removes the mapping of k if it still holds value (as taken), so a
 // request that was not accepted (429) can be retried with the same key.
-func (s *Scheduler) ReleaseIdempotency(ctx context.Context, rule, k, value string) error {
+func (s Idempotency) Release(ctx context.Context, rule, k, value string) error {
 	err := unlockScript.Run(ctx, s.rdb, []string{s.idemKey(rule, k)}, value).Err()
 	if s.legacyIdem && (err == nil || errors.Is(err, redis.Nil)) {
 		id, _ := SplitIdempotencyValue(value)
@@ -200,7 +200,7 @@ func (s *Scheduler) ReleaseIdempotency(ctx context.Context, rule, k, value strin
 
 // TakeIdempotencyKey is takeIdempotencyKeyPipe in a round trip of its own: it returns the value
 // that owns k (value itself when this take took it).
-func (s *Scheduler) TakeIdempotencyKey(ctx context.Context, rule, k, value string, ttl time.Duration) (string, error) {
+func (s Idempotency) Take(ctx context.Context, rule, k, value string, ttl time.Duration) (string, error) {
 	pipe := s.rdb.Pipeline()
 	cmd := s.takeIdempotencyKeyPipe(ctx, pipe, rule, k, value, ttl)
 	pipe.Exec(ctx)

@@ -49,14 +49,14 @@ func TestLegacyIdempotencyKeys(t *testing.T) {
 	if got := v03Claim("a", "old-id-a"); got != "old-id-a" {
 		t.Fatalf("v0.3's claim of a: %q", got)
 	}
-	owner, err := legacy.TakeIdempotencyKey(ctx, "orders", "a", queue.IdempotencyValue(newID, "digest"), time.Hour)
+	owner, err := legacy.Idempotency.Take(ctx, "orders", "a", queue.IdempotencyValue(newID, "digest"), time.Hour)
 	if err != nil || owner != "old-id-a" {
 		t.Fatalf("claim of a key v0.3 holds: %q %v, want old-id-a", owner, err)
 	}
 	waittest.Eventually(t, 5*time.Second, "the current layout's claim of a given back", func() bool {
-		v, _ := plain.TakeIdempotencyKey(ctx, "orders", "a", "probe", time.Hour)
+		v, _ := plain.Idempotency.Take(ctx, "orders", "a", "probe", time.Hour)
 		if v == "probe" {
-			plain.ReleaseIdempotency(ctx, "orders", "a", "probe")
+			plain.Idempotency.Release(ctx, "orders", "a", "probe")
 			return true
 		}
 		return false
@@ -64,7 +64,7 @@ func TestLegacyIdempotencyKeys(t *testing.T) {
 
 	// The new ingress took "b": v0.3 finds the message's bare id.
 	value := queue.IdempotencyValue(newID, "digest")
-	if owner, err := legacy.TakeIdempotencyKey(ctx, "orders", "b", value, time.Hour); err != nil || owner != value {
+	if owner, err := legacy.Idempotency.Take(ctx, "orders", "b", value, time.Hour); err != nil || owner != value {
 		t.Fatalf("first claim of b: %q %v", owner, err)
 	}
 	if got := v03Claim("b", "old-id-b"); got != newID {
@@ -74,17 +74,17 @@ func TestLegacyIdempotencyKeys(t *testing.T) {
 		t.Fatalf("the v0.3 layout's key has TTL %v, want the hour given", ttl)
 	}
 	// A repeat here answers the first claim whatever the layout.
-	if owner, err := legacy.TakeIdempotencyKey(ctx, "orders", "b", "another", time.Hour); err != nil || owner != value {
+	if owner, err := legacy.Idempotency.Take(ctx, "orders", "b", "another", time.Hour); err != nil || owner != value {
 		t.Fatalf("repeat of b: %q %v, want %q", owner, err, value)
 	}
 	// Released (the admission was refused): both layouts are free again.
-	if err := legacy.ReleaseIdempotency(ctx, "orders", "b", value); err != nil {
+	if err := legacy.Idempotency.Release(ctx, "orders", "b", value); err != nil {
 		t.Fatal(err)
 	}
 	if n := rdb.Exists(ctx, v03Key("b")).Val(); n != 0 {
 		t.Fatal("the v0.3 layout's key outlived the release")
 	}
-	if owner, err := plain.TakeIdempotencyKey(ctx, "orders", "b", "again", time.Hour); err != nil || owner != "again" {
+	if owner, err := plain.Idempotency.Take(ctx, "orders", "b", "again", time.Hour); err != nil || owner != "again" {
 		t.Fatalf("claim after release: %q %v", owner, err)
 	}
 
@@ -94,7 +94,7 @@ func TestLegacyIdempotencyKeys(t *testing.T) {
 	for i := range n {
 		go func() {
 			v := queue.IdempotencyValue(fmt.Sprintf("id-%d", i), "d")
-			owner, err := legacy.TakeIdempotencyKey(ctx, "orders", "race", v, time.Hour)
+			owner, err := legacy.Idempotency.Take(ctx, "orders", "race", v, time.Hour)
 			if err != nil {
 				t.Error(err)
 			}
@@ -112,10 +112,10 @@ func TestLegacyIdempotencyKeys(t *testing.T) {
 
 	// Without the option the v0.3 layout is ignored and left alone.
 	v03Claim("c", "old-id-c")
-	if owner, err := plain.TakeIdempotencyKey(ctx, "orders", "c", "new-c", time.Hour); err != nil || owner != "new-c" {
+	if owner, err := plain.Idempotency.Take(ctx, "orders", "c", "new-c", time.Hour); err != nil || owner != "new-c" {
 		t.Fatalf("plain claim of c: %q %v", owner, err)
 	}
-	plain.TakeIdempotencyKey(ctx, "orders", "d", "new-d", time.Hour)
+	plain.Idempotency.Take(ctx, "orders", "d", "new-d", time.Hour)
 	if n := rdb.Exists(ctx, v03Key("d")).Val(); n != 0 {
 		t.Fatal("a plain claim wrote the v0.3 layout")
 	}
@@ -140,7 +140,7 @@ func TestScopedIdempotencyKeys(t *testing.T) {
 			}
 			claim := func(k, value string) string {
 				t.Helper()
-				owner, err := s.TakeIdempotencyKey(ctx, "orders", k, value, time.Hour)
+				owner, err := s.Idempotency.Take(ctx, "orders", k, value, time.Hour)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -183,7 +183,7 @@ func TestScopedIdempotencyKeys(t *testing.T) {
 				t.Fatalf("a second repeat answered %q, want the message accepted before scoping", got)
 			}
 			// A release names the scoped key: the unscoped entry stays for its TTL.
-			if err := s.ReleaseIdempotency(ctx, "orders", bob("order-2"), "id-b2 dD"); err != nil {
+			if err := s.Idempotency.Release(ctx, "orders", bob("order-2"), "id-b2 dD"); err != nil {
 				t.Fatal(err)
 			}
 			if got := claim("order-2", "probe dX"); got != "old-id dC" {

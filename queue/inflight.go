@@ -27,14 +27,14 @@ var (
 	inflightScript = redis.NewScript(inflightSrc)
 )
 
-func (s *Scheduler) inflightKey(rule string) string {
+func (s *store) inflightKey(rule string) string {
 	return s.prefix + "sl:{" + partTag(rule, 0) + "}:inflight"
 }
 
 // AcquireInFlight takes one of rule's capacity slots for deliveries in flight, under member
 // (unique per delivery), for at most lease. ok is false when all are taken; wait is then
 // when the earliest slot's lease ends (a slot given back by ReleaseInFlight frees sooner).
-func (s *Scheduler) AcquireInFlight(ctx context.Context, rule, member string, capacity int, lease time.Duration) (ok bool, wait time.Duration, err error) {
+func (s SinkSlots) Acquire(ctx context.Context, rule, member string, capacity int, lease time.Duration) (ok bool, wait time.Duration, err error) {
 	n, err := inflightScript.Run(ctx, s.rdb, []string{s.inflightKey(rule)}, member, capacity, lease.Milliseconds()).Int64()
 	if err != nil {
 		return false, 0, fmt.Errorf("queue: take an in-flight slot of rule %s: %w", rule, err)
@@ -46,7 +46,7 @@ func (s *Scheduler) AcquireInFlight(ctx context.Context, rule, member string, ca
 }
 
 // ReleaseInFlight gives back the slot member took.
-func (s *Scheduler) ReleaseInFlight(ctx context.Context, rule, member string) error {
+func (s SinkSlots) Release(ctx context.Context, rule, member string) error {
 	if err := s.rdb.ZRem(ctx, s.inflightKey(rule), member).Err(); err != nil {
 		return fmt.Errorf("queue: give back an in-flight slot of rule %s: %w", rule, err)
 	}
@@ -54,6 +54,6 @@ func (s *Scheduler) ReleaseInFlight(ctx context.Context, rule, member string) er
 }
 
 // InFlight is how many of rule's slots are taken (leases not yet ended included).
-func (s *Scheduler) InFlight(ctx context.Context, rule string) (int64, error) {
+func (s SinkSlots) InFlight(ctx context.Context, rule string) (int64, error) {
 	return s.rdb.ZCard(ctx, s.inflightKey(rule)).Result()
 }

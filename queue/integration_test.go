@@ -38,7 +38,7 @@ func TestEmptyKeyRaceWithRealEnqueues(t *testing.T) {
 					return
 				}
 				produced.Add(1)
-				if err := s.MarkDue(ctx, rule, key); err != nil {
+				if err := s.Claims.MarkDue(ctx, rule, key); err != nil {
 					t.Error(err)
 					return
 				}
@@ -58,7 +58,7 @@ func TestEmptyKeyRaceWithRealEnqueues(t *testing.T) {
 				}
 			default:
 			}
-			c, err := s.Claim(ctx, rule, time.Now(), queue.ClaimRequest{Owner: owner, Max: 3, Lease: time.Minute})
+			c, err := s.Claims.Claim(ctx, rule, time.Now(), queue.ClaimRequest{Owner: owner, Max: 3, Lease: time.Minute})
 			if err != nil {
 				t.Error(err)
 				return
@@ -80,7 +80,7 @@ func TestEmptyKeyRaceWithRealEnqueues(t *testing.T) {
 					}
 					delivered.Add(1)
 				}
-				if _, err := s.Release(ctx, rule, owner, 0, queue.Release{Key: cl.Key, Mode: mode}); err != nil {
+				if _, err := s.Claims.Release(ctx, rule, owner, 0, queue.Release{Key: cl.Key, Mode: mode}); err != nil {
 					t.Error(err)
 					return
 				}
@@ -119,7 +119,7 @@ func TestReconcileRepairsStrandedKeys(t *testing.T) {
 		}
 	}
 	// Only "a" was marked: the ingress crashed before marking the others.
-	s.MarkDueAt(ctx, rule, t0, "a")
+	s.Claims.MarkDueAt(ctx, rule, t0, "a")
 	// An earlier version's single depth hash, which this version neither reads nor writes.
 	rdb := testRedis(t)
 	legacy := s.PartKey(rule, 0, "depth")
@@ -152,7 +152,7 @@ func TestReconcileRepairsStrandedKeys(t *testing.T) {
 	if n, err := rdb.Exists(ctx, legacy).Result(); err != nil || n != 0 {
 		t.Fatalf("the earlier versions' depth hash is still there after the scan (%d, %v)", n, err)
 	}
-	c, err := s.Claim(ctx, rule, t0, queue.ClaimRequest{Owner: "A", Max: 10, Lease: time.Minute})
+	c, err := s.Claims.Claim(ctx, rule, t0, queue.ClaimRequest{Owner: "A", Max: 10, Lease: time.Minute})
 	if err != nil || len(c.Claims) != 3 {
 		t.Fatalf("claim after reconcile: %v, %v", claimKeys(t, c), err)
 	}

@@ -18,7 +18,7 @@ type KeyState struct {
 }
 
 // KeyState reads the scheduler's state of (rule, key): one round trip, nothing written.
-func (s *Scheduler) KeyState(ctx context.Context, rule, key string) (KeyState, error) {
+func (s Depths) KeyState(ctx context.Context, rule, key string) (KeyState, error) {
 	k := s.home(rule, key)
 	pipe := s.rdb.Pipeline()
 	held := pipe.HExists(ctx, k.held, key)
@@ -41,6 +41,6 @@ func (s *Scheduler) KeyState(ctx context.Context, rule, key string) (KeyState, e
 
 // Uncount counts one message of (rule, key) out of the depth estimate (a message removed
 // other than by delivery, e.g. cancelled). Best effort: a miss heals when the key empties.
-func (s *Scheduler) Uncount(ctx context.Context, rule, key string) error {
+func (s Depths) Uncount(ctx context.Context, rule, key string) error {
 	return s.rdb.HIncrBy(ctx, s.home(rule, key).depthOf(key), key, -1).Err()
 }

@@ -28,7 +28,7 @@ type Message struct {
 	// so the delivery's span and the sink's join the submitter's trace. Empty when the
 	// submitter sent none and the ingress does not trace.
 	TraceParent, TraceState string
-	// Fence is the fencing token of the drainer's claim for this delivery (Scheduler.Claim),
+	// Fence is the fencing token of the drainer's claim for this delivery (Scheduler.Claims.Claim),
 	// sent to the sink as Sluice-Fence; 0 outside a delivery. Not part of the wire form.
 	Fence int64
 }

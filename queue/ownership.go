@@ -47,7 +47,7 @@ const DefaultOwnPartitions = 16
 // OwnPartitionOf is key's ownership partition among n (FNV-1a mod n, as PartitionOf).
 func OwnPartitionOf(key string, n int) int { return PartitionOf(key, n) }
 
-// OwnRequest is one rule's renewal by one drainer (Scheduler.Own).
+// OwnRequest is one rule's renewal by one drainer (Scheduler.Ownership.Own).
 type OwnRequest struct {
 	Rule       string
 	Owner      string        // the drainer; no spaces
@@ -88,13 +88,13 @@ type Owned struct {
 	Err      error
 }
 
-func (s *Scheduler) ownKey(rule, name string) string {
+func (s *store) ownKey(rule, name string) string {
 	return s.prefix + "sl:{" + RuleToken(rule) + ".own}:" + name
 }
 
 // Own renews the ownership of several rules in one pipelined round trip (split per node by a
 // cluster client). now is zero for Redis's clock (drainers), or a time for tests.
-func (s *Scheduler) Own(ctx context.Context, now time.Time, reqs []OwnRequest) []Owned {
+func (s Ownership) Own(ctx context.Context, now time.Time, reqs []OwnRequest) []Owned {
 	out := make([]Owned, len(reqs))
 	if len(reqs) == 0 {
 		return out
@@ -160,7 +160,7 @@ func (s *Scheduler) Own(ctx context.Context, now time.Time, reqs []OwnRequest) [
 	return out
 }
 
-func (s *Scheduler) ownKeys(r OwnRequest) []string {
+func (s *store) ownKeys(r OwnRequest) []string {
 	return []string{s.ownKey(r.Rule, "members"), s.ownKey(r.Rule, "leases"), s.ownKey(r.Rule, "fence"), s.ownKey(r.Rule, "parts")}
 }
 
@@ -178,7 +178,7 @@ func ownArgs(now time.Time, r OwnRequest) []any {
 
 // Paces reads the next allowed times previous owners of partitions parts left
 // (OwnRequest.Pace), in one pipelined round trip.
-func (s *Scheduler) Paces(ctx context.Context, rule string, parts []int) (map[string]time.Time, error) {
+func (s Ownership) Paces(ctx context.Context, rule string, parts []int) (map[string]time.Time, error) {
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.MapStringStringCmd, len(parts))
 	for i, p := range parts {
@@ -200,7 +200,7 @@ func (s *Scheduler) Paces(ctx context.Context, rule string, parts []int) (map[st
 
 // SetOwnRetry records (st non-nil) or clears the retry state of key's head under the own
 // engine. Called only when a delivery fails, or when a key that had failed succeeds.
-func (s *Scheduler) SetOwnRetry(ctx context.Context, rule, key string, st *RetryState) error {
+func (s Ownership) SetOwnRetry(ctx context.Context, rule, key string, st *RetryState) error {
 	k := s.ownKey(rule, "try")
 	var err error
 	if st == nil {
@@ -216,7 +216,7 @@ func (s *Scheduler) SetOwnRetry(ctx context.Context, rule, key string, st *Retry
 
 // OwnRetries reads the retry states of the keys of the ownership partitions in parts (among
 // n): one read for any number of partitions.
-func (s *Scheduler) OwnRetries(ctx context.Context, rule string, parts map[int]bool, n int) (map[string]RetryState, error) {
+func (s Ownership) OwnRetries(ctx context.Context, rule string, parts map[int]bool, n int) (map[string]RetryState, error) {
 	m, err := s.rdb.HGetAll(ctx, s.ownKey(rule, "try")).Result()
 	if err != nil {
 		return nil, fmt.Errorf("queue: retry states of rule %q: %w", rule, err)
@@ -236,7 +236,7 @@ func (s *Scheduler) OwnRetries(ctx context.Context, rule string, parts map[int]b
 // Reserve takes up to count slots of rule's total_outflow meter (meter.lua), no later than
 // ahead from Redis's now: the own engine reserves in bulk, a few calls per second. It
 // returns Redis's now, the first slot and how many were reserved (spaced every apart).
-func (s *Scheduler) Reserve(ctx context.Context, rule string, every time.Duration, count int, ahead time.Duration) (now, first time.Time, n int, err error) {
+func (s Meter) Reserve(ctx context.Context, rule string, every time.Duration, count int, ahead time.Duration) (now, first time.Time, n int, err error) {
 	res, err := s.meter(ctx, rule, time.Time{}, every, count, ahead, 0, 0, 0, 0)
 	if err != nil {
 		return time.Time{}, time.Time{}, 0, fmt.Errorf("queue: reserve total_outflow of rule %q: %w", rule, err)
@@ -247,7 +247,7 @@ func (s *Scheduler) Reserve(ctx context.Context, rule string, every time.Duratio
 // ForgetDue removes keys from rule's due set (the ingress's marks, which the own engine does
 // not read): one ZREM per scheduler partition for any number of keys, so the set holds only
 // keys with messages, as under the claim engine. The depth counters are left to their clamp.
-func (s *Scheduler) ForgetDue(ctx context.Context, rule string, keys []string) error {
+func (s Ownership) ForgetDue(ctx context.Context, rule string, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}

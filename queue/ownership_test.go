@@ -18,7 +18,7 @@ func TestOwnershipSharesRenewsAndFences(t *testing.T) {
 	ctx := context.Background()
 	own := func(s *queue.Scheduler, owner string, at time.Duration, leave bool, giveUp ...int) queue.Owned {
 		t.Helper()
-		o := s.Own(ctx, t0.Add(at), []queue.OwnRequest{{Rule: "r", Owner: owner, Partitions: 8, Lease: time.Second, Leave: leave, GiveUp: giveUp}})[0]
+		o := s.Ownership.Own(ctx, t0.Add(at), []queue.OwnRequest{{Rule: "r", Owner: owner, Partitions: 8, Lease: time.Second, Leave: leave, GiveUp: giveUp}})[0]
 		if o.Err != nil {
 			t.Fatal(o.Err)
 		}
@@ -96,16 +96,16 @@ func TestOwnershipPacesAndRetries(t *testing.T) {
 	next := t0.Add(time.Second)
 	req := queue.OwnRequest{Rule: "r", Owner: "A", Partitions: 4, Lease: time.Second,
 		Pace: map[int]map[string]time.Time{1: {"a": next, "b": next.Add(time.Second)}}}
-	if o := s.Own(ctx, t0, []queue.OwnRequest{req})[0]; o.Err != nil {
+	if o := s.Ownership.Own(ctx, t0, []queue.OwnRequest{req})[0]; o.Err != nil {
 		t.Fatal(o.Err)
 	}
-	ps, err := s.Paces(ctx, "r", []int{1, 2})
+	ps, err := s.Ownership.Paces(ctx, "r", []int{1, 2})
 	if err != nil || len(ps) != 2 || !ps["a"].Equal(next) || !ps["b"].Equal(next.Add(time.Second)) {
 		t.Fatalf("paces: %v, %v", ps, err)
 	}
 	req.Pace = map[int]map[string]time.Time{1: {}}
-	s.Own(ctx, t0.Add(100*time.Millisecond), []queue.OwnRequest{req})
-	if ps, err := s.Paces(ctx, "r", []int{1}); err != nil || len(ps) != 0 {
+	s.Ownership.Own(ctx, t0.Add(100*time.Millisecond), []queue.OwnRequest{req})
+	if ps, err := s.Ownership.Paces(ctx, "r", []int{1}); err != nil || len(ps) != 0 {
 		t.Fatalf("paces after clearing: %v, %v", ps, err)
 	}
 	st := &queue.RetryState{MsgID: "m", Attempts: 2, LastError: "503"}
@@ -117,29 +117,29 @@ func TestOwnershipPacesAndRetries(t *testing.T) {
 		}
 	}
 	k1, k2 := keyIn(1), keyIn(2)
-	if err := s.SetOwnRetry(ctx, "r", k1, st); err != nil {
+	if err := s.Ownership.SetOwnRetry(ctx, "r", k1, st); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetOwnRetry(ctx, "r", k2, st); err != nil {
+	if err := s.Ownership.SetOwnRetry(ctx, "r", k2, st); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := s.OwnRetries(ctx, "r", map[int]bool{1: true}, 4)
+	rs, err := s.Ownership.OwnRetries(ctx, "r", map[int]bool{1: true}, 4)
 	if err != nil || len(rs) != 1 || rs[k1] != *st {
 		t.Fatalf("retries of partition 1: %v, %v", rs, err)
 	}
-	if err := s.SetOwnRetry(ctx, "r", k1, nil); err != nil {
+	if err := s.Ownership.SetOwnRetry(ctx, "r", k1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if rs, _ := s.OwnRetries(ctx, "r", map[int]bool{1: true, 2: true}, 4); len(rs) != 1 {
+	if rs, _ := s.Ownership.OwnRetries(ctx, "r", map[int]bool{1: true, 2: true}, 4); len(rs) != 1 {
 		t.Fatalf("retries after clearing %s: %v", k1, rs)
 	}
-	if _, err := s.MarkDueAt(ctx, "r", t0, "x", "y"); err != nil {
+	if _, err := s.Claims.MarkDueAt(ctx, "r", t0, "x", "y"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ForgetDue(ctx, "r", []string{"x"}); err != nil {
+	if err := s.Ownership.ForgetDue(ctx, "r", []string{"x"}); err != nil {
 		t.Fatal(err)
 	}
-	if due, _, err := s.Counts(ctx, "r"); err != nil || due != 1 {
+	if due, _, err := s.Claims.Counts(ctx, "r"); err != nil || due != 1 {
 		t.Fatalf("due after ForgetDue: %d, %v; want 1", due, err)
 	}
 }
@@ -155,7 +155,7 @@ func TestOwnershipPartitionCountMustAgree(t *testing.T) {
 	ctx := context.Background()
 	own := func(s *queue.Scheduler, owner string, parts int, at time.Duration, leave bool) queue.Owned {
 		t.Helper()
-		o := s.Own(ctx, t0.Add(at), []queue.OwnRequest{{Rule: "r", Owner: owner, Partitions: parts, Lease: time.Second, Leave: leave}})[0]
+		o := s.Ownership.Own(ctx, t0.Add(at), []queue.OwnRequest{{Rule: "r", Owner: owner, Partitions: parts, Lease: time.Second, Leave: leave}})[0]
 		if o.Err != nil {
 			t.Fatal(o.Err)
 		}
@@ -190,21 +190,21 @@ func TestKeyStateReadsTheOwnEnginesRetryState(t *testing.T) {
 	t.Parallel()
 	s := newSchedulers(t, 1)[0]
 	ctx := context.Background()
-	if st, err := s.KeyState(ctx, "r", "k"); err != nil || st.Retry != nil || st.Held {
+	if st, err := s.Depths.KeyState(ctx, "r", "k"); err != nil || st.Retry != nil || st.Held {
 		t.Fatalf("a key without state: %+v, %v", st, err)
 	}
 	want := queue.RetryState{MsgID: "m1", Attempts: 3, LastError: "sink: http 503"}
-	if err := s.SetOwnRetry(ctx, "r", "k", &want); err != nil {
+	if err := s.Ownership.SetOwnRetry(ctx, "r", "k", &want); err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.KeyState(ctx, "r", "k")
+	st, err := s.Depths.KeyState(ctx, "r", "k")
 	if err != nil || st.Retry == nil || *st.Retry != want || st.Held {
 		t.Fatalf("after the own engine's failed delivery: %+v, %v; want retry %+v", st, err, want)
 	}
-	if err := s.SetOwnRetry(ctx, "r", "k", nil); err != nil {
+	if err := s.Ownership.SetOwnRetry(ctx, "r", "k", nil); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := s.KeyState(ctx, "r", "k"); err != nil || st.Retry != nil {
+	if st, err := s.Depths.KeyState(ctx, "r", "k"); err != nil || st.Retry != nil {
 		t.Fatalf("after the success that follows: %+v, %v", st, err)
 	}
 }

@@ -121,7 +121,7 @@ const depthBuckets = 1 << 14
 
 // DepthKey is the Redis hash that holds key's depth counter in rule (field: the key), under
 // rule's current partition count: for tools and tests that read the counter.
-func (s *Scheduler) DepthKey(rule, key string) string { return s.home(rule, key).depthOf(key) }
+func (s Depths) DepthKey(rule, key string) string { return s.home(rule, key).depthOf(key) }
 
 // depthBucket is key's depth bucket in [0, depthBuckets).
 func depthBucket(key string) int { return int(fnv32a(key) >> 18) }
@@ -200,18 +200,20 @@ func keySlot(tag string) uint16 {
 }
 
 // part returns the keys of partition i of rule.
-func (s *Scheduler) part(rule string, i int) ruleKeys {
+func (s *store) part(rule string, i int) ruleKeys {
 	b := s.prefix + "sl:{" + partTag(rule, i) + "}:"
 	return ruleKeys{b + "due", b + "lease", b + "held", b + "dirty", b + "total", b + "try", b + "depth", b + "idle", b + "fence"}
 }
 
 // home returns the keys of key's partition under rule's current partition count.
-func (s *Scheduler) home(rule, key string) ruleKeys {
-	return s.part(rule, PartitionOf(key, s.Partitions(rule)))
+func (s *store) home(rule, key string) ruleKeys {
+	return s.part(rule, PartitionOf(key, s.partitions(rule)))
 }
 
 // Partitions is rule's partition count: SchedulerConfig.Partitions, or the default.
-func (s *Scheduler) Partitions(rule string) int {
+func (s *Scheduler) Partitions(rule string) int { return s.partitions(rule) }
+
+func (s *store) partitions(rule string) int {
 	p := 0
 	if s.parts != nil {
 		p = s.parts(rule)
@@ -229,8 +231,8 @@ type layout struct {
 
 // layout returns rule's partition count p and how many partitions hold its state, n ≥ p
 // (the high-water mark of every count used): claims, counts and deletes visit n.
-func (s *Scheduler) layout(ctx context.Context, rule string) (p, n int) {
-	p = s.Partitions(rule)
+func (s *store) layout(ctx context.Context, rule string) (p, n int) {
+	p = s.partitions(rule)
 	if v, ok := s.layouts.Load(rule); ok {
 		if l := v.(layout); l.p == p && time.Since(l.at) < layoutTTL {
 			return p, l.n
@@ -260,7 +262,7 @@ type call struct {
 // runAll runs calls in one pipeline (split per node by a cluster client) with EVALSHA, and
 // runs again, one by one with EVAL, those a node did not know the script of (NOSCRIPT: a
 // script that did not run changed nothing). Each call's cmd holds its result.
-func (s *Scheduler) runAll(ctx context.Context, calls []*call) {
+func (s *store) runAll(ctx context.Context, calls []*call) {
 	if len(calls) == 1 {
 		c := calls[0]
 		c.cmd = c.script.Run(ctx, s.rdb, c.keys, c.args...)
@@ -301,7 +303,7 @@ func (r *refunds) take(rule string) int64 {
 type reservation struct{ now, first, n int64 }
 
 // meter runs meter.lua on rule's total_outflow meter (see its header).
-func (s *Scheduler) meter(ctx context.Context, rule string, now time.Time, every time.Duration, count int, ahead time.Duration, floor, refund, expect, to int64) (reservation, error) {
+func (s *store) meter(ctx context.Context, rule string, now time.Time, every time.Duration, count int, ahead time.Duration, floor, refund, expect, to int64) (reservation, error) {
 	a := int64(-1)
 	if ahead >= 0 {
 		a = ahead.Microseconds()
@@ -318,8 +320,8 @@ func (s *Scheduler) meter(ctx context.Context, rule string, now time.Time, every
 }
 
 // byPartition groups keys by their partition under rule's current count, in order.
-func (s *Scheduler) byPartition(rule string, keys []string) map[int][]string {
-	p := s.Partitions(rule)
+func (s *store) byPartition(rule string, keys []string) map[int][]string {
+	p := s.partitions(rule)
 	if p == 1 {
 		return map[int][]string{0: keys}
 	}

@@ -77,7 +77,7 @@ func (d *drainSim) add(now time.Time, key string, n int) {
 	d.t.Helper()
 	d.left[key] += n
 	d.sent[key] += n
-	if _, err := d.ss[0].MarkDueAt(context.Background(), d.rule, now, key); err != nil {
+	if _, err := d.ss[0].Claims.MarkDueAt(context.Background(), d.rule, now, key); err != nil {
 		d.t.Fatal(err)
 	}
 }
@@ -93,7 +93,7 @@ func (d *drainSim) claim(now time.Time) {
 	req := d.req
 	req.Owner = owner
 	req.Releases = d.rels[i]
-	c, err := d.ss[i].Claim(context.Background(), d.rule, now, req)
+	c, err := d.ss[i].Claims.Claim(context.Background(), d.rule, now, req)
 	if err != nil {
 		d.t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func (d *drainSim) flush() {
 		if len(rels) == 0 {
 			continue
 		}
-		if _, err := d.ss[i].Release(context.Background(), d.rule, fmt.Sprintf("d%d", i), d.req.TotalEvery, rels...); err != nil {
+		if _, err := d.ss[i].Claims.Release(context.Background(), d.rule, fmt.Sprintf("d%d", i), d.req.TotalEvery, rels...); err != nil {
 			d.t.Fatal(err)
 		}
 		for _, r := range rels {
@@ -178,11 +178,11 @@ func TestOneRuleSpreadsOverEveryMaster(t *testing.T) {
 		d.left[keys[i]], d.sent[keys[i]] = 3, 3
 	}
 	ctx := context.Background()
-	if _, err := ss[0].MarkDueAt(ctx, "hot", t0, keys...); err != nil {
+	if _, err := ss[0].Claims.MarkDueAt(ctx, "hot", t0, keys...); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range keys {
-		if err := ss[0].SetDepth(ctx, "hot", k, 3); err != nil {
+		if err := ss[0].Depths.SetDepth(ctx, "hot", k, 3); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -200,7 +200,7 @@ func TestOneRuleSpreadsOverEveryMaster(t *testing.T) {
 			t.Errorf("master %d holds none of the rule's state: %v", i, perMaster)
 		}
 	}
-	if due, _, err := ss[0].Counts(ctx, "hot"); err != nil || due != 1000 {
+	if due, _, err := ss[0].Claims.Counts(ctx, "hot"); err != nil || due != 1000 {
 		t.Fatalf("due keys over the partitions: %d, %v; want 1000", due, err)
 	}
 	for now := t0; now.Before(t0.Add(time.Second)); now = now.Add(5 * time.Millisecond) {
@@ -208,7 +208,7 @@ func TestOneRuleSpreadsOverEveryMaster(t *testing.T) {
 	}
 	d.flush()
 	d.checkOutflow(every)
-	if due, claimed, err := ss[0].Counts(ctx, "hot"); err != nil || due != 0 || claimed != 0 {
+	if due, claimed, err := ss[0].Claims.Counts(ctx, "hot"); err != nil || due != 0 || claimed != 0 {
 		t.Errorf("after draining: due %d claimed %d, %v", due, claimed, err)
 	}
 }
@@ -229,7 +229,7 @@ func TestPartitionCountChangeLosesNothing(t *testing.T) {
 		keys[i] = fmt.Sprintf("k%03d", i)
 		d.left[keys[i]], d.sent[keys[i]] = 4, 4
 	}
-	if _, err := ss[0].MarkDueAt(ctx, "mig", t0, keys...); err != nil {
+	if _, err := ss[0].Claims.MarkDueAt(ctx, "mig", t0, keys...); err != nil {
 		t.Fatal(err)
 	}
 	moved := 0
@@ -251,7 +251,7 @@ func TestPartitionCountChangeLosesNothing(t *testing.T) {
 	}
 	d.flush()
 	d.checkOutflow(every)
-	due, claimed, err := ss[0].Counts(ctx, "mig")
+	due, claimed, err := ss[0].Claims.Counts(ctx, "mig")
 	if err != nil || due != 0 || claimed != 0 {
 		t.Errorf("after draining: due %d claimed %d, %v", due, claimed, err)
 	}
@@ -404,7 +404,7 @@ func TestPartitionCountShrinkLosesNothing(t *testing.T) {
 		keys[i] = fmt.Sprintf("k%03d", i)
 		d.left[keys[i]], d.sent[keys[i]] = 3, 3
 	}
-	if _, err := ss[0].MarkDueAt(ctx, "shrink", t0, keys...); err != nil {
+	if _, err := ss[0].Claims.MarkDueAt(ctx, "shrink", t0, keys...); err != nil {
 		t.Fatal(err)
 	}
 	step := 0
@@ -444,8 +444,8 @@ func TestStepInAPartitionKeepsBothMeters(t *testing.T) {
 		}
 	}
 	of := queue.Outflow{Every: 50 * time.Millisecond, TotalEvery: 40 * time.Millisecond}
-	s.MarkDueAt(ctx, "step", t0, a, b)
-	c, err := s.Claim(ctx, "step", t0, queue.ClaimRequest{Outflow: of, Owner: "A", Max: 2, Lookahead: 100 * time.Millisecond, Lease: time.Minute})
+	s.Claims.MarkDueAt(ctx, "step", t0, a, b)
+	c, err := s.Claims.Claim(ctx, "step", t0, queue.ClaimRequest{Outflow: of, Owner: "A", Max: 2, Lookahead: 100 * time.Millisecond, Lease: time.Minute})
 	if err != nil || len(c.Claims) != 2 {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
@@ -464,7 +464,7 @@ func TestStepInAPartitionKeepsBothMeters(t *testing.T) {
 	all = append(all, slots[a], slots[b])
 	for range 3 {
 		for _, k := range []string{a, b} {
-			slot, _, held, err := s.Step(ctx, "step", "A", k, fences[k], t0, of, time.Minute)
+			slot, _, held, err := s.Meter.Step(ctx, "step", "A", k, fences[k], t0, of, time.Minute)
 			if err != nil || !held {
 				t.Fatalf("step %s: %v %v", k, held, err)
 			}
@@ -481,7 +481,7 @@ func TestStepInAPartitionKeepsBothMeters(t *testing.T) {
 			t.Fatalf("slots %v: two %v apart, total_outflow allows %v", all, d, of.TotalEvery)
 		}
 	}
-	if _, _, held, err := s.Step(ctx, "step", "A", a, fences[a]-1, t0, of, time.Minute); err != nil || held {
+	if _, _, held, err := s.Meter.Step(ctx, "step", "A", a, fences[a]-1, t0, of, time.Minute); err != nil || held {
 		t.Fatalf("step under a stale fence: held %v, %v", held, err)
 	}
 }
@@ -498,21 +498,21 @@ func TestRenewFindsAKeyInItsOldPartition(t *testing.T) {
 	for i := 2; queue.PartitionOf(key, 8) == 0; i++ {
 		key = fmt.Sprintf("k%d", i)
 	}
-	s.MarkDueAt(ctx, "renew", t0, key)
-	c, err := s.Claim(ctx, "renew", t0, queue.ClaimRequest{Owner: "A", Max: 1, Lease: time.Second})
+	s.Claims.MarkDueAt(ctx, "renew", t0, key)
+	c, err := s.Claims.Claim(ctx, "renew", t0, queue.ClaimRequest{Owner: "A", Max: 1, Lease: time.Second})
 	if err != nil || len(c.Claims) != 1 {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
 	parts.Store(8)
-	r, err := s.Renew(ctx, "renew", "A", t0.Add(500*time.Millisecond), time.Second, []queue.Held{{Key: key, Fence: c.Claims[0].Fence}})
+	r, err := s.Claims.Renew(ctx, "renew", "A", t0.Add(500*time.Millisecond), time.Second, []queue.Held{{Key: key, Fence: c.Claims[0].Fence}})
 	if err != nil || len(r.Held) != 1 || !r.Held[0] {
 		t.Fatalf("renewal after the change: %+v %v", r, err)
 	}
 	// Renewed to t0+1.5s: not claimable at t0+1.2s (its first lease ended at t0+1s).
-	if c2, err := s.Claim(ctx, "renew", t0.Add(1200*time.Millisecond), queue.ClaimRequest{Owner: "B", Max: 1, Lease: time.Second}); err != nil || len(c2.Claims) != 0 {
+	if c2, err := s.Claims.Claim(ctx, "renew", t0.Add(1200*time.Millisecond), queue.ClaimRequest{Owner: "B", Max: 1, Lease: time.Second}); err != nil || len(c2.Claims) != 0 {
 		t.Fatalf("claimed by another drainer while renewed: %+v %v", c2, err)
 	}
-	if _, err := s.Release(ctx, "renew", "A", 0, queue.Release{Key: key, Mode: queue.Emptied, Fence: c.Claims[0].Fence}); err != nil {
+	if _, err := s.Claims.Release(ctx, "renew", "A", 0, queue.Release{Key: key, Mode: queue.Emptied, Fence: c.Claims[0].Fence}); err != nil {
 		t.Fatalf("release after the change: %v", err)
 	}
 }

@@ -45,7 +45,7 @@ type admission struct {
 // publish then fails must be counted out again (uncountPipe); a refused-as-full one heals
 // the counter (SetDepth). A partitioned rule gets one script call per partition its keys
 // fall in (each touches one slot; the cluster client sends each to its node).
-func (s *Scheduler) countAdmittedPipe(ctx context.Context, pipe redis.Pipeliner, rule string, adms []admission) *admitCounts {
+func (s *store) countAdmittedPipe(ctx context.Context, pipe redis.Pipeliner, rule string, adms []admission) *admitCounts {
 	if len(adms) == 0 {
 		return &admitCounts{} // nothing to count: no script call
 	}
@@ -57,7 +57,7 @@ func (s *Scheduler) countAdmittedPipe(ctx context.Context, pipe redis.Pipeliner,
 // pending result (nil without adms). A script unpacks all of a call's keys, marked and
 // counted, onto Lua's stack, which holds under 8,000 values: keep a call's marks and counts
 // together below that (the ingress's batches hold at most 4,096).
-func (s *Scheduler) markCountPipe(ctx context.Context, pipe redis.Pipeliner, rule string, marks []string, markNow time.Time, adms []admission) *admitCounts {
+func (s *store) markCountPipe(ctx context.Context, pipe redis.Pipeliner, rule string, marks []string, markNow time.Time, adms []admission) *admitCounts {
 	if len(adms) == 0 {
 		if len(marks) > 0 {
 			s.markDuePipe(ctx, pipe, rule, marks, markNow)
@@ -70,7 +70,7 @@ func (s *Scheduler) markCountPipe(ctx context.Context, pipe redis.Pipeliner, rul
 		s.markDuePipe(ctx, pipe, rule, marks, markNow)
 		marks = nil
 	}
-	p := s.Partitions(rule)
+	p := s.partitions(rule)
 	out := &admitCounts{n: len(adms)}
 	if p == 1 {
 		out.cmds = []*redis.Cmd{s.countPipe(ctx, pipe, rule, 0, marks, markNow, adms)}
@@ -101,7 +101,7 @@ func (s *Scheduler) markCountPipe(ctx context.Context, pipe redis.Pipeliner, rul
 
 // countPipe counts adms, all of partition i, after marking marks of the same partition
 // (admit.lua) when there are any (then no admission is Stored).
-func (s *Scheduler) countPipe(ctx context.Context, pipe redis.Pipeliner, rule string, i int, marks []string, markNow time.Time, adms []admission) *redis.Cmd {
+func (s *store) countPipe(ctx context.Context, pipe redis.Pipeliner, rule string, i int, marks []string, markNow time.Time, adms []admission) *redis.Cmd {
 	k := s.part(rule, i)
 	args := make([]any, 0, 2+len(marks)+5*len(adms))
 	args = append(args, usOrZero(markNow), len(marks))
@@ -140,13 +140,13 @@ func (a *admitCounts) Err() error {
 
 // uncountPipe counts out a message counted by countAdmittedPipe whose publish failed or
 // was a duplicate.
-func (s *Scheduler) uncountPipe(ctx context.Context, pipe redis.Pipeliner, rule, key string) {
+func (s *store) uncountPipe(ctx context.Context, pipe redis.Pipeliner, rule, key string) {
 	pipe.HIncrBy(ctx, s.home(rule, key).depthOf(key), key, -1)
 }
 
 // markDuePipe queues MarkDue of rule's keys (after their publishes were acknowledged) on a
 // pipeline: one script call per partition the keys fall in.
-func (s *Scheduler) markDuePipe(ctx context.Context, pipe redis.Pipeliner, rule string, keys []string, now time.Time) []*redis.Cmd {
+func (s *store) markDuePipe(ctx context.Context, pipe redis.Pipeliner, rule string, keys []string, now time.Time) []*redis.Cmd {
 	parts := s.byPartition(rule, keys)
 	cmds := make([]*redis.Cmd, 0, len(parts))
 	for i, ks := range parts {
@@ -156,7 +156,7 @@ func (s *Scheduler) markDuePipe(ctx context.Context, pipe redis.Pipeliner, rule 
 }
 
 // markDuePart is markDuePipe of keys, all of partition i.
-func (s *Scheduler) markDuePart(ctx context.Context, pipe redis.Pipeliner, rule string, i int, keys []string, now time.Time) *redis.Cmd {
+func (s *store) markDuePart(ctx context.Context, pipe redis.Pipeliner, rule string, i int, keys []string, now time.Time) *redis.Cmd {
 	k := s.part(rule, i)
 	args := make([]any, 0, 2+len(keys))
 	args = append(args, usOrZero(now), len(keys))
@@ -218,7 +218,7 @@ func admittedResults(c *admitCounts, n int, out []Admitted) ([]Admitted, error) 
 
 // SetDepth records the known depth of a key (e.g. its capacity when the stream refused a
 // message as full), healing the counter that admissions keep.
-func (s *Scheduler) SetDepth(ctx context.Context, rule, key string, depth int64) error {
+func (s Depths) SetDepth(ctx context.Context, rule, key string, depth int64) error {
 	dk := s.home(rule, key).depthOf(key)
 	var err error
 	if depth <= 0 {
@@ -234,7 +234,7 @@ func (s *Scheduler) SetDepth(ctx context.Context, rule, key string, depth int64)
 
 // ResetDepths forgets the depth counters of every key of rule (the rule was purged), in
 // every partition: its depth buckets, and the single hash of earlier versions.
-func (s *Scheduler) ResetDepths(ctx context.Context, rule string) error {
+func (s Depths) ResetDepths(ctx context.Context, rule string) error {
 	_, n := s.layout(ctx, rule)
 	for i := range n {
 		if err := s.delDepths(ctx, s.part(rule, i)); err != nil {
@@ -246,7 +246,7 @@ func (s *Scheduler) ResetDepths(ctx context.Context, rule string) error {
 
 // delDepths deletes partition k's depth buckets and its earlier versions' single depth
 // hash: one pipeline of DELs of 1,024 keys each (one slot: the partition's).
-func (s *Scheduler) delDepths(ctx context.Context, k ruleKeys) error {
+func (s *store) delDepths(ctx context.Context, k ruleKeys) error {
 	pipe := s.rdb.Pipeline()
 	ks := make([]string, 0, 1024)
 	ks = append(ks, k.depth)

@@ -74,7 +74,7 @@ func Reconcile(ctx context.Context, q *Queues, s *Scheduler, rule string, now ti
 	for k := range keys {
 		list = append(list, k)
 	}
-	r.Repaired, err = s.MarkDueAt(ctx, rule, now, list...)
+	r.Repaired, err = s.Claims.MarkDueAt(ctx, rule, now, list...)
 	if err != nil {
 		return r, fmt.Errorf("queue: reconcile rule %q: %w", rule, err)
 	}
@@ -98,7 +98,7 @@ func CheckSchedule(ctx context.Context, q *Queues, s *Scheduler, rule string) (R
 		return r, fmt.Errorf("queue: reconcile rule %q: %w", rule, err)
 	}
 	r.Keys = st.Keys
-	r.Due, r.Claimed, err = s.Counts(ctx, rule)
+	r.Due, r.Claimed, err = s.Claims.Counts(ctx, rule)
 	if err != nil {
 		return r, fmt.Errorf("queue: reconcile rule %q: %w", rule, err)
 	}
@@ -109,7 +109,7 @@ func CheckSchedule(ctx context.Context, q *Queues, s *Scheduler, rule string) (R
 // count once the partitions above it hold no due or claimed key, so claims stop visiting them
 // after a rule's partition count went down. A process still using the higher count raises
 // the mark again when it next reads it (partition.go), so nothing it marks is stranded.
-func (s *Scheduler) forgetPartitions(ctx context.Context, rule string) error {
+func (s *store) forgetPartitions(ctx context.Context, rule string) error {
 	p, n := s.layout(ctx, rule)
 	if n <= p {
 		return nil

@@ -59,7 +59,7 @@ func TestRedisMemoryReport(t *testing.T) {
 			for i := w * (n / 8); i < (w+1)*(n/8); i++ {
 				keys = append(keys, fmt.Sprintf("merchant-%07d", i))
 				if len(keys) == cap(keys) {
-					if _, err := s.MarkDueAt(ctx, "mem", now.Add(time.Duration(i)*time.Microsecond), keys...); err != nil {
+					if _, err := s.Claims.MarkDueAt(ctx, "mem", now.Add(time.Duration(i)*time.Microsecond), keys...); err != nil {
 						t.Error(err)
 						return
 					}
@@ -83,7 +83,7 @@ func TestRedisMemoryReport(t *testing.T) {
 	const claimed = 10_000
 	before = usedMemory(t, c)
 	for got := 0; got < claimed; {
-		cl, err := s.Claim(ctx, "mem", now.Add(2*time.Second), queue.ClaimRequest{Owner: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", Max: 1000, Lease: time.Minute})
+		cl, err := s.Claims.Claim(ctx, "mem", now.Add(2*time.Second), queue.ClaimRequest{Owner: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", Max: 1000, Lease: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +178,7 @@ func claimThroughput(t *testing.T, rdb redis.UniversalClient, parts int, d time.
 	for i := range keys {
 		keys[i] = fmt.Sprintf("merchant-%06d", i)
 	}
-	if _, err := newS().MarkDueAt(ctx, "bench", time.Time{}, keys...); err != nil {
+	if _, err := newS().Claims.MarkDueAt(ctx, "bench", time.Time{}, keys...); err != nil {
 		t.Fatal(err)
 	}
 	var total atomic.Int64
@@ -192,7 +192,7 @@ func claimThroughput(t *testing.T, rdb redis.UniversalClient, parts int, d time.
 			owner := "d" + strconv.Itoa(w)
 			var rels []queue.Release
 			for time.Now().Before(stop) {
-				c, err := s.Claim(ctx, "bench", time.Time{}, queue.ClaimRequest{Owner: owner, Max: 32, Lease: time.Minute, Releases: rels})
+				c, err := s.Claims.Claim(ctx, "bench", time.Time{}, queue.ClaimRequest{Owner: owner, Max: 32, Lease: time.Minute, Releases: rels})
 				if err != nil {
 					t.Error(err)
 					return
@@ -203,7 +203,7 @@ func claimThroughput(t *testing.T, rdb redis.UniversalClient, parts int, d time.
 				}
 				total.Add(int64(len(c.Claims)))
 			}
-			s.Release(ctx, "bench", owner, 0, rels...)
+			s.Claims.Release(ctx, "bench", owner, 0, rels...)
 		}()
 	}
 	wg.Wait()

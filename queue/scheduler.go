@@ -126,7 +126,29 @@ type SchedulerConfig struct {
 //
 // A Scheduler is safe for concurrent use. Its methods take the outflow parameters from the
 // caller, so live overrides change them without touching Redis state.
+//
+// Scheduler is one field per concept, each a view of the same Redis client and key layout
+// (store): Ownership (the own engine's partition leases), Meter (slots: the total_outflow
+// meter, a claim holder's next slot), Claims (the claim engine's due set and key leases),
+// Depths (the ingress's per-key depth counters and what reads them), Idempotency, SinkSlots
+// (in-flight caps), Steering (breakers and steering state) and Rates (cluster-wide counts).
+// What concerns the whole Redis layer (Ping, Partitions, DeleteRule) is on Scheduler itself.
 type Scheduler struct {
+	*store
+
+	Ownership   Ownership
+	Meter       Meter
+	Claims      Claims
+	Depths      Depths
+	Idempotency Idempotency
+	SinkSlots   SinkSlots
+	Steering    Steering
+	Rates       Rates
+}
+
+// store is the Redis client and the key layout every concept type shares; the helpers the
+// concepts have in common (key names, partitions, locks, pipe steps) are its methods.
+type store struct {
 	rdb      redis.UniversalClient
 	prefix   string
 	clock    func() time.Time
@@ -140,20 +162,55 @@ type Scheduler struct {
 	legacyIdem bool // SchedulerConfig.LegacyIdempotency
 }
 
+// Ownership is the drainers' own engine in Redis (ownership.go, own.lua): leases on whole
+// ownership partitions with fencing tokens, the pace and retry state a new owner takes over,
+// and the due marks it clears.
+type Ownership struct{ *store }
+
+// Meter hands out slots: the rule's total_outflow meter (Reserve, meter.lua), a claim
+// holder's next slot of a key (Step) and when a key's next message may leave (NextSlot).
+type Meter struct{ *store }
+
+// Claims is the claim engine (claim.lua and friends): the due set the ingress marks keys in,
+// and the leases drainers claim, renew and release keys under.
+type Claims struct{ *store }
+
+// Depths is the per-key depth counters the ingress keeps (admit.lua) and what reads the
+// per-key state: SetDepth heals a counter, ResetDepths and Uncount forget, HotKeys and
+// KeyState read.
+type Depths struct{ *store }
+
+// Idempotency maps a rule's idempotency keys to the first message admitted under them
+// (idempotency.go): Take takes a key, Release gives it back.
+type Idempotency struct{ *store }
+
+// SinkSlots caps a rule's deliveries in flight across drainers (inflight.go, inflight.lua).
+type SinkSlots struct{ *store }
+
+// Steering is the state drainers share to steer a rule (steerstate.go): each drainer's sink
+// breaker and throttled keys' adaptive state for a new owner.
+type Steering struct{ *store }
+
+// Rates is the cluster-wide counts of refusals and deliveries (stats.go), per ten seconds,
+// and their rates over the last minute.
+type Rates struct{ *store }
+
 // NewScheduler returns a Scheduler on rdb (a *redis.Client, *redis.ClusterClient, …).
 func NewScheduler(rdb redis.UniversalClient, cfg SchedulerConfig) (*Scheduler, error) {
 	if strings.ContainsAny(cfg.Prefix, "{}") {
 		return nil, fmt.Errorf("queue: scheduler prefix %q must not contain '{' or '}'", cfg.Prefix)
 	}
-	return &Scheduler{rdb: rdb, prefix: cfg.Prefix, clock: cfg.Clock, parts: cfg.Partitions, defParts: DefaultPartitions(rdb),
-		legacyIdem: cfg.LegacyIdempotency}, nil
+	st := &store{rdb: rdb, prefix: cfg.Prefix, clock: cfg.Clock, parts: cfg.Partitions, defParts: DefaultPartitions(rdb),
+		legacyIdem: cfg.LegacyIdempotency}
+	return &Scheduler{store: st, Ownership: Ownership{st}, Meter: Meter{st}, Claims: Claims{st}, Depths: Depths{st},
+		Idempotency: Idempotency{st}, SinkSlots: SinkSlots{st}, Steering: Steering{st}, Rates: Rates{st}}, nil
 }
 
 type ruleKeys struct{ due, lease, held, dirty, total, try, depth, idle, fence string }
 
 // keys returns the keys of rule's partition 0, which also holds the rule-wide keys (the
 // total_outflow meter, locks, counts).
-func (s *Scheduler) keys(rule string) ruleKeys { return s.part(rule, 0) }
+func (s *store) keys(rule string) ruleKeys { return s.part(rule, 0) }
 
 // all lists the rule's keys in the order the scripts take them as KEYS.
 func (k ruleKeys) all() []string {
@@ -262,7 +319,7 @@ func usOrZero(t time.Time) int64 {
 // req.Owner until Release (or until Slot+Lease, or the last Renew+Lease, when another
 // drainer may claim them again). now is Redis's clock when zero (what drainers pass); tests
 // give a time to claim at fixed instants.
-func (s *Scheduler) Claim(ctx context.Context, rule string, now time.Time, req ClaimRequest) (Claimed, error) {
+func (s Claims) Claim(ctx context.Context, rule string, now time.Time, req ClaimRequest) (Claimed, error) {
 	if req.Owner == "" || strings.ContainsAny(req.Owner, " \n#") {
 		return Claimed{}, fmt.Errorf("queue: claim: bad owner %q", req.Owner)
 	}
@@ -286,7 +343,7 @@ func (s *Scheduler) Claim(ctx context.Context, rule string, now time.Time, req C
 }
 
 // claimOne claims from a rule in one partition: one script, the meter inside it.
-func (s *Scheduler) claimOne(ctx context.Context, rule string, now time.Time, req ClaimRequest) (Claimed, error) {
+func (s *store) claimOne(ctx context.Context, rule string, now time.Time, req ClaimRequest) (Claimed, error) {
 	args := make([]any, 0, 9+6*len(req.Releases))
 	args = append(args, usOrZero(now), req.Max, req.Lookahead.Microseconds(), req.Every.Microseconds(),
 		req.TotalEvery.Microseconds(), req.Lease.Microseconds(), req.Owner, req.Reclaim, -1)
@@ -384,7 +441,7 @@ var ErrLeaseLost = errors.New("queue: claim lease lost")
 // Release hands claimed keys back in one round trip. totalEvery is the rule's current
 // total_outflow spacing (to give back an unused slot of an emptied key). It returns, per
 // release, whether owner still held the key; the error wraps ErrLeaseLost if any was lost.
-func (s *Scheduler) Release(ctx context.Context, rule, owner string, totalEvery time.Duration, rels ...Release) ([]bool, error) {
+func (s Claims) Release(ctx context.Context, rule, owner string, totalEvery time.Duration, rels ...Release) ([]bool, error) {
 	if len(rels) == 0 {
 		return nil, nil
 	}
@@ -447,7 +504,7 @@ func (s *Scheduler) Release(ctx context.Context, rule, owner string, totalEvery 
 // round trip, and sets held[j] for those released. Partition 0's script gives an emptied
 // key's unused total_outflow slot back to the meter (which is in its slot); other
 // partitions' are given back with the rule's next reservation (partition.go).
-func (s *Scheduler) release(ctx context.Context, rule, owner string, totalEvery time.Duration, rels []Release, byPart map[int][]int, held []bool) error {
+func (s *store) release(ctx context.Context, rule, owner string, totalEvery time.Duration, rels []Release, byPart map[int][]int, held []bool) error {
 	calls := make([]*call, 0, len(byPart))
 	parts := make([]int, 0, len(byPart))
 	for i, js := range byPart {
@@ -515,7 +572,7 @@ const markDueBatch = 1000
 // successful publish. A key already due keeps its place and pacing; a claimed key is
 // flagged so its drainer does not drop it (see admit.lua). Many keys go in one round trip
 // per 1000.
-func (s *Scheduler) MarkDue(ctx context.Context, rule string, keys ...string) error {
+func (s Claims) MarkDue(ctx context.Context, rule string, keys ...string) error {
 	var now time.Time
 	if s.clock != nil {
 		now = s.clock()
@@ -526,7 +583,7 @@ func (s *Scheduler) MarkDue(ctx context.Context, rule string, keys ...string) er
 
 // MarkDueAt is MarkDue at an explicit time (zero: Redis's clock); it returns how many keys
 // were newly added.
-func (s *Scheduler) MarkDueAt(ctx context.Context, rule string, now time.Time, keys ...string) (int, error) {
+func (s Claims) MarkDueAt(ctx context.Context, rule string, now time.Time, keys ...string) (int, error) {
 	added := 0
 	for i, ks := range s.byPartition(rule, keys) {
 		k := s.part(rule, i)
@@ -554,7 +611,7 @@ func (s *Scheduler) MarkDueAt(ctx context.Context, rule string, now time.Time, k
 
 // Counts returns how many keys of rule are due (waiting for a slot) and claimed, summed over
 // its partitions (one pipelined round trip).
-func (s *Scheduler) Counts(ctx context.Context, rule string) (due, claimed int64, err error) {
+func (s Claims) Counts(ctx context.Context, rule string) (due, claimed int64, err error) {
 	_, n := s.layout(ctx, rule)
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.IntCmd, 0, 2*n)
@@ -574,7 +631,7 @@ func (s *Scheduler) Counts(ctx context.Context, rule string) (due, claimed int64
 
 // NextSlot returns when key's next message may leave (its due time, or for a claimed key the
 // slot after the current one); ok is false when the key is not scheduled (no messages).
-func (s *Scheduler) NextSlot(ctx context.Context, rule, key string) (t time.Time, ok bool, err error) {
+func (s Meter) NextSlot(ctx context.Context, rule, key string) (t time.Time, ok bool, err error) {
 	k := s.home(rule, key)
 	pipe := s.rdb.Pipeline()
 	d := pipe.ZScore(ctx, k.due, key)
@@ -597,8 +654,8 @@ func (s *Scheduler) NextSlot(ctx context.Context, rule, key string) (t time.Time
 
 // setDepths overwrites the depth counters of the given keys: one HSET per depth bucket,
 // pipelined 1,000 at a time.
-func (s *Scheduler) setDepths(ctx context.Context, rule string, depths map[string]uint64) error {
-	p := s.Partitions(rule)
+func (s *store) setDepths(ctx context.Context, rule string, depths map[string]uint64) error {
+	p := s.partitions(rule)
 	parts := make([]ruleKeys, p)
 	for i := range parts {
 		parts[i] = s.part(rule, i)
@@ -625,7 +682,7 @@ func (s *Scheduler) setDepths(ctx context.Context, rule string, depths map[strin
 // buckets kept (partition.go): Reconcile calls it once it has set every key's depth from the
 // stream. Processes of such a version still running count in it again, for their own
 // answers' headers only; it is dropped again by the next forced Reconcile.
-func (s *Scheduler) dropLegacyDepths(ctx context.Context, rule string) error {
+func (s *store) dropLegacyDepths(ctx context.Context, rule string) error {
 	_, n := s.layout(ctx, rule)
 	pipe := s.rdb.Pipeline()
 	for i := range n {
@@ -636,7 +693,7 @@ func (s *Scheduler) dropLegacyDepths(ctx context.Context, rule string) error {
 }
 
 // lock takes a named per-rule lock for ttl (SET NX PX); unlock releases it if still ours.
-func (s *Scheduler) lock(ctx context.Context, rule, name string, ttl time.Duration) (unlock func(), ok bool, err error) {
+func (s *store) lock(ctx context.Context, rule, name string, ttl time.Duration) (unlock func(), ok bool, err error) {
 	key := s.prefix + "sl:{" + RuleToken(rule) + "}:lock:" + name
 	token := strconv.FormatInt(time.Now().UnixNano(), 36) + strconv.FormatUint(uint64(lockSeq.Add(1)), 36)
 	ok, err = s.rdb.SetNX(ctx, key, token, ttl).Result()
@@ -708,8 +765,8 @@ type Renewed struct {
 // taken from the key's queue. The slot obeys the key's outflow and the rule's
 // total_outflow as a claim's does; the lease is extended to the slot plus lease. held is
 // false (and slot zero) when owner no longer holds the key under fence.
-func (s *Scheduler) Step(ctx context.Context, rule, owner, key string, fence int64, now time.Time, out Outflow, lease time.Duration) (slot, at time.Time, held bool, err error) {
-	p := s.Partitions(rule)
+func (s Meter) Step(ctx context.Context, rule, owner, key string, fence int64, now time.Time, out Outflow, lease time.Duration) (slot, at time.Time, held bool, err error) {
+	p := s.partitions(rule)
 	i := PartitionOf(key, p)
 	k := s.part(rule, i)
 	// Partition 0 holds the rule's meter: its script advances it. Another partition's key
@@ -755,7 +812,7 @@ func (s *Scheduler) Step(ctx context.Context, rule, owner, key string, fence int
 // Renew extends the leases of claims owner still holds to now+lease, in one round trip per
 // 1000 keys (now: Redis's clock when zero). A drainer renews the keys it is delivering (or
 // about to), so a short lease covers a slow sink while a dead drainer's keys come back soon.
-func (s *Scheduler) Renew(ctx context.Context, rule, owner string, now time.Time, lease time.Duration, held []Held) (Renewed, error) {
+func (s Claims) Renew(ctx context.Context, rule, owner string, now time.Time, lease time.Duration, held []Held) (Renewed, error) {
 	p, n := s.layout(ctx, rule)
 	out := Renewed{Held: make([]bool, len(held))}
 	byPart := map[int][]int{}
@@ -794,7 +851,7 @@ func (s *Scheduler) Renew(ctx context.Context, rule, owner string, now time.Time
 
 // renew runs renew.lua for held[j], j in byPart[i], in partition i, in one pipelined round
 // trip, setting out.Held[j] for those renewed (never clearing it) and out.Now.
-func (s *Scheduler) renew(ctx context.Context, rule, owner string, now time.Time, lease time.Duration, held []Held, byPart map[int][]int, out *Renewed) error {
+func (s *store) renew(ctx context.Context, rule, owner string, now time.Time, lease time.Duration, held []Held, byPart map[int][]int, out *Renewed) error {
 	var calls []*call
 	var batches [][]int
 	for i, js := range byPart {

@@ -47,10 +47,10 @@ func TestClaimPacesEachKeyAndLeases(t *testing.T) {
 	req := func(owner string) queue.ClaimRequest {
 		return queue.ClaimRequest{Outflow: queue.Outflow{Every: every}, Owner: owner, Max: 10, Lease: time.Minute}
 	}
-	if n, err := a.MarkDueAt(ctx, "r", t0, "x", "y.*", "x"); err != nil || n != 2 {
+	if n, err := a.Claims.MarkDueAt(ctx, "r", t0, "x", "y.*", "x"); err != nil || n != 2 {
 		t.Fatalf("MarkDue: %d, %v", n, err)
 	}
-	c, err := a.Claim(ctx, "r", t0, req("A"))
+	c, err := a.Claims.Claim(ctx, "r", t0, req("A"))
 	if err != nil || len(c.Claims) != 2 || !c.Next.IsZero() {
 		t.Fatalf("A's claim: %+v, %v", c, err)
 	}
@@ -60,25 +60,25 @@ func TestClaimPacesEachKeyAndLeases(t *testing.T) {
 		}
 	}
 	// Claimed keys belong to A until released: B gets nothing, even much later.
-	if c, err := b.Claim(ctx, "r", t0.Add(time.Second), req("B")); err != nil || len(c.Claims) != 0 {
+	if c, err := b.Claims.Claim(ctx, "r", t0.Add(time.Second), req("B")); err != nil || len(c.Claims) != 0 {
 		t.Fatalf("B's claim of leased keys: %v, %v", claimKeys(t, c), err)
 	}
-	if _, err := a.Release(ctx, "r", "A", 0, queue.Release{Key: "x", Mode: queue.Released}, queue.Release{Key: "y.*", Mode: queue.Released}); err != nil {
+	if _, err := a.Claims.Release(ctx, "r", "A", 0, queue.Release{Key: "x", Mode: queue.Released}, queue.Release{Key: "y.*", Mode: queue.Released}); err != nil {
 		t.Fatal(err)
 	}
 	// Released keys are due again one outflow interval after their slot, not before.
-	if c, _ := b.Claim(ctx, "r", t0.Add(every-time.Microsecond), req("B")); len(c.Claims) != 0 || !c.Next.Equal(t0.Add(every)) {
+	if c, _ := b.Claims.Claim(ctx, "r", t0.Add(every-time.Microsecond), req("B")); len(c.Claims) != 0 || !c.Next.Equal(t0.Add(every)) {
 		t.Fatalf("claim before the next slot: %v next %v", claimKeys(t, c), c.Next)
 	}
-	c, _ = b.Claim(ctx, "r", t0.Add(every), req("B"))
+	c, _ = b.Claims.Claim(ctx, "r", t0.Add(every), req("B"))
 	if len(c.Claims) != 2 || !c.Claims[0].Slot.Equal(t0.Add(every)) {
 		t.Fatalf("claim at the next slot: %+v", c)
 	}
 	// Releasing someone else's claim changes nothing.
-	if _, err := a.Release(ctx, "r", "A", 0, queue.Release{Key: "x", Mode: queue.Emptied}); !errors.Is(err, queue.ErrLeaseLost) {
+	if _, err := a.Claims.Release(ctx, "r", "A", 0, queue.Release{Key: "x", Mode: queue.Emptied}); !errors.Is(err, queue.ErrLeaseLost) {
 		t.Fatalf("release by non-holder: %v, want ErrLeaseLost", err)
 	}
-	if due, claimed, _ := a.Counts(ctx, "r"); due != 0 || claimed != 2 {
+	if due, claimed, _ := a.Claims.Counts(ctx, "r"); due != 0 || claimed != 2 {
 		t.Fatalf("counts: due %d claimed %d", due, claimed)
 	}
 }
@@ -93,7 +93,7 @@ func simulate(t *testing.T, ss []*queue.Scheduler, rule string, of queue.Outflow
 	for k := range msgs {
 		keys = append(keys, k)
 	}
-	if _, err := ss[0].MarkDueAt(ctx, rule, t0, keys...); err != nil {
+	if _, err := ss[0].Claims.MarkDueAt(ctx, rule, t0, keys...); err != nil {
 		t.Fatal(err)
 	}
 	left := map[string]int{}
@@ -107,7 +107,7 @@ func simulate(t *testing.T, ss []*queue.Scheduler, rule string, of queue.Outflow
 		step++
 		s := ss[step%len(ss)]
 		owner := fmt.Sprintf("d%d", step%len(ss))
-		c, err := s.Claim(ctx, rule, now, queue.ClaimRequest{Outflow: of, Owner: owner, Max: 4, Lookahead: lookahead, Lease: time.Minute, Releases: pending[owner]})
+		c, err := s.Claims.Claim(ctx, rule, now, queue.ClaimRequest{Outflow: of, Owner: owner, Max: 4, Lookahead: lookahead, Lease: time.Minute, Releases: pending[owner]})
 		pending[owner] = nil
 		if err == nil && c.Lost != 0 {
 			t.Fatalf("%d releases lost", c.Lost)
@@ -131,7 +131,7 @@ func simulate(t *testing.T, ss []*queue.Scheduler, rule string, of queue.Outflow
 		}
 		if owner == "d0" {
 			pending[owner] = rels
-		} else if _, err := s.Release(ctx, rule, owner, of.TotalEvery, rels...); err != nil {
+		} else if _, err := s.Claims.Release(ctx, rule, owner, of.TotalEvery, rels...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -211,24 +211,24 @@ func TestExpiredLeaseIsHandedOver(t *testing.T) {
 	ctx := context.Background()
 	a, b := ss[0], ss[1]
 	req := queue.ClaimRequest{Outflow: queue.Outflow{Every: 100 * time.Millisecond}, Max: 10, Lease: time.Second}
-	a.MarkDueAt(ctx, "r", t0, "k")
+	a.Claims.MarkDueAt(ctx, "r", t0, "k")
 	reqA, reqB := req, req
 	reqA.Owner, reqB.Owner = "A", "B"
-	if c, _ := a.Claim(ctx, "r", t0, reqA); len(c.Claims) != 1 {
+	if c, _ := a.Claims.Claim(ctx, "r", t0, reqA); len(c.Claims) != 1 {
 		t.Fatalf("A claims: %+v", c)
 	}
 	// A "crashes". Until its lease ends (slot + 1 s) the key stays with A.
-	if c, _ := b.Claim(ctx, "r", t0.Add(time.Second-time.Microsecond), reqB); len(c.Claims) != 0 {
+	if c, _ := b.Claims.Claim(ctx, "r", t0.Add(time.Second-time.Microsecond), reqB); len(c.Claims) != 0 {
 		t.Fatalf("B claimed a leased key: %+v", c)
 	}
-	c, err := b.Claim(ctx, "r", t0.Add(time.Second), reqB)
+	c, err := b.Claims.Claim(ctx, "r", t0.Add(time.Second), reqB)
 	if err != nil || len(c.Claims) != 1 || c.Claims[0].Key != "k" || !c.Claims[0].Due.Equal(t0.Add(100*time.Millisecond)) {
 		t.Fatalf("B after A's lease expired: %+v, %v", c, err)
 	}
-	if _, err := a.Release(ctx, "r", "A", 0, queue.Release{Key: "k", Mode: queue.Released}); !errors.Is(err, queue.ErrLeaseLost) {
+	if _, err := a.Claims.Release(ctx, "r", "A", 0, queue.Release{Key: "k", Mode: queue.Released}); !errors.Is(err, queue.ErrLeaseLost) {
 		t.Fatalf("A's late release: %v, want ErrLeaseLost", err)
 	}
-	if held, err := b.Release(ctx, "r", "B", 0, queue.Release{Key: "k", Mode: queue.Released}); err != nil || !held[0] {
+	if held, err := b.Claims.Release(ctx, "r", "B", 0, queue.Release{Key: "k", Mode: queue.Released}); err != nil || !held[0] {
 		t.Fatalf("B's release: %v %v", held, err)
 	}
 }
@@ -240,43 +240,43 @@ func TestEmptyKeyRemovalNeverLosesAConcurrentMark(t *testing.T) {
 	ctx := context.Background()
 	req := queue.ClaimRequest{Outflow: queue.Outflow{Every: time.Millisecond}, Owner: "A", Max: 10, Lease: time.Minute}
 	due := func(rule string) int64 {
-		d, _, err := s.Counts(ctx, rule)
+		d, _, err := s.Claims.Counts(ctx, rule)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return d
 	}
 	// 1. Popped empty, no message since: the key leaves the schedule.
-	s.MarkDueAt(ctx, "r1", t0, "k")
-	s.Claim(ctx, "r1", t0, req)
-	s.Release(ctx, "r1", "A", 0, queue.Release{Key: "k", Mode: queue.Emptied})
+	s.Claims.MarkDueAt(ctx, "r1", t0, "k")
+	s.Claims.Claim(ctx, "r1", t0, req)
+	s.Claims.Release(ctx, "r1", "A", 0, queue.Release{Key: "k", Mode: queue.Emptied})
 	if d := due("r1"); d != 0 {
 		t.Fatalf("emptied key still due (%d)", d)
 	}
 	// 2. A message arrives (publish + MarkDue) after the pop saw the key empty but before the
 	// drainer removes the key: the key must stay due.
-	s.MarkDueAt(ctx, "r2", t0, "k")
-	s.Claim(ctx, "r2", t0, req)
-	if n, _ := s.MarkDueAt(ctx, "r2", t0, "k"); n != 0 {
+	s.Claims.MarkDueAt(ctx, "r2", t0, "k")
+	s.Claims.Claim(ctx, "r2", t0, req)
+	if n, _ := s.Claims.MarkDueAt(ctx, "r2", t0, "k"); n != 0 {
 		t.Fatalf("MarkDue added a claimed key to the due set (a second drainer could pop it)")
 	}
-	s.Release(ctx, "r2", "A", 0, queue.Release{Key: "k", Mode: queue.Emptied})
+	s.Claims.Release(ctx, "r2", "A", 0, queue.Release{Key: "k", Mode: queue.Emptied})
 	if d := due("r2"); d != 1 {
 		t.Fatalf("key marked during its claim was dropped (due %d)", d)
 	}
 	// 3. ... after the removal: MarkDue adds it as usual.
-	s.MarkDueAt(ctx, "r3", t0, "k")
-	s.Claim(ctx, "r3", t0, req)
-	s.Release(ctx, "r3", "A", 0, queue.Release{Key: "k", Mode: queue.Emptied})
-	s.MarkDueAt(ctx, "r3", t0, "k")
+	s.Claims.MarkDueAt(ctx, "r3", t0, "k")
+	s.Claims.Claim(ctx, "r3", t0, req)
+	s.Claims.Release(ctx, "r3", "A", 0, queue.Release{Key: "k", Mode: queue.Emptied})
+	s.Claims.MarkDueAt(ctx, "r3", t0, "k")
 	if d := due("r3"); d != 1 {
 		t.Fatalf("key marked after its removal is not due")
 	}
 	// 4. A mark from before the claim does not keep an empty key alive forever.
-	s.MarkDueAt(ctx, "r4", t0, "k")
-	s.MarkDueAt(ctx, "r4", t0, "k")
-	s.Claim(ctx, "r4", t0, req)
-	s.Release(ctx, "r4", "A", 0, queue.Release{Key: "k", Mode: queue.Emptied})
+	s.Claims.MarkDueAt(ctx, "r4", t0, "k")
+	s.Claims.MarkDueAt(ctx, "r4", t0, "k")
+	s.Claims.Claim(ctx, "r4", t0, req)
+	s.Claims.Release(ctx, "r4", "A", 0, queue.Release{Key: "k", Mode: queue.Emptied})
 	if d := due("r4"); d != 0 {
 		t.Fatalf("stale mark kept an empty key due")
 	}
@@ -287,24 +287,24 @@ func TestRetryStateTravelsWithTheKey(t *testing.T) {
 	s := newSchedulers(t, 1)[0]
 	ctx := context.Background()
 	req := queue.ClaimRequest{Outflow: queue.Outflow{Every: time.Millisecond}, Owner: "A", Max: 10, Lease: time.Minute}
-	s.MarkDueAt(ctx, "r", t0, "k")
-	s.Claim(ctx, "r", t0, req)
+	s.Claims.MarkDueAt(ctx, "r", t0, "k")
+	s.Claims.Claim(ctx, "r", t0, req)
 	st := queue.RetryState{MsgID: "m1", Attempts: 2, LastError: "503\nService Unavailable"}
-	if _, err := s.Release(ctx, "r", "A", 0, queue.Release{Key: "k", Mode: queue.Retrying, At: t0.Add(5 * time.Second), State: st}); err != nil {
+	if _, err := s.Claims.Release(ctx, "r", "A", 0, queue.Release{Key: "k", Mode: queue.Retrying, At: t0.Add(5 * time.Second), State: st}); err != nil {
 		t.Fatal(err)
 	}
-	if c, _ := s.Claim(ctx, "r", t0.Add(5*time.Second-time.Microsecond), req); len(c.Claims) != 0 || !c.Next.Equal(t0.Add(5*time.Second)) {
+	if c, _ := s.Claims.Claim(ctx, "r", t0.Add(5*time.Second-time.Microsecond), req); len(c.Claims) != 0 || !c.Next.Equal(t0.Add(5*time.Second)) {
 		t.Fatalf("claimed before the retry time: %+v", c)
 	}
-	if at, ok, _ := s.NextSlot(ctx, "r", "k"); !ok || !at.Equal(t0.Add(5*time.Second)) {
+	if at, ok, _ := s.Meter.NextSlot(ctx, "r", "k"); !ok || !at.Equal(t0.Add(5*time.Second)) {
 		t.Fatalf("NextSlot = %v %v", at, ok)
 	}
-	c, _ := s.Claim(ctx, "r", t0.Add(5*time.Second), req)
+	c, _ := s.Claims.Claim(ctx, "r", t0.Add(5*time.Second), req)
 	if len(c.Claims) != 1 || c.Claims[0].Retry == nil || *c.Claims[0].Retry != st {
 		t.Fatalf("claim after retry time: %+v", c)
 	}
-	s.Release(ctx, "r", "A", 0, queue.Release{Key: "k", Mode: queue.Released})
-	c, _ = s.Claim(ctx, "r", t0.Add(6*time.Second), req)
+	s.Claims.Release(ctx, "r", "A", 0, queue.Release{Key: "k", Mode: queue.Released})
+	c, _ = s.Claims.Claim(ctx, "r", t0.Add(6*time.Second), req)
 	if len(c.Claims) != 1 || c.Claims[0].Retry != nil {
 		t.Fatalf("retry state survived a delivery: %+v", c)
 	}
@@ -330,33 +330,33 @@ func TestReleaseKeepsDepthCounterAndIdleSlot(t *testing.T) {
 	ctx := context.Background()
 	depthKey, idleKey, dueKey := s.KeyOf("r", "k", "depth"), s.KeyOf("r", "k", "idle"), s.KeyOf("r", "k", "due")
 	req := queue.ClaimRequest{Outflow: queue.Outflow{Every: time.Second}, Owner: "A", Max: 10, Lease: time.Minute}
-	s.MarkDueAt(ctx, "r", t0, "k")
-	if err := s.SetDepth(ctx, "r", "k", 2); err != nil {
+	s.Claims.MarkDueAt(ctx, "r", t0, "k")
+	if err := s.Depths.SetDepth(ctx, "r", "k", 2); err != nil {
 		t.Fatal(err)
 	}
 	// A delivery counts one message out of the ingress's depth counter; a retry does not.
-	c, _ := s.Claim(ctx, "r", t0, req)
-	s.Claim(ctx, "r", t0, queue.ClaimRequest{Owner: "A", Releases: []queue.Release{{Key: "k", Mode: queue.Retrying, At: t0.Add(time.Second)}}})
+	c, _ := s.Claims.Claim(ctx, "r", t0, req)
+	s.Claims.Claim(ctx, "r", t0, queue.ClaimRequest{Owner: "A", Releases: []queue.Release{{Key: "k", Mode: queue.Retrying, At: t0.Add(time.Second)}}})
 	if d, _ := rdb.HGet(ctx, depthKey, "k").Int(); d != 2 {
 		t.Fatalf("depth after a retry %d, want 2", d)
 	}
-	c, _ = s.Claim(ctx, "r", t0.Add(time.Second), req)
-	s.Release(ctx, "r", "A", 0, queue.Release{Key: "k", Mode: queue.Released})
+	c, _ = s.Claims.Claim(ctx, "r", t0.Add(time.Second), req)
+	s.Claims.Release(ctx, "r", "A", 0, queue.Release{Key: "k", Mode: queue.Released})
 	if d, _ := rdb.HGet(ctx, depthKey, "k").Int(); d != 1 {
 		t.Fatalf("depth after a delivery %d, want 1", d)
 	}
 	// Found empty: the counter forgets the key, and its unused slot stays in `idle`, so a
 	// message marked by an ingress whose clock is behind is not due before that slot.
-	c, _ = s.Claim(ctx, "r", t0.Add(2*time.Second), req)
+	c, _ = s.Claims.Claim(ctx, "r", t0.Add(2*time.Second), req)
 	slot := c.Claims[0].Slot
-	s.Release(ctx, "r", "A", 0, queue.Release{Key: "k", Mode: queue.Emptied, At: slot})
+	s.Claims.Release(ctx, "r", "A", 0, queue.Release{Key: "k", Mode: queue.Emptied, At: slot})
 	if n, _ := rdb.HExists(ctx, depthKey, "k").Result(); n {
 		t.Fatal("depth of an emptied key kept")
 	}
 	if sc, err := rdb.ZScore(ctx, idleKey, "k").Result(); err != nil || int64(sc) != slot.UnixMicro() {
 		t.Fatalf("idle slot %v, %v; want %v", sc, err, slot.UnixMicro())
 	}
-	s.MarkDueAt(ctx, "r", slot.Add(-time.Millisecond), "k")
+	s.Claims.MarkDueAt(ctx, "r", slot.Add(-time.Millisecond), "k")
 	if sc, _ := rdb.ZScore(ctx, dueKey, "k").Result(); int64(sc) != slot.UnixMicro() {
 		t.Fatalf("due at %v, want the unused slot %v", int64(sc), slot.UnixMicro())
 	}

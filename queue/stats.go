@@ -30,7 +30,7 @@ const HotKeysScan = 10000
 // their depth counters, at most HotKeysScan keys over all partitions: complete is false when
 // the queue has more keys with messages than that, and the answer is then the deepest of the
 // keys read. Cost: O(keys read) in Redis and here, no stream access.
-func (s *Scheduler) HotKeys(ctx context.Context, rule string, n int) (keys []KeyDepth, complete bool, err error) {
+func (s Depths) HotKeys(ctx context.Context, rule string, n int) (keys []KeyDepth, complete bool, err error) {
 	_, parts := s.layout(ctx, rule)
 	read := 0
 	complete = true
@@ -53,7 +53,7 @@ func (s *Scheduler) HotKeys(ctx context.Context, rule string, n int) (keys []Key
 
 // hotKeys reads the depths of the keys in set (partition k's due or lease), a page of
 // ZSCAN and one pipeline of HGETs at a time.
-func (s *Scheduler) hotKeys(ctx context.Context, rule string, k ruleKeys, set string, n int, keys []KeyDepth, read int) ([]KeyDepth, int, bool, error) {
+func (s *store) hotKeys(ctx context.Context, rule string, k ruleKeys, set string, n int, keys []KeyDepth, read int) ([]KeyDepth, int, bool, error) {
 	var cursor uint64
 	for {
 		page, next, err := s.rdb.ZScan(ctx, set, cursor, "", 1000).Result()
@@ -124,33 +124,33 @@ const (
 	rateKeep   = 2 * time.Minute
 )
 
-func (s *Scheduler) countKey(kind, rule string, bucket int64) string {
+func (s *store) countKey(kind, rule string, bucket int64) string {
 	return s.prefix + "sl:{" + RuleToken(rule) + "}:" + kind + ":" + strconv.FormatInt(bucket, 10)
 }
 
 // AddRefused counts refusals (429s) per rule at now, for RefusedRate.
-func (s *Scheduler) AddRefused(ctx context.Context, counts map[string]int64, now time.Time) error {
+func (s Rates) AddRefused(ctx context.Context, counts map[string]int64, now time.Time) error {
 	return s.addCounts(ctx, "refused", counts, now)
 }
 
 // AddDelivered counts deliveries the sinks accepted, per rule at now, for DeliveredRate.
-func (s *Scheduler) AddDelivered(ctx context.Context, counts map[string]int64, now time.Time) error {
+func (s Rates) AddDelivered(ctx context.Context, counts map[string]int64, now time.Time) error {
 	return s.addCounts(ctx, "delivered", counts, now)
 }
 
 // RefusedRate is rule's refusals per second over the last minute (the six ten-second
 // buckets before the current one), counted by every ingress process.
-func (s *Scheduler) RefusedRate(ctx context.Context, rule string, now time.Time) (float64, error) {
+func (s Rates) RefusedRate(ctx context.Context, rule string, now time.Time) (float64, error) {
 	return s.rate(ctx, "refused", rule, now)
 }
 
 // DeliveredRate is rule's accepted deliveries per second over the last minute, counted by
 // every drainer process.
-func (s *Scheduler) DeliveredRate(ctx context.Context, rule string, now time.Time) (float64, error) {
+func (s Rates) DeliveredRate(ctx context.Context, rule string, now time.Time) (float64, error) {
 	return s.rate(ctx, "delivered", rule, now)
 }
 
-func (s *Scheduler) addCounts(ctx context.Context, kind string, counts map[string]int64, now time.Time) error {
+func (s *store) addCounts(ctx context.Context, kind string, counts map[string]int64, now time.Time) error {
 	if len(counts) == 0 {
 		return nil
 	}
@@ -167,7 +167,7 @@ func (s *Scheduler) addCounts(ctx context.Context, kind string, counts map[strin
 	return nil
 }
 
-func (s *Scheduler) rate(ctx context.Context, kind, rule string, now time.Time) (float64, error) {
+func (s *store) rate(ctx context.Context, kind, rule string, now time.Time) (float64, error) {
 	b := now.UnixNano() / int64(rateBucket)
 	keys := make([]string, 0, 6)
 	for i := int64(1); i <= 6; i++ {

@@ -35,7 +35,7 @@ type BreakerRecord struct {
 	Expires time.Time `json:"expires"`
 }
 
-func (s *Scheduler) breakerKey(rule string) string { return s.ownKey(rule, "breaker") }
+func (s *store) breakerKey(rule string) string { return s.ownKey(rule, "breaker") }
 
 // setBreakerScript writes one drainer's record and extends the hash's life to it, never
 // shortening it (another drainer's record may last longer).
@@ -48,7 +48,7 @@ return 1`)
 
 // SetBreaker publishes a drainer's breaker state of rule; it is shown until rec.Expires
 // unless written again. The hash lives as long as its longest-lived record.
-func (s *Scheduler) SetBreaker(ctx context.Context, rule string, rec BreakerRecord) error {
+func (s Steering) SetBreaker(ctx context.Context, rule string, rec BreakerRecord) error {
 	ttl := time.Until(rec.Expires).Milliseconds()
 	if ttl <= 0 {
 		return nil // expired already: nothing to show
@@ -64,7 +64,7 @@ func (s *Scheduler) SetBreaker(ctx context.Context, rule string, rec BreakerReco
 }
 
 // ClearBreaker removes a drainer's breaker record of rule (it stopped draining the rule).
-func (s *Scheduler) ClearBreaker(ctx context.Context, rule, drainer string) error {
+func (s Steering) ClearBreaker(ctx context.Context, rule, drainer string) error {
 	if err := s.rdb.HDel(ctx, s.breakerKey(rule), drainer).Err(); err != nil {
 		return fmt.Errorf("queue: breaker state of rule %q: %w", rule, err)
 	}
@@ -73,7 +73,7 @@ func (s *Scheduler) ClearBreaker(ctx context.Context, rule, drainer string) erro
 
 // Breakers reads the drainers' breaker records of rule that have not expired at now
 // (one HGETALL; a handful of fields, one per drainer).
-func (s *Scheduler) Breakers(ctx context.Context, rule string, now time.Time) ([]BreakerRecord, error) {
+func (s Steering) Breakers(ctx context.Context, rule string, now time.Time) ([]BreakerRecord, error) {
 	m, err := s.rdb.HGetAll(ctx, s.breakerKey(rule)).Result()
 	if err != nil && err != redis.Nil {
 		return nil, fmt.Errorf("queue: breaker states of rule %q: %w", rule, err)
@@ -89,13 +89,13 @@ func (s *Scheduler) Breakers(ctx context.Context, rule string, now time.Time) ([
 	return out, nil
 }
 
-func (s *Scheduler) steerKey(rule string, p int) string {
+func (s *store) steerKey(rule string, p int) string {
 	return s.ownKey(rule, "steer:"+strconv.Itoa(p))
 }
 
 // SteerStates reads the per-key steering states previous owners of partitions parts left
 // (OwnRequest.Steer), in one pipelined round trip.
-func (s *Scheduler) SteerStates(ctx context.Context, rule string, parts []int) (map[string]string, error) {
+func (s Steering) SteerStates(ctx context.Context, rule string, parts []int) (map[string]string, error) {
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.MapStringStringCmd, len(parts))
 	for i, p := range parts {
@@ -115,7 +115,7 @@ func (s *Scheduler) SteerStates(ctx context.Context, rule string, parts []int) (
 
 // writeSteer queues the replacement of rule's steering entries of partition p (an empty
 // map clears them) on pipe.
-func (s *Scheduler) writeSteer(ctx context.Context, pipe redis.Pipeliner, rule string, p int, keys map[string]string, ttl time.Duration) {
+func (s *store) writeSteer(ctx context.Context, pipe redis.Pipeliner, rule string, p int, keys map[string]string, ttl time.Duration) {
 	k := s.steerKey(rule, p)
 	pipe.Del(ctx, k)
 	if len(keys) == 0 {

@@ -21,11 +21,11 @@ func TestBreakerRecords(t *testing.T) {
 		{Drainer: "b", State: "closed", Since: now, Expires: now.Add(time.Minute)},
 		{Drainer: "c", State: "open", Since: now.Add(-2 * time.Minute), Expires: now.Add(time.Second)}, // its drainer died
 	} {
-		if err := s.SetBreaker(ctx, "r", rec); err != nil {
+		if err := s.Steering.SetBreaker(ctx, "r", rec); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got, err := s.Breakers(ctx, "r", now.Add(2*time.Second))
+	got, err := s.Steering.Breakers(ctx, "r", now.Add(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,17 +39,17 @@ func TestBreakerRecords(t *testing.T) {
 	if len(states) != 2 || states["a"] != "open" || states["b"] != "closed" {
 		t.Fatalf("records %v, want a open and b closed (c expired)", states)
 	}
-	if err := s.SetBreaker(ctx, "r", queue.BreakerRecord{Drainer: "a", State: "half_open", Since: now, Expires: now.Add(time.Minute)}); err != nil {
+	if err := s.Steering.SetBreaker(ctx, "r", queue.BreakerRecord{Drainer: "a", State: "half_open", Since: now, Expires: now.Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ClearBreaker(ctx, "r", "b"); err != nil {
+	if err := s.Steering.ClearBreaker(ctx, "r", "b"); err != nil {
 		t.Fatal(err)
 	}
-	got, _ = s.Breakers(ctx, "r", now.Add(2*time.Second))
+	got, _ = s.Steering.Breakers(ctx, "r", now.Add(2*time.Second))
 	if len(got) != 1 || got[0].Drainer != "a" || got[0].State != "half_open" {
 		t.Fatalf("after a's change and b's clear: %+v", got)
 	}
-	if got, err := s.Breakers(ctx, "other", now); err != nil || len(got) != 0 {
+	if got, err := s.Steering.Breakers(ctx, "other", now); err != nil || len(got) != 0 {
 		t.Fatalf("a rule without records: %v, %v", got, err)
 	}
 }
@@ -62,13 +62,13 @@ func TestOwnSteerEntries(t *testing.T) {
 	ctx := context.Background()
 	own := func(steer map[int]map[string]string) {
 		t.Helper()
-		o := s.Own(ctx, time.Time{}, []queue.OwnRequest{{Rule: "r", Owner: "A", Partitions: 4, Lease: time.Second, Steer: steer}})[0]
+		o := s.Ownership.Own(ctx, time.Time{}, []queue.OwnRequest{{Rule: "r", Owner: "A", Partitions: 4, Lease: time.Second, Steer: steer}})[0]
 		if o.Err != nil {
 			t.Fatal(o.Err)
 		}
 	}
 	own(map[int]map[string]string{1: {"k1": "0.5 0.9 0"}, 2: {"k2": "0.25 0.5 0"}})
-	got, err := s.SteerStates(ctx, "r", []int{1, 2, 3})
+	got, err := s.Steering.SteerStates(ctx, "r", []int{1, 2, 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestOwnSteerEntries(t *testing.T) {
 		t.Fatalf("SteerStates = %v", got)
 	}
 	own(map[int]map[string]string{1: {}})
-	if got, _ := s.SteerStates(ctx, "r", []int{1, 2}); len(got) != 1 || got["k2"] == "" {
+	if got, _ := s.Steering.SteerStates(ctx, "r", []int{1, 2}); len(got) != 1 || got["k2"] == "" {
 		t.Fatalf("after clearing partition 1: %v, want k2 only", got)
 	}
 }

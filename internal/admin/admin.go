@@ -102,7 +102,7 @@ type queueView struct {
 	Dead             uint64  `json:"dead"`
 	DrainedPerSecond float64 `json:"drained_per_second"`
 	// RefusedPerSecond is 429s of POST /v1/messages per second over the last minute, all
-	// ingress processes together (counted in Redis, see queue.Scheduler.RefusedRate).
+	// ingress processes together (counted in Redis, see queue.Scheduler.Rates.RefusedRate).
 	RefusedPerSecond float64 `json:"refused_per_second"`
 	// OldestAgeSeconds is how long the oldest message waiting (any key) has waited; null
 	// when the queue is empty. It is the queue's lag: what was admitted then leaves now.
@@ -134,7 +134,7 @@ func (a *Admin) breaker(ctx context.Context, rule string) *breakerView {
 	if a.Scheduler == nil {
 		return v
 	}
-	recs, err := a.Scheduler.Breakers(ctx, rule, time.Now())
+	recs, err := a.Scheduler.Steering.Breakers(ctx, rule, time.Now())
 	if err != nil {
 		return v
 	}
@@ -219,10 +219,10 @@ func (a *Admin) view(ctx context.Context, r *rules.Rule, o overrides.Override) q
 		}
 	}
 	if a.Scheduler != nil {
-		v.RefusedPerSecond, _ = a.Scheduler.RefusedRate(ctx, r.Name, time.Now())
+		v.RefusedPerSecond, _ = a.Scheduler.Rates.RefusedRate(ctx, r.Name, time.Now())
 		// The drainers' own count of accepted deliveries, the whole cluster's over the last
 		// minute; this ingress's stream sampling is the fallback before their first counts.
-		if d, err := a.Scheduler.DeliveredRate(ctx, r.Name, time.Now()); err == nil && d > 0 {
+		if d, err := a.Scheduler.Rates.DeliveredRate(ctx, r.Name, time.Now()); err == nil && d > 0 {
 			v.DrainedPerSecond = d
 		}
 	}
@@ -231,7 +231,7 @@ func (a *Admin) view(ctx context.Context, r *rules.Rule, o overrides.Override) q
 		v.Scheduled, _ = a.Parking.ScheduledTotal(ctx, r.Name)
 	}
 	if a.Scheduler != nil {
-		_, v.InFlight, _ = a.Scheduler.Counts(ctx, r.Name)
+		_, v.InFlight, _ = a.Scheduler.Claims.Counts(ctx, r.Name)
 	}
 	if a.Dead != nil {
 		v.Dead, _ = a.Dead.Count(ctx, r.Name)
@@ -503,7 +503,7 @@ func (a *Admin) purgeKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if a.dueMarks() { // the claim engine's depth count starts afresh with the key
-		a.Scheduler.SetDepth(r.Context(), rule.Name, key, 0)
+		a.Scheduler.Depths.SetDepth(r.Context(), rule.Name, key, 0)
 	}
 	a.record(r, audit.Record{Action: audit.ActionKeyDelete, Queue: rule.Name, Target: key,
 		Before: map[string]any{"depth": beforeDepth}, After: map[string]any{"depth": 0}, Result: "ok"})
@@ -525,7 +525,7 @@ func (a *Admin) purgeQueue(w http.ResponseWriter, r *http.Request) {
 		writeChangeError(w, err)
 		return
 	}
-	a.Scheduler.ResetDepths(r.Context(), rule.Name)
+	a.Scheduler.Depths.ResetDepths(r.Context(), rule.Name)
 	a.record(r, audit.Record{Action: audit.ActionPurge, Queue: rule.Name,
 		Before: map[string]any{"depth": beforeDepth}, After: map[string]any{"depth": 0}, Result: "ok"})
 	w.WriteHeader(http.StatusNoContent)
@@ -656,7 +656,7 @@ func (a *Admin) replayDead(w http.ResponseWriter, r *http.Request) {
 }
 
 // hotKeys answers a queue's keys with the most messages waiting (?top=N, default 20, at
-// most 100), each with its next dispatch time. See queue.Scheduler.HotKeys for the cost.
+// most 100), each with its next dispatch time. See queue.Scheduler.Depths.HotKeys for the cost.
 func (a *Admin) hotKeys(w http.ResponseWriter, r *http.Request) {
 	rule := a.queueRule(w, r)
 	if rule == nil {
@@ -671,7 +671,7 @@ func (a *Admin) hotKeys(w http.ResponseWriter, r *http.Request) {
 	var complete bool
 	var err error
 	if a.dueMarks() {
-		keys, complete, err = a.Scheduler.HotKeys(ctx, rule.Name, top)
+		keys, complete, err = a.Scheduler.Depths.HotKeys(ctx, rule.Name, top)
 	} else {
 		keys, complete, err = a.streamHotKeys(ctx, rule.Name, top)
 	}
@@ -709,7 +709,7 @@ func (a *Admin) nextSlot(ctx context.Context, rule, key string) (time.Time, bool
 	if !a.dueMarks() {
 		return time.Time{}, false, nil
 	}
-	return a.Scheduler.NextSlot(ctx, rule, key)
+	return a.Scheduler.Meter.NextSlot(ctx, rule, key)
 }
 
 // streamHotKeys is HotKeys from the stream's own per-subject counts (one stream info request

@@ -111,11 +111,11 @@ type Admitter struct {
 	// it due. false (the own engine, whose drainers learn of a message from its publish):
 	// admission writes neither, and reads depth from the stream only when asked.
 	DueMarks bool
-	// Claims, when set, claims the idempotency keys of single admissions in pipelines of its
-	// own, which carry nothing else: a claim is waited for before its publish, and a
-	// pipeline of claims alone comes back sooner than one with the counts' scripts. nil:
-	// Redis claims them.
-	Claims    *queue.AdmitPipeline
+	// Takes, when set, takes the idempotency keys of single admissions in pipelines of its
+	// own, which carry nothing else: a take is waited for before its publish, and a
+	// pipeline of takes alone comes back sooner than one with the counts' scripts. nil:
+	// Redis takes them.
+	Takes     *queue.AdmitPipeline
 	Limits    bucket.Store // nil: admission limits are not enforced (no rule has one)
 	Parking   *retry.Store // nil: overflow park is refused as unavailable
 	OutflowOf Outflow      // nil: the rule's own outflow
@@ -269,10 +269,10 @@ func (a *Admitter) taken(ad *admission, owner string) Result {
 	return Result{Decision: KeyTaken, Owner: ownerID, Capacity: ad.capacity}
 }
 
-// claims is the pipeline that takes single admissions' idempotency keys.
-func (a *Admitter) claims() *queue.AdmitPipeline {
-	if a.Claims != nil {
-		return a.Claims
+// takes is the pipeline that takes single admissions' idempotency keys.
+func (a *Admitter) takes() *queue.AdmitPipeline {
+	if a.Takes != nil {
+		return a.Takes
 	}
 	return a.Redis
 }
@@ -296,7 +296,7 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 	claimed := false
 	if o.IdempotencyKey != "" {
 		value := queue.IdempotencyValue(m.ID, o.RequestDigest)
-		switch owner, cerr := a.claims().Claim(r.Name, o.IdempotencyKey, value); {
+		switch owner, cerr := a.takes().Take(r.Name, o.IdempotencyKey, value); {
 		case cerr != nil:
 			a.throttledWarn("idempotency", "admit: idempotency key not checked (Redis unreachable)", "rule", r.Name, "err", cerr)
 		case owner != value:
@@ -340,7 +340,7 @@ func (a *Admitter) settle(ctx context.Context, ad *admission, cres queue.Admitte
 		// that (if it was not already), which is the truth. No stream request here: under a
 		// flood this is the hot path.
 		if counted && depth < capacity {
-			a.Scheduler.SetDepth(ctx, r.Name, m.Key, capacity)
+			a.Scheduler.Depths.SetDepth(ctx, r.Name, m.Key, capacity)
 		}
 		every := outflow.Every()
 		drain := time.Duration(capacity) * every // the honest wait: the queue ahead drains at the outflow

@@ -42,7 +42,7 @@ const keyConcurrency = 64
 // AdmitBatch is Admit of many messages at once (a batch submission): each gets the answer
 // Admit would give it, and the messages of one key enter its queue in the order given. The
 // steps are taken for the whole batch together instead of once per message: the
-// idempotency keys claimed together (ClaimBatch; only when items carry one), every message
+// idempotency keys taken together (TakeBatch; only when items carry one), every message
 // published asynchronously on the one NATS connection and every PubAck waited for
 // (EnqueueBatch), then every message counted and the stored ones' keys made due in one
 // script call (CountBatch with Stored, admit.lua); no message is answered Queued
@@ -90,12 +90,12 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 	}
 	if len(creqs) > 0 {
 		claims := make([]queue.CountResult, len(creqs))
-		a.Redis.ClaimBatch(creqs, claims)
+		a.Redis.TakeBatch(creqs, claims)
 		for j, i := range cidx {
 			s, c := &st[i], &claims[j]
 			switch {
-			case c.ClaimErr != nil:
-				a.throttledWarn("idempotency", "admit: idempotency key not checked (Redis unreachable)", "rule", s.ad.r.Name, "err", c.ClaimErr)
+			case c.TakeErr != nil:
+				a.throttledWarn("idempotency", "admit: idempotency key not checked (Redis unreachable)", "rule", s.ad.r.Name, "err", c.TakeErr)
 			case c.Owner != creqs[j].Value:
 				items[i].Result, s.live = a.taken(&s.ad, c.Owner), false
 			default:

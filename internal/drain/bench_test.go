@@ -64,7 +64,7 @@ func (e *env) fill(r *rules.Rule, keys []string, n int, start time.Time, spread 
 	close(work)
 	wg.Wait()
 	for i, k := range keys {
-		if _, err := e.s.MarkDueAt(ctx, r.Name, start.Add(time.Duration(i)*spread), k); err != nil {
+		if _, err := e.s.Claims.MarkDueAt(ctx, r.Name, start.Add(time.Duration(i)*spread), k); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -321,7 +321,7 @@ func TestEngineDrainReport(t *testing.T) {
 	total := int64(nKeys * perKey)
 	fill := func() {
 		e.publish(r, keys, perKey)
-		if _, err := e.s.MarkDueAt(context.Background(), r.Name, time.Time{}, keys...); err != nil {
+		if _, err := e.s.Claims.MarkDueAt(context.Background(), r.Name, time.Time{}, keys...); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -275,7 +275,7 @@ func (d *Drainer) claimLoop(c *claimer) {
 			c.wakeAt.Store(0)
 			rels := c.takeReleases()
 			// The zero time: Redis's clock decides slots and leases, not this process's.
-			res, err := d.cfg.Scheduler.Claim(d.runCtx, r.Name, time.Time{}, queue.ClaimRequest{
+			res, err := d.cfg.Scheduler.Claims.Claim(d.runCtx, r.Name, time.Time{}, queue.ClaimRequest{
 				Outflow:   pol.Outflow,
 				Owner:     d.cfg.Owner,
 				Max:       n,
@@ -384,7 +384,7 @@ func (d *Drainer) confirm(c *claimer, h *heldKey) bool {
 	start := d.cfg.Clock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), postTimeout)
 	defer cancel()
-	res, err := d.cfg.Scheduler.Renew(ctx, r.Name, d.cfg.Owner, time.Time{}, d.cfg.Lease, []queue.Held{{Key: h.key, Fence: h.fence}})
+	res, err := d.cfg.Scheduler.Claims.Renew(ctx, r.Name, d.cfg.Owner, time.Time{}, d.cfg.Lease, []queue.Held{{Key: h.key, Fence: h.fence}})
 	if err != nil {
 		return h.ok(d.cfg.Clock())
 	}
@@ -456,7 +456,7 @@ func (d *Drainer) renewLoop(c *claimer) {
 		r := c.rule.Load()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), d.cfg.LeaseRenew)
 		d.sig.raise(evRenewSent)
-		res, err := d.cfg.Scheduler.Renew(ctx, r.Name, d.cfg.Owner, time.Time{}, d.cfg.Lease, req)
+		res, err := d.cfg.Scheduler.Claims.Renew(ctx, r.Name, d.cfg.Owner, time.Time{}, d.cfg.Lease, req)
 		cancel()
 		if err != nil {
 			if d.redisLog.allow() {

@@ -120,7 +120,7 @@ func (d *Drainer) release(c *claimer, r *rules.Rule, pol Policy, h *heldKey, rel
 func (d *Drainer) releaseNow(r *rules.Rule, pol Policy, rels ...queue.Release) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), postTimeout)
 	defer cancel()
-	if _, err := d.cfg.Scheduler.Release(ctx, r.Name, d.cfg.Owner, pol.Outflow.TotalEvery, rels...); err != nil {
+	if _, err := d.cfg.Scheduler.Claims.Release(ctx, r.Name, d.cfg.Owner, pol.Outflow.TotalEvery, rels...); err != nil {
 		if errors.Is(err, queue.ErrLeaseLost) {
 			d.log.Warn("claim lease expired before release: another drainer may have taken the key",
 				"rule", r.Name, "err", err, "lease", d.cfg.Lease)

@@ -96,7 +96,7 @@ func (e *env) enqueue(r *rules.Rule, key, payload string) queue.Message {
 	if _, err := e.q.Enqueue(context.Background(), r.Name, m); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := e.s.MarkDue(context.Background(), r.Name, key); err != nil {
+	if err := e.s.Claims.MarkDue(context.Background(), r.Name, key); err != nil {
 		e.t.Fatal(err)
 	}
 	return m

@@ -2,7 +2,7 @@ package drain
 
 // Concurrent deliveries of one key (delivery.max_in_flight > 1): the drainer that claimed
 // the key keeps it, and each message taken from the key's queue asks Redis for the key's
-// next slot at once (Scheduler.Step) instead of releasing the key after the sink answers.
+// next slot at once (Scheduler.Meter.Step) instead of releasing the key after the sink answers.
 // Messages still leave one per slot, at the key's outflow and within the rule's
 // total_outflow; what changes is that a slow sink no longer holds back the next slot, up to
 // max_in_flight deliveries at once. Each delivery pops the key's first message after the
@@ -120,7 +120,7 @@ func (d *Drainer) step(c *claimer, r *rules.Rule, pol Policy, h *heldKey) {
 	go func() {
 		start := d.cfg.Clock()
 		ctx, cancel := context.WithTimeout(d.runCtx, postTimeout)
-		slot, now, held, err := d.cfg.Scheduler.Step(ctx, r.Name, d.cfg.Owner, h.key, h.fence, time.Time{}, pol.Outflow, d.cfg.Lease)
+		slot, now, held, err := d.cfg.Scheduler.Meter.Step(ctx, r.Name, d.cfg.Owner, h.key, h.fence, time.Time{}, pol.Outflow, d.cfg.Lease)
 		cancel()
 		got := d.cfg.Clock()
 		nh := &heldKey{key: h.key, fence: h.fence, flight: h.flight, stepped: true, claimSpan: h.claimSpan}

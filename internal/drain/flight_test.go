@@ -255,7 +255,7 @@ func TestSinkMaxInFlightIsGlobalPerRule(t *testing.T) {
 		t.Errorf("the uncapped rule had at most %d deliveries at once, want its drainers' workers (≥ 16)", freeMost)
 	}
 	waittest.Eventually(t, 5*time.Second, "every slot given back once the last deliveries end", func() bool {
-		n, err := e.s.InFlight(context.Background(), "capped")
+		n, err := e.s.SinkSlots.InFlight(context.Background(), "capped")
 		return err == nil && n == 0
 	})
 	sink.mu.Lock()

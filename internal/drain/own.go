@@ -2,7 +2,7 @@ package drain
 
 // The own engine (Config.Engine = EngineOwn): Redis arbitrates who owns which keys; it is not
 // on the path of each message. A drainer owns whole ownership partitions of each rule
-// (queue.Scheduler.Own: a lease per partition, renewed for every rule in one pipelined call),
+// (queue.Scheduler.Ownership.Own: a lease per partition, renewed for every rule in one pipelined call),
 // learns of work from a core NATS subscription to the rule's subjects and from the stream's
 // subject list (on acquisition and every RepairEvery), paces its keys in memory (GCRA per key
 // in one heap per rule, one timer per rule) and hands due keys to a fixed pool of workers
@@ -542,7 +542,7 @@ func (o *orule) reserve(every time.Duration, want int) {
 	ctx, cancel := context.WithTimeout(o.d.runCtx, time.Second)
 	defer cancel()
 	sent := time.Now()
-	now, first, n, err := o.d.cfg.Scheduler.Reserve(ctx, o.name, every, count, ahead)
+	now, first, n, err := o.d.cfg.Scheduler.Meter.Reserve(ctx, o.name, every, count, ahead)
 	if err != nil {
 		o.d.redisFailed(o.name, err)
 		return
@@ -1096,7 +1096,7 @@ func (o *orule) setRetry(k *okey, st *queue.RetryState) {
 	o.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(o.d.runCtx), postTimeout)
 	defer cancel()
-	if err := o.d.cfg.Scheduler.SetOwnRetry(ctx, o.name, k.key, st); err != nil && o.d.redisLog.allow() {
+	if err := o.d.cfg.Scheduler.Ownership.SetOwnRetry(ctx, o.name, k.key, st); err != nil && o.d.redisLog.allow() {
 		o.d.log.Warn("retry state not stored: a new owner would count the head's attempts from 0", "rule", o.name, "key", k.key, "err", err)
 	}
 }

@@ -198,7 +198,7 @@ func TestSteerBreakerRecordClearedOwnEngine(t *testing.T) {
 	}
 	ctx := context.Background()
 	records := func() []queue.BreakerRecord {
-		recs, err := e.s.Breakers(ctx, r.Name, time.Now())
+		recs, err := e.s.Steering.Breakers(ctx, r.Name, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -439,7 +439,7 @@ func TestOwnEngineSinkMaxInFlightBelowTheDrainers(t *testing.T) {
 		t.Errorf("%d deliveries of 100 ms started within %v: more than one at a time", keys, took)
 	}
 	waittest.Eventually(t, 5*time.Second, "every slot given back", func() bool {
-		n, err := e.s.InFlight(context.Background(), r.Name)
+		n, err := e.s.SinkSlots.InFlight(context.Background(), r.Name)
 		return err == nil && n == 0
 	})
 	sink.mu.Lock()

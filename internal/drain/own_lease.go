@@ -1,7 +1,7 @@
 package drain
 
 // The own engine's ownership: one loop per drainer renews every rule's partitions in one
-// pipelined Redis call (queue.Scheduler.Own) every OwnRenew, acquires and gives up
+// pipelined Redis call (queue.Scheduler.Ownership.Own) every OwnRenew, acquires and gives up
 // partitions as the shares move, and stops delivering a partition before its lease can
 // expire anywhere.
 
@@ -71,7 +71,7 @@ func (d *Drainer) renewOwn(leave bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), d.cfg.OwnRenew)
 	sent := time.Now()
 	d.sig.raise(evRenewSent)
-	res := d.cfg.Scheduler.Own(ctx, time.Time{}, reqs)
+	res := d.cfg.Scheduler.Ownership.Own(ctx, time.Time{}, reqs)
 	cancel()
 	got := time.Now()
 	for i, o := range os {
@@ -219,7 +219,7 @@ func (o *orule) applyOwned(res queue.Owned, sent, got time.Time) {
 	o.mu.Unlock()
 	if len(emptied) > 0 {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), d.cfg.OwnRenew)
-		if err := d.cfg.Scheduler.ForgetDue(ctx, o.name, emptied); err != nil && d.redisLog.allow() {
+		if err := d.cfg.Scheduler.Ownership.ForgetDue(ctx, o.name, emptied); err != nil && d.redisLog.allow() {
 			d.log.Warn("own engine: due marks of emptied keys not removed (harmless: only the claim engine reads them)", "rule", o.name, "err", err)
 		}
 		cancel()
@@ -295,14 +295,14 @@ func (o *orule) acquire(parts []*opart) {
 	}
 	var hold time.Time      // local: no key of these partitions before it
 	o.restoreSteer(ctx, ps) // a throttled key goes on at its lowered outflow
-	paces, err := d.cfg.Scheduler.Paces(ctx, o.name, ps)
+	paces, err := d.cfg.Scheduler.Ownership.Paces(ctx, o.name, ps)
 	if err != nil {
 		// Without the previous owner's pacing, wait a lease before the first delivery: no
 		// key can then go faster than its outflow.
 		d.log.Warn("own engine: previous owner's pacing unreadable: the partitions' keys wait one lease before their first delivery", "rule", o.name, "partitions", ps, "err", err)
 		hold = time.Now().Add(d.cfg.OwnLease)
 	}
-	retries, err := d.cfg.Scheduler.OwnRetries(ctx, o.name, set, o.n)
+	retries, err := d.cfg.Scheduler.Ownership.OwnRetries(ctx, o.name, set, o.n)
 	if err != nil {
 		d.log.Warn("own engine: retry states unreadable: failed heads count their attempts from 0", "rule", o.name, "err", err)
 	}

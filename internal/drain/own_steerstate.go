@@ -51,7 +51,7 @@ func (o *orule) publishBreaker(b *breaker.Breaker) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), postTimeout)
 	defer cancel()
-	if err := d.cfg.Scheduler.SetBreaker(ctx, o.name, rec); err != nil {
+	if err := d.cfg.Scheduler.Steering.SetBreaker(ctx, o.name, rec); err != nil {
 		if d.redisLog.allow() {
 			d.log.Warn("breaker state not published: the admin API shows it late", "rule", o.name, "state", rec.State, "err", err)
 		}
@@ -122,7 +122,7 @@ func (o *orule) restoreSteer(ctx context.Context, parts []int) {
 		return
 	}
 	lim, _ := o.steer(r)
-	states, err := o.d.cfg.Scheduler.SteerStates(ctx, o.name, parts)
+	states, err := o.d.cfg.Scheduler.Steering.SteerStates(ctx, o.name, parts)
 	if err != nil {
 		o.d.log.Warn("own engine: adaptive states of the previous owner unreadable: throttled keys start again at the configured outflow",
 			"rule", o.name, "partitions", parts, "err", err)
@@ -187,6 +187,6 @@ func (o *orule) clearBreaker() {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(o.d.runCtx), postTimeout)
 	defer cancel()
-	_ = o.d.cfg.Scheduler.ClearBreaker(ctx, o.name, o.d.cfg.Owner) // else it expires
+	_ = o.d.cfg.Scheduler.Steering.ClearBreaker(ctx, o.name, o.d.cfg.Owner) // else it expires
 	o.pub.last, o.pub.open = time.Time{}, false
 }

@@ -95,7 +95,7 @@ func TestOwnEngineRedisCommandsPerDelivery(t *testing.T) {
 			const perKey = 20
 			e.publish(r, keys, perKey)
 			if engine == drain.EngineClaim { // the claim engine needs the ingress's marks
-				if _, err := s.MarkDueAt(context.Background(), r.Name, time.Time{}, keys...); err != nil {
+				if _, err := s.Claims.MarkDueAt(context.Background(), r.Name, time.Time{}, keys...); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -72,7 +72,7 @@ func testOneRuleOverTheCluster(t *testing.T, engine string) {
 	// not read the ingress's due marks but removes those of emptied keys with its next renewal.
 	var due, claimed int64
 	if !waittest.Within(5*time.Second, func() bool {
-		due, claimed, err = s.Counts(ctx, r.Name)
+		due, claimed, err = s.Claims.Counts(ctx, r.Name)
 		return err == nil && due == 0
 	}) {
 		t.Errorf("after draining: due %d claimed %d, %v", due, claimed, err)

@@ -93,7 +93,7 @@ func TestDrainPeersReport(t *testing.T) {
 		fill := func(markDue bool) {
 			peerFill(t, e.q, r.Name, keys, perKey)
 			if markDue { // the claim engine learns of keys from the ingress's due marks
-				if _, err := e.s.MarkDueAt(context.Background(), r.Name, time.Time{}, keys...); err != nil {
+				if _, err := e.s.Claims.MarkDueAt(context.Background(), r.Name, time.Time{}, keys...); err != nil {
 					t.Fatal(err)
 				}
 			}

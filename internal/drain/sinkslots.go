@@ -1,7 +1,7 @@
 package drain
 
 // The rule-wide cap on deliveries at the sink (sink.max_in_flight): each delivery of a
-// capped rule takes a slot in Redis (queue.Scheduler.AcquireInFlight), shared by every
+// capped rule takes a slot in Redis (queue.Scheduler.SinkSlots.Acquire), shared by every
 // drainer, and gives it back when the sink has answered.
 
 import (
@@ -33,7 +33,7 @@ func (d *Drainer) takeSinkSlot(ctx context.Context, c *claimer, r *rules.Rule, h
 		if !h.ok(d.cfg.Clock()) || d.stopping() {
 			return "", false // a stopping drainer hands the key back rather than wait
 		}
-		ok, wait, err := d.cfg.Scheduler.AcquireInFlight(ctx, r.Name, slot, r.Sink.MaxInFlight, d.sinkSlotLease(r))
+		ok, wait, err := d.cfg.Scheduler.SinkSlots.Acquire(ctx, r.Name, slot, r.Sink.MaxInFlight, d.sinkSlotLease(r))
 		switch {
 		case ok:
 			return slot, true
@@ -71,7 +71,7 @@ func (d *Drainer) takeSinkSlot(ctx context.Context, c *claimer, r *rules.Rule, h
 func (d *Drainer) giveSinkSlot(c *claimer, r *rules.Rule, slot string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), postTimeout)
 	defer cancel()
-	if err := d.cfg.Scheduler.ReleaseInFlight(ctx, r.Name, slot); err != nil && d.redisLog.allow() {
+	if err := d.cfg.Scheduler.SinkSlots.Release(ctx, r.Name, slot); err != nil && d.redisLog.allow() {
 		d.log.Error("giving a sink slot back failed: it frees when its lease ends", "rule", r.Name, "err", err, "lease", d.sinkSlotLease(r))
 	}
 	select {
@@ -117,7 +117,7 @@ func (o *orule) takeOwnSinkSlot(ctx context.Context, r *rules.Rule) (slot string
 		if d.stopping() {
 			return "", false
 		}
-		ok, wait, err := d.cfg.Scheduler.AcquireInFlight(ctx, r.Name, slot, r.Sink.MaxInFlight, d.ownSinkSlotLease(r))
+		ok, wait, err := d.cfg.Scheduler.SinkSlots.Acquire(ctx, r.Name, slot, r.Sink.MaxInFlight, d.ownSinkSlotLease(r))
 		switch {
 		case ok:
 			return slot, true
@@ -156,7 +156,7 @@ func (o *orule) giveOwnSinkSlot(r *rules.Rule, slot string) {
 	d := o.d
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), postTimeout)
 	defer cancel()
-	if err := d.cfg.Scheduler.ReleaseInFlight(ctx, r.Name, slot); err != nil && d.redisLog.allow() {
+	if err := d.cfg.Scheduler.SinkSlots.Release(ctx, r.Name, slot); err != nil && d.redisLog.allow() {
 		d.log.Error("giving a sink slot back failed: it frees when its lease ends", "rule", r.Name, "err", err, "lease", d.ownSinkSlotLease(r))
 	}
 	select {

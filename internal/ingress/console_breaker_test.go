@@ -64,7 +64,7 @@ descriptors:
 	now := time.Now()
 	publish := func(drainer, state string, probe time.Time) {
 		t.Helper()
-		if err := s.SetBreaker(context.Background(), "orders", queue.BreakerRecord{Drainer: drainer, State: state, Since: now,
+		if err := s.Steering.SetBreaker(context.Background(), "orders", queue.BreakerRecord{Drainer: drainer, State: state, Since: now,
 			NextProbe: probe, Expires: time.Now().Add(time.Minute)}); err != nil {
 			t.Fatal(err)
 		}

@@ -154,7 +154,7 @@ descriptors:
 	}
 	var depth int64
 	if !waittest.Within(5*time.Second, func() bool {
-		keys, _, err := sched.HotKeys(ctx, "flood", 1)
+		keys, _, err := sched.Depths.HotKeys(ctx, "flood", 1)
 		if err == nil && len(keys) == 1 {
 			depth = keys[0].Depth
 		}

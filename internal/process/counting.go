@@ -12,7 +12,7 @@ import (
 )
 
 // countingSink counts the deliveries its sink accepted, per rule, and adds them to the
-// cluster-wide counts in Redis once a second (queue.Scheduler.AddDelivered), which the
+// cluster-wide counts in Redis once a second (queue.Scheduler.Rates.AddDelivered), which the
 // admin API's drained_per_second reads — the same figure whichever ingress is asked.
 type countingSink struct {
 	delivery.Sink
@@ -48,7 +48,7 @@ func (c *countingSink) flush(ctx context.Context, s *queue.Scheduler, log *slog.
 		c.counts = nil
 		c.mu.Unlock()
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		if err := s.AddDelivered(wctx, counts, time.Now()); err != nil && time.Since(lastErr) > time.Minute {
+		if err := s.Rates.AddDelivered(wctx, counts, time.Now()); err != nil && time.Since(lastErr) > time.Minute {
 			lastErr = time.Now()
 			log.Warn("drainer: delivery counts not written (admin drained/s undercounts)", "err", err)
 		}

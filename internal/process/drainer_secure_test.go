@@ -104,7 +104,7 @@ descriptors:
 	if _, err := q.Enqueue(ctx, "orders-secure", msg); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.MarkDue(ctx, "orders-secure", msg.Key); err != nil {
+	if err := s.Claims.MarkDue(ctx, "orders-secure", msg.Key); err != nil {
 		t.Fatal(err)
 	}
 	select {

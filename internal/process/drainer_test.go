@@ -154,7 +154,7 @@ descriptors:
 	if _, err := q.Enqueue(ctx, "orders-per-merchant", msg); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.MarkDue(ctx, "orders-per-merchant", msg.Key); err != nil {
+	if err := s.Claims.MarkDue(ctx, "orders-per-merchant", msg.Key); err != nil {
 		t.Fatal(err)
 	}
 	select {

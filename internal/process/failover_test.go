@@ -48,10 +48,10 @@ func TestOpenRedisCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.MarkDueAt(ctx, "orders", now, "m-1", "m-2"); err != nil {
+	if _, err := s.Claims.MarkDueAt(ctx, "orders", now, "m-1", "m-2"); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Claim(ctx, "orders", now, queue.ClaimRequest{Owner: "d", Max: 10, Lease: time.Minute, Outflow: queue.Outflow{Every: time.Second}})
+	got, err := s.Claims.Claim(ctx, "orders", now, queue.ClaimRequest{Owner: "d", Max: 10, Lease: time.Minute, Outflow: queue.Outflow{Every: time.Second}})
 	if err != nil || len(got.Claims) != 2 {
 		t.Fatalf("claim: %+v %v", got, err)
 	}

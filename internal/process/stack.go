@@ -283,7 +283,7 @@ func Open(ctx context.Context, c StackConfig) (s *Stack, err error) {
 		Queues: s.Queues, Scheduler: s.Scheduler, Limits: s.Limits, Parking: s.Parking, Logger: log,
 		DueMarks: c.Engine != drain.EngineOwn,
 		Redis:    &queue.AdmitPipeline{RDB: s.Redis, Scheduler: s.Scheduler, IdempotencyTTL: c.IdempotencyTTL},
-		Claims:   &queue.AdmitPipeline{RDB: s.Redis, Scheduler: s.Scheduler, IdempotencyTTL: c.IdempotencyTTL},
+		Takes:    &queue.AdmitPipeline{RDB: s.Redis, Scheduler: s.Scheduler, IdempotencyTTL: c.IdempotencyTTL},
 		OutflowOf: func(r *rules.Rule) (rules.Rate, rules.Rate) {
 			q := s.Effective(r).Queue
 			return q.Outflow, q.TotalOutflow

@@ -73,7 +73,7 @@ func (l *Locator) Cancel(ctx context.Context, id string) (Status, error) {
 				return Status{}, l.afterFailedDelete(ctx, id, st, err)
 			}
 			if l.Scheduler != nil {
-				l.Scheduler.Uncount(ctx, st.Rule, st.Key) // the depth estimate; a miss heals when the key empties
+				l.Scheduler.Depths.Uncount(ctx, st.Rule, st.Key) // the depth estimate; a miss heals when the key empties
 			}
 			l.recordCancelled(ctx, st)
 			return st, nil

@@ -250,7 +250,7 @@ func (l *Locator) inQueue(ctx context.Context, r *rules.Rule, key, id string, af
 	if f.Position > 0 || l.Scheduler == nil {
 		return st, nil
 	}
-	ks, err := l.Scheduler.KeyState(ctx, r.Name, key)
+	ks, err := l.Scheduler.Depths.KeyState(ctx, r.Name, key)
 	if err != nil {
 		return st, nil // Redis unreachable: the stream still says it is queued
 	}

@@ -135,10 +135,10 @@ func TestLocatorAnswersEveryStateFromWhereTheMessageIs(t *testing.T) {
 
 	// A drainer claims the key: its head is being delivered; the rest are still queued.
 	now := time.Now()
-	if _, err := w.sched.MarkDueAt(w.ctx, "orders", now, key); err != nil {
+	if _, err := w.sched.Claims.MarkDueAt(w.ctx, "orders", now, key); err != nil {
 		t.Fatal(err)
 	}
-	claimed, err := w.sched.Claim(w.ctx, "orders", now, queue.ClaimRequest{Owner: "d1", Max: 1, Lease: time.Minute,
+	claimed, err := w.sched.Claims.Claim(w.ctx, "orders", now, queue.ClaimRequest{Owner: "d1", Max: 1, Lease: time.Minute,
 		Outflow: queue.Outflow{Every: 100 * time.Millisecond}})
 	if err != nil || len(claimed.Claims) != 1 {
 		t.Fatalf("claim: %+v %v", claimed, err)
@@ -153,7 +153,7 @@ func TestLocatorAnswersEveryStateFromWhereTheMessageIs(t *testing.T) {
 		t.Fatalf("second of a held key: %+v, want queued at 1", st)
 	}
 	// Its delivery failed twice (strict ordering: it stays at the head).
-	if _, err := w.sched.Release(w.ctx, "orders", "d1", 0, queue.Release{Key: key, Mode: queue.Retrying, At: now.Add(time.Minute),
+	if _, err := w.sched.Claims.Release(w.ctx, "orders", "d1", 0, queue.Release{Key: key, Mode: queue.Retrying, At: now.Add(time.Minute),
 		State: queue.RetryState{MsgID: ms[0].ID, Attempts: 2, LastError: "sink answered 503"}}); err != nil {
 		t.Fatal(err)
 	}

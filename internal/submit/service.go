@@ -155,7 +155,7 @@ func (s *Service) FlushRefusals(ctx context.Context, sched *queue.Scheduler, eve
 		}
 		if c := s.refused.take(); len(c) > 0 {
 			wctx, cancel := context.WithTimeout(ctx, every)
-			err := sched.AddRefused(wctx, c, s.cfg.Now())
+			err := sched.Rates.AddRefused(wctx, c, s.cfg.Now())
 			cancel()
 			if err != nil && time.Since(lastLog) > time.Minute {
 				lastLog = time.Now()

@@ -181,7 +181,7 @@ func (s *Service) conclude(ctx context.Context, sub *submission, res admit.Resul
 	switch {
 	case res.Decision == admit.Rejected:
 		if res.Claimed {
-			s.cfg.Admitter.Scheduler.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, sub.idem, queue.IdempotencyValue(msg.ID, digest))
+			s.cfg.Admitter.Scheduler.Idempotency.Release(context.WithoutCancel(ctx), rule.Name, sub.idem, queue.IdempotencyValue(msg.ID, digest))
 		}
 		s.admissions.WithLabelValues(rule.Name, decisionRejected).Inc()
 		s.refused.add(rule.Name)
@@ -244,7 +244,7 @@ func (s *Service) schedule(ctx context.Context, rule *rules.Rule, msg queue.Mess
 	claim := queue.IdempotencyValue(msg.ID, digest)
 	idem := s.idempotencyKey(ctx, req.IdempotencyKey)
 	if idem != "" {
-		owner, err := s.cfg.Admitter.Redis.ClaimNow(ctx, rule.Name, idem, claim)
+		owner, err := s.cfg.Admitter.Redis.TakeNow(ctx, rule.Name, idem, claim)
 		switch {
 		case err != nil:
 			s.cfg.Logger.Warn("ingress: idempotency key not checked (Redis unreachable)", "rule", rule.Name, "err", err)
@@ -261,7 +261,7 @@ func (s *Service) schedule(ctx context.Context, rule *rules.Rule, msg queue.Mess
 	}
 	release := func() {
 		if idem != "" {
-			s.cfg.Admitter.Scheduler.ReleaseIdempotency(context.WithoutCancel(ctx), rule.Name, idem, claim)
+			s.cfg.Admitter.Scheduler.Idempotency.Release(context.WithoutCancel(ctx), rule.Name, idem, claim)
 		}
 	}
 	n, err := park.ScheduledCount(ctx, rule.Name, msg.Key)
