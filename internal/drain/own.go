@@ -763,9 +763,13 @@ func (o *orule) keyChanged(key string) {
 	o.poke()
 }
 
-// gridSlack is how late a key's dispatch may be and still keep its GCRA grid: timer jitter,
-// which must not lower a key's outflow. Anything later counts the next slot from itself.
-func gridSlack(every time.Duration) time.Duration { return min(every/10, 2*time.Millisecond) }
+// gridSlack is how late a key's delivery may start and still keep its GCRA grid: timer
+// jitter, a wait for a free worker, a slow pop. Within it the next slot stays on the grid, so
+// lateness does not lower the key's outflow; anything later counts the next slot from the
+// actual start, so no two deliveries of a key start closer than every − every/8. Measured on
+// 1,000 keys × 4/s: with a 2 ms slack each late start lost its lateness for good, and the
+// engine held only 94 % of the configured rate although the machine had a third to spare.
+func gridSlack(every time.Duration) time.Duration { return every / 8 }
 
 // forget drops an emptied key; its due mark (written by the ingress for the claim engine) is
 // removed with the next renewal, in one call. Caller holds o.mu.

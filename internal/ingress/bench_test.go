@@ -195,8 +195,11 @@ func TestAdmissionReport(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
+	// The same shape as a queue rule's stream (queue.Queues): a key's capacity enforced by the
+	// server (DiscardNewPerSubject), a duplicate window; the publish itself carries no msg id.
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "BARE", Subjects: []string{"bare.>"}, Storage: jetstream.FileStorage,
-		Retention: jetstream.WorkQueuePolicy}); err != nil {
+		Retention: jetstream.WorkQueuePolicy, Discard: jetstream.DiscardNew, DiscardNewPerSubject: true,
+		MaxMsgsPerSubject: benchCapacity, Duplicates: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	var seq atomic.Int64
