@@ -22,9 +22,12 @@ descriptors:
     sink: {url: "SINK"}
 `
 
-// One hot rule spreads over a Redis Cluster: ingress and drainer processes on a 3-master
-// cluster, one rule's 1,000 keys with 3 messages each. While they are queued every master
-// holds part of the rule's scheduler state (its partitions' keys); then every message is
+// One hot rule over a Redis Cluster: ingress and drainer processes on a 3-master cluster,
+// one rule's 1,000 keys with 3 messages each. Under the own engine (the default) Redis is
+// not on the path of each message, so no master becomes the rule's hot spot: while the keys
+// are queued the rule's state in the whole cluster is its ownership record (a few keys,
+// whatever the number of keys and messages), not per-key state. (Under the deprecated claim
+// engine it was per-partition state spread over every master.) Then every message is
 // delivered once, in its key's order, and no key faster than its outflow.
 func TestOneRuleSpreadsOverRedisCluster(t *testing.T) {
 	c := startCluster(t, clusterOptions{rules: spreadRules, redisCluster: true, ingresses: 1, drainers: 2})
@@ -62,9 +65,11 @@ func TestOneRuleSpreadsOverRedisCluster(t *testing.T) {
 		t.Fatalf("%d submissions failed, e.g. %s", len(failed), failed[0])
 	}
 
-	// Every master holds part of the rule's state.
+	// The rule's Redis state does not grow with its keys: a handful of keys in the whole
+	// cluster (ownership members, leases, fence, pace entries) for 1,000 queued keys.
 	token := queue.RuleToken("spread")
 	ctx := context.Background()
+	total := 0
 	for i, m := range c.redisCl.Masters {
 		var n int
 		iter := m.Client(t).Scan(ctx, 0, "sl:{"+token+"*", 1000).Iterator()
@@ -77,9 +82,10 @@ func TestOneRuleSpreadsOverRedisCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("master %d (%s) holds %d keys of rule spread", i, m.Addr(), n)
-		if n == 0 {
-			t.Errorf("master %d holds none of rule spread's state: the rule lives on some masters only", i)
-		}
+		total += n
+	}
+	if total > 16 {
+		t.Errorf("rule spread has %d Redis keys in the cluster for %d queued keys: per-key state is back on Redis", total, keys)
 	}
 
 	ds := c.waitRule("spread", keys*per, 2*time.Minute)
