@@ -27,13 +27,22 @@ func (d *Drainer) sinkSlotLease(r *rules.Rule) time.Duration {
 // claim's lease is renewed while it waits. A Redis error waits RedisBackoff and asks again:
 // the cap is never skipped.
 func (d *Drainer) takeSinkSlot(ctx context.Context, c *claimer, r *rules.Rule, h *heldKey) (slot string, took bool) {
+	held := func() bool { return h.ok(d.cfg.Clock()) }
+	return d.waitSinkSlot(ctx, r, d.sinkSlotLease(r), held, c.sinkFreed, c.quit)
+}
+
+// waitSinkSlot is the wait both engines share: it asks Redis for one of r's slots until it
+// gets one (held for lease), or until held says the delivery may no longer go, the drainer
+// stops, quit closes (the rule is gone) or ctx ends. freed wakes it when a delivery of this
+// drainer gives a slot back; otherwise it asks again every sinkSlotPoll.
+func (d *Drainer) waitSinkSlot(ctx context.Context, r *rules.Rule, lease time.Duration, held func() bool, freed, quit <-chan struct{}) (slot string, took bool) {
 	slot = d.cfg.Owner + "#" + strconv.FormatUint(d.slotSeq.Add(1), 10)
 	waited := false
 	for {
-		if !h.ok(d.cfg.Clock()) || d.stopping() {
+		if (held != nil && !held()) || d.stopping() {
 			return "", false // a stopping drainer hands the key back rather than wait
 		}
-		ok, wait, err := d.cfg.Scheduler.SinkSlots.Acquire(ctx, r.Name, slot, r.Sink.MaxInFlight, d.sinkSlotLease(r))
+		ok, wait, err := d.cfg.Scheduler.SinkSlots.Acquire(ctx, r.Name, slot, r.Sink.MaxInFlight, lease)
 		switch {
 		case ok:
 			return slot, true
@@ -55,9 +64,9 @@ func (d *Drainer) takeSinkSlot(ctx context.Context, c *claimer, r *rules.Rule, h
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
-		case <-c.sinkFreed:
+		case <-freed:
 			t.Stop()
-		case <-c.quit: // the rule is gone
+		case <-quit: // the rule is gone
 			t.Stop()
 			return "", false
 		case <-ctx.Done():
@@ -69,13 +78,19 @@ func (d *Drainer) takeSinkSlot(ctx context.Context, c *claimer, r *rules.Rule, h
 
 // giveSinkSlot gives a slot back and wakes one delivery of the rule waiting for it.
 func (d *Drainer) giveSinkSlot(c *claimer, r *rules.Rule, slot string) {
+	d.returnSinkSlot(r, slot, d.sinkSlotLease(r), c.sinkFreed)
+}
+
+// returnSinkSlot gives slot back to Redis and wakes one delivery waiting on freed. A slot
+// that cannot be given back frees itself when its lease ends.
+func (d *Drainer) returnSinkSlot(r *rules.Rule, slot string, lease time.Duration, freed chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), postTimeout)
 	defer cancel()
 	if err := d.cfg.Scheduler.SinkSlots.Release(ctx, r.Name, slot); err != nil && d.redisLog.allow() {
-		d.log.Error("giving a sink slot back failed: it frees when its lease ends", "rule", r.Name, "err", err, "lease", d.sinkSlotLease(r))
+		d.log.Error("giving a sink slot back failed: it frees when its lease ends", "rule", r.Name, "err", err, "lease", lease)
 	}
 	select {
-	case c.sinkFreed <- struct{}{}:
+	case freed <- struct{}{}:
 	default:
 	}
 }
@@ -110,57 +125,10 @@ func (d *Drainer) ownSinkSlotLease(r *rules.Rule) time.Duration {
 // RedisBackoff and asks again: the cap is never skipped, and the partition's deadline (no
 // renewal reaches Redis either) ends the wait.
 func (o *orule) takeOwnSinkSlot(ctx context.Context, r *rules.Rule) (slot string, took bool) {
-	d := o.d
-	slot = d.cfg.Owner + "#" + strconv.FormatUint(d.slotSeq.Add(1), 10)
-	waited := false
-	for {
-		if d.stopping() {
-			return "", false
-		}
-		ok, wait, err := d.cfg.Scheduler.SinkSlots.Acquire(ctx, r.Name, slot, r.Sink.MaxInFlight, d.ownSinkSlotLease(r))
-		switch {
-		case ok:
-			return slot, true
-		case err != nil:
-			if ctx.Err() != nil {
-				return "", false
-			}
-			if d.redisLog.allow() {
-				d.log.Error("taking a sink slot failed: the delivery waits", "rule", r.Name, "err", err)
-			}
-			wait = d.cfg.RedisBackoff
-		default:
-			if !waited {
-				waited = true
-				d.m.slotWaits.WithLabelValues(r.Name).Inc()
-			}
-			wait = min(wait, sinkSlotPoll)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-o.sinkFreed:
-			t.Stop()
-		case <-o.quit:
-			t.Stop()
-			return "", false
-		case <-ctx.Done():
-			t.Stop()
-			return "", false
-		}
-	}
+	return o.d.waitSinkSlot(ctx, r, o.d.ownSinkSlotLease(r), nil, o.sinkFreed, o.quit)
 }
 
 // giveOwnSinkSlot gives a slot back and wakes one delivery of the rule waiting for it.
 func (o *orule) giveOwnSinkSlot(r *rules.Rule, slot string) {
-	d := o.d
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), postTimeout)
-	defer cancel()
-	if err := d.cfg.Scheduler.SinkSlots.Release(ctx, r.Name, slot); err != nil && d.redisLog.allow() {
-		d.log.Error("giving a sink slot back failed: it frees when its lease ends", "rule", r.Name, "err", err, "lease", d.ownSinkSlotLease(r))
-	}
-	select {
-	case o.sinkFreed <- struct{}{}:
-	default:
-	}
+	o.d.returnSinkSlot(r, slot, o.d.ownSinkSlotLease(r), o.sinkFreed)
 }
