@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-io/sluice/internal/natstest"
+	"github.com/sluice-io/sluice/internal/testsignal"
 	"github.com/sluice-io/sluice/queue"
 )
 
@@ -183,48 +184,18 @@ func streamMsgs(t *testing.T, e *env) uint64 {
 
 // handledLog counts the results of the fired messages the env's re-admitters handled (their
 // handled hook): a test waits on it for an outcome instead of polling for it.
-type handledLog struct {
-	mu      sync.Mutex
-	n       map[string]int // by result
-	changed chan struct{}  // closed, and replaced, at every record
-}
+type handledLog struct{ c *testsignal.Counter[string] }
 
-func newHandledLog() *handledLog {
-	return &handledLog{n: map[string]int{}, changed: make(chan struct{})}
-}
+func newHandledLog() *handledLog { return &handledLog{c: testsignal.New[string]()} }
 
-func (h *handledLog) record(_, result string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.n[result]++
-	close(h.changed)
-	h.changed = make(chan struct{})
-}
+func (h *handledLog) record(_, result string) { h.c.Raise(result) }
 
 // count is how many fired messages were handled with result so far.
-func (h *handledLog) count(result string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.n[result]
-}
+func (h *handledLog) count(result string) int { return h.c.Count(result) }
 
 // wait returns once n fired messages were handled with result, and fails the test if
 // they were not within the given time (a bound for a failing test only).
 func (h *handledLog) wait(t testing.TB, within time.Duration, result string, n int) {
 	t.Helper()
-	deadline := time.NewTimer(within)
-	defer deadline.Stop()
-	for {
-		h.mu.Lock()
-		got, changed := h.n[result], h.changed
-		h.mu.Unlock()
-		if got >= n {
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline.C:
-			t.Fatalf("not within %s: %d fired messages handled %q (got %d)", within, n, result, got)
-		}
-	}
+	h.c.Wait(t, within, result, n)
 }

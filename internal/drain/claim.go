@@ -368,7 +368,7 @@ func (d *Drainer) redisFailed(rule string, err error) {
 	if allow := d.redisLog.allow(); first || allow {
 		d.log.Error("redis unavailable: claiming paused", "rule", rule, "err", err)
 	}
-	d.sig.raise(evClaimFailed)
+	d.sig.Raise(evClaimFailed)
 }
 
 func (d *Drainer) redisOK() {
@@ -455,7 +455,7 @@ func (d *Drainer) renewLoop(c *claimer) {
 		}
 		r := c.rule.Load()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), d.cfg.LeaseRenew)
-		d.sig.raise(evRenewSent)
+		d.sig.Raise(evRenewSent)
 		res, err := d.cfg.Scheduler.Claims.Renew(ctx, r.Name, d.cfg.Owner, time.Time{}, d.cfg.Lease, req)
 		cancel()
 		if err != nil {
@@ -468,7 +468,7 @@ func (d *Drainer) renewLoop(c *claimer) {
 					d.lose(r.Name, h)
 				}
 			}
-			d.sig.raise(evRenewed)
+			d.sig.Raise(evRenewed)
 			continue
 		}
 		c.offset.Store(res.Now.Sub(d.cfg.Clock()).Microseconds())
@@ -480,7 +480,7 @@ func (d *Drainer) renewLoop(c *claimer) {
 				d.lose(r.Name, h)
 			}
 		}
-		d.sig.raise(evRenewed)
+		d.sig.Raise(evRenewed)
 	}
 }
 

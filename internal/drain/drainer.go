@@ -270,7 +270,7 @@ func (d *Drainer) manage() {
 			}
 		}
 		d.claimersMu.Unlock()
-		d.sig.raise(evRulesPolled)
+		d.sig.Raise(evRulesPolled)
 		select {
 		case <-t.C:
 		case <-d.soft:

@@ -276,7 +276,7 @@ func (d *Drainer) manageOwn() {
 			}
 		}
 		d.ownMu.Unlock()
-		d.sig.raise(evRulesPolled)
+		d.sig.Raise(evRulesPolled)
 		select {
 		case <-t.C:
 		case <-d.soft:

@@ -70,7 +70,7 @@ func (d *Drainer) renewOwn(leave bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), d.cfg.OwnRenew)
 	sent := time.Now()
-	d.sig.raise(evRenewSent)
+	d.sig.Raise(evRenewSent)
 	res := d.cfg.Scheduler.Ownership.Own(ctx, time.Time{}, reqs)
 	cancel()
 	got := time.Now()
@@ -91,7 +91,7 @@ func (d *Drainer) renewOwn(leave bool) {
 	if leave {
 		d.log.Info("own engine: partitions given up", "rules", len(os))
 	}
-	d.sig.raise(evRenewed)
+	d.sig.Raise(evRenewed)
 }
 
 // beforeRenew returns the pacing a new owner needs (keys whose next allowed time is still

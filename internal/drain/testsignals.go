@@ -5,7 +5,7 @@ package drain
 // only when a test installed them (export_test.go, before Start); in production d.sig is
 // nil and raising one is a nil check.
 
-import "sync"
+import "github.com/sluice-io/sluice/internal/testsignal"
 
 // testEvent is one kind of signal point.
 type testEvent int
@@ -18,21 +18,5 @@ const (
 	nTestEvents
 )
 
-// testSignals counts the events raised so far and wakes the tests waiting on them.
-type testSignals struct {
-	mu      sync.Mutex
-	n       [nTestEvents]int
-	changed chan struct{} // closed, and replaced, at every raise
-}
-
-// raise records ev; nothing when no test installed the signals.
-func (s *testSignals) raise(ev testEvent) {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	s.n[ev]++
-	close(s.changed)
-	s.changed = make(chan struct{})
-	s.mu.Unlock()
-}
+// testSignals are a drainer's signal points (nil in production: Raise is then a nil check).
+type testSignals = testsignal.Counter[testEvent]
