@@ -390,6 +390,9 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 			o.reserve(pol.Outflow.TotalEvery, n)
 		}
 	}
+	// The rule's steering (adaptive limiter, breaker) is the same for every key of this
+	// round: looked up once, not per dispatched key.
+	lim, brk := o.steer(r)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for len(o.heap) > 0 {
@@ -420,7 +423,6 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 				every = ko.Outflow.Every()
 			}
 		}
-		lim, brk := o.steer(r)
 		if lim != nil {
 			// delivery.adaptive: the key's outflow as the sink's answers left it (never
 			// above the configured one), and a sink's Retry-After holds the key.
