@@ -69,6 +69,10 @@ type OwnRequest struct {
 	// encoding, e.g. a throttled key's adaptive outflow) for a new owner (SteerStates).
 	// Replaces the partition's previous entries; an empty non-nil map clears them.
 	Steer map[int]map[string]string
+	// ReportInFlight: the renewal also reports InFlight, how many of the rule's keys this
+	// drainer is delivering now (ownflight.go; 0, or Leave, removes its report).
+	ReportInFlight bool
+	InFlight       int
 }
 
 // Owned is the answer to one OwnRequest.
@@ -86,6 +90,8 @@ type Owned struct {
 	// other drainer holds a lease.
 	Mismatch int
 	Err      error
+	// InFlightErr: the report of keys in flight (OwnRequest.ReportInFlight) failed.
+	InFlightErr error
 }
 
 func (s *store) ownKey(rule, name string) string {
@@ -101,6 +107,7 @@ func (s Ownership) Own(ctx context.Context, now time.Time, reqs []OwnRequest) []
 	}
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(reqs))
+	flights := make([]*redis.Cmd, len(reqs))
 	for i, r := range reqs {
 		for p, keys := range r.Pace {
 			k := s.ownKey(r.Rule, "pace:"+strconv.Itoa(p))
@@ -127,6 +134,7 @@ func (s Ownership) Own(ctx context.Context, now time.Time, reqs []OwnRequest) []
 			s.writeSteer(ctx, pipe, r.Rule, p, keys, ttl)
 		}
 		cmds[i] = ownScript.EvalSha(ctx, pipe, s.ownKeys(r), ownArgs(now, r)...)
+		flights[i] = s.queueInFlight(ctx, pipe, now, r) // after own.lua: a new drainer is live
 	}
 	pipe.Exec(ctx) // errors are per command
 	for i, r := range reqs {
@@ -157,6 +165,7 @@ func (s Ownership) Own(ctx context.Context, now time.Time, reqs []OwnRequest) []
 		}
 		out[i] = o
 	}
+	s.inFlightReported(ctx, now, reqs, flights, out)
 	return out
 }
 

@@ -97,7 +97,9 @@ type queueView struct {
 	Parked       uint64              `json:"parked"`
 	// Scheduled counts messages waiting for their delivery time (deliver_at / delay).
 	Scheduled uint64 `json:"scheduled"`
-	// InFlight counts the keys a drainer holds now: their heads are being delivered.
+	// InFlight counts the keys a drainer holds now: their heads are being delivered (the
+	// claim engine's leased keys plus the own engine's drainers' reports, as of their last
+	// renewal; a rule is drained by one engine, both count during a switch).
 	InFlight         int64   `json:"in_flight"`
 	Dead             uint64  `json:"dead"`
 	DrainedPerSecond float64 `json:"drained_per_second"`
@@ -232,6 +234,9 @@ func (a *Admin) view(ctx context.Context, r *rules.Rule, o overrides.Override) q
 	}
 	if a.Scheduler != nil {
 		_, v.InFlight, _ = a.Scheduler.Claims.Counts(ctx, r.Name)
+		if own, err := a.Scheduler.Ownership.InFlight(ctx, r.Name, time.Time{}); err == nil {
+			v.InFlight += own
+		}
 	}
 	if a.Dead != nil {
 		v.Dead, _ = a.Dead.Count(ctx, r.Name)

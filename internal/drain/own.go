@@ -140,6 +140,9 @@ type orule struct {
 	offset   time.Duration // Redis's clock − local clock at the last renewal
 	emptied  []string      // keys that emptied: their due marks are removed at the next renewal
 	repairAt time.Time
+	// flight: the keys in flight this drainer last reported with a renewal, and how many
+	// renewals ago (flightReport); sent -1: the last report failed.
+	flight struct{ sent, age int }
 
 	// total_outflow slots reserved from the rule's meter (local clock): first, first+every, …
 	tot struct {

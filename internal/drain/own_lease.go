@@ -57,8 +57,12 @@ func (d *Drainer) renewOwn(leave bool) {
 		req := queue.OwnRequest{Rule: o.name, Owner: d.cfg.Owner, Partitions: o.n, Lease: d.cfg.OwnLease, Leave: leave,
 			PaceTTL: max(time.Minute, 2*d.cfg.OwnLease)}
 		if !leave {
-			req.Pace, req.GiveUp = o.beforeRenew(now)
+			var busy int
+			req.Pace, req.GiveUp, busy = o.beforeRenew(now)
+			req.ReportInFlight, req.InFlight = o.flightReport(busy)
 			req.Steer = o.steerEntriesLocked()
+		} else {
+			req.ReportInFlight = true // removes this drainer's report
 		}
 		if d.ownAnnounce {
 			req.Max = -1
@@ -66,7 +70,7 @@ func (d *Drainer) renewOwn(leave bool) {
 		reqs = append(reqs, req)
 	}
 	for _, name := range leaving {
-		reqs = append(reqs, queue.OwnRequest{Rule: name, Owner: d.cfg.Owner, Partitions: 1, Lease: d.cfg.OwnLease, Leave: true})
+		reqs = append(reqs, queue.OwnRequest{Rule: name, Owner: d.cfg.Owner, Partitions: 1, Lease: d.cfg.OwnLease, Leave: true, ReportInFlight: true})
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.runCtx), d.cfg.OwnRenew)
 	sent := time.Now()
@@ -81,6 +85,7 @@ func (d *Drainer) renewOwn(leave bool) {
 			continue
 		}
 		o.applyOwned(res[i], sent, got)
+		o.flightReported(reqs[i], res[i])
 		o.refreshBreaker(got)
 	}
 	for i := len(os); i < len(reqs); i++ {
@@ -95,15 +100,20 @@ func (d *Drainer) renewOwn(leave bool) {
 }
 
 // beforeRenew returns the pacing a new owner needs (keys whose next allowed time is still
-// ahead, on Redis's clock) per owned partition, and the surplus partitions that have no
-// delivery in flight any more (given up by this renewal).
-func (o *orule) beforeRenew(now time.Time) (map[int]map[string]time.Time, []int) {
+// ahead, on Redis's clock) per owned partition, the surplus partitions that have no
+// delivery in flight any more (given up by this renewal), and how many keys have a delivery
+// at a worker now (the admin API's in_flight, reported with the renewal).
+func (o *orule) beforeRenew(now time.Time) (map[int]map[string]time.Time, []int, int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var pace map[int]map[string]time.Time
 	var giveUp []int
 	busy := map[int]bool{}
+	inFlight := 0
 	for _, k := range o.keys {
+		if k.running > 0 {
+			inFlight++
+		}
 		// A delete sent without waiting is part of the delivery: a new owner reads the key
 		// from its head, and its direct get can overtake the old owner's delete (the get is
 		// answered on the server's read loop, the delete through the JetStream API queue), so
@@ -135,7 +145,39 @@ func (o *orule) beforeRenew(now time.Time) (map[int]map[string]time.Time, []int)
 		}
 		part.paced = pace[p] != nil && len(pace[p]) > 0
 	}
-	return pace, giveUp
+	return pace, giveUp, inFlight
+}
+
+// flightRefresh: a report of keys in flight that has not changed is sent again this many
+// renewals later while it is not 0 (a few seconds), in case another drainer removed it
+// while this one's announcement had lapsed (a Redis outage longer than a lease).
+const flightRefresh = 8
+
+// flightReport says whether this renewal reports the keys in flight, n: when the count
+// changed since the last report, or a non-zero count is due for a refresh. A drainer at
+// rest reports nothing, one busy costs one script per rule and renewal at most.
+func (o *orule) flightReport(n int) (bool, int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.flight.age++
+	if n == o.flight.sent && (n == 0 || o.flight.age < flightRefresh) {
+		return false, n
+	}
+	o.flight.sent, o.flight.age = n, 0
+	return true, n
+}
+
+// flightReported notes a failed report (or renewal): the next renewal reports again.
+func (o *orule) flightReported(req queue.OwnRequest, res queue.Owned) {
+	if !req.ReportInFlight || (res.Err == nil && res.InFlightErr == nil) {
+		return
+	}
+	o.mu.Lock()
+	o.flight.sent = -1
+	o.mu.Unlock()
+	if res.InFlightErr != nil && res.Err == nil && o.d.redisLog.allow() {
+		o.d.log.Warn("own engine: keys in flight not reported (the admin API's in_flight is stale until the next renewal)", "rule", o.name, "err", res.InFlightErr)
+	}
 }
 
 // applyOwned acts on a renewal's answer: extends deadlines, starts owning new partitions,
