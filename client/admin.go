@@ -44,6 +44,9 @@ type Queue struct {
 	// Depth is the messages waiting in all keys; ActiveKeys the keys with any.
 	Depth      int64 `json:"depth"`
 	ActiveKeys int64 `json:"active_keys"`
+	// InFlight is the keys whose heads are being delivered now, all drainers together (as of
+	// their last ownership renewal, about a second).
+	InFlight int64 `json:"in_flight"`
 	// Parked and Dead count the rule's messages in the retry queue and dead.
 	Parked int64 `json:"parked"`
 	Dead   int64 `json:"dead"`

@@ -11,7 +11,7 @@ import (
 	"github.com/sluice-io/sluice/client"
 )
 
-const queueBody = `{"name":"orders-per-merchant","capacity":100,"outflow":{"unit":"second","requests_per_unit":10},"total_outflow":{"unit":"second","requests_per_unit":200},"paused":false,"depth":1234,"active_keys":56,"parked":7,"dead":1,"drained_per_second":198.5}`
+const queueBody = `{"name":"orders-per-merchant","capacity":100,"outflow":{"unit":"second","requests_per_unit":10},"total_outflow":{"unit":"second","requests_per_unit":200},"paused":false,"depth":1234,"active_keys":56,"in_flight":3,"parked":7,"dead":1,"drained_per_second":198.5}`
 
 func TestAdminQueues(t *testing.T) {
 	t.Parallel()
@@ -26,7 +26,7 @@ func TestAdminQueues(t *testing.T) {
 		}
 		q := qs[0]
 		if len(qs) != 1 || q.Name != "orders-per-merchant" || q.Capacity != 100 || *q.Outflow != (client.Rate{Unit: "second", RequestsPerUnit: 10}) ||
-			q.TotalOutflow.RequestsPerUnit != 200 || q.Depth != 1234 || q.ActiveKeys != 56 || q.Parked != 7 || q.Dead != 1 || q.DrainedPerSecond != 198.5 {
+			q.TotalOutflow.RequestsPerUnit != 200 || q.Depth != 1234 || q.ActiveKeys != 56 || q.InFlight != 3 || q.Parked != 7 || q.Dead != 1 || q.DrainedPerSecond != 198.5 {
 			t.Fatalf("%+v", q)
 		}
 	}

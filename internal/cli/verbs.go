@@ -195,10 +195,10 @@ func (m *Main) queues(ctx context.Context, args []string) error {
 		return m.printRaw(c.rec.last())
 	}
 	tw := m.table()
-	fmt.Fprintln(tw, "NAME\tDOMAIN\tDEPTH\tKEYS\tCAPACITY\tOUTFLOW\tTOTAL\tPAUSED\tPARKED\tDEAD\tDRAINED/S\tOLDEST\tOVERRIDDEN\tBREAKER")
+	fmt.Fprintln(tw, "NAME\tDOMAIN\tDEPTH\tKEYS\tCAPACITY\tOUTFLOW\tTOTAL\tPAUSED\tIN FLIGHT\tPARKED\tDEAD\tDRAINED/S\tOLDEST\tOVERRIDDEN\tBREAKER")
 	for _, q := range qs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%d\t%.1f\t%s\t%s\t%s\n", q.Name, q.Domain, q.Depth, q.ActiveKeys, q.Capacity,
-			formatRate(q.Outflow), formatRate(q.TotalOutflow), yesNo(q.Paused), q.Parked, q.Dead, q.DrainedPerSecond, formatAge(q.OldestAge), dash(strings.Join(q.Overridden, ",")),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%.1f\t%s\t%s\t%s\n", q.Name, q.Domain, q.Depth, q.ActiveKeys, q.Capacity,
+			formatRate(q.Outflow), formatRate(q.TotalOutflow), yesNo(q.Paused), q.InFlight, q.Parked, q.Dead, q.DrainedPerSecond, formatAge(q.OldestAge), dash(strings.Join(q.Overridden, ",")),
 			breakerState(q.Breaker))
 	}
 	return tw.Flush()
@@ -291,6 +291,7 @@ func (m *Main) printQueue(c *common, q *client.Queue) error {
 		{"paused", yesNo(q.Paused)},
 		{"depth", fmt.Sprintf("%d in %d keys", q.Depth, q.ActiveKeys)},
 		{"oldest", formatAge(q.OldestAge)},
+		{"in flight", fmt.Sprintf("%d keys", q.InFlight)},
 		{"parked", fmt.Sprint(q.Parked)},
 		{"dead", fmt.Sprint(q.Dead)},
 		{"drained/s", fmt.Sprintf("%.1f", q.DrainedPerSecond)},
