@@ -17,7 +17,8 @@
 //   - Ownership (ownership.go, own.lua): the drainer's own engine: leases on whole ownership
 //     partitions of a rule, with fencing tokens and shares over the live drainers, renewed for
 //     every rule in one call; the pace and retry state a new owner takes over (Paces,
-//     SetOwnRetry, OwnRetries); ForgetDue.
+//     SetOwnRetry, OwnRetries); ForgetDue; the keys in flight each drainer reports with its
+//     renewal (OwnRequest.ReportInFlight, ownflight.go) and their sum (InFlight).
 //   - Meter (meter.lua, step.lua): slots. Reserve takes slots of a rule's total_outflow meter
 //     in bulk, Step gives a claim holder its key's next slot, NextSlot reads when a key's next
 //     message may leave.
@@ -69,6 +70,8 @@
 //   - claimparts.go: a claim of a partitioned rule, over its partitions
 //   - partition.go: partitions of a rule's scheduler state; the total_outflow meter across them
 //   - ownership.go: Ownership, the own engine's partition leases; Meter.Reserve
+//   - ownflight.go: the drainers' reports of keys in flight sent with their renewals, and
+//     Ownership.InFlight, their sum
 //   - keystate.go: Depths.KeyState and Depths.Uncount
 //   - pipe.go: the admission pipe steps (unexported), Depths.SetDepth and Depths.ResetDepths
 //   - admitpipeline.go: AdmitPipeline, admissions batched into one pipelined round trip

@@ -30,6 +30,8 @@ import (
 //	                                  next slot is further ahead than a handover takes
 //	<prefix>sl:{T.own}:try     HASH  key -> retry state of the key's head (strict ordering,
 //	                                  written only on failures)
+//	<prefix>sl:{T.own}:flight  HASH  drainer -> its keys in flight, sent with its renewal
+//	                                  (ownflight.go)
 //
 // own.lua does one drainer's renewal: announce, renew, give up the surplus, take free
 // partitions up to the drainer's share. See its header for the rules.
