@@ -122,16 +122,26 @@ func tokenByte(c byte) bool {
 // one backing array for the values) instead of through Header.Set: this runs once per
 // admission, and the canonicalisation and one slice per value were a tenth of its
 // allocations.
-func EncodeMessage(subject string, m Message) *nats.Msg { return encodeMessage(subject, m, "") }
+func EncodeMessage(subject string, m Message) *nats.Msg { return encodeMessage(subject, m, "", false) }
 
 // encodeMessage is EncodeMessage, with the Nats-Expected-Stream header set to stream when
 // it is not "" (what jetstream.WithExpectStream sets, without the option's allocations).
 // The map is made for exactly its headers: up to 8 it is one group of slots, where a hint
 // above 8 made a table of 16 (twice the bytes to allocate, clear and iterate in nats.go's
 // headerBytes).
-func encodeMessage(subject string, m Message, stream string) *nats.Msg {
-	n := 4 + len(m.Headers) // format, rule, key, and one spare (EnqueueAs's Sluice-Id)
-	for _, set := range [...]bool{m.ID != "", !m.CreatedAt.IsZero(), m.Attempt != 0, m.LastError != "",
+//
+// lean writes the lean form (format 3) of a message admitted for the first time: the
+// rule, the key and the creation time are left out, because its stream keeps them
+// already — the stream is the rule's, the subject's last token is the key's (KeyToken),
+// and the stream stamps the message when it stores it. The three headers were two thirds
+// of a plain admission's header bytes, which the server scans once per header it looks
+// for (msg id, expected stream, schedule, TTL, ...). Read with DecodeStored.
+func encodeMessage(subject string, m Message, stream string, lean bool) *nats.Msg {
+	n := 2 + len(m.Headers) // format, and one spare (EnqueueAs's Sluice-Id)
+	if !lean {
+		n += 2 // rule, key
+	}
+	for _, set := range [...]bool{m.ID != "", !lean && !m.CreatedAt.IsZero(), m.Attempt != 0, m.LastError != "",
 		!m.ParkedFrom.IsZero(), !m.ExpiresAt.IsZero(), m.TraceParent != "", m.TraceParent != "" && m.TraceState != "", stream != ""} {
 		if set {
 			n++
@@ -143,14 +153,20 @@ func encodeMessage(subject string, m Message, stream string) *nats.Msg {
 		vals = append(vals, v)
 		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
-	put(HeaderFormat, formatVersion)
+	if lean {
+		put(HeaderFormat, leanFormatVersion)
+	} else {
+		put(HeaderFormat, fullFormatVersion)
+	}
 	if m.ID != "" {
 		put(HeaderMsgID, m.ID)
 	}
-	put(HeaderRule, m.Rule)
-	put(HeaderKey, url.PathEscape(m.Key))
-	if !m.CreatedAt.IsZero() {
-		put(HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
+	if !lean {
+		put(HeaderRule, m.Rule)
+		put(HeaderKey, url.PathEscape(m.Key))
+		if !m.CreatedAt.IsZero() {
+			put(HeaderCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339Nano))
+		}
 	}
 	if m.Attempt != 0 {
 		put(HeaderAttempt, strconv.Itoa(m.Attempt))
@@ -179,42 +195,84 @@ func encodeMessage(subject string, m Message, stream string) *nats.Msg {
 	return &nats.Msg{Subject: subject, Header: h, Data: m.Payload}
 }
 
-// formatVersion is FormatVersion as written in HeaderFormat.
-var formatVersion = strconv.Itoa(FormatVersion)
+// The versions written in HeaderFormat: the full form's (2) and the lean form's (3,
+// FormatVersion).
+var (
+	fullFormatVersion = "2"
+	leanFormatVersion = strconv.Itoa(FormatVersion)
+)
+
+// Stored is what a stream keeps of a message besides its headers and data: the rule whose
+// stream holds it, the key of its subject, and when the stream stored it. A message in the
+// lean form (format 3) takes its rule, key and creation time from here.
+type Stored struct {
+	Rule, Key string
+	At        time.Time
+}
+
+// DecodeStored is DecodeMessage for a message read from its rule's queue stream, with what
+// the stream keeps of it (s): a message of the lean form takes its rule, key and creation
+// time from s; one of the full form has them in its headers.
+func DecodeStored(h nats.Header, data []byte, s Stored) (Message, error) {
+	m, lean, err := decodeMessage(h, data)
+	if err != nil || !lean {
+		return m, err
+	}
+	if s.Rule == "" || s.At.IsZero() {
+		return Message{}, fmt.Errorf("%w: a lean message (%s %s) read without its stream's rule and time", ErrBadMessage, HeaderFormat, leanFormatVersion)
+	}
+	m.Rule, m.Key, m.CreatedAt = s.Rule, s.Key, s.At
+	return m, nil
+}
 
 // DecodeMessage reads a Message from a NATS message's headers and data (as written by
 // EncodeMessage, of any format version up to FormatVersion). The payload is returned as
 // is, not copied. A message of a newer format is ErrBadMessage, saying so.
+//
+// A message of the lean form (format 3, written by EnqueueNew) leaves its rule, key and
+// creation time to its stream: DecodeMessage refuses it (ErrBadMessage); read it with
+// DecodeStored.
 func DecodeMessage(h nats.Header, data []byte) (Message, error) {
-	if v := h.Get(HeaderFormat); v != "" && v != formatVersion {
+	m, lean, err := decodeMessage(h, data)
+	if err == nil && lean {
+		return Message{}, fmt.Errorf("%w: a lean message (%s %s) read without its stream's rule and time", ErrBadMessage, HeaderFormat, leanFormatVersion)
+	}
+	return m, err
+}
+
+// decodeMessage reads what h and data say of a message; lean: it is of the lean form, and
+// its rule, key and creation time are its stream's (DecodeStored).
+func decodeMessage(h nats.Header, data []byte) (m Message, lean bool, err error) {
+	v := h.Get(HeaderFormat)
+	lean = v == leanFormatVersion
+	if v != "" && v != fullFormatVersion && !lean {
 		n, err := strconv.Atoi(v)
 		switch {
 		case err == nil && n > FormatVersion:
-			return Message{}, fmt.Errorf("%w: %s %s: written by a newer sluice (this one reads formats 1 to %d); upgrade this drainer",
+			return Message{}, false, fmt.Errorf("%w: %s %s: written by a newer sluice (this one reads formats 1 to %d); upgrade this drainer",
 				ErrBadMessage, HeaderFormat, v, FormatVersion)
 		case err != nil || n < 1:
-			return Message{}, fmt.Errorf("%w: %s %q: not a format version", ErrBadMessage, HeaderFormat, v)
+			return Message{}, false, fmt.Errorf("%w: %s %q: not a format version", ErrBadMessage, HeaderFormat, v)
 		}
 	}
-	m := Message{ID: h.Get(HeaderMsgID), Rule: h.Get(HeaderRule), Payload: data}
+	m = Message{ID: h.Get(HeaderMsgID), Rule: h.Get(HeaderRule), Payload: data}
 	if id := h.Get(HeaderID); id != "" {
 		m.ID = id // re-admitted under a generation-specific Nats-Msg-Id (EnqueueAs)
 	}
 	if m.ID == "" {
-		return Message{}, fmt.Errorf("%w: no %s header", ErrBadMessage, HeaderMsgID)
+		return Message{}, false, fmt.Errorf("%w: no %s header", ErrBadMessage, HeaderMsgID)
 	}
-	var err error
 	if m.Key, err = url.PathUnescape(h.Get(HeaderKey)); err != nil {
-		return Message{}, fmt.Errorf("%w: %s: %v", ErrBadMessage, HeaderKey, err)
+		return Message{}, false, fmt.Errorf("%w: %s: %v", ErrBadMessage, HeaderKey, err)
 	}
 	if v := h.Get(HeaderCreatedAt); v != "" {
 		if m.CreatedAt, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			return Message{}, fmt.Errorf("%w: %s: %v", ErrBadMessage, HeaderCreatedAt, err)
+			return Message{}, false, fmt.Errorf("%w: %s: %v", ErrBadMessage, HeaderCreatedAt, err)
 		}
 	}
 	if v := h.Get(HeaderAttempt); v != "" {
 		if m.Attempt, err = strconv.Atoi(v); err != nil {
-			return Message{}, fmt.Errorf("%w: %s: %v", ErrBadMessage, HeaderAttempt, err)
+			return Message{}, false, fmt.Errorf("%w: %s: %v", ErrBadMessage, HeaderAttempt, err)
 		}
 	}
 	if v := h.Get(HeaderLastError); v != "" {
@@ -224,7 +282,7 @@ func DecodeMessage(h nats.Header, data []byte) (Message, error) {
 	}
 	if v := h.Get(HeaderParkedFrom); v != "" {
 		if m.ParkedFrom, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			return Message{}, fmt.Errorf("%w: %s: %v", ErrBadMessage, HeaderParkedFrom, err)
+			return Message{}, false, fmt.Errorf("%w: %s: %v", ErrBadMessage, HeaderParkedFrom, err)
 		}
 	}
 	for k, vs := range h {
@@ -237,9 +295,9 @@ func DecodeMessage(h nats.Header, data []byte) (Message, error) {
 	}
 	if v := h.Get(HeaderExpiresAt); v != "" {
 		if m.ExpiresAt, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			return Message{}, fmt.Errorf("%w: %s: %v", ErrBadMessage, HeaderExpiresAt, err)
+			return Message{}, false, fmt.Errorf("%w: %s: %v", ErrBadMessage, HeaderExpiresAt, err)
 		}
 	}
 	m.TraceParent, m.TraceState = h.Get(HeaderTraceParent), h.Get(HeaderTraceState)
-	return m, nil
+	return m, lean, nil
 }

@@ -24,14 +24,34 @@ func (q *Queues) EnqueueAs(ctx context.Context, rule string, m Message, msgID st
 	return q.enqueued(rule, ack, err)
 }
 
+// EnqueueNew is Enqueue of a message admitted for the first time (a submission: no
+// attempt made, never parked, under its own id), written in the lean form: its rule, key
+// and creation time are not written into its headers but read back from its stream —
+// the rule's stream, its subject's key token and the time the stream stored it, which
+// stands in for m.CreatedAt (DecodeStored). Messages of the lean form are read by this
+// version's drainers and later ones only, which is why an ingress writes it only under
+// the own engine (docs/operations.md, "Cutting over to the own engine": drainers first).
+func (q *Queues) EnqueueNew(ctx context.Context, rule string, m Message) (Enqueued, error) {
+	if m.Attempt != 0 || !m.ParkedFrom.IsZero() || m.LastError != "" {
+		return q.EnqueueAs(ctx, rule, m, "")
+	}
+	msg, err := q.encodeFor(rule, m, "", "", true)
+	if err != nil {
+		return Enqueued{}, err
+	}
+	ack, err := q.publish(ctx, msg, q.StreamName(rule))
+	return q.enqueued(rule, ack, err)
+}
+
 // encode checks m and builds its message for rule's stream, with msgID as its Nats-Msg-Id
 // when given (EnqueueAs).
 func (q *Queues) encode(rule string, m Message, msgID string) (*nats.Msg, error) {
-	return q.encodeFor(rule, m, msgID, "")
+	return q.encodeFor(rule, m, msgID, "", false)
 }
 
-// encodeFor is encode with the Nats-Expected-Stream header set to stream (when not "").
-func (q *Queues) encodeFor(rule string, m Message, msgID, stream string) (*nats.Msg, error) {
+// encodeFor is encode with the Nats-Expected-Stream header set to stream (when not ""),
+// in the lean form when lean (EnqueueNew).
+func (q *Queues) encodeFor(rule string, m Message, msgID, stream string, lean bool) (*nats.Msg, error) {
 	if err := CheckKey(m.Key); err != nil {
 		return nil, err
 	}
@@ -41,7 +61,7 @@ func (q *Queues) encodeFor(rule string, m Message, msgID, stream string) (*nats.
 	if m.Rule == "" {
 		m.Rule = rule
 	}
-	msg := encodeMessage(q.Subject(rule, m.Key), m, stream)
+	msg := encodeMessage(q.Subject(rule, m.Key), m, stream, lean)
 	if msgID != "" && msgID != m.ID {
 		msg.Header.Set(HeaderID, m.ID)
 		msg.Header.Set(HeaderMsgID, msgID)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -38,6 +39,9 @@ func (q *Queues) FindLimited(ctx context.Context, rule, key, id string, lim Find
 		return Found{}, 0, err
 	}
 	f, read, err = FindInSubjectLimited(ctx, q.js.Conn(), q.cfg.APIPrefix, q.StreamName(rule), q.Subject(rule, key), id, lim)
+	if err == nil && f.Message.Rule == "" {
+		f.Message.Rule, f.Message.Key = rule, key // a lean message's: its stream's
+	}
 	if errors.Is(err, ErrNotQueued) {
 		return Found{}, read, fmt.Errorf("%w (rule %q)", ErrNotQueued, rule)
 	}
@@ -216,11 +220,16 @@ func readBatch(ctx context.Context, nc *nats.Conn, sub *nats.Subscription, api, 
 			*pos++
 			continue
 		}
-		m, derr := DecodeMessage(msg.Header, msg.Data)
-		if derr != nil {
-			m = Message{ID: id}
-		}
 		ts, _ := time.Parse(time.RFC3339Nano, msg.Header.Get("Nats-Time-Stamp"))
+		m, lean, derr := decodeMessage(msg.Header, msg.Data)
+		switch {
+		case derr != nil:
+			m = Message{ID: id}
+		case lean: // its key and creation time are its stream's; its rule the caller's (FindLimited)
+			subject := msg.Header.Get("Nats-Subject")
+			m.Key, _ = KeyFromToken(subject[strings.LastIndexByte(subject, '.')+1:])
+			m.CreatedAt = ts
+		}
 		return Found{Message: m, Seq: seq, StoredAt: ts, Position: *pos, Header: msg.Header}, next, true, nil
 	}
 }

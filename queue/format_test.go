@@ -5,14 +5,16 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-io/sluice/queue"
 )
 
-// The stored format's version: written as "2", read from 1 (no header, what v0.3.0
-// wrote) to 2, refused above as a bad message that names the reason.
+// The stored format's version: the full form written as "2", read from 1 (no header, what
+// v0.3.0 wrote) to 3 (the lean form, which needs its stream's context), refused above as a
+// bad message that names the reason.
 func TestMessageFormatVersion(t *testing.T) {
 	t.Parallel()
 	nm := queue.EncodeMessage("q.r.x", queue.Message{ID: "id-1", Rule: "r", Key: "k", Payload: []byte(`{}`)})
@@ -32,7 +34,8 @@ func TestMessageFormatVersion(t *testing.T) {
 	}{
 		{"1", ""},
 		{"2", ""},
-		{"3", "written by a newer sluice"},
+		{"3", "read without its stream's rule and time"}, // the lean form: DecodeStored
+		{"4", "written by a newer sluice"},
 		{"10", "written by a newer sluice"},
 		{"0", "not a format version"},
 		{"two", "not a format version"},
@@ -82,5 +85,82 @@ func TestPopAfterAnOldIngressTurnedDirectGetsOff(t *testing.T) {
 	next, err := q.PopAfter(ctx, rule, "k", first.Seq)
 	if err != nil || string(next.Payload) != `{"n":2}` {
 		t.Fatalf("pop after direct gets were turned off: %s, %v", next.Payload, err)
+	}
+}
+
+// A submission's first admission (EnqueueNew) is stored lean — its id alone, no rule, key
+// or creation time in its headers — and read back whole, by a pop and by a status lookup:
+// the rule from the stream, the key from the subject, the creation time from the stream's
+// stamp. A message with anything to carry (an attempt, a parking) keeps the full form.
+func TestLeanFormRoundTrip(t *testing.T) {
+	t.Parallel()
+	q, rule, js := newQueues(t, 10)
+	ctx := context.Background()
+	for _, key := range weirdKeys {
+		m := msg(key, `{"k":1}`)
+		m.Headers = map[string]string{"X-Tenant": "t1"}
+		m.ExpiresAt = time.Now().Add(time.Hour).Truncate(time.Millisecond)
+		before := time.Now()
+		enq, err := q.EnqueueNew(ctx, rule, m)
+		if err != nil {
+			t.Fatalf("key %q: %v", key, err)
+		}
+		s, err := js.Stream(ctx, q.StreamName(rule))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := s.GetMsg(ctx, enq.Seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range []string{queue.HeaderRule, queue.HeaderKey, queue.HeaderCreatedAt} {
+			if v := raw.Header.Get(h); v != "" {
+				t.Errorf("key %q: the lean form has %s: %q", key, h, v)
+			}
+		}
+		if v := raw.Header.Get(queue.HeaderFormat); v != "3" {
+			t.Errorf("key %q: Sluice-Format %q, want 3", key, v)
+		}
+		check := func(how string, got queue.Message) {
+			t.Helper()
+			if got.ID != m.ID || got.Rule != rule || got.Key != key || string(got.Payload) != `{"k":1}` ||
+				got.Headers["X-Tenant"] != "t1" || !got.ExpiresAt.Equal(m.ExpiresAt) {
+				t.Errorf("key %q, %s: %+v", key, how, got)
+			}
+			if got.CreatedAt.Before(before.Add(-time.Second)) || got.CreatedAt.After(time.Now().Add(time.Second)) {
+				t.Errorf("key %q, %s: created at %v, want the time it was stored (%v)", key, how, got.CreatedAt, before)
+			}
+		}
+		f, err := q.Find(ctx, rule, key, m.ID)
+		if err != nil {
+			t.Fatalf("key %q: find: %v", key, err)
+		}
+		check("find", f.Message)
+		p, err := q.Pop(ctx, rule, key)
+		if err != nil {
+			t.Fatalf("key %q: pop: %v", key, err)
+		}
+		check("pop", p.Message)
+		if err := q.Delete(ctx, rule, p.Seq); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := queue.DecodeMessage(raw.Header, raw.Data); !errors.Is(err, queue.ErrBadMessage) {
+			t.Errorf("key %q: DecodeMessage of the lean form without its stream: %v, want ErrBadMessage", key, err)
+		}
+	}
+	// A retried message has its attempt to carry: the full form, even through EnqueueNew.
+	m := msg("k", `{}`)
+	m.Attempt = 2
+	enq, err := q.EnqueueNew(ctx, rule, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := js.Stream(ctx, q.StreamName(rule))
+	raw, err := s.GetMsg(ctx, enq.Seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw.Header.Get(queue.HeaderFormat) != "2" || raw.Header.Get(queue.HeaderKey) != "k" {
+		t.Errorf("a retried message through EnqueueNew: headers %v, want the full form", raw.Header)
 	}
 }

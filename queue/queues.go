@@ -426,7 +426,7 @@ func (q *Queues) PopAfter(ctx context.Context, rule, key string, after uint64) (
 	if err != nil {
 		return Popped{}, fmt.Errorf("queue: pop from rule %q: %w", rule, err)
 	}
-	m, err := DecodeMessage(raw.Header, raw.Data)
+	m, err := DecodeStored(raw.Header, raw.Data, Stored{Rule: rule, Key: key, At: raw.Time})
 	if err != nil {
 		// Not a sluice message (published by something else): give the caller what there is,
 		// so it can dead-letter the bytes rather than block the key forever.

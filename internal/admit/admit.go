@@ -187,6 +187,11 @@ type Options struct {
 	// subject count) after the publish. Without it such an answer has Depth 0 and no ETA.
 	// With DueMarks the count answers them anyway.
 	Depth bool
+	// First: the message is a submission admitted for the first time (no MsgID, no
+	// attempt, never parked). Without DueMarks it is then written in the lean form
+	// (queue.EnqueueNew), which only drainers of this version read: with DueMarks (the
+	// claim engine, which v0.3 drainers may still run beside) it keeps the full form.
+	First bool
 }
 
 // admission is one message between the steps of its admission (Admit, AdmitBatch).
@@ -202,14 +207,19 @@ type admission struct {
 	// depth, when set, is the key's depth at this message, read for a whole batch
 	// (AdmitBatch, Options.Depth without DueMarks): stored does not read it again.
 	depth int64
+	// dueMarks is the Admitter's DueMarks.
+	dueMarks bool
 }
+
+// lean reports whether ad's message is written in the lean form (Options.First).
+func (ad *admission) lean() bool { return ad.o.First && !ad.dueMarks && ad.o.MsgID == "" }
 
 // prepare checks that r has a queue and fills in what every step needs.
 func (a *Admitter) prepare(r *rules.Rule, m queue.Message, o Options) (admission, error) {
 	if !r.HasQueue() {
 		return admission{}, fmt.Errorf("admit: rule %q has no queue", r.Name)
 	}
-	ad := admission{r: r, m: m, o: o, now: a.now(), capacity: r.Queue.Capacity}
+	ad := admission{r: r, m: m, o: o, now: a.now(), capacity: r.Queue.Capacity, dueMarks: a.DueMarks}
 	ad.m.Rule = r.Name
 	if ad.m.CreatedAt.IsZero() {
 		ad.m.CreatedAt = ad.now
@@ -313,7 +323,9 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 	// 3. Enqueue: JetStream enforces the capacity atomically.
 	var enq queue.Enqueued
 	if telemetry.On() {
-		enq, err = a.tracedEnqueue(ctx, r, ad.m, o.MsgID)
+		enq, err = a.tracedEnqueue(ctx, r, ad.m, o.MsgID, ad.lean())
+	} else if ad.lean() {
+		enq, err = a.Queues.EnqueueNew(ctx, r.Name, ad.m)
 	} else {
 		enq, err = a.Queues.EnqueueAs(ctx, r.Name, ad.m, o.MsgID)
 	}

@@ -16,9 +16,15 @@ import (
 // tracedEnqueue is the JetStream publish of an admission in a producer span (messaging
 // semantic conventions), the child of the admission's span. A full queue is not an error
 // of the span: it is the admission's answer.
-func (a *Admitter) tracedEnqueue(ctx context.Context, r *rules.Rule, m queue.Message, msgID string) (queue.Enqueued, error) {
+func (a *Admitter) tracedEnqueue(ctx context.Context, r *rules.Rule, m queue.Message, msgID string, lean bool) (queue.Enqueued, error) {
 	ctx, span := a.startPublish(ctx, r.Name, m.ID)
-	enq, err := a.Queues.EnqueueAs(ctx, r.Name, m, msgID)
+	var enq queue.Enqueued
+	var err error
+	if lean {
+		enq, err = a.Queues.EnqueueNew(ctx, r.Name, m)
+	} else {
+		enq, err = a.Queues.EnqueueAs(ctx, r.Name, m, msgID)
+	}
 	endPublish(span, enq, err)
 	return enq, err
 }

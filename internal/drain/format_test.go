@@ -22,7 +22,7 @@ func TestNewerFormatIsDeadLetteredSayingSo(t *testing.T) {
 	ctx := context.Background()
 	newer := queue.Message{ID: uuid.Must(uuid.NewV7()).String(), Rule: r.Name, Key: "k", Payload: []byte(`{"v":3}`), CreatedAt: time.Now()}
 	nm := queue.EncodeMessage(e.q.Subject(r.Name, "k"), newer)
-	nm.Header.Set("Sluice-Format", "3")
+	nm.Header.Set("Sluice-Format", "4")
 	if _, err := e.js.PublishMsg(ctx, nm); err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ type submission struct {
 
 // options are the submission's admission options.
 func (sub *submission) options() admit.Options {
-	return admit.Options{Park: true, IdempotencyKey: sub.idem, RequestDigest: sub.digest, Depth: sub.req.Depth}
+	return admit.Options{Park: true, IdempotencyKey: sub.idem, RequestDigest: sub.digest, Depth: sub.req.Depth, First: true}
 }
 
 // idempotencyKey is the idempotency key k as it is claimed in Redis: with -submit-tokens,
@@ -160,7 +160,7 @@ func (s *Service) conclude(ctx context.Context, sub *submission, res admit.Resul
 		// The owner is not stored and may never be (its admission failed, or its ingress died
 		// between claiming the key and storing): admit under the owner's id, which the
 		// stream's duplicate window recognises if the owner's publish lands after all.
-		res, err = s.cfg.Admitter.Admit(ctx, rule, msg, admit.Options{Park: true})
+		res, err = s.cfg.Admitter.Admit(ctx, rule, msg, admit.Options{Park: true, First: true})
 	}
 	if err != nil {
 		// The idempotency key stays claimed: a publish that timed out may still have been
