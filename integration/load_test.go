@@ -31,6 +31,10 @@ type loadGen struct {
 	// moves on to the next ingress. Without it a key stays on the ingress its last retry
 	// moved it to, so after one ingress's restart the other takes every key it took over.
 	home bool
+	// spread: key k's first message waits k/keys of an interval, so requests come evenly
+	// over each interval instead of all keys at once (a restart shorter than the interval
+	// would otherwise fall between two rounds and meet no request).
+	spread bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -89,6 +93,13 @@ func (l *loadGen) stopped() bool {
 
 func (l *loadGen) run(k int, key string) {
 	defer l.wg.Done()
+	if l.spread {
+		select {
+		case <-l.stop:
+			return
+		case <-time.After(l.interval * time.Duration(k) / time.Duration(l.keys)):
+		}
+	}
 	tick := time.NewTicker(l.interval)
 	defer tick.Stop()
 	ing := k % len(l.c.ingress)

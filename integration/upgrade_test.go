@@ -123,7 +123,9 @@ func TestRollingUpgrade(t *testing.T) {
 	phase := func(name, prefix, what string, handover func(l *loadGen)) {
 		t.Helper()
 		l := newLoad(c, "faults", "account_id", prefix, keys, interval)
-		l.home = true // with two ingresses, both get load again once a restarted one is back
+		// With two ingresses, both get load again once a restarted one is back, and a
+		// restart meets requests whatever its length.
+		l.home, l.spread = true, true
 		l.start()
 		t.Cleanup(l.halt)
 		if !waittest.Within(60*time.Second, func() bool { return len(keysOf(mineOf(c.sink.Accepted(), prefix))) == keys }) {
@@ -306,10 +308,10 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	dueKey := "sl:{" + queue.RuleToken("faults") + "}:due" // one Redis: the rule's single partition
 	// redisMarks is what Redis holds for key of rule faults in the claim engine's layout:
-	// a depth counter, a due mark.
-	redisMarks := func(key string) (depth, due bool) {
+	// its depth counter (0: none), whether it has a due mark.
+	redisMarks := func(key string) (depth int64, due bool) {
 		ctx := t.Context()
-		depth = rdb.HExists(ctx, sched.Depths.DepthKey("faults", key), key).Val()
+		depth, _ = rdb.HGet(ctx, sched.Depths.DepthKey("faults", key), key).Int64()
 		_, zerr := rdb.ZScore(ctx, dueKey, key).Result()
 		return depth, zerr == nil
 	}
@@ -319,13 +321,13 @@ func TestRollingUpgrade(t *testing.T) {
 	// due; the own drainers neither read nor remove either. An own ingress writes neither:
 	// its admission is the publish alone.
 	probes := 0
-	probe := func(i int) (depth, due bool) {
+	probe := func(i int) (depth int64, due bool) {
 		probes++
 		key := fmt.Sprintf("probe-%s-%d", c.ingress[i].Name(), probes)
 		r := c.submit(i, "faults", []kv{{"account_id", key}}, `{"probe":true}`, "")
 		if r.Code != 202 {
 			t.Errorf("probe through %s: %d %v %v", c.ingress[i].Name(), r.Code, r.Body, r.Err)
-			return false, false
+			return 0, false
 		}
 		if got := c.waitIDs([]string{r.str("id")}, 30*time.Second); len(got) != 1 {
 			t.Errorf("probe %s through %s not delivered within 30 s", key, c.ingress[i].Name())
@@ -338,8 +340,8 @@ func TestRollingUpgrade(t *testing.T) {
 	// ingress meanwhile and come back once it answers.
 	swap := func(l *loadGen, i int) {
 		p := c.ingress[i]
-		if depth, due := probe(i); !depth || !due {
-			t.Errorf("%s before its restart (claim): a plain admission left depth counter %v, due mark %v in Redis, want both: the check after the restart would not tell the engines apart", p.Name(), depth, due)
+		if depth, due := probe(i); depth == 0 || !due {
+			t.Errorf("%s before its restart (claim): a plain admission left depth counter %d, due mark %v in Redis, want both: the check after the restart would not tell the engines apart", p.Name(), depth, due)
 		}
 		stopped := time.Now()
 		if err := p.Term(10 * time.Second); err != nil {
@@ -350,8 +352,8 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 		c.waitReady(p, 60*time.Second)
 		back := time.Now()
-		if depth, due := probe(i); depth || due {
-			t.Errorf("%s restarted with -engine own: a plain admission left depth counter %v, due mark %v in Redis: it still admits as the claim engine", p.Name(), depth, due)
+		if depth, due := probe(i); depth != 0 || due {
+			t.Errorf("%s restarted with -engine own: a plain admission left depth counter %d, due mark %v in Redis: it still admits as the claim engine", p.Name(), depth, due)
 		}
 		if !waittest.Within(30*time.Second, func() bool { return l.lastAckBy(i).After(back) }) {
 			t.Errorf("no message of the load acknowledged by %s within 30 s of its restart with -engine own", p.Name())
@@ -360,6 +362,7 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Logf("phase D: %s restarted with -engine own, down %v; admits the load again", p.Name(), back.Sub(stopped).Round(10*time.Millisecond))
 	}
 	var ackGap time.Duration
+	var swapUnanswered int64
 	phase("D", "e-", "cut-over to the own engine: the claim drainer stopped (SIGTERM), two own drainers started, then the two ingresses restarted with `-engine own` one by one (3 s with one own and one claim ingress)", func(l *loadGen) {
 		if err := drNew.Term(10 * time.Second); err != nil {
 			t.Errorf("claim drainer on SIGTERM: %v", err)
@@ -378,7 +381,7 @@ func TestRollingUpgrade(t *testing.T) {
 		}) {
 			t.Fatalf("phase D: the own drainers did not deliver every key within 60 s: %s", l.stats())
 		}
-		swapFrom := time.Now()
+		swapFrom, unanswered := time.Now(), l.noAnswer.Load()
 		swap(l, 0)
 		mixedFrom := time.Now()
 		time.Sleep(run) // the load runs through one own and one claim ingress; not an assertion
@@ -389,7 +392,7 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 		swap(l, 1)
 		// Clients of a stopped ingress retry on the other: admission never pauses for long.
-		ackGap = l.longestAckGap(swapFrom, time.Now())
+		ackGap, swapUnanswered = l.longestAckGap(swapFrom, time.Now()), l.noAnswer.Load()-unanswered
 		t.Logf("phase D: longest time without any 202 while the ingresses were restarted: %v", ackGap.Round(10*time.Millisecond))
 		if ackGap > 2*time.Second {
 			t.Errorf("phase D: no message of the load acknowledged for %v while the ingresses were restarted one by one", ackGap.Round(10*time.Millisecond))
@@ -402,18 +405,19 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	// What the claim ingresses left behind: the marks and counters of messages they admitted
 	// while the own drainers ran, which nothing reads or removes any more (measured, reported).
-	leftDepth, leftDue := 0, 0
+	leftDepth, leftDue, maxDepth := 0, 0, int64(0)
 	for k := range keys {
 		depth, due := redisMarks(fmt.Sprintf("e-%03d", k))
-		if depth {
+		if depth > 0 {
 			leftDepth++
+			maxDepth = max(maxDepth, depth)
 		}
 		if due {
 			leftDue++
 		}
 	}
-	swapNote := fmt.Sprintf("Phase D's ingress restarts (`-engine claim` → `-engine own`, one by one, the load spread over both ingresses and retried on the other while one was down): %s; longest time without any 202 meanwhile %.1f s; a plain admission left a depth counter and a due mark in Redis through each ingress before its restart and neither after. Left in Redis by the claim ingresses after the cut-over: %d of the phase's %d keys with a depth counter, %d with a due mark.",
-		strings.Join(swapNotes, ", "), ackGap.Seconds(), leftDepth, keys, leftDue)
+	swapNote := fmt.Sprintf("Phase D's ingress restarts (`-engine claim` → `-engine own`, one by one, the load spread over both ingresses, a request the stopped one did not answer retried on the other): %s; %d requests unanswered and retried; longest time without any 202 meanwhile %.1f s; a plain admission left a depth counter and a due mark in Redis through each ingress before its restart and neither after. Left in Redis by the claim ingresses after the cut-over (nothing reads or removes them under the own engine): %d of the phase's %d keys with a depth counter (up to %d, the keys being empty), %d with a due mark.",
+		strings.Join(swapNotes, ", "), swapUnanswered, ackGap.Seconds(), leftDepth, keys, maxDepth, leftDue)
 	t.Log(swapNote)
 	writeUpgradeTable(t, rows, mixed, after, idem, swapNote)
 }
