@@ -359,16 +359,18 @@ func TestRollingUpgrade(t *testing.T) {
 			t.Errorf("no message of the load acknowledged by %s within 30 s of its restart with -engine own", p.Name())
 		}
 		swapNotes = append(swapNotes, fmt.Sprintf("%s down %.1f s (SIGTERM to ready)", p.Name(), back.Sub(stopped).Seconds()))
-		t.Logf("phase D: %s restarted with -engine own, down %v; admits the load again", p.Name(), back.Sub(stopped).Round(10*time.Millisecond))
+		t.Logf("phase D: %s restarted with -engine own at %s, down %v; admits the load again", p.Name(), stopped.Format("15:04:05.000"), back.Sub(stopped).Round(10*time.Millisecond))
 	}
 	var ackGap time.Duration
 	var swapUnanswered int64
+	var swapFrom, swapTo time.Time
 	phase("D", "e-", "cut-over to the own engine: the claim drainer stopped (SIGTERM), two own drainers started, then the two ingresses restarted with `-engine own` one by one (3 s with one own and one claim ingress)", func(l *loadGen) {
 		if err := drNew.Term(10 * time.Second); err != nil {
 			t.Errorf("claim drainer on SIGTERM: %v", err)
 		}
 		ownFrom := time.Now()
 		c.drainers = []*proctest.Proc{newDrainer("drainer-own-1"), newDrainer("drainer-own-2")}
+		t.Logf("phase D: claim drainer stopped at %s, own drainers ready at %s", ownFrom.Format("15:04:05.000"), time.Now().Format("15:04:05.000"))
 		// Step 3 once the own drainers deliver every key.
 		if !waittest.Within(60*time.Second, func() bool {
 			n := 0
@@ -381,7 +383,8 @@ func TestRollingUpgrade(t *testing.T) {
 		}) {
 			t.Fatalf("phase D: the own drainers did not deliver every key within 60 s: %s", l.stats())
 		}
-		swapFrom, unanswered := time.Now(), l.noAnswer.Load()
+		var unanswered int64
+		swapFrom, unanswered = time.Now(), l.noAnswer.Load()
 		swap(l, 0)
 		mixedFrom := time.Now()
 		time.Sleep(run) // the load runs through one own and one claim ingress; not an assertion
@@ -392,8 +395,10 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 		swap(l, 1)
 		// Clients of a stopped ingress retry on the other: admission never pauses for long.
-		ackGap, swapUnanswered = l.longestAckGap(swapFrom, time.Now()), l.noAnswer.Load()-unanswered
-		t.Logf("phase D: longest time without any 202 while the ingresses were restarted: %v", ackGap.Round(10*time.Millisecond))
+		swapTo = time.Now()
+		ackGap, swapUnanswered = l.longestAckGap(swapFrom, swapTo), l.noAnswer.Load()-unanswered
+		t.Logf("phase D: ingresses restarted from %s to %s; longest time without any 202 meanwhile: %v", swapFrom.Format("15:04:05.000"),
+			swapTo.Format("15:04:05.000"), ackGap.Round(10*time.Millisecond))
 		if ackGap > 2*time.Second {
 			t.Errorf("phase D: no message of the load acknowledged for %v while the ingresses were restarted one by one", ackGap.Round(10*time.Millisecond))
 		}
@@ -403,6 +408,17 @@ func TestRollingUpgrade(t *testing.T) {
 			t.Errorf("%s exited", p.Name())
 		}
 	}
+	// What the ingress restarts cost the deliveries: the longest gap between two deliveries
+	// of a key that spans part of the restarts (the load sends one every 200 ms).
+	swapGap, swapGapAt := time.Duration(0), ""
+	for key, ds := range keysOf(mineOf(c.sink.Accepted(), "e-")) {
+		for i := 1; i < len(ds); i++ {
+			if g := ds[i].At.Sub(ds[i-1].At); ds[i].At.After(swapFrom) && ds[i-1].At.Before(swapTo) && g > swapGap {
+				swapGap, swapGapAt = g, fmt.Sprintf("%s from %s to %s", key, ds[i-1].At.Format("15:04:05.000"), ds[i].At.Format("15:04:05.000"))
+			}
+		}
+	}
+	t.Logf("phase D: longest gap between two deliveries of a key across the ingress restarts %v: %s", swapGap.Round(10*time.Millisecond), swapGapAt)
 	// What the claim ingresses left behind: the marks and counters of messages they admitted
 	// while the own drainers ran, which nothing reads or removes any more (measured, reported).
 	leftDepth, leftDue, maxDepth := 0, 0, int64(0)
@@ -416,8 +432,8 @@ func TestRollingUpgrade(t *testing.T) {
 			leftDue++
 		}
 	}
-	swapNote := fmt.Sprintf("Phase D's ingress restarts (`-engine claim` → `-engine own`, one by one, the load spread over both ingresses, a request the stopped one did not answer retried on the other): %s; %d requests unanswered and retried; longest time without any 202 meanwhile %.1f s; a plain admission left a depth counter and a due mark in Redis through each ingress before its restart and neither after. Left in Redis by the claim ingresses after the cut-over (nothing reads or removes them under the own engine): %d of the phase's %d keys with a depth counter (up to %d, the keys being empty), %d with a due mark.",
-		strings.Join(swapNotes, ", "), swapUnanswered, ackGap.Seconds(), leftDepth, keys, maxDepth, leftDue)
+	swapNote := fmt.Sprintf("Phase D's ingress restarts (`-engine claim` → `-engine own`, one by one, the load spread over both ingresses, a request the stopped one did not answer retried on the other): %s; %d requests unanswered and retried; longest time without any 202 meanwhile %v, longest gap between two deliveries of a key across the restarts %v; a plain admission left a depth counter and a due mark in Redis through each ingress before its restart and neither after. Left in Redis by the claim ingresses after the cut-over (nothing reads or removes them under the own engine): %d of the phase's %d keys with a depth counter (up to %d, the keys being empty), %d with a due mark.",
+		strings.Join(swapNotes, ", "), swapUnanswered, ackGap.Round(10*time.Millisecond), swapGap.Round(10*time.Millisecond), leftDepth, keys, maxDepth, leftDue)
 	t.Log(swapNote)
 	writeUpgradeTable(t, rows, mixed, after, idem, swapNote)
 }
