@@ -17,6 +17,8 @@ import (
 // admission order. Every message carries an Idempotency-Key; a request that got no answer
 // (connection refused or reset) or a 503 is retried under the same key, alternating
 // ingresses, as a client of the API should. The ledger records what was acknowledged.
+// Each request is sent to c.ingress[i].URL() as it is then, so a restarted ingress is
+// reached at its address after the restart.
 type loadGen struct {
 	c        *cluster
 	domain   string
@@ -24,6 +26,15 @@ type loadGen struct {
 	prefix   string // key prefix
 	keys     int
 	interval time.Duration // between two messages of one key
+	// home: every new message of key k goes first to ingress k mod n, as behind a load
+	// balancer that sends clients back to an ingress once it is up again; a retry still
+	// moves on to the next ingress. Without it a key stays on the ingress its last retry
+	// moved it to, so after one ingress's restart the other takes every key it took over.
+	home bool
+	// spread: key k's first message waits k/keys of an interval, so requests come evenly
+	// over each interval instead of all keys at once (a restart shorter than the interval
+	// would otherwise fall between two rounds and meet no request).
+	spread bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -82,6 +93,13 @@ func (l *loadGen) stopped() bool {
 
 func (l *loadGen) run(k int, key string) {
 	defer l.wg.Done()
+	if l.spread {
+		select {
+		case <-l.stop:
+			return
+		case <-time.After(l.interval * time.Duration(k) / time.Duration(l.keys)):
+		}
+	}
 	tick := time.NewTicker(l.interval)
 	defer tick.Stop()
 	ing := k % len(l.c.ingress)
@@ -90,6 +108,9 @@ func (l *loadGen) run(k int, key string) {
 		case <-l.stop:
 			return
 		case <-tick.C:
+		}
+		if l.home {
+			ing = k % len(l.c.ingress)
 		}
 		payload := fmt.Sprintf(`{"k":%q,"seq":%d}`, key, seq)
 		idem := key + "/" + strconv.Itoa(seq)

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-io/sluice/internal/redistest"
 	"github.com/sluice-io/sluice/internal/sinktest"
 	"github.com/sluice-io/sluice/internal/waittest"
+	"github.com/sluice-io/sluice/queue"
 )
 
 // previousRelease is the release TestRollingUpgrade builds the old binaries from, and
@@ -49,8 +50,10 @@ const (
 // same keys, so this tree's drainers run -engine claim (deprecated, kept for this) while any
 // v0.3.0 drainer runs. Then:
 //
-//	D  the cut-over to the own engine (docs/operations.md): every claim drainer stopped
-//	   (SIGTERM), then two own drainers started, under load.
+//	D  the cut-over to the own engine (docs/operations.md), all three steps under load: every
+//	   claim drainer stopped (SIGTERM), two own drainers started, then this tree's two
+//	   ingresses restarted with -engine own one by one (one own and one claim ingress admit
+//	   side by side meanwhile).
 //
 // It builds the release's commit with `git worktree`, so it runs only when asked (make
 // faults).
@@ -117,9 +120,12 @@ func TestRollingUpgrade(t *testing.T) {
 
 	const keys, interval, run = 10, 200 * time.Millisecond, 3 * time.Second
 	var rows []upgradeRow
-	phase := func(name, prefix, what string, handover func()) {
+	phase := func(name, prefix, what string, handover func(l *loadGen)) {
 		t.Helper()
 		l := newLoad(c, "faults", "account_id", prefix, keys, interval)
+		// With two ingresses, both get load again once a restarted one is back, and a
+		// restart meets requests whatever its length.
+		l.home, l.spread = true, true
 		l.start()
 		t.Cleanup(l.halt)
 		if !waittest.Within(60*time.Second, func() bool { return len(keysOf(mineOf(c.sink.Accepted(), prefix))) == keys }) {
@@ -127,7 +133,7 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 		time.Sleep(run)
 		if handover != nil {
-			handover()
+			handover(l)
 			time.Sleep(run)
 		}
 		l.halt()
@@ -216,7 +222,7 @@ func TestRollingUpgrade(t *testing.T) {
 	drNew := newDrainer("drainer-new")
 	c.ingress, c.drainers = []*proctest.Proc{ingOld}, []*proctest.Proc{drNew}
 	var drOld *proctest.Proc
-	phase("A", "a-", "old ingress → new drainer; new drainer SIGKILLed holding keys, an old drainer takes them over", func() {
+	phase("A", "a-", "old ingress → new drainer; new drainer SIGKILLed holding keys, an old drainer takes them over", func(*loadGen) {
 		killHolding(t, c, drNew)
 		drOld = oldDrainer("drainer-" + previousRelease)
 	})
@@ -233,7 +239,7 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Errorf("old ingress on SIGTERM: %v", err)
 	}
 	c.ingress, c.drainers = []*proctest.Proc{ingNew}, []*proctest.Proc{drOld}
-	phase("B", "b-", "new ingress → old drainer; old drainer SIGKILLed holding keys, the new drainer takes them over", func() {
+	phase("B", "b-", "new ingress → old drainer; old drainer SIGKILLed holding keys, the new drainer takes them over", func(*loadGen) {
 		killHolding(t, c, drOld)
 		if err := drNew.Restart(); err != nil {
 			t.Fatal(err)
@@ -283,23 +289,153 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Errorf("a stream keeps the old release's configuration after the new processes restarted: %s", after)
 	}
 
-	// D: the cut-over from the claim engine to the own engine, as docs/operations.md says:
-	// stop every claim drainer (a soft stop hands its keys back), then start own drainers.
-	// Admission goes on throughout; the keys wait while no drainer runs.
-	c.ingress, c.drainers = []*proctest.Proc{ingNew}, []*proctest.Proc{drNew}
-	c.procEnv = []string{"SLUICE_ENGINE=own"}
-	phase("D", "e-", "cut-over to the own engine: the claim drainer stopped (SIGTERM), then two own drainers started", func() {
+	// D: the cut-over from the claim engine to the own engine, the three steps of
+	// docs/operations.md: stop every claim drainer (a soft stop hands its keys back), start
+	// own drainers, then restart the ingresses with -engine own one by one. Admission goes
+	// on throughout, spread over two ingresses of this tree; the keys wait while no drainer
+	// runs. A second claim ingress joins first, so that one ingress admits under own while
+	// the other still admits under claim (the docs allow both settings meanwhile).
+	ingNew2 := newIngress("ingress-new-2") // c.procEnv: claim, as ingNew
+	c.ingress, c.drainers = []*proctest.Proc{ingNew, ingNew2}, []*proctest.Proc{drNew}
+	c.procEnv = []string{"SLUICE_ENGINE=own"} // the drainers started from here on
+	// The ingresses' restart changes the engine alone (the legacy idempotency claims stay
+	// until the idempotency TTL has passed, as docs/operations.md says).
+	ownIngressEnv := []string{"SLUICE_LEGACY_IDEMPOTENCY_KEYS=true", "SLUICE_ENGINE=own"}
+	rdb := c.redis.Client(t)
+	sched, err := queue.NewScheduler(rdb, queue.SchedulerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dueKey := "sl:{" + queue.RuleToken("faults") + "}:due" // one Redis: the rule's single partition
+	// redisMarks is what Redis holds for key of rule faults in the claim engine's layout:
+	// its depth counter (0: none), whether it has a due mark.
+	redisMarks := func(key string) (depth int64, due bool) {
+		ctx := t.Context()
+		depth, _ = rdb.HGet(ctx, sched.Depths.DepthKey("faults", key), key).Int64()
+		_, zerr := rdb.ZScore(ctx, dueKey, key).Result()
+		return depth, zerr == nil
+	}
+	// probe admits one plain message (no Idempotency-Key, a key of its own) through ingress
+	// i, waits until the sink has it, and says what the admission left in Redis. A claim
+	// ingress counts the message into its key's depth before it answers and marks the key
+	// due; the own drainers neither read nor remove either. An own ingress writes neither:
+	// its admission is the publish alone.
+	probes := 0
+	probe := func(i int) (depth int64, due bool) {
+		probes++
+		key := fmt.Sprintf("probe-%s-%d", c.ingress[i].Name(), probes)
+		r := c.submit(i, "faults", []kv{{"account_id", key}}, `{"probe":true}`, "")
+		if r.Code != 202 {
+			t.Errorf("probe through %s: %d %v %v", c.ingress[i].Name(), r.Code, r.Body, r.Err)
+			return 0, false
+		}
+		if got := c.waitIDs([]string{r.str("id")}, 30*time.Second); len(got) != 1 {
+			t.Errorf("probe %s through %s not delivered within 30 s", key, c.ingress[i].Name())
+		}
+		return redisMarks(key)
+	}
+	var swapNotes []string
+	// swap restarts ingress i with -engine own under the load: SIGTERM (a soft stop), the
+	// same address, its env's engine changed. Clients of its keys retry on the other
+	// ingress meanwhile and come back once it answers.
+	swap := func(l *loadGen, i int) {
+		p := c.ingress[i]
+		if depth, due := probe(i); depth == 0 || !due {
+			t.Errorf("%s before its restart (claim): a plain admission left depth counter %d, due mark %v in Redis, want both: the check after the restart would not tell the engines apart", p.Name(), depth, due)
+		}
+		stopped := time.Now()
+		if err := p.Term(10 * time.Second); err != nil {
+			t.Errorf("%s (claim) on SIGTERM: %v", p.Name(), err)
+		}
+		if err := p.RestartWith(ownIngressEnv); err != nil {
+			t.Fatal(err)
+		}
+		c.waitReady(p, 60*time.Second)
+		back := time.Now()
+		if depth, due := probe(i); depth != 0 || due {
+			t.Errorf("%s restarted with -engine own: a plain admission left depth counter %d, due mark %v in Redis: it still admits as the claim engine", p.Name(), depth, due)
+		}
+		if !waittest.Within(30*time.Second, func() bool { return l.lastAckBy(i).After(back) }) {
+			t.Errorf("no message of the load acknowledged by %s within 30 s of its restart with -engine own", p.Name())
+		}
+		swapNotes = append(swapNotes, fmt.Sprintf("%s down %.1f s (SIGTERM to ready)", p.Name(), back.Sub(stopped).Seconds()))
+		t.Logf("phase D: %s restarted with -engine own at %s, down %v; admits the load again", p.Name(), stopped.Format("15:04:05.000"), back.Sub(stopped).Round(10*time.Millisecond))
+	}
+	var ackGap time.Duration
+	var swapUnanswered int64
+	var swapFrom, swapTo time.Time
+	phase("D", "e-", "cut-over to the own engine: the claim drainer stopped (SIGTERM), two own drainers started, then the two ingresses restarted with `-engine own` one by one (3 s with one own and one claim ingress)", func(l *loadGen) {
 		if err := drNew.Term(10 * time.Second); err != nil {
 			t.Errorf("claim drainer on SIGTERM: %v", err)
 		}
+		ownFrom := time.Now()
 		c.drainers = []*proctest.Proc{newDrainer("drainer-own-1"), newDrainer("drainer-own-2")}
+		t.Logf("phase D: claim drainer stopped at %s, own drainers ready at %s", ownFrom.Format("15:04:05.000"), time.Now().Format("15:04:05.000"))
+		// Step 3 once the own drainers deliver every key.
+		if !waittest.Within(60*time.Second, func() bool {
+			n := 0
+			for _, ds := range keysOf(mineOf(c.sink.Accepted(), "e-")) {
+				if ds[len(ds)-1].At.After(ownFrom) {
+					n++
+				}
+			}
+			return n == keys
+		}) {
+			t.Fatalf("phase D: the own drainers did not deliver every key within 60 s: %s", l.stats())
+		}
+		var unanswered int64
+		swapFrom, unanswered = time.Now(), l.noAnswer.Load()
+		swap(l, 0)
+		mixedFrom := time.Now()
+		time.Sleep(run) // the load runs through one own and one claim ingress; not an assertion
+		for i, p := range c.ingress {
+			if !l.lastAckBy(i).After(mixedFrom) {
+				t.Errorf("phase D: %s acknowledged nothing of the load while one ingress ran own and the other claim", p.Name())
+			}
+		}
+		swap(l, 1)
+		// Clients of a stopped ingress retry on the other: admission never pauses for long.
+		swapTo = time.Now()
+		ackGap, swapUnanswered = l.longestAckGap(swapFrom, swapTo), l.noAnswer.Load()-unanswered
+		t.Logf("phase D: ingresses restarted from %s to %s; longest time without any 202 meanwhile: %v", swapFrom.Format("15:04:05.000"),
+			swapTo.Format("15:04:05.000"), ackGap.Round(10*time.Millisecond))
+		if ackGap > 2*time.Second {
+			t.Errorf("phase D: no message of the load acknowledged for %v while the ingresses were restarted one by one", ackGap.Round(10*time.Millisecond))
+		}
 	})
-	for _, p := range c.drainers {
+	for _, p := range append(append([]*proctest.Proc{}, c.ingress...), c.drainers...) {
 		if !p.Running() {
 			t.Errorf("%s exited", p.Name())
 		}
 	}
-	writeUpgradeTable(t, rows, mixed, after, idem)
+	// What the ingress restarts cost the deliveries: the longest gap between two deliveries
+	// of a key that spans part of the restarts (the load sends one every 200 ms).
+	swapGap, swapGapAt := time.Duration(0), ""
+	for key, ds := range keysOf(mineOf(c.sink.Accepted(), "e-")) {
+		for i := 1; i < len(ds); i++ {
+			if g := ds[i].At.Sub(ds[i-1].At); ds[i].At.After(swapFrom) && ds[i-1].At.Before(swapTo) && g > swapGap {
+				swapGap, swapGapAt = g, fmt.Sprintf("%s from %s to %s", key, ds[i-1].At.Format("15:04:05.000"), ds[i].At.Format("15:04:05.000"))
+			}
+		}
+	}
+	t.Logf("phase D: longest gap between two deliveries of a key across the ingress restarts %v: %s", swapGap.Round(10*time.Millisecond), swapGapAt)
+	// What the claim ingresses left behind: the marks and counters of messages they admitted
+	// while the own drainers ran, which nothing reads or removes any more (measured, reported).
+	leftDepth, leftDue, maxDepth := 0, 0, int64(0)
+	for k := range keys {
+		depth, due := redisMarks(fmt.Sprintf("e-%03d", k))
+		if depth > 0 {
+			leftDepth++
+			maxDepth = max(maxDepth, depth)
+		}
+		if due {
+			leftDue++
+		}
+	}
+	swapNote := fmt.Sprintf("Phase D's ingress restarts (`-engine claim` → `-engine own`, one by one, the load spread over both ingresses, a request the stopped one did not answer retried on the other): %s; %d requests unanswered and retried; longest time without any 202 meanwhile %v, longest gap between two deliveries of a key across the restarts %v; a plain admission left a depth counter and a due mark in Redis through each ingress before its restart and neither after. Left in Redis by the claim ingresses after the cut-over (nothing reads or removes them under the own engine): %d of the phase's %d keys with a depth counter (up to %d, the keys being empty), %d with a due mark.",
+		strings.Join(swapNotes, ", "), swapUnanswered, ackGap.Round(10*time.Millisecond), swapGap.Round(10*time.Millisecond), leftDepth, keys, maxDepth, leftDue)
+	t.Log(swapNote)
+	writeUpgradeTable(t, rows, mixed, after, idem, swapNote)
 }
 
 // repeatAcross submits a message with an Idempotency-Key to one version's ingress and
@@ -484,7 +620,7 @@ func misread(l *loadGen, accepted []sinktest.Delivery) (n int, example string) {
 	return n, example
 }
 
-func writeUpgradeTable(t *testing.T, rows []upgradeRow, mixed, after, idem string) {
+func writeUpgradeTable(t *testing.T, rows []upgradeRow, mixed, after, idem, swap string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# sluice rolling upgrade (%s ↔ this tree)\n\n", previousRelease)
 	fmt.Fprintf(&b, "Produced by `SLUICE_UPGRADE=1 go test ./integration -run TestRollingUpgrade` on %s: %s built from its commit (`git worktree`), this tree's binaries, one 3-node JetStream cluster (R3), one Redis, a recording HTTP sink; load of 10 keys × 5 msg/s with Idempotency-Keys per phase, outflow 20/s per key. \"misread\" = delivered with another key's payload or under an id other than the one acknowledged for it. Attempts by new drainers carry Sluice-Fence; the old release's do not.\n\n",
@@ -495,7 +631,7 @@ func writeUpgradeTable(t *testing.T, rows []upgradeRow, mixed, after, idem strin
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d / %d | %d | %d / %d | %.1f s |\n", r.Phase, r.What, r.V.Acked, r.V.Delivered, r.V.Lost,
 			r.V.Reordered, r.V.Duplicated, r.Misread, r.ByNew, r.ByOld, r.V.MaxPerSecond, r.CloseNew, r.CloseOld, r.Stall.Seconds())
 	}
-	fmt.Fprintf(&b, "\nStream configurations after an old process started next to new ones: %s. After the old processes stopped and the new ones restarted: %s.\n\nAn Idempotency-Key submitted to one version's ingress and repeated to the other's: %s.\n", mixed, after, idem)
+	fmt.Fprintf(&b, "\n%s\n\nStream configurations after an old process started next to new ones: %s. After the old processes stopped and the new ones restarted: %s.\n\nAn Idempotency-Key submitted to one version's ingress and repeated to the other's: %s.\n", swap, mixed, after, idem)
 	t.Log("\n" + b.String())
 	if os.Getenv("SLUICE_RESULTS") == "" || t.Failed() {
 		return

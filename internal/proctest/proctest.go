@@ -337,6 +337,16 @@ func (p *Proc) Restart() error {
 	return err
 }
 
+// RestartWith is Restart with env in place of the Spec's Env, for this start and later ones:
+// a rolling restart that changes a setting given by environment (SLUICE_*), at the same
+// address, so clients that know the process by its URL reach the new one.
+func (p *Proc) RestartWith(env []string) error {
+	p.mu.Lock()
+	p.spec.Env = append([]string(nil), env...)
+	p.mu.Unlock()
+	return p.Restart()
+}
+
 // LogTail returns the last n lines of the process's log.
 func (p *Proc) LogTail(n int) string {
 	p.mu.Lock()

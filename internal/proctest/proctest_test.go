@@ -68,6 +68,30 @@ func TestStartKillRestart(t *testing.T) {
 	}
 }
 
+// RestartWith starts the child again with another environment, at the same address, and
+// later restarts keep it.
+func TestRestartWithChangesEnv(t *testing.T) {
+	t.Parallel()
+	p := proctest.Start(t, proctest.Spec{Name: "env", Bin: "/bin/sh", ReadyMsg: "listening", Env: []string{"SLUICE_X=one"},
+		Args:         []string{"-c", `echo "{\"msg\":\"listening\",\"addr\":\"127.0.0.1:4322\",\"x\":\"$SLUICE_X\"}"; exec sleep 60`, "-http", "127.0.0.1:0"},
+		StartTimeout: 10 * time.Second})
+	if !p.LogContains(`"x":"one"`) {
+		t.Fatalf("first start:\n%s", p.LogTail(10))
+	}
+	if err := p.RestartWith([]string{"SLUICE_X=two"}); err != nil {
+		t.Fatal(err)
+	}
+	if p.Addr() != "127.0.0.1:4322" || !strings.HasSuffix(strings.TrimSpace(p.LogTail(1)), `"x":"two"}`) {
+		t.Fatalf("after RestartWith: addr %q, log:\n%s", p.Addr(), p.LogTail(10))
+	}
+	if err := p.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(p.LogTail(10), `"x":"two"`) != 2 {
+		t.Fatalf("a later Restart forgot the environment:\n%s", p.LogTail(10))
+	}
+}
+
 // A child that exits before it is ready fails the start with its log.
 func TestStartReportsEarlyExit(t *testing.T) {
 	t.Parallel()
