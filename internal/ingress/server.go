@@ -8,6 +8,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +35,9 @@ type Server struct {
 	submits *submit.Service // POST /v1/messages, GET and DELETE /v1/messages/{id} (internal/submit)
 	checks  *decide.Service // POST /v1/check, POST /json and the gRPC RLS (internal/decide)
 	audits  *auditCalls     // refused and failed admin calls, cancels (auditcalls.go)
+	// submit is the route of POST /v1/messages, as the mux has it: ServeHTTP takes it
+	// without the mux's pattern matching, the one route nearly every request takes.
+	submit http.Handler
 }
 
 // FlushRefusals writes the submission service's refusal counts to Redis every interval
@@ -125,7 +129,7 @@ func NewServer(cfg ServerConfig) *Server {
 		Registry: cfg.Registry, Logger: cfg.Logger, Now: cfg.Now})
 	s.audits = newAuditCalls(cfg.Audit, cfg.Registry)
 	s.registerStoreFull(cfg.Registry)
-	s.route("POST /v1/messages", s.submitAuth(s.handleSubmit))
+	s.submit = s.route("POST /v1/messages", s.submitAuth(s.handleSubmit))
 	s.route("GET /v1/messages/{id}", s.statusAuth(s.submits.HandleStatus))
 	s.route("DELETE /v1/messages/{id}", s.auditCancel(s.submitAuth(s.submits.HandleCancel)))
 	s.route("POST /v1/check", s.checks.HandleCheck)
@@ -181,6 +185,10 @@ func (s *Server) RulesReloaded(set *rules.Set, err error) {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost && r.URL.Path == "/v1/messages" && r.URL.RawPath == "" {
+		s.submit.ServeHTTP(w, r) // what the mux would pick (no host patterns, no path values)
+		return
+	}
 	if r.Method != http.MethodConnect && !canonicalPath(r.URL.EscapedPath()) {
 		// ServeMux would redirect (307, text/html) to the cleaned path: for an API path that
 		// is another resource than the client named — ".." of a key's path is the queue's
@@ -207,12 +215,15 @@ func canonicalPath(p string) bool {
 	return c == p
 }
 
-func (s *Server) route(pattern string, h http.HandlerFunc) {
+// route registers h for pattern, instrumented, and returns what it registered.
+func (s *Server) route(pattern string, h http.HandlerFunc) http.Handler {
 	route := pattern
 	if i := strings.IndexByte(route, ' '); i >= 0 {
 		route = route[i+1:]
 	}
-	s.mux.Handle(pattern, s.instrument(route, h))
+	ih := s.instrument(route, h)
+	s.mux.Handle(pattern, ih)
+	return ih
 }
 
 // statusWriter records the status code for the duration histogram.
@@ -235,15 +246,11 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-var codeStrings = func() map[int]string {
-	m := map[int]string{}
-	for c := 100; c < 600; c++ {
-		m[c] = strconv.Itoa(c)
-	}
-	return m
-}()
-
+// instrument times h into sluice_http_request_duration_seconds{route,code}. The route's
+// observer of each status code is looked up once (WithLabelValues hashes both labels and
+// takes the vector's lock on every call) and kept.
 func (s *Server) instrument(route string, h http.Handler) http.Handler {
+	var observers [600]atomic.Pointer[prometheus.Observer] // by status code
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
@@ -252,7 +259,17 @@ func (s *Server) instrument(route string, h http.Handler) http.Handler {
 		if code == 0 {
 			code = http.StatusOK
 		}
-		s.metrics.httpDuration.WithLabelValues(route, codeStrings[code]).Observe(time.Since(start).Seconds())
+		if code >= len(observers) { // not a status net/http sends
+			s.metrics.httpDuration.WithLabelValues(route, strconv.Itoa(code)).Observe(time.Since(start).Seconds())
+			return
+		}
+		o := observers[code].Load()
+		if o == nil {
+			ob := s.metrics.httpDuration.WithLabelValues(route, strconv.Itoa(code))
+			o = &ob
+			observers[code].Store(o)
+		}
+		(*o).Observe(time.Since(start).Seconds())
 	})
 }
 

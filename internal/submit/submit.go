@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/sluice-io/sluice/internal/admit"
@@ -46,7 +47,7 @@ func writeOutcome(w http.ResponseWriter, o outcome) {
 	case o.problem != nil:
 		httpx.WriteProblem(w, *o.problem)
 	case o.queued:
-		w.Header().Set("Location", "/v1/messages/"+o.resp.ID)
+		w.Header()["Location"] = []string{"/v1/messages/" + o.resp.ID} // canonical already
 		if o.depth > 0 {
 			w.Header()["Preference-Applied"] = []string{request.PreferDepth}
 		}
@@ -477,7 +478,9 @@ func (s *Service) serveSubmit(w http.ResponseWriter, r *http.Request) {
 // directly (the id is a UUID and the eta RFC 3339, so nothing needs escaping) — this is the
 // answer to almost every admission, and encoding/json's reflection was most of its cost.
 func WriteQueued(w http.ResponseWriter, id string, depth, capacity int64, eta time.Time) {
-	b := make([]byte, 0, 160)
+	bp := queuedBodies.Get().(*[]byte)
+	defer queuedBodies.Put(bp)
+	b := (*bp)[:0]
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, id) // ids are printable ASCII: its fast path, not AppendQuote's rune decoding
 	b = append(b, `,"state":"`+status.Queued+`"`...)
@@ -497,8 +500,12 @@ func WriteQueued(w http.ResponseWriter, id string, depth, capacity int64, eta ti
 	h["Content-Type"] = []string{"application/json"}
 	h["Content-Length"] = []string{strconv.Itoa(len(b))}
 	w.WriteHeader(http.StatusAccepted)
-	w.Write(b)
+	w.Write(b) // copied into the connection's buffer: b goes back to the pool
+	*bp = b
 }
+
+// queuedBodies are WriteQueued's buffers, one per answer being written.
+var queuedBodies = sync.Pool{New: func() any { b := make([]byte, 0, 192); return &b }}
 
 // submitRefused is the 403 of a submission to domain when the request's submit token (ctx)
 // may submit to another domain only; nil when it may (or no token is configured). item is
