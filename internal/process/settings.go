@@ -64,8 +64,16 @@ type Settings struct {
 	// deliveries (drainer). -shutdown-timeout.
 	ShutdownTimeout time.Duration
 	RulesPoll       time.Duration // -rules-poll: how often rules files are checked for changes.
-	LogFormat       string        // -log-format: json or text.
-	LogLevel        string        // -log-level: debug, info, warn, error.
+	// LimitsRedisTimeout is how long an admission-limit or check decision waits for Redis
+	// before it is decided locally (degraded mode, bucket.DegradedConfig.Timeout);
+	// LimitsProbeEvery how often, while degraded, one decision tries Redis again
+	// (bucket.DegradedConfig.ProbeInterval). -limits-redis-timeout (default 100ms),
+	// -limits-probe-every (default 1s). Both processes decide limits: the ingress admits
+	// and checks, every drainer's re-admitter admits parked messages again.
+	LimitsRedisTimeout time.Duration
+	LimitsProbeEvery   time.Duration
+	LogFormat          string // -log-format: json or text.
+	LogLevel           string // -log-level: debug, info, warn, error.
 
 	// Drain settings: the drainer's, and those of the ingress's in-process drainer (-drain).
 	Workers int // -workers (drainer), -drain-workers (ingress): deliveries in flight per queue rule.
@@ -118,6 +126,10 @@ func (s *Settings) Declare(f *FlagSet, r Role) {
 	f.Duration(&s.ShutdownTimeout, "shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", pick(r, 10*time.Second, 30*time.Second),
 		pick(r, "on SIGTERM: time to finish in-flight requests", "on SIGTERM: stop claiming, finish in-flight deliveries within this"))
 	f.Duration(&s.RulesPoll, "rules-poll", "SLUICE_RULES_POLL", time.Second, "how often rules files are checked for changes")
+	f.Duration(&s.LimitsRedisTimeout, "limits-redis-timeout", "SLUICE_LIMITS_REDIS_TIMEOUT", 100*time.Millisecond,
+		"how long an admission-limit or check decision waits for Redis before it is decided locally (degraded mode)")
+	f.Duration(&s.LimitsProbeEvery, "limits-probe-every", "SLUICE_LIMITS_PROBE_EVERY", time.Second,
+		"in degraded mode, how often one limit decision tries Redis again")
 	f.String(&s.LogFormat, "log-format", "SLUICE_LOG_FORMAT", "json", "json or text")
 	f.String(&s.LogLevel, "log-level", "SLUICE_LOG_LEVEL", "info", "debug, info, warn or error")
 
@@ -174,6 +186,10 @@ func (s *Settings) Validate(r Role, connect bool) error {
 		return fmt.Errorf("-shutdown-timeout: want a positive duration, got %s", s.ShutdownTimeout)
 	case s.RulesPoll <= 0:
 		return fmt.Errorf("-rules-poll: want a positive duration, got %s", s.RulesPoll)
+	case s.LimitsRedisTimeout <= 0:
+		return fmt.Errorf("-limits-redis-timeout: want a positive duration, got %s", s.LimitsRedisTimeout)
+	case s.LimitsProbeEvery <= 0:
+		return fmt.Errorf("-limits-probe-every: want a positive duration, got %s", s.LimitsProbeEvery)
 	case s.StatusKeep < 0:
 		return fmt.Errorf("-status-keep: want 0s (off) or a positive duration, got %s", s.StatusKeep)
 	case s.StatusKeepMax <= 0:
@@ -234,7 +250,8 @@ func (s *Settings) StackConfig(name string) StackConfig {
 		RedisTLS:   RedisTLS{CA: s.RedisCA, Cert: s.RedisCert, Key: s.RedisKey},
 		StatusKeep: s.StatusKeep, StatusKeepMax: s.StatusKeepMax,
 		RetryMaxBytes: s.RetryMaxBytes, DeadMaxBytes: s.DeadMaxBytes, DeadDropOldest: s.DeadDropOldest,
-		Engine: s.Engine,
+		Engine:             s.Engine,
+		LimitsRedisTimeout: s.LimitsRedisTimeout, LimitsProbeEvery: s.LimitsProbeEvery,
 	}
 }
 

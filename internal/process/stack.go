@@ -43,6 +43,10 @@ type StackConfig struct {
 	// Redis is unreachable (OnDegraded is told).
 	Limits     bucket.Store
 	OnDegraded func(degraded bool)
+	// LimitsRedisTimeout and LimitsProbeEvery are the degrading limiter's Timeout and
+	// ProbeInterval (bucket.DegradedConfig; -limits-redis-timeout, -limits-probe-every;
+	// 0: its defaults, 100ms and 1s).
+	LimitsRedisTimeout, LimitsProbeEvery time.Duration
 	// OnOverride is called after a rule's override changed (e.g. to apply a capacity).
 	OnOverride func(rule string)
 	// RedisPoolSize is the least Redis connection pool size. Default 256.
@@ -266,6 +270,7 @@ func Open(ctx context.Context, c StackConfig) (s *Stack, err error) {
 			return s, err
 		}
 		s.Degraded = bucket.NewDegraded(primary, bucket.DegradedConfig{
+			Timeout: c.LimitsRedisTimeout, ProbeInterval: c.LimitsProbeEvery,
 			OnChange: func(on bool, err error) {
 				if c.OnDegraded != nil {
 					c.OnDegraded(on)

@@ -101,7 +101,8 @@ func (c Config) withDefaults() Config {
 		p *time.Duration
 		v time.Duration
 	}{{&c.RulesPoll, d.RulesPoll}, {&c.ShutdownTimeout, d.ShutdownTimeout}, {&c.ReadHeaderTimeout, d.ReadHeaderTimeout},
-		{&c.MaxDelay, d.MaxDelay}, {&c.IdempotencyTTL, d.IdempotencyTTL}, {&c.AuditKeep, d.AuditKeep}, {&c.ReadmitMaxBackoff, d.ReadmitMaxBackoff}} {
+		{&c.MaxDelay, d.MaxDelay}, {&c.IdempotencyTTL, d.IdempotencyTTL}, {&c.AuditKeep, d.AuditKeep}, {&c.ReadmitMaxBackoff, d.ReadmitMaxBackoff},
+		{&c.LimitsRedisTimeout, d.LimitsRedisTimeout}, {&c.LimitsProbeEvery, d.LimitsProbeEvery}} {
 		if *f.p == 0 {
 			*f.p = f.v
 		}
