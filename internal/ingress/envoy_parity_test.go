@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluice-io/sluice/internal/process/ingress"
 	"github.com/sluice-io/sluice/internal/waittest"
 )
 
@@ -86,10 +87,21 @@ func startTrio(t *testing.T, rulesPaths func(i int) string, args ...string) *par
 }
 
 // startParityEnv starts an ingress (real Redis, embedded NATS) on rulesPaths and a gRPC
-// client of it.
+// client of it. Its limits wait up to 10s for Redis (-limits-redis-timeout; the client's
+// read timeout raised to match): at the default 100ms a Redis call slowed by a loaded
+// machine put the ingress into degraded mode, whose fresh local counters answered
+// "OK … r=19" where the test expects OVER_LIMIT. A caller's own deadline still bounds
+// the wait (TestGRPCAnswersWithinDeadlineWhenRedisIsSlow); args given later win.
 func startParityEnv(t *testing.T, rulesPaths string, clock func() time.Time, args ...string) *grpcEnv {
 	t.Helper()
-	e := launch(t, rulesPaths, clock, nil, args...)
+	patient := func(c *ingress.Config) { // the client's read timeout (500ms) bounds the wait too
+		sep := "?"
+		if strings.Contains(c.RedisURL, "?") {
+			sep = "&"
+		}
+		c.RedisURL += sep + "read_timeout=10s"
+	}
+	e := launch(t, rulesPaths, clock, patient, append([]string{"-limits-redis-timeout", "10s"}, args...)...)
 	g := &grpcEnv{env: e}
 	g.conn = dialGRPC(t, e)
 	g.rls = rlsv3.NewRateLimitServiceClient(g.conn)
