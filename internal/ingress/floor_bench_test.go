@@ -31,13 +31,17 @@ import (
 //     once). The PubAck is read by hand (an "error" in it fails the request).
 //  1. "floor: message": the bare handler, but the message is sluice's — the request's JSON
 //     decoded by the ingress's own scanner of plain bodies, with a fresh message id, encoded
-//     and published by queue.Queues.EnqueueAs as sluice publishes it (sluice's headers, the id
-//     as Nats-Msg-Id, its PubAck read by hand) to its key's subject in a stream queue.Queues
+//     and published by queue.Queues.EnqueueNew as sluice publishes a submission under the own
+//     engine (the lean form: Sluice-Format and the id as Nats-Msg-Id; its PubAck read by
+//     hand) to its key's subject in a stream queue.Queues
 //     creates for a queue rule (the same configuration: per-key capacity that JetStream
 //     enforces, the duplicate window).
-//  2. "floor: + answer": rung 1 answering the 202 of the contract (the rate-limit headers,
-//     Location, the JSON body), with fixed numbers.
-//  3. "floor: + per-key Redis": rung 2 with the key's Redis state as the contract keeps it,
+//  2. "floor: + answer": rung 1 answering the 202 of a plain admission as the contract now
+//     has it (Location and the JSON body with the id, the state and the capacity; the depth,
+//     the eta and the rate-limit headers only when asked for, which the load does not).
+//  3. "floor: + per-key Redis": rung 2 with the key's Redis state as the claim engine keeps
+//     it, answered as the claim engine answers (the depth and the eta it gives, the queue's
+//     rate-limit headers),
 //     batched across concurrent requests into one pipeline at a time as sluice batches it,
 //     and timed as sluice times it: the key's depth counted (HINCRBY) and its due score read
 //     (ZSCORE, for the eta) while the message is published, waited for once the PubAck is
@@ -51,12 +55,12 @@ import (
 //     above what a leaner message format (the rule, key and creation time read from the
 //     subject and the id instead of headers) could buy.
 //
-// Sluice's admission does all of rung 3 and more: scripts where these are plain commands
-// (a key that just emptied keeps its next slot, a key a drainer holds is flagged rather than
-// made due, the count is clamped in Redis), rules, auth, metrics, admission limits,
-// refusals. The ladder shows how much of the gap to the bare handler is the contract's and
-// how much is sluice's. The rungs publish as sluice does (queue.Queues.EnqueueAs), which
-// reads the PubAck by hand where the bare handler's jetstream.PublishMsg uses encoding/json.
+// Sluice's admission of a plain queue rule under the own engine does all of rung 2 and
+// more: rules, auth, metrics, validation, admission limits, refusals; under -engine claim
+// it does all of rung 3 and more (scripts where these are plain commands). The ladder shows
+// how much of the gap to the bare handler is the contract's and how much is sluice's. The
+// rungs publish as sluice does (queue.Queues), which reads the PubAck by hand where the
+// bare handler's jetstream.PublishMsg uses encoding/json.
 func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []contender {
 	t.Helper()
 	ctx := context.Background()
@@ -74,7 +78,17 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []
 	// publish is rung 1: the message sluice stores, stored as sluice stores it; before is
 	// called with the id and the key once the body is decoded, before the publish, which
 	// happens only if it returns true.
-	publish := func(r *http.Request, lean bool, before func(id, key string) bool) (id, key string, ok bool) {
+	// stored is how publish stores the message: its id alone (rungs 0 and 5), sluice's
+	// message in the lean form a submission has under the own engine (EnqueueNew; rungs 1
+	// and 2), or in the full form the claim engine writes (EnqueueAs; rungs 3 and 4).
+	type stored int
+	const (
+		idAlone stored = iota
+		leanForm
+		fullForm
+	)
+	publish := func(r *http.Request, form stored, before func(id, key string) bool) (id, key string, ok bool) {
+		lean := form == idAlone
 		b, _ := io.ReadAll(r.Body)
 		key, payload, ok := ingress.ScanSubmission(b) // the ingress's own decoder of plain bodies
 		if !ok {
@@ -95,10 +109,15 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []
 			ack, err := js.Conn().RequestMsg(&nats.Msg{Subject: q.Subject(rule, key), Header: nats.Header{queue.HeaderMsgID: {id}}, Data: payload}, 5*time.Second)
 			return id, key, err == nil && !bytes.Contains(ack.Data, []byte(`"error"`))
 		}
-		// Encoded and published as sluice does it (its headers, the id as Nats-Msg-Id, the
-		// expected stream; the PubAck read by hand), without a deadline of its own.
+		// Encoded and published as sluice does it (its headers, the id as Nats-Msg-Id; the
+		// PubAck read by hand), without a deadline of its own.
 		m := queue.Message{ID: id, Rule: "orders", Key: key, Payload: payload, CreatedAt: time.Now()}
-		if _, err := q.EnqueueAs(r.Context(), "orders", m, ""); err != nil {
+		if form == leanForm {
+			_, err = q.EnqueueNew(r.Context(), "orders", m)
+		} else {
+			_, err = q.EnqueueAs(r.Context(), "orders", m, "")
+		}
+		if err != nil {
 			return "", "", false
 		}
 		return id, key, true
@@ -111,28 +130,38 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []
 		w.Header().Set("Location", "/v1/messages/"+id)
 		ingress.WriteQueued(w, id, depth, benchCapacity, eta) // the ingress's own 202 body
 	}
+	// plainAnswer is rung 2's 202: what sluice answers a plain admission that did not ask
+	// for its depth.
+	plainAnswer := func(w http.ResponseWriter, id string) {
+		w.Header()["Location"] = []string{"/v1/messages/" + id}
+		ingress.WriteQueued(w, id, 0, benchCapacity, time.Time{})
+	}
 	redisState := newFloorBatcher(rdb)
 	t.Cleanup(redisState.stop)
 	one := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, _, ok := publish(r, false, nil); !ok {
+		if _, _, ok := publish(r, leanForm, nil); !ok {
 			w.WriteHeader(503)
 			return
 		}
 		w.WriteHeader(202)
 	}))
 	two := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, _, ok := publish(r, false, nil)
+		id, _, ok := publish(r, leanForm, nil)
 		if !ok {
 			w.WriteHeader(503)
 			return
 		}
-		answer(w, id, 1, time.Now())
+		plainAnswer(w, id)
 	}))
 	// counted is rungs 3 and 4: claim, when not "", is the request's idempotency key.
 	counted := func(w http.ResponseWriter, r *http.Request, claim string, lean bool) {
 		var count *floorOp
 		var id string // the message's id, known before its publish
-		_, key, ok := publish(r, lean, func(mid, key string) bool {
+		form := fullForm
+		if lean {
+			form = idAlone
+		}
+		_, key, ok := publish(r, form, func(mid, key string) bool {
 			id = mid
 			count = redisState.count(key, claim, id)
 			if claim == "" {
@@ -175,7 +204,7 @@ func admissionFloors(t *testing.T, js jetstream.JetStream, rdb *redis.Client) []
 		counted(w, r, r.Header.Get("Idempotency-Key"), false)
 	}))
 	zero := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, _, ok := publish(r, true, nil); !ok {
+		if _, _, ok := publish(r, idAlone, nil); !ok {
 			w.WriteHeader(503)
 			return
 		}
