@@ -265,7 +265,8 @@ descriptors:
 
 	// SLUICE_BENCH_PROFILE=sluice (or idempotent: with idempotency keys; depth: with the
 	// 202's depth asked for; claim: the -engine claim ingress; bare: the bare
-	// handler; floor, floor-idempotent: the floor handlers with Redis) drives only that one for 10 s, for
+	// handler; floor, floor-idempotent: the floor handlers with Redis; floor-answer: rung 2,
+	// the plain admission's floor) drives only that one for 10 s, for
 	// `go test -cpuprofile`.
 	if which := os.Getenv("SLUICE_BENCH_PROFILE"); which != "" {
 		url := sluiceURL
@@ -274,8 +275,9 @@ descriptors:
 			url = bareURL
 		case "claim":
 			url = claimURL
-		case "floor", "floor-idempotent":
-			rung := map[string]string{"floor": "floor: + per-key Redis", "floor-idempotent": "floor: + idempotency key"}[which]
+		case "floor", "floor-idempotent", "floor-answer":
+			rung := map[string]string{"floor": "floor: + per-key Redis", "floor-idempotent": "floor: + idempotency key",
+				"floor-answer": "floor: + answer"}[which]
 			floors := admissionFloors(t, js, rdb)
 			url = floors[slices.IndexFunc(floors, func(c contender) bool { return c.name == rung })].url
 		}
