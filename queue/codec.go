@@ -132,8 +132,9 @@ func EncodeMessage(subject string, m Message) *nats.Msg { return encodeMessage(s
 //
 // lean writes the lean form (format 3) of a message admitted for the first time: the
 // rule, the key and the creation time are left out, because its stream keeps them
-// already — the stream is the rule's, the subject's last token is the key's (KeyToken),
-// and the stream stamps the message when it stores it. The three headers were two thirds
+// already — the stream is the rule's, the subject's last token is the key's (KeyToken) —
+// or its id does: the time in its uuid v7 is when the ingress issued it, a moment before
+// it was admitted (IssuedAt). The three headers were two thirds
 // of a plain admission's header bytes, which the server scans once per header it looks
 // for (msg id, expected stream, schedule, TTL, ...). Read with DecodeStored.
 func encodeMessage(subject string, m Message, stream string, lean bool) *nats.Msg {
@@ -204,15 +205,16 @@ var (
 
 // Stored is what a stream keeps of a message besides its headers and data: the rule whose
 // stream holds it, the key of its subject, and when the stream stored it. A message in the
-// lean form (format 3) takes its rule, key and creation time from here.
+// lean form (format 3) takes its rule and key from here, and its creation time from its id
+// (IssuedAt; At when the id has none).
 type Stored struct {
 	Rule, Key string
 	At        time.Time
 }
 
 // DecodeStored is DecodeMessage for a message read from its rule's queue stream, with what
-// the stream keeps of it (s): a message of the lean form takes its rule, key and creation
-// time from s; one of the full form has them in its headers.
+// the stream keeps of it (s): a message of the lean form takes its rule and key from s and
+// its creation time from its id; one of the full form has them in its headers.
 func DecodeStored(h nats.Header, data []byte, s Stored) (Message, error) {
 	m, lean, err := decodeMessage(h, data)
 	if err != nil || !lean {
@@ -221,8 +223,18 @@ func DecodeStored(h nats.Header, data []byte, s Stored) (Message, error) {
 	if s.Rule == "" || s.At.IsZero() {
 		return Message{}, fmt.Errorf("%w: a lean message (%s %s) read without its stream's rule and time", ErrBadMessage, HeaderFormat, leanFormatVersion)
 	}
-	m.Rule, m.Key, m.CreatedAt = s.Rule, s.Key, s.At
+	m.Rule, m.Key, m.CreatedAt = s.Rule, s.Key, createdAt(m.ID, s.At)
 	return m, nil
+}
+
+// createdAt is the creation time of a lean message with id, stored at storedAt: when its id
+// was issued (IssuedAt), by the ingress's clock as every other state of the message tells
+// it, else (an id NewID did not make) when it was stored.
+func createdAt(id string, storedAt time.Time) time.Time {
+	if t, ok := IssuedAt(id); ok {
+		return t
+	}
+	return storedAt
 }
 
 // DecodeMessage reads a Message from a NATS message's headers and data (as written by

@@ -26,9 +26,9 @@ func (q *Queues) EnqueueAs(ctx context.Context, rule string, m Message, msgID st
 
 // EnqueueNew is Enqueue of a message admitted for the first time (a submission: no
 // attempt made, never parked, under its own id), written in the lean form: its rule, key
-// and creation time are not written into its headers but read back from its stream —
-// the rule's stream, its subject's key token and the time the stream stored it, which
-// stands in for m.CreatedAt (DecodeStored). Messages of the lean form are read by this
+// and creation time are not written into its headers but read back from its stream and
+// its id — the rule's stream, its subject's key token and the time its id was issued,
+// which stands in for m.CreatedAt (DecodeStored, IssuedAt). Messages of the lean form are read by this
 // version's drainers and later ones only, which is why an ingress writes it only under
 // the own engine (docs/operations.md, "Cutting over to the own engine": drainers first).
 func (q *Queues) EnqueueNew(ctx context.Context, rule string, m Message) (Enqueued, error) {

@@ -228,7 +228,7 @@ func readBatch(ctx context.Context, nc *nats.Conn, sub *nats.Subscription, api, 
 		case lean: // its key and creation time are its stream's; its rule the caller's (FindLimited)
 			subject := msg.Header.Get("Nats-Subject")
 			m.Key, _ = KeyFromToken(subject[strings.LastIndexByte(subject, '.')+1:])
-			m.CreatedAt = ts
+			m.CreatedAt = createdAt(m.ID, ts)
 		}
 		return Found{Message: m, Seq: seq, StoredAt: ts, Position: *pos, Header: msg.Header}, next, true, nil
 	}

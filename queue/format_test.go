@@ -127,8 +127,11 @@ func TestLeanFormRoundTrip(t *testing.T) {
 				got.Headers["X-Tenant"] != "t1" || !got.ExpiresAt.Equal(m.ExpiresAt) {
 				t.Errorf("key %q, %s: %+v", key, how, got)
 			}
-			if got.CreatedAt.Before(before.Add(-time.Second)) || got.CreatedAt.After(time.Now().Add(time.Second)) {
-				t.Errorf("key %q, %s: created at %v, want the time it was stored (%v)", key, how, got.CreatedAt, before)
+			if issued, ok := queue.IssuedAt(m.ID); !ok || !got.CreatedAt.Equal(issued) {
+				t.Errorf("key %q, %s: created at %v, want when its id was issued (%v, %v)", key, how, got.CreatedAt, issued, ok)
+			}
+			if got.CreatedAt.Before(before.Add(-time.Second)) || got.CreatedAt.After(time.Now()) {
+				t.Errorf("key %q, %s: created at %v, want about %v", key, how, got.CreatedAt, before)
 			}
 		}
 		f, err := q.Find(ctx, rule, key, m.ID)
@@ -136,6 +139,13 @@ func TestLeanFormRoundTrip(t *testing.T) {
 			t.Fatalf("key %q: find: %v", key, err)
 		}
 		check("find", f.Message)
+		// A reader of the subject alone (no rule at hand) still gets the key and the time.
+		f, err = queue.FindInSubject(ctx, js.Conn(), "$JS.API.", q.StreamName(rule), q.Subject(rule, key), m.ID)
+		if err != nil {
+			t.Fatalf("key %q: find in subject: %v", key, err)
+		}
+		f.Message.Rule = rule // the one thing only the caller knows
+		check("find in subject", f.Message)
 		p, err := q.Pop(ctx, rule, key)
 		if err != nil {
 			t.Fatalf("key %q: pop: %v", key, err)
@@ -162,5 +172,72 @@ func TestLeanFormRoundTrip(t *testing.T) {
 	}
 	if raw.Header.Get(queue.HeaderFormat) != "2" || raw.Header.Get(queue.HeaderKey) != "k" {
 		t.Errorf("a retried message through EnqueueNew: headers %v, want the full form", raw.Header)
+	}
+}
+
+// A batch's submissions (EnqueueBatch with New) are stored lean as EnqueueNew stores them;
+// one with an attempt to carry, or published under another Nats-Msg-Id, in the full form.
+func TestLeanFormInBatches(t *testing.T) {
+	t.Parallel()
+	q, rule, js := newQueues(t, 10)
+	ctx := context.Background()
+	retried := msg("b", `{"n":2}`)
+	retried.Attempt = 1
+	pubs := []queue.Publication{
+		{Rule: rule, Msg: msg("b", `{"n":1}`), New: true},
+		{Rule: rule, Msg: retried, New: true},
+		{Rule: rule, Msg: msg("b", `{"n":3}`), New: true, MsgID: "another-id"},
+		{Rule: rule, Msg: msg("b", `{"n":4}`)},
+	}
+	q.EnqueueBatch(ctx, pubs)
+	s, err := js.Stream(ctx, q.StreamName(rule))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"3", "2", "2", "2"} {
+		if pubs[i].Err != nil {
+			t.Fatalf("publication %d: %v", i, pubs[i].Err)
+		}
+		raw, err := s.GetMsg(ctx, pubs[i].Enqueued.Seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := raw.Header.Get(queue.HeaderFormat); got != want {
+			t.Errorf("publication %d: Sluice-Format %q, want %s", i, got, want)
+		}
+	}
+	for i := range pubs {
+		p, err := q.Pop(ctx, rule, "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Rule != rule || p.Key != "b" || p.ID != pubs[i].Msg.ID || p.CreatedAt.IsZero() {
+			t.Errorf("pop %d: %+v", i, p.Message)
+		}
+		if err := q.Delete(ctx, rule, p.Seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// IssuedAt reads the milliseconds of an id's uuid v7, and nothing from anything else.
+func TestIssuedAt(t *testing.T) {
+	t.Parallel()
+	before := time.Now().Truncate(time.Millisecond)
+	id, err := queue.NewID("r", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := queue.IssuedAt(id)
+	if !ok || got.Before(before) || got.After(time.Now()) {
+		t.Errorf("IssuedAt(%q) = %v, %v; want between %v and now", id, got, ok, before)
+	}
+	if got, ok := queue.IssuedAt("0193a1b2-7c3d-7e4f-8a9b-0c1d2e3f4a5b"); !ok || got.UnixMilli() != 0x0193a1b27c3d {
+		t.Errorf("a fixed id: %v (%d ms), %v", got, got.UnixMilli(), ok)
+	}
+	for _, bad := range []string{"", "x", "0193a1b2-7c3d-4e4f-8a9b-0c1d2e3f4a5b" /* v4 */, "0193A1B2-7c3d-7e4f-8a9b-0c1d2e3f4a5b" /* upper case */, "0193a1b2+7c3d-7e4f-8a9b-0c1d2e3f4a5b"} {
+		if _, ok := queue.IssuedAt(bad); ok {
+			t.Errorf("IssuedAt(%q) ok", bad)
+		}
 	}
 }

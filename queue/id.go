@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -92,6 +93,33 @@ func ParseID(id string) (ref IDRef, ok bool) {
 		return IDRef{}, false
 	}
 	return IDRef{UUID: u, RuleToken: rt, Key: key}, true
+}
+
+// IssuedAt is when an id made by NewID was issued: the unix milliseconds of its uuid v7,
+// by the clock of the process that made it. ok is false for an id that does not begin with
+// a uuid v7.
+func IssuedAt(id string) (t time.Time, ok bool) {
+	if len(id) < 36 || id[8] != '-' || id[13] != '-' || id[14] != '7' {
+		return time.Time{}, false
+	}
+	var ms int64
+	for i := 0; i < 13; i++ { // 8 + 4 hex digits: 48 bits of milliseconds
+		if i == 8 {
+			continue // the dash
+		}
+		c := id[i]
+		var v byte
+		switch {
+		case c >= '0' && c <= '9':
+			v = c - '0'
+		case c >= 'a' && c <= 'f':
+			v = c - 'a' + 10
+		default:
+			return time.Time{}, false
+		}
+		ms = ms<<4 | int64(v)
+	}
+	return time.UnixMilli(ms), true
 }
 
 // IDToken is the subject token under which the retry and dead-letter streams file the

@@ -78,8 +78,8 @@ const (
 //	3  the lean form of a submission's first admission under the own engine
 //	   (Queues.EnqueueNew): Sluice-Format and Nats-Msg-Id, and the optional headers of
 //	   version 2, but no Sluice-Rule, Sluice-Key or Sluice-Created-At — the rule is the
-//	   stream's, the key its subject's (KeyToken) and the creation time the stream's own
-//	   stamp (DecodeStored). Every other message (a retry, a parked or scheduled one, a
+//	   stream's, the key its subject's (KeyToken) and the creation time its id's (the
+//	   uuid v7's milliseconds, IssuedAt; DecodeStored). Every other message (a retry, a parked or scheduled one, a
 //	   dead letter, one admitted under the claim engine) keeps version 2. A version-2
 //	   reader refuses it (dead-lettered as written by a newer sluice), which is why it is
 //	   written only once every drainer runs this version (docs/operations.md).

@@ -1,9 +1,11 @@
 package ingress_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/sluice-io/sluice/queue"
 	"io"
 	"log/slog"
 	"net/http"
@@ -62,6 +64,13 @@ func commandsBetween(before, after map[string]int64) (total int64, by map[string
 // key, refused beyond).
 func startAdmissionIngress(t *testing.T, engine string) (base string, rdb *redis.Client) {
 	t.Helper()
+	base, rdb, _ = startAdmissionIngressOn(t, engine)
+	return base, rdb
+}
+
+// startAdmissionIngressOn is startAdmissionIngress, also giving the URL of its NATS server.
+func startAdmissionIngressOn(t *testing.T, engine string) (base string, rdb *redis.Client, natsURL string) {
+	t.Helper()
 	n := natstest.Start(t)
 	r := redistest.Start(t, redistest.Options{})
 	path := filepath.Join(t.TempDir(), "rules.yaml")
@@ -97,7 +106,7 @@ descriptors:
 	}
 	t.Cleanup(m.Close)
 	rdb = r.Client(t)
-	return "http://" + m.Addr.String(), rdb
+	return "http://" + m.Addr.String(), rdb, n.URL()
 }
 
 func postJSON(t *testing.T, url, body string, header http.Header) (*http.Response, []byte) {
@@ -280,5 +289,48 @@ func TestClaimEngineAdmissionKeepsDueMarks(t *testing.T) {
 	}
 	if total, by := commandsBetween(before, commandCalls(t, rdb)); total < 3 {
 		t.Errorf("claim engine: %d Redis commands for 3 admissions (%v), want the counts and marks", total, by)
+	}
+}
+
+// TestStoredFormFollowsTheEngine: under the own engine a submission — single or in a batch
+// — is stored in the lean form (Sluice-Format 3, no Sluice-Rule, Sluice-Key or
+// Sluice-Created-At); under -engine claim, which v0.3 drainers may still read beside, in
+// the full form (format 2). Read straight from the rule's stream.
+func TestStoredFormFollowsTheEngine(t *testing.T) {
+	for _, tc := range []struct {
+		engine, format string
+		lean           bool
+	}{{"", "3", true}, {"claim", "2", false}} {
+		t.Run("engine="+cmp.Or(tc.engine, "own"), func(t *testing.T) {
+			base, _, natsURL := startAdmissionIngressOn(t, tc.engine)
+			if resp, b := postJSON(t, base+"/v1/messages", `{"domain":"plain","descriptor":[{"key":"merchant_id","value":"f"}],"payload":{"n":1}}`, nil); resp.StatusCode != http.StatusAccepted {
+				t.Fatalf("single: %d %s", resp.StatusCode, b)
+			}
+			if resp, b := postJSON(t, base+"/v1/messages", `[{"domain":"plain","descriptor":[{"key":"merchant_id","value":"f"}],"payload":{"n":2}}]`, nil); resp.StatusCode/100 != 2 {
+				t.Fatalf("batch: %d %s", resp.StatusCode, b)
+			}
+			_, js := natstest.Connect(t, natsURL)
+			q, err := queue.NewQueues(js, queue.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			s, err := js.Stream(ctx, q.StreamName("plain"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for seq := uint64(1); seq <= 2; seq++ {
+				raw, err := s.GetMsg(ctx, seq)
+				if err != nil {
+					t.Fatalf("seq %d: %v", seq, err)
+				}
+				if got := raw.Header.Get(queue.HeaderFormat); got != tc.format {
+					t.Errorf("seq %d: Sluice-Format %q, want %s", seq, got, tc.format)
+				}
+				if has := raw.Header.Get(queue.HeaderKey) != ""; has == tc.lean {
+					t.Errorf("seq %d: Sluice-Key present %v, want %v (headers %v)", seq, has, !tc.lean, raw.Header)
+				}
+			}
+		})
 	}
 }
