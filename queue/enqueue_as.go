@@ -16,12 +16,7 @@ import (
 // duplicate within its window and store nothing); the retry stream gives it a
 // generation-specific id instead (retry.AdmitMsgID). The sink still sees m.ID.
 func (q *Queues) EnqueueAs(ctx context.Context, rule string, m Message, msgID string) (Enqueued, error) {
-	msg, err := q.encode(rule, m, msgID)
-	if err != nil {
-		return Enqueued{}, err
-	}
-	ack, err := q.publish(ctx, msg, q.StreamName(rule))
-	return q.enqueued(rule, ack, err)
+	return q.enqueue(ctx, rule, m, msgID, false)
 }
 
 // EnqueueNew is Enqueue of a message admitted for the first time (a submission: no
@@ -32,10 +27,12 @@ func (q *Queues) EnqueueAs(ctx context.Context, rule string, m Message, msgID st
 // version's drainers and later ones only, which is why an ingress writes it only under
 // the own engine (docs/operations.md, "Cutting over to the own engine": drainers first).
 func (q *Queues) EnqueueNew(ctx context.Context, rule string, m Message) (Enqueued, error) {
-	if m.Attempt != 0 || !m.ParkedFrom.IsZero() || m.LastError != "" {
-		return q.EnqueueAs(ctx, rule, m, "")
-	}
-	msg, err := q.encodeFor(rule, m, "", "", true)
+	return q.enqueue(ctx, rule, m, "", true)
+}
+
+// enqueue publishes m to rule's stream (EnqueueAs, EnqueueNew) and names its answer.
+func (q *Queues) enqueue(ctx context.Context, rule string, m Message, msgID string, lean bool) (Enqueued, error) {
+	msg, err := q.encodeFor(rule, m, msgID, "", lean)
 	if err != nil {
 		return Enqueued{}, err
 	}
@@ -43,14 +40,10 @@ func (q *Queues) EnqueueNew(ctx context.Context, rule string, m Message) (Enqueu
 	return q.enqueued(rule, ack, err)
 }
 
-// encode checks m and builds its message for rule's stream, with msgID as its Nats-Msg-Id
-// when given (EnqueueAs).
-func (q *Queues) encode(rule string, m Message, msgID string) (*nats.Msg, error) {
-	return q.encodeFor(rule, m, msgID, "", false)
-}
-
-// encodeFor is encode with the Nats-Expected-Stream header set to stream (when not ""),
-// in the lean form when lean (EnqueueNew).
+// encodeFor checks m and builds its message for rule's stream, with msgID as its
+// Nats-Msg-Id when given and the Nats-Expected-Stream header set to stream when not "".
+// lean asks for the lean form, which m gets only when it has nothing the form leaves out
+// to carry: no attempt, parking or error, and its own id as Nats-Msg-Id.
 func (q *Queues) encodeFor(rule string, m Message, msgID, stream string, lean bool) (*nats.Msg, error) {
 	if err := CheckKey(m.Key); err != nil {
 		return nil, err
@@ -61,6 +54,7 @@ func (q *Queues) encodeFor(rule string, m Message, msgID, stream string, lean bo
 	if m.Rule == "" {
 		m.Rule = rule
 	}
+	lean = lean && (msgID == "" || msgID == m.ID) && m.Attempt == 0 && m.ParkedFrom.IsZero() && m.LastError == ""
 	msg := encodeMessage(q.Subject(rule, m.Key), m, stream, lean)
 	if msgID != "" && msgID != m.ID {
 		msg.Header.Set(HeaderID, m.ID)

@@ -29,7 +29,7 @@ type Publication struct {
 	Msg   Message
 	MsgID string // Nats-Msg-Id when it is not Msg.ID (see EnqueueAs)
 	// New: Msg is admitted for the first time, and is written in the lean form as
-	// EnqueueNew writes it (when it has no attempt, parking or error, and no MsgID).
+	// EnqueueNew writes it (when it has no attempt, parking or error, and its own id).
 	New bool
 
 	Enqueued Enqueued // the result when Err is nil
@@ -64,8 +64,7 @@ func (q *Queues) EnqueueBatch(ctx context.Context, pubs []Publication) {
 			rule, stream = p.Rule, q.StreamName(p.Rule)
 		}
 		// With what WithExpectStream sets, without the option's allocations.
-		lean := p.New && p.MsgID == "" && p.Msg.Attempt == 0 && p.Msg.ParkedFrom.IsZero() && p.Msg.LastError == ""
-		msg, err := q.encodeFor(p.Rule, p.Msg, p.MsgID, stream, lean)
+		msg, err := q.encodeFor(p.Rule, p.Msg, p.MsgID, stream, p.New)
 		if err != nil {
 			p.Err = err
 			continue

@@ -207,19 +207,26 @@ type admission struct {
 	// depth, when set, is the key's depth at this message, read for a whole batch
 	// (AdmitBatch, Options.Depth without DueMarks): stored does not read it again.
 	depth int64
-	// dueMarks is the Admitter's DueMarks.
-	dueMarks bool
 }
 
-// lean reports whether ad's message is written in the lean form (Options.First).
-func (ad *admission) lean() bool { return ad.o.First && !ad.dueMarks && ad.o.MsgID == "" }
+// lean reports whether ad's message is written in the lean form (Options.First): never
+// under DueMarks, which v0.3 drainers may read beside.
+func (a *Admitter) lean(ad *admission) bool { return ad.o.First && !a.DueMarks }
+
+// enqueue publishes ad's message, in the lean form when it may be (Admit's step 3).
+func (a *Admitter) enqueue(ctx context.Context, ad *admission) (queue.Enqueued, error) {
+	if a.lean(ad) {
+		return a.Queues.EnqueueNew(ctx, ad.r.Name, ad.m)
+	}
+	return a.Queues.EnqueueAs(ctx, ad.r.Name, ad.m, ad.o.MsgID)
+}
 
 // prepare checks that r has a queue and fills in what every step needs.
 func (a *Admitter) prepare(r *rules.Rule, m queue.Message, o Options) (admission, error) {
 	if !r.HasQueue() {
 		return admission{}, fmt.Errorf("admit: rule %q has no queue", r.Name)
 	}
-	ad := admission{r: r, m: m, o: o, now: a.now(), capacity: r.Queue.Capacity, dueMarks: a.DueMarks}
+	ad := admission{r: r, m: m, o: o, now: a.now(), capacity: r.Queue.Capacity}
 	ad.m.Rule = r.Name
 	if ad.m.CreatedAt.IsZero() {
 		ad.m.CreatedAt = ad.now
@@ -323,11 +330,9 @@ func (a *Admitter) Admit(ctx context.Context, r *rules.Rule, m queue.Message, o 
 	// 3. Enqueue: JetStream enforces the capacity atomically.
 	var enq queue.Enqueued
 	if telemetry.On() {
-		enq, err = a.tracedEnqueue(ctx, r, ad.m, o.MsgID, ad.lean())
-	} else if ad.lean() {
-		enq, err = a.Queues.EnqueueNew(ctx, r.Name, ad.m)
+		enq, err = a.tracedEnqueue(ctx, &ad)
 	} else {
-		enq, err = a.Queues.EnqueueAs(ctx, r.Name, ad.m, o.MsgID)
+		enq, err = a.enqueue(ctx, &ad)
 	}
 	var cres queue.Admitted
 	var werr error

@@ -111,7 +111,7 @@ func (a *Admitter) AdmitBatch(ctx context.Context, items []BatchAdmission) {
 	for i := range st {
 		if s := &st[i]; s.live {
 			s.pub = len(pubs)
-			idx, pubs = append(idx, i), append(pubs, queue.Publication{Rule: s.ad.r.Name, Msg: s.ad.m, MsgID: s.ad.o.MsgID, New: s.ad.lean()})
+			idx, pubs = append(idx, i), append(pubs, queue.Publication{Rule: s.ad.r.Name, Msg: s.ad.m, MsgID: s.ad.o.MsgID, New: a.lean(&s.ad)})
 		}
 	}
 	if telemetry.On() {

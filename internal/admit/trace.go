@@ -8,7 +8,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sluice-io/sluice/internal/rules"
 	"github.com/sluice-io/sluice/internal/telemetry"
 	"github.com/sluice-io/sluice/queue"
 )
@@ -16,15 +15,9 @@ import (
 // tracedEnqueue is the JetStream publish of an admission in a producer span (messaging
 // semantic conventions), the child of the admission's span. A full queue is not an error
 // of the span: it is the admission's answer.
-func (a *Admitter) tracedEnqueue(ctx context.Context, r *rules.Rule, m queue.Message, msgID string, lean bool) (queue.Enqueued, error) {
-	ctx, span := a.startPublish(ctx, r.Name, m.ID)
-	var enq queue.Enqueued
-	var err error
-	if lean {
-		enq, err = a.Queues.EnqueueNew(ctx, r.Name, m)
-	} else {
-		enq, err = a.Queues.EnqueueAs(ctx, r.Name, m, msgID)
-	}
+func (a *Admitter) tracedEnqueue(ctx context.Context, ad *admission) (queue.Enqueued, error) {
+	ctx, span := a.startPublish(ctx, ad.r.Name, ad.m.ID)
+	enq, err := a.enqueue(ctx, ad)
 	endPublish(span, enq, err)
 	return enq, err
 }
