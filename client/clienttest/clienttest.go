@@ -10,7 +10,6 @@ import (
 	"mime"
 	"net/http"
 	"net/http/httptest"
-	"net/textproto"
 	"slices"
 	"sort"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sluice-io/sluice/internal/httpx"
+	"github.com/sluice-io/sluice/internal/request"
 )
 
 const (
@@ -363,30 +363,8 @@ func validate(req submitRequest, now time.Time, sub *Submission) (o outcome, sch
 			return bad(fmt.Sprintf("descriptor[%d]", n), "a key and a value are at most 256 bytes")
 		}
 	}
-	if len(req.Headers) > 16 {
-		return bad("headers", fmt.Sprintf("has %d headers; at most 16", len(req.Headers)))
-	}
-	total := 0
-	for k, v := range req.Headers {
-		name := textproto.CanonicalMIMEHeaderKey(k)
-		if k == "" || len(k) > 64 || strings.ContainsAny(k, " \t\r\n:()<>@,;\\\"/[]?={}") {
-			return bad("headers", fmt.Sprintf("%q is not a header name (a token of at most 64 bytes)", k))
-		}
-		if forgeryHeader(name) {
-			return bad("headers."+k, "may not be set by a submission: credentials (Authorization, Cookie, Proxy-*), "+
-				"forwarding (Forwarded, X-Forwarded-*, X-Real-Ip), Host and hop-by-hop headers are refused, "+
-				"so that a delivery cannot be forged to look authenticated or proxied")
-		}
-		if deniedHeaders[name] || strings.HasPrefix(name, "Sluice-") || strings.HasPrefix(name, "Nats-") || strings.HasPrefix(name, "Webhook-") {
-			return bad("headers."+k, "may not be set by a submission (transport, delivery, signature and Sluice-/Nats-/Webhook- headers are sluice's)")
-		}
-		if len(v) > 1024 || strings.IndexFunc(v, func(c rune) bool { return c != ' ' && c != '\t' && (c < 0x21 || c > 0x7e) }) >= 0 {
-			return bad("headers."+k, "must be at most 1024 bytes of visible ASCII, spaces and tabs")
-		}
-		total += len(name) + len(v)
-	}
-	if total > 4096 {
-		return bad("headers", fmt.Sprintf("are %d bytes together; at most 4096", total))
+	if _, p := request.CheckHeaders(req.Headers); p != nil { // the ingress's own check
+		return outcome{status: http.StatusBadRequest, prob: p}, time.Time{}
 	}
 	at := func(field, ts, dur string) (time.Time, *outcome) {
 		if ts != "" && dur != "" {
@@ -441,25 +419,6 @@ func validate(req submitRequest, now time.Time, sub *Submission) (o outcome, sch
 		}
 	}
 	return outcome{}, scheduled
-}
-
-// deniedHeaders are the message headers a submission may not set (as the real ingress's).
-var deniedHeaders = map[string]bool{
-	"Host": true, "Content-Length": true, "Content-Type": true, "Content-Encoding": true,
-	"Transfer-Encoding": true, "Connection": true, "Keep-Alive": true, "Upgrade": true,
-	"Te": true, "Trailer": true, "Proxy-Connection": true, "Expect": true, "Idempotency-Key": true,
-}
-
-// forgeryHeader reports whether a header (canonical name) is one the ingress refuses so
-// that a delivery cannot pass a submitter's word for sluice's or a proxy's: credentials,
-// forwarding, Host and hop-by-hop headers (docs/http-api.md).
-func forgeryHeader(name string) bool {
-	switch name {
-	case "Authorization", "Cookie", "Forwarded", "X-Real-Ip", "Host",
-		"Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
-		return true
-	}
-	return strings.HasPrefix(name, "Proxy-") || strings.HasPrefix(name, "X-Forwarded-")
 }
 
 // enqueue admits a valid submission: 202 queued or scheduled, 200 for a repeated key, 422
