@@ -27,9 +27,8 @@ import (
 // One goroutine collects whatever is waiting (up to MaxBatch), sends one pipeline, waits for
 // it and answers the waiters. In a pipeline, undos come first, then each rule's marks and
 // counts as one admit.lua call per partition, marks before counts (a script call costs
-// several times the commands it runs) — when some counts are of stored messages (CountBatch
-// with Stored: those are counted and marked in that one call), after an admit.lua call of
-// the marks alone —; pipelines never overlap. That order keeps every
+// several times the commands it runs; counts of stored messages, CountBatch with Stored,
+// are counted and marked in that same call, after every count); pipelines never overlap. That order keeps every
 // cause before its effect: a mark or an undo is only asked for after its own count was
 // answered, in an earlier pipeline, so a sequential client's second Count sees its first
 // Mark.

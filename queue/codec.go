@@ -212,6 +212,9 @@ type Stored struct {
 	At        time.Time
 }
 
+// errLeanWithoutStream: a lean message read without what its stream keeps of it.
+var errLeanWithoutStream = fmt.Errorf("%w: a lean message (%s %s) read without its stream's rule and time", ErrBadMessage, HeaderFormat, leanFormatVersion)
+
 // DecodeStored is DecodeMessage for a message read from its rule's queue stream, with what
 // the stream keeps of it (s): a message of the lean form takes its rule and key from s and
 // its creation time from its id; one of the full form has them in its headers.
@@ -221,7 +224,7 @@ func DecodeStored(h nats.Header, data []byte, s Stored) (Message, error) {
 		return m, err
 	}
 	if s.Rule == "" || s.At.IsZero() {
-		return Message{}, fmt.Errorf("%w: a lean message (%s %s) read without its stream's rule and time", ErrBadMessage, HeaderFormat, leanFormatVersion)
+		return Message{}, errLeanWithoutStream
 	}
 	m.Rule, m.Key, m.CreatedAt = s.Rule, s.Key, createdAt(m.ID, s.At)
 	return m, nil
@@ -247,7 +250,7 @@ func createdAt(id string, storedAt time.Time) time.Time {
 func DecodeMessage(h nats.Header, data []byte) (Message, error) {
 	m, lean, err := decodeMessage(h, data)
 	if err == nil && lean {
-		return Message{}, fmt.Errorf("%w: a lean message (%s %s) read without its stream's rule and time", ErrBadMessage, HeaderFormat, leanFormatVersion)
+		return Message{}, errLeanWithoutStream
 	}
 	return m, err
 }

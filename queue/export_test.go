@@ -62,7 +62,10 @@ type (
 var AdmittedResults = admittedResults
 
 func (s *store) CountAdmittedPipe(ctx context.Context, pipe redis.Pipeliner, rule string, adms []Admission) *AdmitCounts {
-	return s.countAdmittedPipe(ctx, pipe, rule, adms)
+	if len(adms) == 0 {
+		return &admitCounts{} // nothing to count: no script call
+	}
+	return s.markCountPipe(ctx, pipe, rule, nil, time.Time{}, adms)
 }
 
 func (s *store) MarkCountPipe(ctx context.Context, pipe redis.Pipeliner, rule string, marks []string, markNow time.Time, adms []Admission) *AdmitCounts {

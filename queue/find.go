@@ -39,8 +39,8 @@ func (q *Queues) FindLimited(ctx context.Context, rule, key, id string, lim Find
 		return Found{}, 0, err
 	}
 	f, read, err = FindInSubjectLimited(ctx, q.js.Conn(), q.cfg.APIPrefix, q.StreamName(rule), q.Subject(rule, key), id, lim)
-	if err == nil && f.Message.Rule == "" {
-		f.Message.Rule, f.Message.Key = rule, key // a lean message's: its stream's
+	if err == nil && f.Header.Get(HeaderFormat) == leanFormatVersion {
+		f.Message.Rule = rule // a lean message's: its stream's
 	}
 	if errors.Is(err, ErrNotQueued) {
 		return Found{}, read, fmt.Errorf("%w (rule %q)", ErrNotQueued, rule)

@@ -27,7 +27,7 @@ func Scripts() []*redis.Script {
 	return []*redis.Script{admitScript}
 }
 
-// admission is one message being counted into its key's queue by countAdmittedPipe.
+// admission is one message being counted into its key's queue by markCountPipe.
 type admission struct {
 	Key      string
 	Capacity int64
@@ -38,37 +38,24 @@ type admission struct {
 	Stored bool
 }
 
-// countAdmittedPipe queues, on a pipeline the caller executes, the count of messages being
-// admitted into rule's queues (see admit.lua): one script call for all of them, in
-// order. The ingress sends it together with the publishes, so the answers' depths and next
-// slots cost no round trip of their own; read them with admittedResults. A message whose
-// publish then fails must be counted out again (uncountPipe); a refused-as-full one heals
-// the counter (SetDepth). A partitioned rule gets one script call per partition its keys
-// fall in (each touches one slot; the cluster client sends each to its node).
-func (s *store) countAdmittedPipe(ctx context.Context, pipe redis.Pipeliner, rule string, adms []admission) *admitCounts {
-	if len(adms) == 0 {
-		return &admitCounts{} // nothing to count: no script call
-	}
-	return s.markCountPipe(ctx, pipe, rule, nil, time.Time{}, adms)
-}
-
-// markCountPipe queues markDuePipe of marks (made due at markNow) followed by
-// countAdmittedPipe of adms, as one admit.lua call per partition where both fall instead of two: what the ingress's batches send. It returns the counts'
-// pending result (nil without adms). A script unpacks all of a call's keys, marked and
-// counted, onto Lua's stack, which holds under 8,000 values: keep a call's marks and counts
-// together below that (the ingress's batches hold at most 4,096).
+// markCountPipe queues, on a pipeline the caller executes, markDuePipe of marks (made due
+// at markNow) followed by the count of adms, the messages being admitted into rule's
+// queues (see admit.lua), in order: one admit.lua call per partition the keys fall in (each
+// touches one slot; the cluster client sends each to its node). The ingress sends it
+// together with the publishes, so the answers' depths and next slots cost no round trip of
+// their own; read them with admittedResults. It returns the counts' pending result (nil
+// without adms). A message whose publish then fails must be counted out again
+// (uncountPipe); a refused-as-full one heals the counter (SetDepth). Stored counts mark
+// their keys after every count of the call (admit.lua), so marks of earlier admissions
+// still go first. A script unpacks all of a call's keys, marked and counted, onto Lua's
+// stack, which holds under 8,000 values: keep a call's marks and counts together below that
+// (the ingress's batches hold at most 4,096).
 func (s *store) markCountPipe(ctx context.Context, pipe redis.Pipeliner, rule string, marks []string, markNow time.Time, adms []admission) *admitCounts {
 	if len(adms) == 0 {
 		if len(marks) > 0 {
 			s.markDuePipe(ctx, pipe, rule, marks, markNow)
 		}
 		return nil
-	}
-	if len(marks) > 0 && slices.ContainsFunc(adms, func(a admission) bool { return a.Stored }) {
-		// Stored counts mark their own keys after counting them (admit.lua's stored counts): the marks
-		// of earlier admissions go first, in calls of their own.
-		s.markDuePipe(ctx, pipe, rule, marks, markNow)
-		marks = nil
 	}
 	p := s.partitions(rule)
 	out := &admitCounts{n: len(adms)}
@@ -100,7 +87,7 @@ func (s *store) markCountPipe(ctx context.Context, pipe redis.Pipeliner, rule st
 }
 
 // countPipe counts adms, all of partition i, after marking marks of the same partition
-// (admit.lua) when there are any (then no admission is Stored).
+// (admit.lua) when there are any.
 func (s *store) countPipe(ctx context.Context, pipe redis.Pipeliner, rule string, i int, marks []string, markNow time.Time, adms []admission) *redis.Cmd {
 	k := s.part(rule, i)
 	args := make([]any, 0, 2+len(marks)+5*len(adms))
@@ -118,7 +105,7 @@ func (s *store) countPipe(ctx context.Context, pipe redis.Pipeliner, rule string
 	return admitScript.EvalSha(ctx, pipe, k.admitKeys(), args...)
 }
 
-// admitCounts is the pending result of a countAdmittedPipe: one script call per partition.
+// admitCounts is the pending result of a markCountPipe: one script call per partition.
 // On a cluster one node may answer NOSCRIPT while another ran its part: Err reports it, and a
 // caller that sends the whole count again counts the other part twice — an estimate off by
 // those messages until the key empties or the reconciler resets it (admit.lua).
@@ -138,7 +125,7 @@ func (a *admitCounts) Err() error {
 	return nil
 }
 
-// uncountPipe counts out a message counted by countAdmittedPipe whose publish failed or
+// uncountPipe counts out a message counted by markCountPipe whose publish failed or
 // was a duplicate.
 func (s *store) uncountPipe(ctx context.Context, pipe redis.Pipeliner, rule, key string) {
 	pipe.HIncrBy(ctx, s.home(rule, key).depthOf(key), key, -1)
@@ -157,13 +144,7 @@ func (s *store) markDuePipe(ctx context.Context, pipe redis.Pipeliner, rule stri
 
 // markDuePart is markDuePipe of keys, all of partition i.
 func (s *store) markDuePart(ctx context.Context, pipe redis.Pipeliner, rule string, i int, keys []string, now time.Time) *redis.Cmd {
-	k := s.part(rule, i)
-	args := make([]any, 0, 2+len(keys))
-	args = append(args, usOrZero(now), len(keys))
-	for _, key := range keys {
-		args = append(args, key)
-	}
-	return admitScript.EvalSha(ctx, pipe, k.admitKeys(), args...)
+	return s.countPipe(ctx, pipe, rule, i, keys, now, nil) // marks alone
 }
 
 // admitKeys are admit.lua's KEYS of partition k.
@@ -171,7 +152,7 @@ func (k ruleKeys) admitKeys() []string {
 	return []string{k.due, k.lease, k.dirty, k.idle, k.held, k.depth}
 }
 
-// Admitted is the result of one admission counted by countAdmittedPipe.
+// Admitted is the result of one admission counted by markCountPipe.
 type Admitted struct {
 	Depth int64     // the key's depth, counting the message
 	Next  time.Time // when the key's next message may leave
@@ -180,7 +161,7 @@ type Admitted struct {
 	Held bool
 }
 
-// admittedResults reads the results of a countAdmittedPipe of n admissions into out
+// admittedResults reads the results of a markCountPipe of n admissions into out
 // (reused; grown as needed), in the admissions' order.
 func admittedResults(c *admitCounts, n int, out []Admitted) ([]Admitted, error) {
 	if n != c.n {
