@@ -445,14 +445,20 @@ func (a *Admitter) settle(ctx context.Context, ad *admission, cres queue.Admitte
 	if out.Reset <= 0 {
 		out.Reset = every
 	}
-	// An admission limit with fewer requests left than the queue has places is the
-	// tighter policy: report it.
-	if limRes := ad.limRes; limRes != nil {
-		if d := limRes.Decision(); d.Remaining < out.Remaining {
-			out.Policy, out.Limit, out.Remaining, out.Reset, out.Window = policyName(r, *limRes), d.Limit, d.Remaining, d.ResetAfter, d.Window
-		}
-	}
+	reportTighter(&out, r, ad.limRes)
 	return out, nil
+}
+
+// reportTighter makes out's rate-limit numbers the admission limit's (lim, when the rule
+// has one) when out has none, or when the limit has fewer requests left than the queue has
+// places: the tighter policy is the one to report.
+func reportTighter(out *Result, r *rules.Rule, lim *bucket.Result) {
+	if lim == nil {
+		return
+	}
+	if d := lim.Decision(); out.Policy == "" || d.Remaining < out.Remaining {
+		out.Policy, out.Limit, out.Remaining, out.Reset, out.Window = policyName(r, *lim), d.Limit, d.Remaining, d.ResetAfter, d.Window
+	}
 }
 
 // stored answers a message stored without a depth count (Admitter.DueMarks false): the
@@ -481,11 +487,7 @@ func (a *Admitter) stored(ctx context.Context, ad *admission, claimed bool, enq 
 		out.Policy, out.Limit, out.Remaining = r.Name, capacity, capacity-depth
 		out.Reset, out.Window = every, time.Duration(capacity)*every
 	}
-	if limRes := ad.limRes; limRes != nil {
-		if d := limRes.Decision(); out.Policy == "" || d.Remaining < out.Remaining {
-			out.Policy, out.Limit, out.Remaining, out.Reset, out.Window = policyName(r, *limRes), d.Limit, d.Remaining, d.ResetAfter, d.Window
-		}
-	}
+	reportTighter(&out, r, ad.limRes)
 	return out
 }
 

@@ -100,8 +100,7 @@ func (s *Service) handleBatch(w http.ResponseWriter, r *http.Request, body []byt
 		}
 	}
 	s.eachKey(reqs, scheduled, func(i int) {
-		sub := &subs[i]
-		items[i] = batchOutcome(s.schedule(ctx, sub.rule, sub.msg, sub.req, sub.at), i)
+		items[i] = batchOutcome(s.schedule(ctx, &subs[i]), i)
 	})
 	if len(adms) > 0 { // none when every item was answered already (refused, scheduled)
 		s.cfg.Admitter.AdmitBatch(ctx, adms)

@@ -64,7 +64,7 @@ type submission struct {
 	rule   *rules.Rule
 	msg    queue.Message
 	at     time.Time // when it asks to be delivered, if later than now (scheduled); else zero
-	digest string    // req.Digest(), for an admission now
+	digest string    // req.Digest()
 	idem   string    // req.IdempotencyKey as claimed: idempotencyKey's
 }
 
@@ -95,7 +95,7 @@ func (s *Service) submit(ctx context.Context, req *request.Submit) outcome {
 		return o
 	}
 	if !sub.at.IsZero() {
-		return s.schedule(ctx, sub.rule, sub.msg, req, sub.at)
+		return s.schedule(ctx, &sub)
 	}
 	res, err := s.cfg.Admitter.Admit(ctx, sub.rule, sub.msg, sub.options())
 	return s.conclude(ctx, &sub, res, err)
@@ -135,11 +135,9 @@ func (s *Service) prepare(ctx context.Context, req *request.Submit) (sub submiss
 		}
 		return sub, problemOutcome(httpx.BadRequest(field, "the message would expire (its ttl or expires_at, or its rule's queue.max_age) before it could be delivered")), false
 	}
-	sub = submission{req: req, rule: rule, msg: msg, idem: s.idempotencyKey(ctx, req.IdempotencyKey)}
+	sub = submission{req: req, rule: rule, msg: msg, idem: s.idempotencyKey(ctx, req.IdempotencyKey), digest: req.Digest()}
 	if at.After(now) {
 		sub.at = at
-	} else {
-		sub.digest = req.Digest()
 	}
 	return sub, outcome{}, true
 }
@@ -228,7 +226,8 @@ func rateLimitOf(res admit.Result) httpx.RateLimit { return res.RateLimit() }
 // scheduled messages are capped at submit (the rule's max_scheduled), so a burst for 09:00
 // is refused now rather than dead-lettered later. Nothing is written to Redis but an
 // idempotency key, when given.
-func (s *Service) schedule(ctx context.Context, rule *rules.Rule, msg queue.Message, req *request.Submit, at time.Time) outcome {
+func (s *Service) schedule(ctx context.Context, sub *submission) outcome {
+	rule, msg, req, at, digest, idem := sub.rule, sub.msg, sub.req, sub.at, sub.digest, sub.idem
 	now := msg.CreatedAt
 	if max := s.cfg.MaxDelay; at.Sub(now) > max {
 		field := "delay"
@@ -241,9 +240,7 @@ func (s *Service) schedule(ctx context.Context, rule *rules.Rule, msg queue.Mess
 	if park == nil {
 		return problemOutcome(httpx.Unavailable("", "no retry stream to keep scheduled messages in", time.Second))
 	}
-	digest := req.Digest()
 	claim := queue.IdempotencyValue(msg.ID, digest)
-	idem := s.idempotencyKey(ctx, req.IdempotencyKey)
 	if idem != "" {
 		owner, err := s.cfg.Admitter.Redis.TakeNow(ctx, rule.Name, idem, claim)
 		switch {
