@@ -382,11 +382,8 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 	d := o.d
 	limit := d.cfg.Workers
 	if r.Sink.MaxInFlight > 0 {
-		if o.ownSlotsNeeded(r) {
-			limit = min(limit, r.Sink.MaxInFlight) // the Redis slots hold the rule-wide cap
-		} else {
-			limit = min(limit, max(1, o.sinkShare(r.Sink.MaxInFlight)))
-		}
+		share, _ := o.sinkShare(r.Sink.MaxInFlight)
+		limit = min(limit, share)
 	}
 	if pol.Outflow.TotalEvery > 0 {
 		if n := o.needSlots(time.Now()); n > 0 {
@@ -498,20 +495,24 @@ func (o *orule) dispatch(r *rules.Rule, pol Policy) time.Duration {
 
 // sinkShare is this drainer's part of the rule's sink.max_in_flight: the cap split over the
 // live drainers (max/N each, one more for the first max mod N by name), so the parts add up
-// to the cap. With fewer slots than drainers the deliveries take Redis slots instead
-// (ownSlotsNeeded, docs/design.md).
-func (o *orule) sinkShare(max int) int {
+// to the cap. With fewer slots than drainers (redis) the deliveries take Redis slots
+// instead, which hold the rule-wide cap: the share is then the whole cap (ownSlotsNeeded,
+// docs/design.md).
+func (o *orule) sinkShare(max int) (share int, redis bool) {
 	o.mu.Lock()
 	n, rank := o.members, o.rank
 	o.mu.Unlock()
-	if n <= 1 {
-		return max
+	if n > max {
+		return max, true
 	}
-	share := max / n
+	if n <= 1 {
+		return max, false
+	}
+	share = max / n
 	if rank < max%n {
 		share++
 	}
-	return share
+	return share, false
 }
 
 // reserveAhead is how far ahead the own engine reserves total_outflow slots.

@@ -59,7 +59,7 @@ func (d *Drainer) renewOwn(leave bool) {
 		if !leave {
 			var busy int
 			req.Pace, req.GiveUp, busy = o.beforeRenew(now)
-			req.ReportInFlight, req.InFlight = o.flightReport(busy)
+			req.InFlight, req.ReportInFlight = busy, o.flightReport(busy)
 			req.Steer = o.steerEntriesLocked()
 		} else {
 			req.ReportInFlight = true // removes this drainer's report
@@ -156,15 +156,15 @@ const flightRefresh = 8
 // flightReport says whether this renewal reports the keys in flight, n: when the count
 // changed since the last report, or a non-zero count is due for a refresh. A drainer at
 // rest reports nothing, one busy costs one script per rule and renewal at most.
-func (o *orule) flightReport(n int) (bool, int) {
+func (o *orule) flightReport(n int) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.flight.age++
 	if n == o.flight.sent && (n == 0 || o.flight.age < flightRefresh) {
-		return false, n
+		return false
 	}
 	o.flight.sent, o.flight.age = n, 0
-	return true, n
+	return true
 }
 
 // flightReported notes a failed report (or renewal): the next renewal reports again.

@@ -106,10 +106,8 @@ func (o *orule) ownSlotsNeeded(r *rules.Rule) bool {
 	if r.Sink.MaxInFlight <= 0 {
 		return false
 	}
-	o.mu.Lock()
-	n := o.members
-	o.mu.Unlock()
-	return n > r.Sink.MaxInFlight
+	_, redis := o.sinkShare(r.Sink.MaxInFlight)
+	return redis
 }
 
 // ownSinkSlotLease bounds how long a slot outlives a drainer that died holding it: longer

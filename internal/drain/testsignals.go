@@ -15,7 +15,6 @@ const (
 	evRenewed                      // a renewal's answer (or its error) was acted on
 	evClaimFailed                  // a claim or a reservation failed on Redis (redisFailed)
 	evRulesPolled                  // the rules manager read Config.Rules and acted on them
-	nTestEvents
 )
 
 // testSignals are a drainer's signal points (nil in production: Raise is then a nil check).
