@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,10 +9,8 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -678,7 +675,8 @@ func (a *Admin) hotKeys(w http.ResponseWriter, r *http.Request) {
 	if a.dueMarks() {
 		keys, complete, err = a.Scheduler.Depths.HotKeys(ctx, rule.Name, top)
 	} else {
-		keys, complete, err = a.streamHotKeys(ctx, rule.Name, top)
+		keys, err = a.Queues.HotKeys(ctx, rule.Name, top) // always complete
+		complete = err == nil
 	}
 	if err != nil {
 		httpx.WriteProblem(w, httpx.Unavailable("", err.Error(), time.Second))
@@ -715,30 +713,6 @@ func (a *Admin) nextSlot(ctx context.Context, rule, key string) (time.Time, bool
 		return time.Time{}, false, nil
 	}
 	return a.Scheduler.Meter.NextSlot(ctx, rule, key)
-}
-
-// streamHotKeys is HotKeys from the stream's own per-subject counts (one stream info request
-// with the rule's subject filter, paged by the server), for the own engine, which keeps no
-// depth counters: the answer is always complete, and costs JetStream about a second per
-// 100k keys with messages (the listing the own drainers' repair reads too).
-func (a *Admin) streamHotKeys(ctx context.Context, rule string, n int) ([]queue.KeyDepth, bool, error) {
-	depths, err := a.Queues.Keys(ctx, rule)
-	if err != nil {
-		return nil, false, err
-	}
-	keys := make([]queue.KeyDepth, 0, len(depths))
-	for k, d := range depths {
-		if d > 0 {
-			keys = append(keys, queue.KeyDepth{Key: k, Depth: int64(d)})
-		}
-	}
-	slices.SortFunc(keys, func(x, y queue.KeyDepth) int {
-		if c := cmp.Compare(y.Depth, x.Depth); c != 0 {
-			return c
-		}
-		return strings.Compare(x.Key, y.Key)
-	})
-	return keys[:min(n, len(keys))], true, nil
 }
 
 // replayAllDead re-admits the dead letters of one queue (?queue=NAME, required), oldest
